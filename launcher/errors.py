@@ -1,0 +1,35 @@
+"""Exit-code contract shared by every command: 2 = user mistake, 1 = runtime failure."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+
+class KitError(Exception):
+    exit_code = 1
+
+
+class UserError(KitError):
+    """A mistake the user can fix (bad file, flag, name). Nothing was changed."""
+
+    exit_code = 2
+
+
+class RuntimeFailure(KitError):
+    """Something failed while running (server died, timeout, unreachable URL)."""
+
+    exit_code = 1
+
+
+def run_cli(fn: Callable[[], int | None]) -> int:
+    """Call a command body and map kit errors to one stderr line and an exit code, never a traceback."""
+    try:
+        rc = fn()
+    except KitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0 if rc is None else rc

@@ -1,0 +1,139 @@
+"""Stand-in server settings: the simulated timing, accept length and faults, with a known truth.
+
+Precedence, lowest first:
+1. the field defaults below (a fast demo that reproduces the PCIe problem: spec slower than none);
+2. the "default" section of the JSON file named by ``KIT_STANDIN_CONFIG``;
+3. the ``profiles.<KIT_ACTIVE_PROFILE>`` section of that file, when both exist;
+4. environment variables ``KIT_STANDIN_<FIELD>`` (for example ``KIT_STANDIN_TTFT_MS=25``).
+
+File shape::
+
+    {"default": {"ttft_ms": 40, "verify_ms": 30},
+     "profiles": {"custom-ar": {"verify_ms": 14}, "broken": {"corrupt_output": true}}}
+
+Unknown keys and unknown ``KIT_STANDIN_*`` variables are errors, so a typo never passes silently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from launcher.errors import UserError
+
+CONFIG_ENV = "KIT_STANDIN_CONFIG"
+PROFILE_ENV = "KIT_ACTIVE_PROFILE"
+ENV_PREFIX = "KIT_STANDIN_"
+
+Fault = Literal["none", "crash_at_start", "hang_at_start", "die_mid_stream"]
+
+
+class StandinSettings(BaseModel):
+    """What the simulated server does; every field is also exposed in /server_info under "standin"."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    startup_delay_s: float = Field(1.0, ge=0, description="/health answers 503 for this long after start.")
+    ttft_ms: float = Field(40.0, ge=0, description="Request arrival to the first chunk.")
+    decode_ms: float = Field(12.0, ge=0, description="Chunk interval without speculation (1 token a chunk).")
+    verify_ms: float = Field(30.0, ge=0, description="Chunk interval with speculation (one verify pass).")
+    accept_length: float = Field(2.0, ge=1.0, description="Tokens per verify pass under speculation.")
+    default_max_tokens: int = Field(128, ge=0, description="max_new_tokens when a request names none.")
+    fault: Fault = "none"
+    die_on_request: int = Field(1, ge=1, description="die_mid_stream: which generation request (1-based).")
+    die_after_chunks: int = Field(3, ge=0, description="die_mid_stream: chunks sent before the exit.")
+    corrupt_output: bool = Field(False, description="Different text and accept length 1.0 (wrong all-reduce).")
+    trace_comm_fraction: float = Field(
+        0.7, ge=0, le=1, description="Share of each traced forward pass spent in all-reduce kernels."
+    )
+    trace_allreduces_per_pass: int = Field(8, ge=1, description="All-reduce kernels per traced pass.")
+    trace_min_passes: int = Field(3, ge=1, description="Passes in a trace when no request ran while profiling.")
+
+
+FIELDS = tuple(StandinSettings.model_fields)
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read stand-in config ({exc.strerror}); fix {CONFIG_ENV}") from exc
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}; fix the file"
+        ) from exc
+    if not isinstance(data, dict):
+        raise UserError(f'{path}: top level must be an object with "default" and/or "profiles"')
+    unknown = sorted(set(data) - {"default", "profiles"})
+    if unknown:
+        raise UserError(f'{path}: unknown top-level key(s) {unknown}; allowed: "default", "profiles"')
+    return data
+
+
+def _section(data: Mapping[str, Any], path: Path, profile: str | None) -> list[tuple[str, dict[str, Any]]]:
+    """The sections that apply, lowest precedence first, each with a name for error messages."""
+    sections: list[tuple[str, dict[str, Any]]] = []
+    default = data.get("default", {})
+    if not isinstance(default, dict):
+        raise UserError(f'{path}: "default" must be an object of stand-in settings')
+    sections.append(("default", default))
+    profiles = data.get("profiles", {})
+    if not isinstance(profiles, dict):
+        raise UserError(f'{path}: "profiles" must be an object mapping profile names to settings')
+    if profile and profile in profiles:
+        chosen = profiles[profile]
+        if not isinstance(chosen, dict):
+            raise UserError(f'{path}: "profiles.{profile}" must be an object of stand-in settings')
+        sections.append((f"profiles.{profile}", chosen))
+    return sections
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    overrides: dict[str, str] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
+            continue
+        field = name[len(ENV_PREFIX) :].lower()
+        if field not in FIELDS:
+            allowed = ", ".join(ENV_PREFIX + f.upper() for f in FIELDS)
+            raise UserError(f"environment variable {name} is not a stand-in setting; use one of {allowed}")
+        overrides[field] = value
+    return overrides
+
+
+def _validation_message(exc: ValidationError, origin: Mapping[str, str]) -> str:
+    parts = []
+    for err in exc.errors():
+        field = str(err["loc"][0]) if err["loc"] else "?"
+        where = origin.get(field, "settings")
+        parts.append(f"{where}: {field}: {err['msg']}")
+    return "invalid stand-in settings: " + "; ".join(parts)
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> StandinSettings:
+    """Resolve the settings from the config file, the active profile's section and env overrides."""
+    env = os.environ if environ is None else environ
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    config = env.get(CONFIG_ENV)
+    if config:
+        path = Path(config)
+        data = _read_config_file(path)
+        for name, section in _section(data, path, env.get(PROFILE_ENV)):
+            for key, value in section.items():
+                merged[key] = value
+                origin[key] = f"{path} [{name}]"
+    for key, value in _env_overrides(env).items():
+        merged[key] = value
+        origin[key] = f"environment {ENV_PREFIX}{key.upper()}"
+    try:
+        return StandinSettings(**merged)
+    except ValidationError as exc:
+        raise UserError(_validation_message(exc, origin)) from exc
