@@ -1,0 +1,167 @@
+"""`launcher` command line: profiles, show, check, render, serve, switch, status, doctor."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from launcher.errors import UserError, run_cli
+
+
+def _facts(path: str | None):
+    if not path:
+        return None
+    from launcher.hostfacts import load_host_facts
+
+    return load_host_facts(path)
+
+
+def _spec_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--spec", default=os.environ.get("SPEC") or "eagle3", help="speculation mode: eagle3 (default), ngram, off")
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    from launcher.profile import describe_all
+
+    rows = describe_all()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max((len(r["name"]) for r in rows), default=4)
+    for r in rows:
+        print(f"{r['name']:<{width}}  {r['status']:<12}  {r['description']}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from launcher.plan import build_plan
+
+    plan = build_plan(args.profile, args.spec, _facts(args.host_facts))
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=2))
+        return 0
+    import shlex
+
+    print(f"# {plan.name} + spec {plan.spec} ({plan.status}): {plan.description}")
+    print(f"# digest {plan.digest()}; from {', '.join(plan.sources)}")
+    if plan.requires:
+        print(f"# requires: {json.dumps(plan.requires)}")
+    for w in plan.warnings:
+        print(f"# warning: {w}")
+    for k, v in plan.env.items():
+        print(f"export {k}={shlex.quote(v)}")
+    print(shlex.join(plan.argv))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from launcher import sglang_args
+    from launcher.plan import check_environ, evaluate
+    from launcher.profile import available_names, spec_modes
+
+    names = available_names() if args.all or not args.profiles else args.profiles
+    specs = spec_modes() if args.spec == "all" else [args.spec]
+    use_parser = sglang_args.available()
+    if args.require_parser and not use_parser:
+        raise UserError("sglang is not importable, so flags cannot be checked; install sglang==0.5.23 (see .ci/run)")
+    facts = _facts(args.host_facts)
+    env = check_environ()
+    bad = 0
+    for name in names:
+        for spec in specs:
+            _, findings = evaluate(name, spec, facts, environ=env, use_parser=use_parser)
+            errors = [f for f in findings if f.level in ("error", "ineligible")]
+            warns = [f for f in findings if f.level == "warning"]
+            print(f"{'FAIL' if errors else 'ok  '}  {name} + {spec}")
+            for f in errors:
+                print(f"      {f.level}: {f.render()}")
+            for f in warns:
+                print(f"      warning: {f.render()}")
+            bad += bool(errors)
+    if env.used:
+        print(f"note: unset {', '.join(sorted(env.used))} checked as placeholders")
+    if use_parser:
+        print(f"flags checked with SGLang {sglang_args.version()}'s argument parser")
+    else:
+        print("note: sglang is not importable here; flags were not checked against its parser")
+    if bad:
+        print(f"{bad} plan(s) invalid", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from launcher import sglang_args
+    from launcher.plan import build_plan
+    from launcher.render import render
+
+    plan = build_plan(args.profile, args.spec, _facts(args.host_facts), use_parser=sglang_args.available())
+    path = render(plan, Path(args.state_dir))
+    print(path)
+    return 0
+
+
+def _dispatch(module: str, argv: list[str]) -> int:
+    import importlib
+
+    return importlib.import_module(module).main(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="launcher", description="SGLang PCIe speculative-decoding kit: launcher")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("profiles", help="list profiles")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_profiles)
+
+    s = sub.add_parser("show", help="print the resolved plan of a profile")
+    s.add_argument("profile")
+    _spec_arg(s)
+    s.add_argument("--host-facts", help="JSON from `launcher doctor --json`")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_show)
+
+    s = sub.add_parser("check", help="validate profiles: schema, rules, SGLang's real parser")
+    s.add_argument("profiles", nargs="*")
+    s.add_argument("--all", action="store_true", help="every profile (default when none is named)")
+    s.add_argument("--spec", default="all", help="spec mode to check, or all (default)")
+    s.add_argument("--host-facts")
+    s.add_argument("--require-parser", action="store_true", help="fail when sglang is not importable")
+    s.set_defaults(fn=cmd_check)
+
+    s = sub.add_parser("render", help="write profile.json and the command line into a state dir")
+    s.add_argument("profile")
+    _spec_arg(s)
+    s.add_argument("--state-dir", required=True)
+    s.add_argument("--host-facts")
+    s.set_defaults(fn=cmd_render)
+
+    for name, module, helptext in (
+        ("serve", "launcher.serve", "container entry point: supervisord + SGLang + control API"),
+        ("switch", "launcher.control_client", "switch the running server to another profile"),
+        ("status", "launcher.control_client", "show the running server's state"),
+        ("doctor", "launcher.doctor.cli", "check this host and which profiles can run on it"),
+    ):
+        s = sub.add_parser(name, help=helptext, add_help=False)
+        s.add_argument("rest", nargs=argparse.REMAINDER)
+        s.set_defaults(module=module)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "module", None):
+        if args.cmd in ("switch", "status"):
+            return _dispatch(args.module, [args.cmd, *args.rest])
+        return _dispatch(args.module, args.rest)
+    return run_cli(lambda: args.fn(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""Apply the kit's active profile environment at interpreter start-up (stdlib only).
+
+Every Python process in the server container (the SGLang launcher and each tensor-parallel worker)
+starts with this directory on PYTHONPATH, so all of them see the same NCCL/SGLang environment.
+Reads $KIT_PROFILE_ENV, else $KIT_STATE_DIR/profile.json. All or nothing; never raises.
+"""
+
+
+def _kit_apply():
+    import json
+    import os
+    import sys
+
+    path = os.environ.get("KIT_PROFILE_ENV")
+    if not path:
+        state = os.environ.get("KIT_STATE_DIR")
+        if not state:
+            return
+        path = os.path.join(state, "profile.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        return
+    except Exception as exc:  # malformed or unreadable: say so once, apply nothing
+        sys.stderr.write(f"kit sitecustomize: ignoring {path}: {exc.__class__.__name__}: {exc}\n")
+        return
+    env = data.get("env") if isinstance(data, dict) else None
+    name = data.get("name") if isinstance(data, dict) else None
+    if not isinstance(env, dict) or not isinstance(name, str) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        sys.stderr.write(f"kit sitecustomize: ignoring {path}: expected {{'name': str, 'env': {{str: str}}}}\n")
+        return
+    os.environ.update(env)
+    os.environ["KIT_ACTIVE_PROFILE"] = name
+    spec = data.get("spec")
+    if isinstance(spec, str):
+        os.environ["KIT_ACTIVE_SPEC"] = spec
+
+
+def _kit_chain():
+    """Run the sitecustomize this one shadows (Ubuntu's python ships one), if any."""
+    import importlib.util
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for entry in sys.path:
+        if not entry or os.path.abspath(entry) == here:
+            continue
+        for candidate in (os.path.join(entry, "sitecustomize.py"), os.path.join(entry, "sitecustomize", "__init__.py")):
+            if os.path.isfile(candidate) and os.path.abspath(candidate) != os.path.abspath(__file__):
+                try:
+                    spec = importlib.util.spec_from_file_location("_kit_shadowed_sitecustomize", candidate)
+                    module = importlib.util.module_from_spec(spec)
+                    sys.modules["_kit_shadowed_sitecustomize"] = module
+                    spec.loader.exec_module(module)
+                except Exception as exc:
+                    sys.stderr.write(f"kit sitecustomize: chained {candidate} failed: {exc}\n")
+                return
+
+
+try:
+    _kit_apply()
+except Exception:  # never stop an interpreter from starting
+    pass
+try:
+    _kit_chain()
+except Exception:
+    pass
