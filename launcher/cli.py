@@ -140,26 +140,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host-facts")
     s.set_defaults(fn=cmd_render)
 
-    for name, module, helptext in (
-        ("serve", "launcher.serve", "container entry point: supervisord + SGLang + control API"),
-        ("switch", "launcher.control_client", "switch the running server to another profile"),
-        ("status", "launcher.control_client", "show the running server's state"),
-        ("doctor", "launcher.doctor.cli", "check this host and which profiles can run on it"),
-    ):
-        s = sub.add_parser(name, help=helptext, add_help=False)
-        s.add_argument("rest", nargs=argparse.REMAINDER)
-        s.set_defaults(module=module)
+    for name, (_, helptext) in DISPATCHED.items():
+        sub.add_parser(name, help=helptext, add_help=False)
     return p
+
+
+# Commands whose own module parses the rest of the command line.
+DISPATCHED = {
+    "serve": ("launcher.serve", "container entry point: supervisord + SGLang + control API"),
+    "switch": ("launcher.control_client", "switch the running server to another profile"),
+    "status": ("launcher.control_client", "show the running server's state"),
+    "doctor": ("launcher.doctor.cli", "check this host and which profiles can run on it"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "module", None):
-        if args.cmd in ("switch", "status"):
-            return _dispatch(args.module, [args.cmd, *args.rest])
-        return _dispatch(args.module, args.rest)
+    if argv and argv[0] in DISPATCHED:
+        module = DISPATCHED[argv[0]][0]
+        keep_cmd = argv[0] in ("switch", "status")
+        return _dispatch(module, argv if keep_cmd else argv[1:])
+    args = build_parser().parse_args(argv)
     return run_cli(lambda: args.fn(args))
 
 

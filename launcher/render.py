@@ -12,18 +12,25 @@ PROFILE_FILE = "profile.json"
 CMDLINE_FILE = "cmdline"
 
 
-def render(plan: Plan, state_dir: Path) -> Path:
-    """Atomic per file; profile.json goes last because it is what a starting server reads."""
+def write_plan(state_dir: Path, plan: dict) -> Path:
+    """Atomic per file; profile.json goes last because it is what a starting server reads.
+
+    Takes plan JSON so a stored previous plan (rollback) is rendered exactly as it was.
+    """
     state_dir.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(state_dir / CMDLINE_FILE, shlex.join(plan.argv) + "\n")
-    return atomic.write_json(state_dir / PROFILE_FILE, plan.to_json())
+    atomic.write_text(state_dir / CMDLINE_FILE, shlex.join(plan["argv"]) + "\n")
+    return atomic.write_json(state_dir / PROFILE_FILE, plan)
+
+
+def render(plan: Plan, state_dir: Path) -> Path:
+    return write_plan(state_dir, plan.to_json())
 
 
 def read_rendered(state_dir: Path) -> dict | None:
     import json
 
-    path = state_dir / PROFILE_FILE
     try:
-        return json.loads(path.read_text())
+        data = json.loads((state_dir / PROFILE_FILE).read_text())
     except (FileNotFoundError, ValueError):
         return None
+    return data if isinstance(data, dict) else None

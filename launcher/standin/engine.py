@@ -131,7 +131,11 @@ class Engine:
 
     async def _maybe_die(self, request_number: int, chunks_sent: int) -> None:
         s = self.settings
-        if s.fault != "die_mid_stream" or request_number != s.die_on_request or chunks_sent != s.die_after_chunks:
+        if (
+            s.fault != "die_mid_stream"
+            or request_number != s.die_on_request
+            or chunks_sent != s.die_after_chunks
+        ):
             return
         await asyncio.sleep(0.05)  # let the chunks already written leave the socket
         print(
@@ -142,7 +146,9 @@ class Engine:
         )
         os._exit(1)
 
-    def meta_info(self, rid: str, prompt: str, chunk: Chunk, max_new_tokens: int, t0: float) -> dict[str, object]:
+    def meta_info(
+        self, rid: str, prompt: str, chunk: Chunk, max_new_tokens: int, t0: float
+    ) -> dict[str, object]:
         """SGLang's ``meta_info`` for one chunk (``spec_verify_ct`` is always present, 0 without spec)."""
         meta: dict[str, object] = {
             "id": rid,

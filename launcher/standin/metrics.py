@@ -53,8 +53,15 @@ def render_metrics(engine: Engine) -> str:
                 "Currently active speculative_num_draft_tokens.",
                 args.speculative_num_draft_tokens,
             )
-    counter("spec_verify_calls", "Number of speculative decoding verification calls.", base, stats.spec_verify_calls_total)
+    counter(
+        "spec_verify_calls",
+        "Number of speculative decoding verification calls.",
+        base,
+        stats.spec_verify_calls_total,
+    )
     counter("num_requests", "Number of requests processed.", base, stats.num_requests_total)
     counter("prompt_tokens", "Number of prefill tokens processed.", base, stats.prompt_tokens_total)
-    counter("generation_tokens", "Number of generation tokens processed.", base, stats.generation_tokens_total)
+    counter(
+        "generation_tokens", "Number of generation tokens processed.", base, stats.generation_tokens_total
+    )
     return "\n".join(lines) + "\n"

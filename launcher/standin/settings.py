@@ -47,12 +47,16 @@ class StandinSettings(BaseModel):
     fault: Fault = "none"
     die_on_request: int = Field(1, ge=1, description="die_mid_stream: which generation request (1-based).")
     die_after_chunks: int = Field(3, ge=0, description="die_mid_stream: chunks sent before the exit.")
-    corrupt_output: bool = Field(False, description="Different text and accept length 1.0 (wrong all-reduce).")
+    corrupt_output: bool = Field(
+        False, description="Different text and accept length 1.0 (wrong all-reduce)."
+    )
     trace_comm_fraction: float = Field(
         0.7, ge=0, le=1, description="Share of each traced forward pass spent in all-reduce kernels."
     )
     trace_allreduces_per_pass: int = Field(8, ge=1, description="All-reduce kernels per traced pass.")
-    trace_min_passes: int = Field(3, ge=1, description="Passes in a trace when no request ran while profiling.")
+    trace_min_passes: int = Field(
+        3, ge=1, description="Passes in a trace when no request ran while profiling."
+    )
 
 
 FIELDS = tuple(StandinSettings.model_fields)
@@ -113,7 +117,10 @@ def _validation_message(exc: ValidationError, origin: Mapping[str, str]) -> str:
     for err in exc.errors():
         field = str(err["loc"][0]) if err["loc"] else "?"
         where = origin.get(field, "settings")
-        parts.append(f"{where}: {field}: {err['msg']}")
+        if err["type"] == "extra_forbidden":
+            parts.append(f"{where}: {field}: unknown setting; known settings: {', '.join(FIELDS)}")
+        else:
+            parts.append(f"{where}: {field}: {err['msg']}")
     return "invalid stand-in settings: " + "; ".join(parts)
 
 

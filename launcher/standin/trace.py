@@ -47,8 +47,20 @@ def build_trace(
     """A Chrome trace for one TP rank; ``pass_windows_us`` are (start, duration) of each forward pass."""
     ar_name = allreduce_kernel_name(environ)
     events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"GPU {rank} (simulated)"}},
-        {"ph": "M", "name": "thread_name", "pid": rank, "tid": GPU_STREAM, "args": {"name": f"stream {GPU_STREAM}"}},
+        {
+            "ph": "M",
+            "name": "process_name",
+            "pid": rank,
+            "tid": 0,
+            "args": {"name": f"GPU {rank} (simulated)"},
+        },
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": rank,
+            "tid": GPU_STREAM,
+            "args": {"name": f"stream {GPU_STREAM}"},
+        },
     ]
     n = allreduces_per_pass
     for index, (start, duration) in enumerate(pass_windows_us):

@@ -1,0 +1,186 @@
+"""All-reduce backends: each supplies only probe / init / allreduce / teardown; the harness does the rest.
+
+`gloo` (CPU) and `nccl` (CUDA, through torch.distributed) are the verified backends. The adapters for
+SGLang's and FlashInfer's own kernels live in `experimental.py`: they are thin, unverified wrappers
+that report themselves as skipped wherever their library or hardware is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch is imported lazily so that `--help` and input checks stay fast
+    import torch
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot run here (library, hardware or topology missing); reported as a skipped row."""
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """What a rank knows when it initialises a backend."""
+
+    rank: int
+    world: int
+    init_method: str
+    timeout_s: float
+    hidden: int
+    max_bytes: int
+    dtype: Any  # torch.dtype
+
+    @property
+    def local_device(self) -> int:
+        return self.rank  # one local rank per visible GPU
+
+
+def module_missing(*names: str) -> str | None:
+    """Reason string if any top-level module is not installed (checked without importing it)."""
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            return f"python package '{name}' is not installed"
+    return None
+
+
+class Backend:
+    """Base: subclasses override what differs. `device_type` is 'cpu' or 'cuda'."""
+
+    name = "base"
+    device_type = "cuda"
+    verified = False  # True only for backends whose CUDA path was run by the kit's own tests
+
+    def probe(self) -> str | None:
+        """Cheap check in the parent process, before any rank starts; a reason means 'skipped'."""
+        return None
+
+    def init(self, ctx: RankContext) -> None:
+        raise NotImplementedError
+
+    def supports(self, tensor: torch.Tensor) -> str | None:
+        """Reason this message is declined (the server would fall back to NCCL for it), else None."""
+        return None
+
+    def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum `tensor` across ranks; returns the tensor holding the result (may be a new one)."""
+        raise NotImplementedError
+
+    def capture(self) -> contextlib.AbstractContextManager[None]:
+        """Context entered around CUDA-graph capture (some backends register buffers on exit)."""
+        return contextlib.nullcontext()
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+    def teardown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _init_default_group(ctx: RankContext, backend: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    kwargs: dict[str, Any] = {}
+    if backend == "nccl":
+        torch.cuda.set_device(ctx.local_device)
+        kwargs["device_id"] = torch.device("cuda", ctx.local_device)
+    dist.init_process_group(
+        backend,
+        init_method=ctx.init_method,
+        rank=ctx.rank,
+        world_size=ctx.world,
+        timeout=timedelta(seconds=max(ctx.timeout_s, 1.0)),
+        **kwargs,
+    )
+
+
+class Gloo(Backend):
+    """CPU all-reduce through torch.distributed's gloo: lets CI test the whole harness without a GPU."""
+
+    name = "gloo"
+    device_type = "cpu"
+    verified = True
+
+    def probe(self) -> str | None:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_gloo_available()):
+            return "this torch build has no gloo backend"
+        return None
+
+    def init(self, ctx: RankContext) -> None:
+        _init_default_group(ctx, "gloo")
+
+    def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        dist.all_reduce(tensor)
+        return tensor
+
+
+class Nccl(Backend):
+    """NCCL through torch.distributed, under whatever NCCL_* environment the profile sets."""
+
+    name = "nccl"
+    verified = True
+
+    def probe(self) -> str | None:
+        import torch
+        import torch.distributed as dist
+
+        if torch.version.cuda is None:
+            return "this torch build has no CUDA (CPU-only)"
+        if not (dist.is_available() and dist.is_nccl_available()):
+            return "this torch build has no NCCL backend"
+        return None
+
+    def init(self, ctx: RankContext) -> None:
+        _init_default_group(ctx, "nccl")
+        self._device = ctx.local_device
+
+    def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        dist.all_reduce(tensor)
+        return tensor
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier(device_ids=[self._device])
+
+
+def _registry() -> dict[str, Callable[[], Backend]]:
+    from bench.allreduce import experimental
+
+    return {
+        "nccl": Nccl,
+        "pcie-ipc": experimental.PcieIpc,
+        "custom": experimental.SglangCustom,
+        "mscclpp": experimental.Mscclpp,
+        "symm-mem": experimental.SymmMem,
+        "gloo": Gloo,
+    }
+
+
+KNOWN_BACKENDS: tuple[str, ...] = ("nccl", "pcie-ipc", "custom", "mscclpp", "symm-mem", "gloo")
+"""Names accepted by --backends, in the order they are run and listed."""
+
+
+def make_backend(name: str) -> Backend:
+    return _registry()[name]()
+
+
+def iter_backends(names: list[str]) -> Iterator[Backend]:
+    registry = _registry()
+    for name in names:
+        yield registry[name]()

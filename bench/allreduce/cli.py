@@ -1,0 +1,185 @@
+"""`bench allreduce`: nccl-tests-style all-reduce latency per backend at verify-sized messages.
+
+Every input is checked before any rank process starts (exit 2 on a mistake); a backend that cannot run
+here becomes a `skipped` row; a rank that stops making progress for --timeout-s is named and the
+command exits 1 after writing whatever was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import RuntimeFailure, UserError, run_cli
+
+from bench.allreduce.sizes import DTYPES, default_sizes, parse_sizes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from bench.allreduce.backends import KNOWN_BACKENDS
+
+    p = argparse.ArgumentParser(
+        prog="bench allreduce",
+        description="All-reduce latency and bus bandwidth per backend (nccl-tests style), over N local ranks.",
+        allow_abbrev=False,
+    )
+    p.add_argument(
+        "--backends",
+        help=f"comma-separated, from: {', '.join(KNOWN_BACKENDS)} "
+        "(default: nccl,pcie-ipc,custom,mscclpp,symm-mem with a CUDA device, else gloo)",
+    )
+    p.add_argument("--nranks", type=int, help="local ranks, one per GPU (default: visible GPUs, or 2 for gloo)")
+    p.add_argument(
+        "--sizes",
+        help="comma-separated bytes, e.g. 4K,43008,1M (default: tokens {1,2,3,4,8,16,32} x hidden x dtype, "
+        "plus 4K..1M in powers of two)",
+    )
+    p.add_argument("--hidden", type=int, default=7168, help="model hidden size for the verify shapes (default 7168)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    p.add_argument("--iters", type=int, default=200, help="timed iterations per size (default 200)")
+    p.add_argument("--warmup", type=int, default=20, help="untimed warm-up iterations per size (default 20)")
+    p.add_argument("--graph", action="store_true", help="capture the calls in a CUDA graph and time replays")
+    p.add_argument("--graph-calls", type=int, default=10, help="all-reduces per captured graph (default 10)")
+    p.add_argument("--profile", help="apply this kit profile's environment in every rank before init")
+    p.add_argument("--timeout-s", type=float, default=120.0, help="stop when no rank progresses for this long")
+    p.add_argument("--host-facts", help="`launcher doctor --json` output; draws the physical floor for its link")
+    p.add_argument("--out", required=True, help="directory for allreduce.json/.csv/.png and rank logs")
+    return p
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    for name, minimum in (("iters", 1), ("warmup", 0), ("hidden", 1), ("graph_calls", 1)):
+        if getattr(args, name) < minimum:
+            raise UserError(f"--{name.replace('_', '-')} must be at least {minimum}, got {getattr(args, name)}")
+    if args.timeout_s <= 0:
+        raise UserError(f"--timeout-s must be positive, got {args.timeout_s}")
+    if args.nranks is not None and args.nranks < 1:
+        raise UserError(f"--nranks must be at least 1, got {args.nranks}")
+
+
+def _cuda_device_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.version.cuda is not None else 0
+
+
+def _backend_names(text: str | None, cuda_devices: int) -> list[str]:
+    from bench.allreduce.backends import KNOWN_BACKENDS
+
+    if text is None:
+        return ["nccl", "pcie-ipc", "custom", "mscclpp", "symm-mem"] if cuda_devices else ["gloo"]
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in KNOWN_BACKENDS]
+    if unknown or not names:
+        raise UserError(
+            f"--backends: unknown backend {', '.join(repr(n) for n in unknown) or '(none given)'}; "
+            f"known: {', '.join(KNOWN_BACKENDS)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def _profile_env(name: str | None) -> dict[str, str]:
+    """The profile's environment, from the same plan the server would get (spec mode 'off')."""
+    if not name:
+        return {}
+    from launcher.plan import build_plan
+
+    return dict(build_plan(name, spec="off").env)
+
+
+def _link(host_facts: str | None) -> Any:
+    if not host_facts:
+        return None
+    from bench.allreduce.floor import link_for
+    from launcher.hostfacts import load_host_facts
+
+    return link_for(load_host_facts(host_facts).interconnect)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from bench.allreduce import output
+    from bench.allreduce.backends import iter_backends
+    from bench.allreduce.launch import BackendRun, run_backend
+    from bench.allreduce.results import rows_for
+
+    _check_numbers(args)
+    sizes = parse_sizes(args.sizes, args.dtype) if args.sizes else default_sizes(args.hidden, args.dtype)
+    cuda_devices = _cuda_device_count()
+    names = _backend_names(args.backends, cuda_devices)
+    link = _link(args.host_facts)
+    profile_env = _profile_env(args.profile)
+    backends = list(iter_backends(names))
+    uses_cuda = any(b.device_type == "cuda" for b in backends)
+    nranks = args.nranks if args.nranks is not None else (max(cuda_devices, 1) if uses_cuda else 2)
+
+    planned: list[tuple[Any, str | None]] = []
+    for backend in backends:
+        try:
+            reason = backend.probe()
+        except Exception as exc:  # a broken optional library is a skip, not a crash
+            reason = f"probe failed: {type(exc).__name__}: {exc}"
+        if reason is None and backend.device_type == "cuda" and nranks > cuda_devices:
+            raise UserError(
+                f"--nranks {nranks}: backend '{backend.name}' needs one CUDA device per rank, but "
+                f"{cuda_devices} are visible; lower --nranks or check CUDA_VISIBLE_DEVICES"
+            )
+        planned.append((backend, reason))
+
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    console = Console()
+    rows: list[dict[str, Any]] = []
+    for backend, reason in planned:
+        fields = {
+            "backend": backend.name,
+            "nranks": nranks,
+            "sizes": sizes,
+            "dtype": args.dtype,
+            "hidden": args.hidden,
+            "iters": args.iters,
+            "warmup": args.warmup,
+            "graph": args.graph,
+            "graph_calls": args.graph_calls,
+            "timeout_s": args.timeout_s,
+            "profile": args.profile,
+            "profile_env": profile_env,
+        }
+        if reason is not None:
+            outcome = BackendRun(status="unavailable", reason=reason)
+        else:
+            if args.graph and backend.device_type != "cuda":
+                console.print(f"[dim]{backend.name}: --graph does not apply to a CPU backend; timing eager calls[/dim]")
+            with console.status(f"{backend.name}: starting {nranks} ranks") as status:
+                outcome = run_backend(
+                    fields,
+                    out_dir / "logs",
+                    on_progress=lambda seen, name=backend.name: status.update(
+                        f"{name}: " + " | ".join(f"rank {r}: {what}" for r, (_, what) in enumerate(seen))
+                    ),
+                )
+        rows.extend(rows_for({**fields, "device_type": backend.device_type}, outcome, DTYPES[args.dtype], link))
+
+    output.print_table(rows, console)
+    written = output.write_all(out_dir, rows, link)
+    console.print("wrote " + ", ".join(str(p) for p in written))
+    failed = [r for r in rows if r["status"] == "failed"]
+    wrong = [r for r in rows if r["status"] == "ok" and r["wrong"]]
+    problems = [f"{r['backend']}: {r['reason']}" for r in failed]
+    problems += [f"{r['backend']}: {r['wrong']} wrong elements at {r['size_B']} B" for r in wrong]
+    if problems:
+        raise RuntimeFailure("; ".join(problems))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for `bench allreduce ...`."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

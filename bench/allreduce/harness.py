@@ -1,0 +1,270 @@
+"""The per-rank measurement loop shared by every backend.
+
+For each message size a rank: shapes the buffer as (tokens, hidden) when it divides evenly, asks the
+backend whether it takes that message, checks correctness (rank-dependent integer values whose sum is
+exact in bf16, compared element by element with the expected sum), warms up, then times.
+
+Timing method (recorded in each row's `method`):
+- CUDA eager: a pair of CUDA events around every call; one sample per call.
+- CUDA graph (`--graph`, like nccl-tests -G): `graph_calls` back-to-back calls are captured in one
+  graph; every replay is timed with CUDA events and one sample is replay time / graph_calls.
+- CPU (gloo): `time.perf_counter_ns` around every call; `--graph` does not apply.
+Ranks are aligned with a barrier before the timed loop; the parent takes, for each iteration, the
+slowest rank's time (a collective is done when its last rank is), then p50/p99 over iterations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.allreduce.backends import Backend, BackendUnavailable, RankContext
+from bench.allreduce.sizes import DTYPES
+
+TEST_HANG_ENV = "KIT_ALLREDUCE_TEST_HANG_RANK"
+"""Test hook: the rank with this index stops making progress right after init (exercises --timeout-s)."""
+
+
+@dataclass
+class RunSpec:
+    """Everything a rank needs; written as JSON by the parent and read by each worker."""
+
+    backend: str
+    nranks: int
+    sizes: list[int]
+    dtype: str
+    hidden: int
+    iters: int
+    warmup: int
+    graph: bool
+    graph_calls: int
+    init_method: str
+    timeout_s: float
+    workdir: str
+    profile: str | None
+    profile_env: dict[str, str]
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, path: Path) -> RunSpec:
+        return cls(**json.loads(path.read_text()))
+
+
+class Progress:
+    """A one-line file per rank that the parent watches to tell a slow rank from a hung one."""
+
+    def __init__(self, workdir: Path, rank: int) -> None:
+        self.path = workdir / f"rank{rank}.progress"
+        self.step = 0
+
+    def __call__(self, what: str) -> None:
+        self.step += 1
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(f"{self.step}\t{what}\n")
+        os.replace(tmp, self.path)
+
+
+def read_progress(workdir: Path, rank: int) -> tuple[int, str]:
+    try:
+        step, what = (workdir / f"rank{rank}.progress").read_text().rstrip("\n").split("\t", 1)
+        return int(step), what
+    except (FileNotFoundError, ValueError):
+        return 0, "not started (importing torch)"
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+def _pattern(count: int, rank: int, device: Any, dtype: Any) -> Any:
+    """Small integers (1..5) that shift with the rank: every partial sum stays exact in bf16 up to 51 ranks."""
+    import torch
+
+    idx = torch.arange(count, device=device)
+    return ((idx + 3 * rank) % 5 + 1).to(dtype)
+
+
+def _expected(count: int, world: int, device: Any) -> Any:
+    import torch
+
+    idx = torch.arange(count, device=device)
+    total = torch.zeros(count, dtype=torch.float32, device=device)
+    for r in range(world):
+        total += ((idx + 3 * r) % 5 + 1).to(torch.float32)
+    return total
+
+
+def _count_wrong(result: Any, expected: Any) -> int:
+    return int((result.reshape(-1).to(expected.dtype) != expected).sum().item())
+
+
+def _time_eager_cuda(backend: Backend, buf: Any, iters: int) -> list[float]:
+    import torch
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        starts[i].record()
+        backend.allreduce(buf)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends, strict=True)]
+
+
+def _time_eager_cpu(backend: Backend, buf: Any, iters: int) -> list[float]:
+    samples = []
+    for _ in range(iters):
+        t0 = time.perf_counter_ns()
+        backend.allreduce(buf)
+        samples.append((time.perf_counter_ns() - t0) / 1000.0)
+    return samples
+
+
+def _measure_eager(backend: Backend, buf: Any, pattern: Any, expected: Any, spec: RunSpec) -> tuple[int, list[float], str]:
+    import torch
+
+    cuda = buf.is_cuda
+    buf.copy_(pattern)
+    out = backend.allreduce(buf)
+    if cuda:
+        torch.cuda.synchronize()
+    wrong = _count_wrong(out, expected)
+    buf.zero_()  # sums of zeros stay zero: repeated in-place calls cannot overflow while timing
+    for _ in range(spec.warmup):
+        backend.allreduce(buf)
+    if cuda:
+        torch.cuda.synchronize()
+    backend.barrier()
+    if cuda:
+        return wrong, _time_eager_cuda(backend, buf, spec.iters), "cuda-events, one sample per call"
+    return wrong, _time_eager_cpu(backend, buf, spec.iters), "perf_counter, one sample per call"
+
+
+def _measure_graph(backend: Backend, buf: Any, pattern: Any, expected: Any, spec: RunSpec) -> tuple[int, list[float], str]:
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    buf.zero_()
+    with torch.cuda.stream(side):  # eager calls first: lazy communicator set-up must not happen in capture
+        for _ in range(max(spec.warmup, 1)):
+            backend.allreduce(buf)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+
+    check = torch.cuda.CUDAGraph()
+    with backend.capture(), torch.cuda.graph(check):
+        out = backend.allreduce(buf)
+    buf.copy_(pattern)
+    check.replay()
+    torch.cuda.synchronize()
+    wrong = _count_wrong(out, expected)
+
+    buf.zero_()
+    timed = torch.cuda.CUDAGraph()
+    with backend.capture(), torch.cuda.graph(timed):
+        for _ in range(spec.graph_calls):
+            backend.allreduce(buf)
+    for _ in range(spec.warmup):
+        timed.replay()
+    torch.cuda.synchronize()
+    backend.barrier()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(spec.iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(spec.iters)]
+    for i in range(spec.iters):
+        starts[i].record()
+        timed.replay()
+        ends[i].record()
+    torch.cuda.synchronize()
+    samples = [s.elapsed_time(e) * 1000.0 / spec.graph_calls for s, e in zip(starts, ends, strict=True)]
+    del timed, check
+    return wrong, samples, f"cuda-graph replay of {spec.graph_calls} calls, one sample per replay / {spec.graph_calls}"
+
+
+def measure_size(backend: Backend, size: int, rank: int, spec: RunSpec, device: Any) -> dict[str, Any]:
+    """One size on this rank: {'size_B', 'count', 'wrong', 'samples_us', 'method'} or a 'skipped' reason."""
+    import torch
+
+    dtype = _torch_dtype(spec.dtype)
+    count = size // DTYPES[spec.dtype]
+    shape = (count // spec.hidden, spec.hidden) if count % spec.hidden == 0 else (1, count)
+    row: dict[str, Any] = {"size_B": size, "count": count}
+    buf = torch.empty(shape, dtype=dtype, device=device)
+    reason = backend.supports(buf)
+    if reason:
+        row["skipped"] = reason
+        return row
+    pattern = _pattern(count, rank, device, dtype).view(shape)
+    expected = _expected(count, spec.nranks, device)
+    backend.barrier()
+    if spec.graph and buf.is_cuda:
+        wrong, samples, method = _measure_graph(backend, buf, pattern, expected, spec)
+    else:
+        wrong, samples, method = _measure_eager(backend, buf, pattern, expected, spec)
+    row.update(wrong=wrong, samples_us=samples, method=method)
+    return row
+
+
+def _versions(device: Any) -> dict[str, str]:
+    import torch
+
+    info = {"torch": torch.__version__}
+    if device.type == "cuda":
+        info["device"] = torch.cuda.get_device_name(device)
+        with_nccl = getattr(torch.cuda, "nccl", None)
+        try:
+            version = with_nccl.version() if with_nccl is not None else None
+            if isinstance(version, tuple):
+                info["nccl"] = ".".join(str(v) for v in version)
+        except Exception:
+            pass
+    else:
+        info["device"] = "cpu"
+    return info
+
+
+def run_rank(spec: RunSpec, rank: int) -> dict[str, Any]:
+    """Everything one rank does; returns the JSON-able result the parent merges."""
+    progress = Progress(Path(spec.workdir), rank)
+    # Applied in-process before torch.distributed initialises, exactly as the kit's sitecustomize does.
+    os.environ.update(spec.profile_env)
+    import torch
+
+    from bench.allreduce.backends import make_backend
+
+    backend = make_backend(spec.backend)
+    progress("initialising backend")
+    ctx = RankContext(
+        rank=rank,
+        world=spec.nranks,
+        init_method=spec.init_method,
+        timeout_s=spec.timeout_s,
+        hidden=spec.hidden,
+        max_bytes=max(spec.sizes),
+        dtype=_torch_dtype(spec.dtype),
+    )
+    try:
+        backend.init(ctx)
+    except BackendUnavailable as exc:
+        return {"rank": rank, "status": "unavailable", "reason": str(exc)}
+    device = torch.device("cuda", ctx.local_device) if backend.device_type == "cuda" else torch.device("cpu")
+    progress("initialised")
+    if os.environ.get(TEST_HANG_ENV) == str(rank):
+        while True:  # test hook: never report progress again
+            time.sleep(3600)
+    rows = []
+    for size in spec.sizes:
+        progress(f"all-reduce of {size} B")
+        rows.append(measure_size(backend, size, rank, spec, device))
+    progress("tearing down")
+    backend.teardown()
+    env_seen = {k: os.environ[k] for k in spec.profile_env if k in os.environ}
+    return {"rank": rank, "status": "ok", "rows": rows, "versions": _versions(device), "env_applied": env_seen}

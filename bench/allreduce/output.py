@@ -1,0 +1,151 @@
+"""Write the results: a rich table on stdout, allreduce.json, allreduce.csv and allreduce.png."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.allreduce.floor import Link, floor_us
+from bench.allreduce.results import COLUMNS
+from bench.allreduce.sizes import format_size
+from launcher.atomic import write_json, write_text
+
+CSV_COLUMNS = ("backend", "profile", "nranks", "graph", "status", *COLUMNS, "floor_us", "reason")
+UNITS = (
+    "size_B: bytes; count: elements; time_us_p50/p99: microseconds per all-reduce (slowest rank per "
+    "iteration, then percentiles); algbw_GBps = size/time and busbw_GBps = algbw*2(n-1)/n, in GB/s "
+    "(1e9 B/s); wrong: elements that differ from the exact sum (must be 0)"
+)
+
+
+def _group_key(row: dict[str, Any]) -> tuple[str, str, int, bool]:
+    return (row["backend"], row.get("profile") or "-", row["nranks"], bool(row.get("graph")))
+
+
+def _groups(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str, int, bool], list[dict[str, Any]]]:
+    out: dict[tuple[str, str, int, bool], list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(_group_key(row), []).append(row)
+    return out
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def print_table(rows: list[dict[str, Any]], console: Console | None = None) -> None:
+    """One table per backend/profile, nccl-tests' columns, units stated in the caption."""
+    console = console or Console()
+    for (backend, profile, nranks, graph), group in _groups(rows).items():
+        measured = [r for r in group if r["status"] == "ok"]
+        title = f"all-reduce · {backend} · profile {profile} · {nranks} ranks · {'cuda graph' if graph else 'eager'}"
+        if not measured:
+            reason = group[0].get("reason", "")
+            console.print(f"[bold]{title}[/bold]: [yellow]{group[0]['status']}[/yellow] — {reason}")
+            continue
+        first = measured[0]
+        caption = f"{first.get('device', '')} · {first['samples']} iterations · {first['method']}"
+        table = Table(title=title, caption=caption)
+        for col in COLUMNS:
+            table.add_column(col, justify="right")
+        if any("floor_us" in r for r in measured):
+            table.add_column("floor_us", justify="right")
+        for row in group:
+            if row["status"] != "ok":
+                cells = [str(row["size_B"]), str(row["count"]), row["type"], f"skipped: {row.get('reason', '')}"]
+                table.add_row(*cells, *[""] * (len(table.columns) - len(cells)))
+                continue
+            cells = [
+                str(row["size_B"]),
+                str(row["count"]),
+                row["type"],
+                _fmt(row["time_us_p50"]),
+                _fmt(row["time_us_p99"]),
+                _fmt(row["algbw_GBps"]),
+                _fmt(row["busbw_GBps"]),
+                f"[red]{row['wrong']}[/red]" if row["wrong"] else "0",
+            ]
+            if "floor_us" in row:
+                cells.append(_fmt(row["floor_us"]))
+            table.add_row(*cells)
+        console.print(table)
+    console.print(f"[dim]{UNITS}[/dim]")
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: row.get(k, "") for k in CSV_COLUMNS})
+    return write_text(path, buf.getvalue())
+
+
+def write_png(path: Path, rows: list[dict[str, Any]], link: Link | None) -> Path:
+    """Latency (p50, with a p50..p99 band) against size per backend, log-log, with the physical floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    measured_any = False
+    nranks_seen: set[int] = set()
+    for (backend, profile, nranks, graph), group in _groups(rows).items():
+        ok = sorted((r for r in group if r["status"] == "ok"), key=lambda r: r["size_B"])
+        if not ok:
+            continue
+        measured_any = True
+        nranks_seen.add(nranks)
+        sizes = [r["size_B"] for r in ok]
+        label = f"{backend}" + (f" [{profile}]" if profile != "-" else "") + f", {nranks} ranks" + (", graph" if graph else "")
+        (line,) = ax.plot(sizes, [r["time_us_p50"] for r in ok], marker="o", ms=3, label=label + " p50")
+        ax.fill_between(sizes, [r["time_us_p50"] for r in ok], [r["time_us_p99"] for r in ok], color=line.get_color(), alpha=0.15)
+    if link is not None and measured_any:
+        all_sizes = sorted({r["size_B"] for r in rows if r["status"] == "ok"})
+        for n in sorted(nranks_seen):
+            ax.plot(
+                all_sizes,
+                [floor_us(s, n, link) for s in all_sizes],
+                "k--",
+                lw=1,
+                label=f"floor, {link.name}, {n} ranks: 2(n-1)/n·S/{link.gbytes_per_s:g} GB/s + {link.flag_rtt_us:g} µs",
+            )
+    if measured_any:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ticks = sorted({r["size_B"] for r in rows if r["status"] == "ok"})
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([format_size(t) for t in ticks], rotation=45, ha="right", fontsize=7)
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no backend produced measurements", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("message size")
+    ax.set_ylabel("time per all-reduce (µs), p50 line, p50..p99 band")
+    ax.set_title("all-reduce latency vs message size")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def write_all(out_dir: Path, rows: list[dict[str, Any]], link: Link | None) -> list[Path]:
+    return [
+        write_json(out_dir / "allreduce.json", rows),
+        write_csv(out_dir / "allreduce.csv", rows),
+        write_png(out_dir / "allreduce.png", rows, link),
+    ]

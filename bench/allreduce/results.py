@@ -1,0 +1,83 @@
+"""Turn per-rank samples into nccl-tests-style rows (one per backend and size).
+
+time: per iteration, the slowest rank's sample (the collective is done when its last rank is), then
+p50 and p99 over iterations. algbw = size / p50 time; busbw = algbw * 2(n-1)/n (nccl-tests' factor,
+which makes busbw comparable with link bandwidth whatever the rank count). wrong = mismatched
+elements summed over ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bench.allreduce.floor import Link, floor_us
+from bench.allreduce.launch import BackendRun
+
+COLUMNS = ("size_B", "count", "type", "time_us_p50", "time_us_p99", "algbw_GBps", "busbw_GBps", "wrong")
+"""Table columns, in nccl-tests' order. Units: bytes, elements, microseconds, GB/s (1e9 B/s)."""
+
+
+def bus_factor(nranks: int) -> float:
+    return 2.0 * (nranks - 1) / nranks
+
+
+def _base(run: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "backend": run["backend"],
+        "profile": run["profile"],
+        "nranks": run["nranks"],
+        "graph": run["graph"],
+        "type": run["dtype"],
+    }
+
+
+def _tokens(size: int, hidden: int, elem: int) -> int | None:
+    return size // (hidden * elem) if size % (hidden * elem) == 0 else None
+
+
+def rows_for(run_fields: dict[str, Any], outcome: BackendRun, elem: int, link: Link | None) -> list[dict[str, Any]]:
+    """Rows for one backend run: measured, skipped (whole backend or one size), or failed."""
+    base = _base(run_fields)
+    if outcome.status != "ok":
+        status = "skipped" if outcome.status == "unavailable" else "failed"
+        return [{**base, "status": status, "reason": outcome.reason}]
+    graph = run_fields["graph"] and run_fields["device_type"] == "cuda"
+    base["graph"] = graph
+    first = outcome.ranks[0]
+    meta = {**first.get("versions", {}), "env": first.get("env_applied", {})}
+    rows = []
+    for i, size in enumerate(run_fields["sizes"]):
+        per_rank = [r["rows"][i] for r in outcome.ranks]
+        row: dict[str, Any] = {
+            **base,
+            "size_B": size,
+            "count": per_rank[0]["count"],
+            "tokens": _tokens(size, run_fields["hidden"], elem),
+            **meta,
+        }
+        skipped = next((r["skipped"] for r in per_rank if "skipped" in r), None)
+        if skipped:
+            rows.append({**row, "status": "skipped", "reason": skipped})
+            continue
+        samples = np.max(np.array([r["samples_us"] for r in per_rank], dtype=float), axis=0)
+        p50 = float(np.percentile(samples, 50))
+        algbw = size / (p50 * 1e-6) / 1e9 if p50 > 0 else 0.0
+        row.update(
+            status="ok",
+            time_us_p50=round(p50, 3),
+            time_us_p99=round(float(np.percentile(samples, 99)), 3),
+            time_us_mean=round(float(samples.mean()), 3),
+            time_us_sd=round(float(samples.std(ddof=1)) if len(samples) > 1 else 0.0, 3),
+            algbw_GBps=round(algbw, 4),
+            busbw_GBps=round(algbw * bus_factor(run_fields["nranks"]), 4),
+            wrong=int(sum(r["wrong"] for r in per_rank)),
+            samples=int(len(samples)),
+            method=per_rank[0]["method"],
+        )
+        if link is not None:
+            row["floor_us"] = round(floor_us(size, run_fields["nranks"], link), 3)
+            row["floor_link"] = link.name
+        rows.append(row)
+    return rows

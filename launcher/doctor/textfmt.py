@@ -1,0 +1,33 @@
+"""Helpers shared by the `nvidia-smi` parsers: ANSI stripping, field splitting, format errors."""
+
+from __future__ import annotations
+
+import re
+
+from launcher.errors import UserError
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Real output separates fields with tabs; copies pasted from terminals use runs of spaces.
+_FIELDS = re.compile(r"\t| {2,}")
+
+
+class FormatError(UserError):
+    """Text that is not the `nvidia-smi` output we expected (exit 2 when it came from a file)."""
+
+
+def strip_ansi(text: str) -> str:
+    """nvidia-smi underlines its header row (`ESC[4m ... ESC[0m`) even when piped."""
+    return _ANSI.sub("", text).replace("\r", "")
+
+
+def fields(line: str) -> list[str]:
+    """Non-empty, stripped fields of one table line."""
+    return [f.strip() for f in _FIELDS.split(line) if f.strip()]
+
+
+def format_error(source: str, lineno: int, line: str, problem: str, expected: str) -> FormatError:
+    """One message naming the source, the line number, the line itself and what was expected."""
+    shown = line.strip()
+    if len(shown) > 120:
+        shown = shown[:117] + "..."
+    return FormatError(f"{source}:{lineno}: {problem}: {shown!r}; expected {expected}")
