@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -97,6 +98,7 @@ class _StreamState:
         self.last_tokens = 0
         self.incremental = incremental_text
         self.done = False
+        self.end = sent
 
     def _mark(self, now: float, tokens: int | None) -> None:
         if self.last_mark is None:
@@ -105,6 +107,13 @@ class _StreamState:
             self.r.chunk_gaps_s.append(now - self.last_mark)
         self.r.chunk_tokens.append(tokens)
         self.last_mark = now
+
+    def scan_tokens(self, completion_tokens: int, now: float) -> None:
+        """Fast path: only the running token count of a mid-stream /generate event."""
+        if completion_tokens > self.last_tokens:
+            self._mark(now, completion_tokens - self.last_tokens)
+            self.last_tokens = completion_tokens
+        self.r.completion_tokens = completion_tokens
 
     def generate_event(self, data: dict[str, Any], now: float) -> None:
         meta = data.get("meta_info") or {}
@@ -294,8 +303,6 @@ class ServerClient:
         sent = perf()
         record.start_s = sent - t_origin
         state = _StreamState(record, sent, self.incremental_text)
-        on_event = state.generate_event if self.api == "generate" else state.chat_event
-        loads = json.loads
         got_done = False
         try:
             async with self.session.post(f"{self.url}{path}", json=payload) as resp:
@@ -303,21 +310,11 @@ class ServerClient:
                     body = (await resp.text())[:300]
                     record.error = f"HTTP {resp.status}: {body.strip()}"
                     return record
-                async for line in resp.content:
-                    now = perf()
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        got_done = True
-                        break
-                    event = loads(data)
-                    if "error" in event and not event.get("choices"):
-                        err = event["error"]
-                        record.error = f"server error: {err.get('message', err) if isinstance(err, dict) else err}"
-                        return record
-                    on_event(event, now)
-                record.e2e_s = perf() - sent
+                got_done = await self._consume(resp, state)
+                record.e2e_s = state.end - sent
+        except _ServerError as exc:
+            record.error = f"server error: {exc}"
+            return record
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             record.error = f"stream broke: {_why(exc)}"
             return record
@@ -331,6 +328,51 @@ class ServerClient:
             record.completion_tokens = sum(t for t in record.chunk_tokens if t) or None
         record.ok = True
         return record
+
+    async def _consume(self, resp: aiohttp.ClientResponse, state: _StreamState) -> bool:
+        """Read SSE events as bytes arrive; returns True when the stream ended with [DONE].
+
+        Cumulative /generate events grow with the reply, so a full JSON parse of every event
+        would cost O(reply) per chunk. Mid-stream events are only scanned for
+        `completion_tokens`; an event is parsed fully when it is the first, carries a
+        finish_reason, lacks the counter (an error), or when text arrives incrementally.
+        """
+        perf = time.perf_counter
+        loads = json.loads
+        fast = self.api == "generate" and not self.incremental_text
+        on_event = state.generate_event if self.api == "generate" else state.chat_event
+        buf = b""
+        pending: bytes | None = None  # last scanned-only payload, parsed at the end if needed
+        async for data in resp.content.iter_any():
+            now = perf()
+            buf += data
+            while True:
+                cut = buf.find(b"\n\n")
+                if cut < 0:
+                    break
+                block, buf = buf[:cut], buf[cut + 2 :]
+                for raw in block.split(b"\n"):
+                    if not raw.startswith(b"data:"):
+                        continue
+                    payload = raw[5:].strip()
+                    if payload == b"[DONE]":
+                        if pending is not None:
+                            on_event(_decode(loads, pending), now)
+                        state.end = now
+                        await resp.read()  # drain to EOF so the connection is reused
+                        return True
+                    if fast and state.last_mark is not None:
+                        m = _COMPLETION_RE.search(payload)
+                        if m is not None and _FINISH_NULL_RE.search(payload) is not None:
+                            state.scan_tokens(int(m.group(1)), now)
+                            pending = payload
+                            continue
+                    pending = None
+                    on_event(_decode(loads, payload), now)
+        state.end = perf()
+        if pending is not None:
+            on_event(_decode(loads, pending), state.end)
+        return False
 
     async def run(
         self,
@@ -407,6 +449,24 @@ class ControlClient:
                 return resp.status, data if isinstance(data, dict) else {"error": str(data)}
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             return 0, {"outcome": "failed", "error": f"control API unreachable: {_why(exc)}"}
+
+
+_COMPLETION_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_FINISH_NULL_RE = re.compile(rb'"finish_reason"\s*:\s*null')
+
+
+class _ServerError(Exception):
+    """The server sent an error object inside the stream."""
+
+
+def _decode(loads: Callable[[bytes], Any], payload: bytes) -> dict[str, Any]:
+    event = loads(payload)
+    if not isinstance(event, dict):
+        raise ValueError(f"unexpected stream event {payload[:80]!r}")
+    if "error" in event and not event.get("choices"):
+        err = event["error"]
+        raise _ServerError(err.get("message", err) if isinstance(err, dict) else err)
+    return event
 
 
 def parse_prometheus(text: str) -> dict[str, float]:

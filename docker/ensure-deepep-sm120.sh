@@ -64,7 +64,7 @@ run() {
 # image is sm_120 (plain, arch-specific 120a or family 120f), 1 otherwise.
 decide() {
     local archs arch found=1
-    archs=$(grep -E '^[[:space:]]*ELF file' | grep -oE 'sm_[0-9]+[a-z]*' | sort -u | tr '\n' ' ' || true)
+    archs=$(grep -E '^[[:space:]]*ELF file' | grep -oE 'sm_[0-9]+[a-z]*' | sort -u -V | tr '\n' ' ' || true)
     archs=${archs% }
     if [ -z "$archs" ]; then
         echo "sm_120 missing (no CUDA ELF images listed)"
@@ -106,12 +106,14 @@ PY
 
 # check SO...: every module that holds CUDA code must hold sm_120 code, and at least one must.
 check_files() {
-    local so verdict cuobjdump any=1 bad=0
+    local so listing verdict cuobjdump any=1 bad=0
     cuobjdump=$(cuobjdump_bin)
+    command -v "$cuobjdump" >/dev/null 2>&1 || die 2 "cuobjdump not found ($cuobjdump): set CUOBJDUMP"
     for so in "$@"; do
         [ -f "$so" ] || die 2 "no such file: $so"
         # cuobjdump exits non-zero for files without device code; the listing decides.
-        if verdict=$("$cuobjdump" --list-elf "$so" 2>&1 | decide); then
+        listing=$("$cuobjdump" --list-elf "$so" 2>&1 || true)
+        if verdict=$(decide <<<"$listing"); then
             any=0
         elif [[ "$verdict" == *"no CUDA ELF"* ]]; then
             verdict="no device code (ignored)"
@@ -187,7 +189,7 @@ build_if_missing() {
         [ -e "$wheel" ] || die 1 "the DeepEP build produced no wheel in $dir"
         check_wheel "$wheel" || die 1 "the DeepEP wheel built at $DEEPEP_REF still has no sm_120 code"
     done
-    say "built $(basename "$dir"/*.whl) with sm_120 code"
+    say "built a DeepEP wheel with sm_120 code in $dir"
 }
 
 install_wheels() {

@@ -192,6 +192,10 @@ def make_app(state_dir: Path, token: str | None) -> web.Application:
 
     async def background(app: web.Application):
         task = asyncio.create_task(rt.monitor())
+        from launcher import sglang_args
+
+        if sglang_args.available():  # build SGLang's parser now, not during the first switch
+            asyncio.get_running_loop().run_in_executor(None, sglang_args.parser)
         yield
         task.cancel()
 

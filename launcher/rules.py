@@ -262,3 +262,16 @@ def host_requirements(ctx: Context) -> Iterator[Finding]:
         yield ctx.finding("ineligible", "host_requirements", "requires.p2p", f"needs GPU peer-to-peer access; P2P is not OK between {pairs} (see `launcher doctor`)")
     if req.nvlink_multicast and f.nvlink_multicast is False:
         yield ctx.finding("ineligible", "host_requirements", "requires.nvlink_multicast", "needs NVLink multicast, which this host lacks")
+
+
+@rule()
+def fusion_disabled_by_enforce(ctx: Context) -> Iterator[Finding]:
+    """The enforce flag always wins (overrides.py:1006): a fusion backend beside it does nothing."""
+    if ctx.server.get("flashinfer-allreduce-fusion-backend") and ctx.server.get("enforce-disable-flashinfer-allreduce-fusion") is True:
+        yield ctx.finding(
+            "error",
+            "fusion_disabled_by_enforce",
+            "server.flashinfer-allreduce-fusion-backend",
+            "has no effect while enforce-disable-flashinfer-allreduce-fusion is on (base.toml sets it); "
+            "add enforce-disable-flashinfer-allreduce-fusion = false under [server]",
+        )

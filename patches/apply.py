@@ -385,11 +385,15 @@ def record_path(target: Path) -> Path:
 
 
 def read_record(target: str | os.PathLike[str] | None = None) -> PatchRecord | None:
-    """The record apply.py wrote in target (default: this Python's site-packages), or None.
-
-    Raises ValueError when the file exists but is not a valid record.
+    """The record apply.py wrote in target (default: this Python's site-packages), or None
+    when there is none (or no sglang at all). Raises ValueError for a malformed record.
     """
-    path = record_path(Path(target) if target is not None else find_site_packages())
+    if target is None:
+        try:
+            target = find_site_packages()
+        except PatchError:
+            return None
+    path = record_path(Path(target))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -232,7 +232,7 @@ def test_bad_config_exits_2_with_one_line(tmp_path: Path, content: str, needle: 
     )
     assert proc.returncode == 2
     assert str(cfg) in proc.stderr and needle in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_argv_parsing_keeps_known_and_ignores_unknown_flags() -> None:
@@ -281,6 +281,11 @@ def test_health_is_503_during_startup_then_200(tmp_path: Path) -> None:
         assert server.client.post("/generate", json=body).status_code == 503
         server.wait_healthy()
         assert server.client.get("/health_generate").status_code == 200
+        no_metrics = server.client.get("/metrics")  # started without --enable-metrics, as SGLang
+        assert no_metrics.status_code == 404 and no_metrics.headers["X-Simulated"] == "true"
+        bad = server.client.post("/generate", json={"sampling_params": {"max_new_tokens": -1}, "text": "x"})
+        assert bad.status_code == 400 and bad.headers["X-Simulated"] == "true"
+        assert server.client.post("/generate", json={"text": ["a", "b"]}).status_code == 400
         assert "SIMULATED SGLang stand-in" in server.stderr()
 
 

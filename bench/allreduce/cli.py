@@ -11,9 +11,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import RuntimeFailure, UserError, run_cli
-
 from bench.allreduce.sizes import DTYPES, default_sizes, parse_sizes
+from launcher.errors import RuntimeFailure, UserError, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,21 +28,29 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated, from: {', '.join(KNOWN_BACKENDS)} "
         "(default: nccl,pcie-ipc,custom,mscclpp,symm-mem with a CUDA device, else gloo)",
     )
-    p.add_argument("--nranks", type=int, help="local ranks, one per GPU (default: visible GPUs, or 2 for gloo)")
+    p.add_argument(
+        "--nranks", type=int, help="local ranks, one per GPU (default: visible GPUs, or 2 for gloo)"
+    )
     p.add_argument(
         "--sizes",
         help="comma-separated bytes, e.g. 4K,43008,1M (default: tokens {1,2,3,4,8,16,32} x hidden x dtype, "
         "plus 4K..1M in powers of two)",
     )
-    p.add_argument("--hidden", type=int, default=7168, help="model hidden size for the verify shapes (default 7168)")
+    p.add_argument(
+        "--hidden", type=int, default=7168, help="model hidden size for the verify shapes (default 7168)"
+    )
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     p.add_argument("--iters", type=int, default=200, help="timed iterations per size (default 200)")
     p.add_argument("--warmup", type=int, default=20, help="untimed warm-up iterations per size (default 20)")
     p.add_argument("--graph", action="store_true", help="capture the calls in a CUDA graph and time replays")
     p.add_argument("--graph-calls", type=int, default=10, help="all-reduces per captured graph (default 10)")
     p.add_argument("--profile", help="apply this kit profile's environment in every rank before init")
-    p.add_argument("--timeout-s", type=float, default=120.0, help="stop when no rank progresses for this long")
-    p.add_argument("--host-facts", help="`launcher doctor --json` output; draws the physical floor for its link")
+    p.add_argument(
+        "--timeout-s", type=float, default=120.0, help="stop when no rank progresses for this long"
+    )
+    p.add_argument(
+        "--host-facts", help="`launcher doctor --json` output; draws the physical floor for its link"
+    )
     p.add_argument("--out", required=True, help="directory for allreduce.json/.csv/.png and rank logs")
     return p
 
@@ -51,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _check_numbers(args: argparse.Namespace) -> None:
     for name, minimum in (("iters", 1), ("warmup", 0), ("hidden", 1), ("graph_calls", 1)):
         if getattr(args, name) < minimum:
-            raise UserError(f"--{name.replace('_', '-')} must be at least {minimum}, got {getattr(args, name)}")
+            raise UserError(
+                f"--{name.replace('_', '-')} must be at least {minimum}, got {getattr(args, name)}"
+            )
     if args.timeout_s <= 0:
         raise UserError(f"--timeout-s must be positive, got {args.timeout_s}")
     if args.nranks is not None and args.nranks < 1:
@@ -83,9 +92,18 @@ def _profile_env(name: str | None) -> dict[str, str]:
     """The profile's environment, from the same plan the server would get (spec mode 'off')."""
     if not name:
         return {}
-    from launcher.plan import build_plan
+    from launcher.plan import build_plan, check_environ
 
-    return dict(build_plan(name, spec="off").env)
+    # Server flags (model path, ports) do not matter here: unset variables there become placeholders.
+    environ = check_environ()
+    env = dict(build_plan(name, spec="off", environ=environ).env)
+    for key, value in env.items():
+        missing = sorted(n for n in environ.used if f"<{n}>" in value)
+        if missing:
+            raise UserError(
+                f"profile '{name}': env {key} needs {', '.join(missing)}; export it and run again"
+            )
+    return env
 
 
 def _link(host_facts: str | None) -> Any:
@@ -95,6 +113,23 @@ def _link(host_facts: str | None) -> Any:
     from launcher.hostfacts import load_host_facts
 
     return link_for(load_host_facts(host_facts).interconnect)
+
+
+def plan_backends(backends: list[Any], nranks: int, cuda_devices: int) -> list[tuple[Any, str | None]]:
+    """(backend, skip reason or None) for each; UserError when a runnable CUDA backend lacks devices."""
+    planned: list[tuple[Any, str | None]] = []
+    for backend in backends:
+        try:
+            reason = backend.probe()
+        except Exception as exc:  # a broken optional library is a skip, not a crash
+            reason = f"probe failed: {type(exc).__name__}: {exc}"
+        if reason is None and backend.device_type == "cuda" and nranks > cuda_devices:
+            raise UserError(
+                f"--nranks {nranks}: backend '{backend.name}' needs one CUDA device per rank, but "
+                f"{cuda_devices} are visible; lower --nranks or check CUDA_VISIBLE_DEVICES"
+            )
+        planned.append((backend, reason))
+    return planned
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -115,22 +150,13 @@ def _run(args: argparse.Namespace) -> int:
     uses_cuda = any(b.device_type == "cuda" for b in backends)
     nranks = args.nranks if args.nranks is not None else (max(cuda_devices, 1) if uses_cuda else 2)
 
-    planned: list[tuple[Any, str | None]] = []
-    for backend in backends:
-        try:
-            reason = backend.probe()
-        except Exception as exc:  # a broken optional library is a skip, not a crash
-            reason = f"probe failed: {type(exc).__name__}: {exc}"
-        if reason is None and backend.device_type == "cuda" and nranks > cuda_devices:
-            raise UserError(
-                f"--nranks {nranks}: backend '{backend.name}' needs one CUDA device per rank, but "
-                f"{cuda_devices} are visible; lower --nranks or check CUDA_VISIBLE_DEVICES"
-            )
-        planned.append((backend, reason))
+    planned = plan_backends(backends, nranks, cuda_devices)
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     console = Console()
+    if not console.is_terminal:  # files and pipes: wide enough that no column header is cut
+        console = Console(width=max(console.width, 140))
     rows: list[dict[str, Any]] = []
     for backend, reason in planned:
         fields = {
@@ -151,7 +177,9 @@ def _run(args: argparse.Namespace) -> int:
             outcome = BackendRun(status="unavailable", reason=reason)
         else:
             if args.graph and backend.device_type != "cuda":
-                console.print(f"[dim]{backend.name}: --graph does not apply to a CPU backend; timing eager calls[/dim]")
+                console.print(
+                    f"[dim]{backend.name}: --graph does not apply to a CPU backend; timing eager calls[/dim]"
+                )
             with console.status(f"{backend.name}: starting {nranks} ranks") as status:
                 outcome = run_backend(
                     fields,
@@ -160,7 +188,9 @@ def _run(args: argparse.Namespace) -> int:
                         f"{name}: " + " | ".join(f"rank {r}: {what}" for r, (_, what) in enumerate(seen))
                     ),
                 )
-        rows.extend(rows_for({**fields, "device_type": backend.device_type}, outcome, DTYPES[args.dtype], link))
+        rows.extend(
+            rows_for({**fields, "device_type": backend.device_type}, outcome, DTYPES[args.dtype], link)
+        )
 
     output.print_table(rows, console)
     written = output.write_all(out_dir, rows, link)

@@ -12,7 +12,13 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from bench.allreduce.backends import Backend, BackendUnavailable, RankContext, _init_default_group, module_missing
+from bench.allreduce.backends import (
+    Backend,
+    BackendUnavailable,
+    RankContext,
+    _init_default_group,
+    module_missing,
+)
 
 if TYPE_CHECKING:
     import torch

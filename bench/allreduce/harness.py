@@ -128,7 +128,9 @@ def _time_eager_cpu(backend: Backend, buf: Any, iters: int) -> list[float]:
     return samples
 
 
-def _measure_eager(backend: Backend, buf: Any, pattern: Any, expected: Any, spec: RunSpec) -> tuple[int, list[float], str]:
+def _measure_eager(
+    backend: Backend, buf: Any, pattern: Any, expected: Any, spec: RunSpec
+) -> tuple[int, list[float], str]:
     import torch
 
     cuda = buf.is_cuda
@@ -148,7 +150,9 @@ def _measure_eager(backend: Backend, buf: Any, pattern: Any, expected: Any, spec
     return wrong, _time_eager_cpu(backend, buf, spec.iters), "perf_counter, one sample per call"
 
 
-def _measure_graph(backend: Backend, buf: Any, pattern: Any, expected: Any, spec: RunSpec) -> tuple[int, list[float], str]:
+def _measure_graph(
+    backend: Backend, buf: Any, pattern: Any, expected: Any, spec: RunSpec
+) -> tuple[int, list[float], str]:
     import torch
 
     side = torch.cuda.Stream()
@@ -186,7 +190,11 @@ def _measure_graph(backend: Backend, buf: Any, pattern: Any, expected: Any, spec
     torch.cuda.synchronize()
     samples = [s.elapsed_time(e) * 1000.0 / spec.graph_calls for s, e in zip(starts, ends, strict=True)]
     del timed, check
-    return wrong, samples, f"cuda-graph replay of {spec.graph_calls} calls, one sample per replay / {spec.graph_calls}"
+    return (
+        wrong,
+        samples,
+        f"cuda-graph replay of {spec.graph_calls} calls, one sample per replay / {spec.graph_calls}",
+    )
 
 
 def measure_size(backend: Backend, size: int, rank: int, spec: RunSpec, device: Any) -> dict[str, Any]:
@@ -267,4 +275,10 @@ def run_rank(spec: RunSpec, rank: int) -> dict[str, Any]:
     progress("tearing down")
     backend.teardown()
     env_seen = {k: os.environ[k] for k in spec.profile_env if k in os.environ}
-    return {"rank": rank, "status": "ok", "rows": rows, "versions": _versions(device), "env_applied": env_seen}
+    return {
+        "rank": rank,
+        "status": "ok",
+        "rows": rows,
+        "versions": _versions(device),
+        "env_applied": env_seen,
+    }

@@ -91,7 +91,9 @@ def _hung_message(workdir: Path, nranks: int, done: set[int], timeout_s: float, 
 ProgressCallback = Callable[[list[tuple[int, str]]], None]
 
 
-def run_backend(spec_fields: dict[str, Any], log_dir: Path, on_progress: ProgressCallback | None = None) -> BackendRun:
+def run_backend(
+    spec_fields: dict[str, Any], log_dir: Path, on_progress: ProgressCallback | None = None
+) -> BackendRun:
     """Run one backend on `nranks` local processes and collect each rank's JSON result."""
     import json
 
@@ -151,7 +153,9 @@ def _watch(
         if bad:
             failed_at = failed_at or time.monotonic()
             if all(c is not None for c in codes) or time.monotonic() - failed_at > GRACE_S:
-                detail = "; ".join(f"rank {r} exited with code {codes[r]}: {_last_line(logs[r])}" for r in bad)
+                detail = "; ".join(
+                    f"rank {r} exited with code {codes[r]}: {_last_line(logs[r])}" for r in bad
+                )
                 return BackendRun(status="failed", reason=f"{detail} (logs in {logs[0].parent})")
         now_seen = [read_progress(workdir, r) for r in range(spec.nranks)]
         if now_seen != last_seen:
@@ -160,5 +164,7 @@ def _watch(
                 on_progress(now_seen)
         elif time.monotonic() - last_change > spec.timeout_s:
             done = {r for r, c in enumerate(codes) if c == 0}
-            return BackendRun(status="failed", reason=_hung_message(workdir, spec.nranks, done, spec.timeout_s, logs))
+            return BackendRun(
+                status="failed", reason=_hung_message(workdir, spec.nranks, done, spec.timeout_s, logs)
+            )
         time.sleep(POLL_S)

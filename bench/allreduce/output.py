@@ -62,7 +62,12 @@ def print_table(rows: list[dict[str, Any]], console: Console | None = None) -> N
             table.add_column("floor_us", justify="right")
         for row in group:
             if row["status"] != "ok":
-                cells = [str(row["size_B"]), str(row["count"]), row["type"], f"skipped: {row.get('reason', '')}"]
+                cells = [
+                    str(row["size_B"]),
+                    str(row["count"]),
+                    row["type"],
+                    f"skipped: {row.get('reason', '')}",
+                ]
                 table.add_row(*cells, *[""] * (len(table.columns) - len(cells)))
                 continue
             cells = [
@@ -108,9 +113,20 @@ def write_png(path: Path, rows: list[dict[str, Any]], link: Link | None) -> Path
         measured_any = True
         nranks_seen.add(nranks)
         sizes = [r["size_B"] for r in ok]
-        label = f"{backend}" + (f" [{profile}]" if profile != "-" else "") + f", {nranks} ranks" + (", graph" if graph else "")
+        label = (
+            f"{backend}"
+            + (f" [{profile}]" if profile != "-" else "")
+            + f", {nranks} ranks"
+            + (", graph" if graph else "")
+        )
         (line,) = ax.plot(sizes, [r["time_us_p50"] for r in ok], marker="o", ms=3, label=label + " p50")
-        ax.fill_between(sizes, [r["time_us_p50"] for r in ok], [r["time_us_p99"] for r in ok], color=line.get_color(), alpha=0.15)
+        ax.fill_between(
+            sizes,
+            [r["time_us_p50"] for r in ok],
+            [r["time_us_p99"] for r in ok],
+            color=line.get_color(),
+            alpha=0.15,
+        )
     if link is not None and measured_any:
         all_sizes = sorted({r["size_B"] for r in rows if r["status"] == "ok"})
         for n in sorted(nranks_seen):
@@ -129,7 +145,9 @@ def write_png(path: Path, rows: list[dict[str, Any]], link: Link | None) -> Path
         ax.set_xticklabels([format_size(t) for t in ticks], rotation=45, ha="right", fontsize=7)
         ax.legend(fontsize=7)
     else:
-        ax.text(0.5, 0.5, "no backend produced measurements", ha="center", va="center", transform=ax.transAxes)
+        ax.text(
+            0.5, 0.5, "no backend produced measurements", ha="center", va="center", transform=ax.transAxes
+        )
     ax.set_xlabel("message size")
     ax.set_ylabel("time per all-reduce (µs), p50 line, p50..p99 band")
     ax.set_title("all-reduce latency vs message size")

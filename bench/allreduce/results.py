@@ -37,7 +37,9 @@ def _tokens(size: int, hidden: int, elem: int) -> int | None:
     return size // (hidden * elem) if size % (hidden * elem) == 0 else None
 
 
-def rows_for(run_fields: dict[str, Any], outcome: BackendRun, elem: int, link: Link | None) -> list[dict[str, Any]]:
+def rows_for(
+    run_fields: dict[str, Any], outcome: BackendRun, elem: int, link: Link | None
+) -> list[dict[str, Any]]:
     """Rows for one backend run: measured, skipped (whole backend or one size), or failed."""
     base = _base(run_fields)
     if outcome.status != "ok":

@@ -27,7 +27,7 @@ def fields(line: str) -> list[str]:
 
 def format_error(source: str, lineno: int, line: str, problem: str, expected: str) -> FormatError:
     """One message naming the source, the line number, the line itself and what was expected."""
-    shown = line.strip()
+    shown = line.replace("\t", "  ").strip()
     if len(shown) > 120:
         shown = shown[:117] + "..."
     return FormatError(f"{source}:{lineno}: {problem}: {shown!r}; expected {expected}")

@@ -155,9 +155,13 @@ def numa_split(topo: Topology) -> list[list[int]]:
 def nvswitch_likely(topo: Topology) -> bool | None:
     """True when equal NV# links join more peers than one GPU has NVLink ports (so NVSwitch).
 
-    None when every pair is NVLink but a direct mesh could explain it (e.g. a bridged pair).
+    None when every pair is NVLink but a direct mesh could explain it (e.g. a bridged pair), and
+    for a single GPU.
     """
-    if classify(topo) != "nvlink":
+    kind = classify(topo)
+    if kind is None:
+        return None
+    if kind != "nvlink":
         return False
     counts = {int(topo.link(a, b)[2:]) for a, b in topo.gpu_pairs()}
     if len(counts) == 1 and counts.pop() * (len(topo.gpus) - 1) > MAX_NVLINKS_PER_GPU:

@@ -12,6 +12,14 @@ File shape::
      "profiles": {"custom-ar": {"verify_ms": 14}, "broken": {"corrupt_output": true}}}
 
 Unknown keys and unknown ``KIT_STANDIN_*`` variables are errors, so a typo never passes silently.
+
+Faults:
+- ``crash_at_start``: print the banner and an error, exit 1 before listening.
+- ``hang_at_start``: listen, but /health and /health_generate answer 503 forever.
+- ``die_mid_stream``: generation requests (/generate and /v1/chat/completions, streaming or not)
+  are numbered from 1; request ``die_on_request`` gets ``die_after_chunks`` chunks, then the process
+  exits at once with status 1 (``os._exit``: no [DONE], no clean-up). A request with fewer chunks
+  than that completes and the server lives on.
 """
 
 from __future__ import annotations

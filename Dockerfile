@@ -1,0 +1,196 @@
+# syntax=docker/dockerfile:1.7
+#
+# Targets:
+#   server  SGLang 0.5.23 (CUDA 13) + the kit's patches (verified) + MSCCL++ + DeepEP with SM120
+#           kernels + supervisor + the kit. Entry point: `launcher serve`.
+#   bench   slim Python image with the kit, for `bench` against a running server.
+#
+# Build with BuildKit (`make build` does this): cache mounts keep pip and CMake work between builds.
+# The heavy builds (MSCCL++, DeepEP) are separate stages that see neither patches/ nor the kit,
+# so editing either never rebuilds them; inside the final stage patches/ is copied before the kit.
+
+# Expected tag of the SGLang 0.5.23 CUDA-13 release image; not verified against the registry.
+# Pin it by digest once pulled: SGLANG_IMAGE=lmsysorg/sglang:v0.5.23-cu130@sha256:<digest>
+ARG SGLANG_IMAGE=lmsysorg/sglang:v0.5.23-cu130
+# Pin by digest as well for byte-identical bench images: python:3.12-slim@sha256:<digest>
+ARG BENCH_BASE_IMAGE=python:3.12-slim
+
+
+# ---------------------------------------------------------------------------------------------
+# MSCCL++ from source. SGLang 0.5.23 imports the external `mscclpp` package (mscclpp.ext,
+# mscclpp.default_algos), which it does not declare as a dependency; v0.9.0 is the first tag with
+# both modules. Builds a wheel for SM 9.0, 10.0 and 12.0 without needing a GPU at build time.
+FROM ${SGLANG_IMAGE} AS mscclpp
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# hadolint ignore=DL3008 # package versions follow the distribution release fixed by SGLANG_IMAGE; pin that by digest
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends git libnuma-dev \
+    && rm -rf /var/lib/apt/lists/*
+ARG MSCCLPP_REPO=https://github.com/microsoft/mscclpp.git
+# A release tag (a tag or branch name: the clone is shallow). Commit 6231b4f3 is v0.10.0.
+ARG MSCCLPP_REF=v0.10.0
+ARG MSCCLPP_CUDA_ARCHS="90;100;120"
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=cache,target=/var/cache/mscclpp-build \
+    git clone --quiet --depth 1 --branch "${MSCCLPP_REF}" "${MSCCLPP_REPO}" /src/mscclpp \
+    && python3 -m pip wheel --no-deps --wheel-dir /wheels \
+        "--config-settings=build-dir=/var/cache/mscclpp-build/{wheel_tag}" \
+        --config-settings=cmake.define.MSCCLPP_USE_CUDA=ON \
+        --config-settings=cmake.define.MSCCLPP_BYPASS_GPU_CHECK=ON \
+        --config-settings=cmake.define.MSCCLPP_USE_IB=OFF \
+        --config-settings=cmake.define.MSCCLPP_GPU_ARCHS="${MSCCLPP_CUDA_ARCHS}" \
+        --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES="${MSCCLPP_CUDA_ARCHS}" \
+        /src/mscclpp \
+    && ls /wheels/mscclpp-*.whl
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepEP with SM120 kernels. The shipped sgl-deep-ep is kept when `cuobjdump --list-elf` finds
+# sm_120 code in it; otherwise DeepEP is built for 12.0 at DEEPEP_REF. /wheels stays empty when
+# nothing needed building.
+FROM ${SGLANG_IMAGE} AS deepep
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# hadolint ignore=DL3008 # package versions follow the distribution release fixed by SGLANG_IMAGE; pin that by digest
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends git \
+    && rm -rf /var/lib/apt/lists/*
+ARG DEEPEP_REPO=https://github.com/deepseek-ai/DeepEP.git
+# deepseek-ai/DeepEP main as of 2026-07-14 (Buffer and ElasticBuffer, as SGLang 0.5.23 imports them).
+ARG DEEPEP_REF=dd758caf451848bd150e1046af3d0a73e5fff38d
+# "ensure" (build when sm_120 is missing, fail if that does not yield it) or "skip".
+ARG DEEPEP_SM120=ensure
+COPY docker/ensure-deepep-sm120.sh /usr/local/bin/ensure-deepep-sm120
+RUN --mount=type=cache,target=/root/.cache/pip \
+    mkdir -p /wheels \
+    && DEEPEP_REPO="${DEEPEP_REPO}" DEEPEP_REF="${DEEPEP_REF}" DEEPEP_SM120="${DEEPEP_SM120}" \
+        ensure-deepep-sm120 build-if-missing /wheels
+
+
+# ---------------------------------------------------------------------------------------------
+FROM ${SGLANG_IMAGE} AS server
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /opt/kit
+
+# The base must really be the SGLang version the patch set and the profiles were written for.
+ARG SGLANG_VERSION=0.5.23
+RUN found="$(python3 -c 'import sglang; print(sglang.__version__)')" \
+    && if [ "${found}" != "${SGLANG_VERSION}" ]; then \
+        echo "SGLANG_IMAGE has sglang ${found}, expected ${SGLANG_VERSION} (see docs/deployment.md, upgrading SGLang)" >&2; \
+        exit 1; \
+    fi
+
+# curl for the health check.
+# hadolint ignore=DL3008 # package versions follow the distribution release fixed by SGLANG_IMAGE; pin that by digest
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends curl \
+    && rm -rf /var/lib/apt/lists/*
+
+# The kit's runtime dependencies (supervisor, pydantic, aiohttp, ...), read from pyproject.toml so
+# the version ranges live in one place. Installed before any kit code so code edits reuse this layer.
+COPY pyproject.toml /opt/kit/pyproject.toml
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+        > /tmp/kit-requirements.txt \
+    && python3 -m pip install -r /tmp/kit-requirements.txt \
+    && rm /tmp/kit-requirements.txt
+
+# MSCCL++ (built above).
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,from=mscclpp,source=/wheels,target=/tmp/mscclpp-wheels \
+    python3 -m pip install /tmp/mscclpp-wheels/mscclpp-*.whl \
+    && python3 -c 'import mscclpp, mscclpp.ext, mscclpp.default_algos'
+
+# DeepEP: install the SM120 build if one was made, then require sm_120 code either way.
+ARG DEEPEP_SM120=ensure
+COPY docker/ensure-deepep-sm120.sh /usr/local/bin/ensure-deepep-sm120
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,from=deepep,source=/wheels,target=/tmp/deepep-wheels \
+    DEEPEP_SM120="${DEEPEP_SM120}" ensure-deepep-sm120 install /tmp/deepep-wheels
+
+# The kit's patches against SGLang, applied and then verified: the build fails when the patch set
+# does not match the installed SGLang, so no image silently lacks a patch. apply.py records what it
+# applied in <site-packages>/sglang/kit_patches.json.
+ARG KIT_PATCHES_SHA256=unknown
+COPY docker/patch-set-hash.sh /usr/local/bin/kit-patch-set-hash
+COPY patches/ /opt/kit/patches/
+RUN python3 patches/apply.py \
+    && python3 patches/apply.py --check \
+    && actual="$(kit-patch-set-hash /opt/kit/patches)" \
+    && if [ "${KIT_PATCHES_SHA256}" != unknown ] && [ "${KIT_PATCHES_SHA256}" != "${actual}" ]; then \
+        echo "KIT_PATCHES_SHA256=${KIT_PATCHES_SHA256} does not match patches/ in the build context (${actual})" >&2; \
+        exit 1; \
+    fi \
+    && echo "${actual}" > /opt/kit/patches.sha256
+
+# FlashInfer's JIT cache and autotune results go to a volume (docker-compose.yml). Cubins the base
+# image may have downloaded are copied there, so a fresh volume starts with them.
+RUN mkdir -p /var/cache/flashinfer/.cache /var/cache/flashinfer/autotune /var/cache/flashinfer/autotune-cache \
+        /var/lib/kit /results \
+    && if [ -d /root/.cache/flashinfer ]; then cp -a /root/.cache/flashinfer /var/cache/flashinfer/.cache/; fi
+
+# The kit itself, last: editing it rebuilds only the layers below.
+COPY . /opt/kit/
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -m pip install --no-deps /opt/kit \
+    && launcher --help > /dev/null
+
+# sitecustomize first on the path, so every Python process (TP workers included) applies the active
+# profile's environment before anything else imports.
+ENV PYTHONPATH=/opt/kit/sitecustomize${PYTHONPATH:+:${PYTHONPATH}} \
+    KIT_SITECUSTOMIZE_DIR=/opt/kit/sitecustomize \
+    KIT_BUILTIN_PROFILES_DIR=/opt/kit/profiles \
+    KIT_STATE_DIR=/var/lib/kit \
+    KIT_RESULTS_DIR=/results \
+    KIT_CONTROL_HOST=0.0.0.0 \
+    KIT_CONTROL_PORT=30100 \
+    FLASHINFER_WORKSPACE_BASE=/var/cache/flashinfer \
+    FLASHINFER_AUTOTUNE_DIR=/var/cache/flashinfer/autotune \
+    FLASHINFER_AUTOTUNE_CACHE_DIR=/var/cache/flashinfer/autotune-cache
+
+ARG SGLANG_IMAGE
+ARG MSCCLPP_REF=v0.10.0
+ARG DEEPEP_REF=dd758caf451848bd150e1046af3d0a73e5fff38d
+ARG KIT_VERSION=0.1.0
+ARG KIT_REVISION=unknown
+ARG KIT_CREATED=unknown
+LABEL org.opencontainers.image.title="pcie-spec-kit server" \
+      org.opencontainers.image.description="SGLang ${SGLANG_VERSION} with the kit's profiles, patches and control API" \
+      org.opencontainers.image.version="${KIT_VERSION}" \
+      org.opencontainers.image.revision="${KIT_REVISION}" \
+      org.opencontainers.image.created="${KIT_CREATED}" \
+      org.opencontainers.image.base.name="${SGLANG_IMAGE}" \
+      pcie-spec-kit.sglang.version="${SGLANG_VERSION}" \
+      pcie-spec-kit.patches.sha256="${KIT_PATCHES_SHA256}" \
+      pcie-spec-kit.mscclpp.ref="${MSCCLPP_REF}" \
+      pcie-spec-kit.deepep.ref="${DEEPEP_REF}" \
+      pcie-spec-kit.deepep.sm120="${DEEPEP_SM120}"
+
+EXPOSE 30000 30100
+# /health answers 503 until the model is loaded, then generates one token; a 1T-parameter load
+# with CUDA-graph capture takes many minutes, hence the long start period.
+HEALTHCHECK --interval=30s --timeout=30s --start-period=1800s --retries=5 \
+    CMD ["curl", "-fsS", "--max-time", "25", "http://127.0.0.1:30000/health"]
+ENTRYPOINT ["launcher", "serve"]
+
+
+# ---------------------------------------------------------------------------------------------
+FROM ${BENCH_BASE_IMAGE} AS bench
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1 MPLCONFIGDIR=/tmp/matplotlib
+WORKDIR /opt/kit
+COPY . /opt/kit/
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -m pip install /opt/kit \
+    && bench --help > /dev/null
+ARG KIT_VERSION=0.1.0
+ARG KIT_REVISION=unknown
+ARG KIT_CREATED=unknown
+LABEL org.opencontainers.image.title="pcie-spec-kit bench" \
+      org.opencontainers.image.description="End-to-end and all-reduce benchmarks for the kit's SGLang server" \
+      org.opencontainers.image.version="${KIT_VERSION}" \
+      org.opencontainers.image.revision="${KIT_REVISION}" \
+      org.opencontainers.image.created="${KIT_CREATED}"
+WORKDIR /results
+ENTRYPOINT ["bench"]

@@ -1,0 +1,170 @@
+# User-facing verbs of the kit. `make` alone lists them.
+#
+#   make doctor                     is this host fit, and which profiles can run here
+#   make up PROFILE=fused           build if needed, start SGLang with that profile, wait until healthy
+#   make switch PROFILE=custom-ar   change the running server's profile through its control API
+#   make bench                      every profile end to end, side by side, with a report
+#   make down
+#
+# Checks of PROFILE, SPEC and MODEL_PATH are plain make and shell, so they work on a host without
+# the Python environment, and they stop before any docker command runs. `make -n VERB` prints the
+# docker commands a verb runs.
+
+.DEFAULT_GOAL := help
+SHELL := /bin/sh
+
+PROFILE ?= $(or $(call dotenv,PROFILE),baseline)
+SPEC ?= $(or $(call dotenv,SPEC),eagle3)
+PY ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
+HADOLINT ?= $(if $(wildcard .venv/bin/hadolint),.venv/bin/hadolint,hadolint)
+DOCKER ?= docker
+# `docker compose` (v2 plugin) when it is installed, else docker-compose (v1). Worked out on first use
+# only, so verbs that never reach docker never run it.
+COMPOSE ?= $(eval COMPOSE := $(shell $(DOCKER) compose version >/dev/null 2>&1 && echo "$(DOCKER) compose" || echo docker-compose))$(COMPOSE)
+# Seconds `make up` waits for /health (a 1T-parameter load with CUDA-graph capture takes many minutes).
+UP_TIMEOUT ?= 3600
+BENCH_ARGS ?= run
+ALLREDUCE_ARGS ?= --graph
+DOCTOR_ARGS ?=
+RESULTS_DIR ?= $(or $(call dotenv,RESULTS_DIR),results)
+
+# ---- values from .env (docker compose reads the same file; the environment wins over it) ----------
+dotenv = $(shell [ -f .env ] && sed -n 's/^[[:space:]]*$(1)[[:space:]]*=[[:space:]]*//p' .env | tail -n 1 \
+	| sed -e 's/[[:space:]]*$$//' -e 's/^"\(.*\)"$$/\1/' -e "s/^'\(.*\)'$$/\1/")
+ENV_MODEL_PATH = $(or $(MODEL_PATH),$(call dotenv,MODEL_PATH))
+ENV_DRAFT_MODEL_PATH = $(or $(DRAFT_MODEL_PATH),$(call dotenv,DRAFT_MODEL_PATH))
+
+# ---- profiles and spec modes: the files are the list ---------------------------------------------
+KIT_PROFILES_DIR ?= $(call dotenv,KIT_PROFILES_DIR)
+export KIT_PROFILES_DIR
+PROFILE_DIRS = profiles $(subst :, ,$(KIT_PROFILES_DIR))
+KNOWN_PROFILES = $(sort $(filter-out base,$(basename $(notdir $(foreach d,$(PROFILE_DIRS),$(wildcard $(d)/*.toml))))))
+KNOWN_SPECS = $(or $(sort $(basename $(notdir $(foreach d,$(PROFILE_DIRS),$(wildcard $(d)/spec/*.toml))))),eagle3 ngram off)
+
+# ---- checks, before any recipe runs --------------------------------------------------------------
+PROFILE_GOALS := up switch show allreduce
+MODEL_GOALS := up bench doctor allreduce
+
+ifneq ($(filter $(PROFILE_GOALS),$(MAKECMDGOALS)),)
+ifneq ($(words $(PROFILE))$(filter $(PROFILE),$(KNOWN_PROFILES)),1$(PROFILE))
+$(error unknown PROFILE '$(PROFILE)'. Known profiles: $(KNOWN_PROFILES) (profiles/<name>.toml$(if $(KIT_PROFILES_DIR), or <dir>/<name>.toml for a dir in KIT_PROFILES_DIR=$(KIT_PROFILES_DIR))))
+endif
+ifneq ($(words $(SPEC))$(filter $(SPEC),$(KNOWN_SPECS)),1$(SPEC))
+$(error unknown SPEC '$(SPEC)'. Known spec modes: $(KNOWN_SPECS))
+endif
+endif
+
+ifneq ($(filter $(MODEL_GOALS),$(MAKECMDGOALS)),)
+ifeq ($(ENV_MODEL_PATH),)
+$(error MODEL_PATH is not set: put MODEL_PATH=/absolute/path/to/model in .env (cp .env.example .env) or pass MODEL_PATH=... to make)
+endif
+ifeq ($(wildcard $(ENV_MODEL_PATH)),)
+$(error MODEL_PATH=$(ENV_MODEL_PATH) does not exist on this host; it must be the model directory's absolute path)
+endif
+endif
+
+ifneq ($(filter up,$(MAKECMDGOALS)),)
+ifeq ($(SPEC),eagle3)
+ifeq ($(ENV_DRAFT_MODEL_PATH),)
+$(error SPEC=eagle3 needs DRAFT_MODEL_PATH (the EAGLE-3 draft model directory) in .env or on the command line; or use SPEC=ngram or SPEC=off)
+endif
+ifeq ($(wildcard $(ENV_DRAFT_MODEL_PATH)),)
+$(error DRAFT_MODEL_PATH=$(ENV_DRAFT_MODEL_PATH) does not exist on this host; it must be the draft model directory's absolute path)
+endif
+endif
+endif
+
+# docker-compose.yml does not load without MODEL_PATH. Verbs that never create the server container
+# (build, down, logs, status, switch) get a placeholder when it is unset, so `make down` always works.
+COMPOSE_ANY = $(if $(ENV_MODEL_PATH),,MODEL_PATH=/nonexistent )$(COMPOSE)
+# BuildKit (cache mounts) also when docker-compose v1 drives the build.
+BUILD_ENV = DOCKER_BUILDKIT=1 COMPOSE_DOCKER_CLI_BUILD=1
+# Image labels, and base-image/source pins from the environment or .env when set. KIT_CREATED is the
+# commit time, so an unchanged tree rebuilds to the same image and `make up` does not recreate it.
+PIN_VARS := SGLANG_IMAGE BENCH_BASE_IMAGE MSCCLPP_REF DEEPEP_REF DEEPEP_SM120
+BUILD_ARGS = --build-arg KIT_PATCHES_SHA256=$$(docker/patch-set-hash.sh patches) \
+	--build-arg KIT_REVISION=$$(git describe --always --dirty --abbrev=40 2>/dev/null || echo unknown) \
+	--build-arg KIT_CREATED=$$(git log -1 --format=%cI 2>/dev/null || echo unknown) \
+	$(strip $(foreach v,$(PIN_VARS),$(if $(or $($(v)),$(call dotenv,$(v))),--build-arg $(v)=$(or $($(v)),$(call dotenv,$(v))))))
+# -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
+EXEC_T = $(shell [ -t 0 ] || echo -T)
+
+.PHONY: help build up switch status down logs bench allreduce doctor demo test lint check show profiles
+
+help: ## list the verbs (this text)
+	@printf 'Usage: make VERB [PROFILE=name] [SPEC=mode]\n\nVerbs:\n'
+	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed 's/:.*## /|/' | awk -F'|' '{printf "  %-10s %s\n", $$1, $$2}'
+	@printf '\nProfiles:   %s\nSpec modes: %s\nNow:        PROFILE=%s SPEC=%s PY=%s\n' \
+		'$(KNOWN_PROFILES)' '$(KNOWN_SPECS)' '$(PROFILE)' '$(SPEC)' '$(PY)'
+
+build: ## build the server and bench images (labels carry the patch-set hash and git revision)
+	$(BUILD_ENV) $(COMPOSE_ANY) --profile bench build $(BUILD_ARGS) server bench
+
+up: ## build if needed, start SGLang with PROFILE and SPEC, wait until /health answers
+	$(BUILD_ENV) $(COMPOSE) build $(BUILD_ARGS) server
+	mkdir -p $(RESULTS_DIR)
+	PROFILE=$(PROFILE) SPEC=$(SPEC) $(COMPOSE) up -d server
+	@cid=$$($(COMPOSE) ps -q server); start=$$(date +%s); last=-30; \
+	echo "waiting for the server to become healthy (up to $(UP_TIMEOUT)s; loading a large model takes minutes)"; \
+	while :; do \
+		state=$$($(DOCKER) inspect -f '{{.State.Status}}/{{if .State.Health}}{{.State.Health.Status}}{{end}}' "$$cid") || exit 1; \
+		elapsed=$$(( $$(date +%s) - start )); \
+		case "$$state" in \
+		running/healthy) echo "server healthy after $${elapsed}s: PROFILE=$(PROFILE) SPEC=$(SPEC); make status, make logs"; exit 0 ;; \
+		running/starting|running/) ;; \
+		*) echo "server is $$state after $${elapsed}s; see: make logs" >&2; exit 1 ;; \
+		esac; \
+		if [ "$$elapsed" -ge "$(UP_TIMEOUT)" ]; then echo "server not healthy after $${elapsed}s (UP_TIMEOUT); see: make logs" >&2; exit 1; fi; \
+		if [ $$((elapsed - last)) -ge 30 ]; then last=$$elapsed; \
+			echo "  $${elapsed}s $$state: $$($(DOCKER) logs --tail 1 "$$cid" 2>&1 | cut -c1-120)"; fi; \
+		sleep 5; \
+	done
+
+switch: ## switch the running server to PROFILE/SPEC via its control API (drain, restart, health gate, roll back)
+	$(COMPOSE_ANY) exec $(EXEC_T) server launcher switch $(PROFILE) --spec $(SPEC)
+
+status: ## container state, then the control API's view of the running profile
+	$(COMPOSE_ANY) ps server
+	$(COMPOSE_ANY) exec $(EXEC_T) server launcher status
+
+down: ## stop and remove the containers (caches and kit state stay in their volumes)
+	$(COMPOSE_ANY) --profile bench down
+
+logs: ## follow the server log
+	$(COMPOSE_ANY) logs -f --tail=200 server
+
+bench: ## run the bench container against the server (starts it if needed); BENCH_ARGS="run ..."
+	mkdir -p $(RESULTS_DIR)
+	KIT_UID=$$(id -u) KIT_GID=$$(id -g) $(COMPOSE) --profile bench run --rm bench $(BENCH_ARGS)
+
+allreduce: ## all-reduce latency on the GPUs for PROFILE's environment, into results/allreduce/
+	mkdir -p $(RESULTS_DIR)
+	$(COMPOSE) run --rm --no-deps --entrypoint bench server allreduce --profile $(PROFILE) \
+		--out /results/allreduce/$$(date -u +%Y%m%dT%H%M%SZ)-$(PROFILE) $(ALLREDUCE_ARGS)
+
+doctor: ## check this host (driver, toolkit, P2P, IOMMU/ACS, /dev/shm, NCCL) in the server container
+	$(COMPOSE) run --rm --no-deps --entrypoint launcher server doctor $(DOCTOR_ARGS)
+
+demo: ## the whole flow against a simulated server (no GPU, no docker)
+	$(PY) -m launcher.demo
+
+test: ## run the test suite
+	$(PY) -m pytest -q
+
+lint: ## ruff, hadolint, shellcheck (if installed), compose file check (if compose is installed)
+	$(PY) -m ruff check .
+	$(HADOLINT) Dockerfile
+	@if command -v shellcheck >/dev/null 2>&1; then shellcheck docker/*.sh; else echo "shellcheck not installed: docker/*.sh not checked"; fi
+	@if command -v docker-compose >/dev/null 2>&1 || $(DOCKER) compose version >/dev/null 2>&1; then \
+		$(COMPOSE_ANY) config -q && echo "docker-compose.yml ok"; \
+	else echo "neither docker compose nor docker-compose installed: docker-compose.yml not checked"; fi
+
+check: ## validate every profile: schema, rules, SGLang's own argument parser when importable
+	$(PY) -m launcher check --all
+
+show: ## print the resolved plan (env and SGLang command line) for PROFILE and SPEC
+	$(PY) -m launcher show $(PROFILE) --spec $(SPEC)
+
+profiles: ## list profiles with their status and description
+	@if $(PY) -c 'import launcher' >/dev/null 2>&1; then $(PY) -m launcher profiles; \
+	else echo "($(PY) cannot import launcher; profile files found:)"; printf '  %s\n' $(KNOWN_PROFILES); fi

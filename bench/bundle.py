@@ -1,0 +1,253 @@
+"""The results bundle: run id, host fingerprint, manifest, per-(profile, spec) result files.
+
+Layout of `<out>/<run-id>/`:
+
+    manifest.json                   host fingerprint, kit/sglang versions, plans, settings, complete
+    <profile>__<spec>.json          summary of one (profile, spec): keys below
+    <profile>__<spec>.requests.jsonl  one line per measured request (raw timings and text)
+    summary.csv, summary.md, *.png  rebuilt from the files above by `bench report`
+
+Result-file keys follow `sglang.benchmark.serving` where they overlap: completed, duration,
+total_output_tokens, request_throughput, output_throughput (aggregate tok/s),
+{mean,median,std,p90,p99}_{ttft,tpot,itl,e2e_latency}_ms, accept_length. `itl` here is the RAW
+gap between streamed chunks (SGLang's own bench divides each gap by the tokens it carried; TPOT
+is reported separately). Every per-repeat number also appears as `<key>_mean` / `<key>_sd`
+across repeats; the bare key is the mean. completed/duration/total_output_tokens are sums over
+repeats. The top-level numbers are for the first concurrency level; `by_concurrency` holds all.
+An invalid result carries `valid: false`, `invalid_reason`, and None for every number.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import stats
+from bench.client import RequestRecord
+from launcher import atomic
+
+MANIFEST = "manifest.json"
+SUFFIX = ".json"
+REQUESTS_SUFFIX = ".requests.jsonl"
+LATENCY_METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": None, "e2e_latency": "e2e_s"}
+# per-repeat numeric keys that get _mean/_sd across repeats
+SUMMED_KEYS = ("completed", "failed", "duration", "total_output_tokens")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def make_run_id(now: float | None = None) -> str:
+    """UTC timestamp plus a short random suffix, so two runs in the same second never collide."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def cell_name(profile: str, spec: str) -> str:
+    return f"{profile}__{spec}"
+
+
+# ----- fingerprint -------------------------------------------------------------------------------
+def _run(cmd: list[str], timeout: float = 20) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout
+
+
+def host_fingerprint() -> dict[str, Any]:
+    """GPU names, driver, CUDA, NCCL and topology from nvidia-smi; 'unavailable' when there is none."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {"available": False, "reason": "nvidia-smi not found on this host (the bench ran without GPUs)",
+                "gpus": [], "driver": None, "cuda": None, "nccl": None, "topology": None}
+    q = _run([smi, "--query-gpu=index,name,driver_version,pci.bus_id", "--format=csv,noheader"]) or ""
+    gpus = []
+    for line in q.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 4:
+            gpus.append({"index": int(parts[0]) if parts[0].isdigit() else parts[0], "name": parts[1],
+                         "driver": parts[2], "bus_id": parts[3]})
+    header = _run([smi]) or ""
+    m = re.search(r"CUDA Version:\s*([0-9.]+)", header)
+    topo = _run([smi, "topo", "-m"])
+    return {
+        "available": bool(gpus),
+        "reason": None if gpus else "nvidia-smi gave no GPU list",
+        "gpus": gpus,
+        "driver": gpus[0]["driver"] if gpus else None,
+        "cuda": m.group(1) if m else None,
+        "nccl": os.environ.get("KIT_NCCL_VERSION") or _nccl_version(),
+        "topology": _ANSI.sub("", topo).rstrip() if topo else None,
+    }
+
+
+def _nccl_version() -> str | None:
+    """NCCL as torch sees it on this host (in a subprocess: importing torch is slow and optional)."""
+    code = "import torch,sys; v=torch.cuda.nccl.version(); sys.stdout.write('.'.join(map(str,v)) if isinstance(v,tuple) else str(v))"
+    out = _run(["python3", "-c", code], timeout=60)
+    return out.strip() if out else None
+
+
+def kit_info() -> dict[str, Any]:
+    """Kit version (installed distribution) and git sha (git, else KIT_GIT_SHA), image id (KIT_IMAGE_ID)."""
+    try:
+        version = importlib.metadata.version("pcie-spec-kit")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    repo = Path(__file__).resolve().parent.parent
+    sha = None
+    out = _run(["git", "-C", str(repo), "rev-parse", "HEAD"], timeout=5) if shutil.which("git") else None
+    if out and re.fullmatch(r"[0-9a-f]{40}", out.strip()):
+        sha = out.strip()
+    return {
+        "version": version,
+        "git_sha": sha or os.environ.get("KIT_GIT_SHA"),
+        "image_id": os.environ.get("KIT_IMAGE_ID"),
+    }
+
+
+def plans_for(profiles: Sequence[str], specs: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Every (profile, spec) plan with its digest, built with this process's environment."""
+    from launcher.plan import build_plan
+
+    out: dict[str, dict[str, Any]] = {}
+    for p in profiles:
+        for s in specs:
+            try:
+                out[cell_name(p, s)] = build_plan(p, s).to_json()
+            except Exception as exc:  # unresolvable here (env var unset, rule failed): record, go on
+                out[cell_name(p, s)] = {"name": p, "spec": s, "error": str(exc)}
+    return out
+
+
+# ----- per-repeat and per-cell numbers ---------------------------------------------------------
+def repeat_summary(records: Sequence[RequestRecord], duration: float) -> dict[str, Any]:
+    """One repeat's numbers in sglang.benchmark.serving's key names (plus accept length)."""
+    ok = [r for r in records if r.ok]
+    out_tokens = sum(r.completion_tokens or 0 for r in ok)
+    res: dict[str, Any] = {
+        "completed": len(ok),
+        "failed": len(records) - len(ok),
+        "duration": duration,
+        "total_output_tokens": out_tokens,
+        "request_throughput": len(ok) / duration if duration > 0 else None,
+        "output_throughput": out_tokens / duration if duration > 0 else None,
+    }
+    for name, attr in LATENCY_METRICS.items():
+        if attr is None:
+            values: list[float | None] = [g for r in ok for g in r.chunk_gaps_s]
+        else:
+            values = [getattr(r, attr) for r in ok]
+        dist = stats.distribution(values)
+        for stat, v in dist.items():
+            res[f"{stat}_{name}_ms"] = None if v is None else v * 1000.0
+    per_req = stats.distribution([r.output_tps for r in ok])
+    res["mean_request_output_throughput"] = per_req["mean"]
+    res["median_request_output_throughput"] = per_req["median"]
+    accepts = [r.accept_length for r in ok if r.accept_length is not None]
+    verify = sum(r.spec_verify_ct or 0 for r in ok)
+    if accepts and verify:
+        # token-weighted: all tokens over all verify passes of the repeat
+        res["accept_length"] = sum(r.completion_tokens or 0 for r in ok if r.spec_verify_ct) / verify
+        res["accept_length_source"] = "meta_info"
+    else:
+        res["accept_length"] = None
+        res["accept_length_source"] = None
+    res["chunks"] = sum(r.chunks for r in ok)
+    return res
+
+
+def numeric_keys(rows: Iterable[dict[str, Any]]) -> list[str]:
+    keys: dict[str, None] = {}
+    for row in rows:
+        for k, v in row.items():
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                keys.setdefault(k, None)
+    return list(keys)
+
+
+SKIP_AGG = {"repeat", "concurrency", "server_start_time", "restarts_before", "restarts_after", "pid_before",
+            "pid_after"}
+
+
+def aggregate(repeats: Sequence[dict[str, Any]], valid: bool) -> dict[str, Any]:
+    """Across repeats: bare key = mean (sum for counts), plus <key>_mean and <key>_sd. All None if invalid."""
+    good = [r for r in repeats if r.get("valid")]
+    keys = [k for k in numeric_keys(repeats) if k not in SKIP_AGG]
+    out: dict[str, Any] = {}
+    for k in keys:
+        mean, sd = stats.mean_sd(r.get(k) for r in good) if valid else (None, None)
+        out[f"{k}_mean"], out[f"{k}_sd"] = mean, sd
+        if k in SUMMED_KEYS:
+            out[k] = sum(r.get(k) or 0 for r in good) if valid else None
+        else:
+            out[k] = mean
+    sources = {r.get("accept_length_source") for r in good if r.get("accept_length_source")}
+    out["accept_length_source"] = ",".join(sorted(sources)) if sources and valid else None
+    out["repeats_valid"] = len(good)
+    return out
+
+
+# ----- files -----------------------------------------------------------------------------------
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+    atomic.write_json(run_dir / MANIFEST, manifest)
+
+
+def write_cell(run_dir: Path, cell: dict[str, Any]) -> Path:
+    return atomic.write_json(run_dir / f"{cell_name(cell['profile'], cell['spec'])}{SUFFIX}", cell)
+
+
+def append_requests(run_dir: Path, profile: str, spec: str, rows: Iterable[dict[str, Any]]) -> None:
+    path = run_dir / f"{cell_name(profile, spec)}{REQUESTS_SUFFIX}"
+    with path.open("a", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def read_requests(run_dir: Path, profile: str, spec: str) -> list[dict[str, Any]]:
+    path = run_dir / f"{cell_name(profile, spec)}{REQUESTS_SUFFIX}"
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rows.append(json.loads(line))
+    return rows
+
+
+def load(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Manifest and result files of one bundle, cells in the manifest's matrix order."""
+    from launcher.errors import UserError
+
+    d = Path(run_dir)
+    mpath = d / MANIFEST
+    if not mpath.is_file():
+        inner = sorted(p.parent for p in d.glob(f"*/{MANIFEST}"))
+        hint = f"; did you mean {inner[-1]}?" if inner else "; give the <out>/<run-id> folder written by `bench run`"
+        raise UserError(f"{mpath}: no manifest.json here{hint}")
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{mpath}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    cells = []
+    for p in sorted(d.glob(f"*{SUFFIX}")):
+        if p.name == MANIFEST:
+            continue
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+        if isinstance(data, dict) and "profile" in data and "spec" in data:
+            cells.append(data)
+    order = {name: i for i, name in enumerate(manifest.get("matrix", []))}
+    cells.sort(key=lambda c: (order.get(cell_name(c["profile"], c["spec"]), len(order)), c["profile"], c["spec"]))
+    return manifest, cells

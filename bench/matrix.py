@@ -1,0 +1,417 @@
+"""The run loop of `bench run`: for each (profile, spec) switch, health-gate, warm up, measure.
+
+Honesty rules enforced here:
+* warm-up requests are sent after every switch and never counted;
+* a repeat is invalid when any request errors or its stream breaks, or when the server restarted
+  during it (its /server_info start_time, or the control API's restart count or pid, changed);
+  an invalid repeat carries its reason and no numbers, and makes its (profile, spec) invalid;
+* a failed switch (rolled_back / failed) is recorded and the matrix goes on with the next cell;
+* every finished cell is written at once, so an interrupt leaves a partial bundle that says
+  `"complete": false`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from bench import bundle, correctness
+from bench.client import ControlClient, RequestRecord, ServerClient
+from bench.workload import Prompt, build_workload
+from launcher.errors import RuntimeFailure, UserError
+
+OK_SWITCH = ("switched", "unchanged")
+CURRENT = "current"
+METRIC_KEYS_KEPT_WHEN_INVALID = {"completed", "failed", "chunks"}
+
+
+@dataclass
+class RunSettings:
+    """Everything that decides what `bench run` measures; stored verbatim in the manifest."""
+
+    url: str
+    out: str
+    profiles: list[str]
+    specs: list[str]
+    control: str | None = None
+    repeats: int = 3
+    concurrency: list[int] = field(default_factory=lambda: [1])
+    num_prompts: int = 16
+    max_tokens: int = 256
+    workload: str = "chat"
+    api: str = "generate"
+    ignore_eos: bool = False
+    warmup: int = 2
+    no_switch: bool = False
+    connect_timeout: float = 5.0
+    switch_timeout: float = 1800.0
+    health_timeout: float = 600.0
+    min_exact_match: float = 0.9
+    seed: int = 1234
+    argv: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def restart_reasons(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[str]:
+    """Why a repeat cannot be trusted, judged from the server identity before and after it."""
+    if after is None:
+        return ["server unreachable right after the run (it died or restarted)"]
+    if before is None:
+        return ["server identity unknown before the run"]
+    reasons = []
+    b, a = before.get("start_time"), after.get("start_time")
+    if b is not None and a is not None and b != a:
+        reasons.append(f"server restarted during the run (/server_info start_time {b} -> {a})")
+    b, a = before.get("restarts"), after.get("restarts")
+    if isinstance(b, int) and isinstance(a, int) and a > b:
+        reasons.append(f"server restarted during the run (control API restart count {b} -> {a})")
+    b, a = before.get("pid"), after.get("pid")
+    if b and a and b != a:
+        reasons.append(f"server restarted during the run (server pid {b} -> {a})")
+    return reasons
+
+
+def is_simulated(info: dict[str, Any]) -> bool:
+    states = info.get("internal_states") or [{}]
+    first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+    return bool(info.get("simulated") or first.get("simulated"))
+
+
+def _null_invalid(rep: dict[str, Any]) -> None:
+    for k, v in list(rep.items()):
+        if isinstance(v, int | float) and not isinstance(v, bool) and k not in METRIC_KEYS_KEPT_WHEN_INVALID:
+            if k not in bundle.SKIP_AGG:
+                rep[k] = None
+    rep["accept_length_source"] = None
+
+
+class MatrixRun:
+    """One `bench run`: owns the bundle folder and the cells measured so far."""
+
+    def __init__(self, settings: RunSettings, console: Console | None = None, run_id: str | None = None):
+        self.s = settings
+        self.console = console or Console(stderr=True)
+        self.run_id = run_id or bundle.make_run_id()
+        self.run_dir = Path(settings.out) / self.run_id
+        self.prompts: list[Prompt] = build_workload(settings.workload, settings.num_prompts, settings.seed)
+        self.cells: dict[str, dict[str, Any]] = {}
+        self.matrix: list[tuple[str, str]] = []
+        self.current: dict[str, Any] | None = None
+        self.manifest: dict[str, Any] = {}
+        self.started = False
+        self.simulated = False
+        self._progress: Progress | None = None
+        self._task: Any = None
+
+    # ----- lifecycle -----------------------------------------------------------------------------
+    def _start_bundle(self, server_status: dict[str, Any] | None) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=False)
+        names = sorted({p for p, _ in self.matrix if p != CURRENT})
+        specs = sorted({s for _, s in self.matrix if s != CURRENT})
+        self.manifest = {
+            "run_id": self.run_id,
+            "complete": False,
+            "interrupted": False,
+            "simulated": False,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "finished_at": None,
+            "kit": bundle.kit_info(),
+            "host": bundle.host_fingerprint(),
+            "server": {"url": self.s.url, "sglang_version": None, "simulated": False},
+            "control": {"url": self.s.control, "status_at_start": server_status},
+            "plans": bundle.plans_for(names, specs),
+            "settings": self.s.to_json(),
+            "gate": asdict(correctness.GateSettings(min_exact_match=self.s.min_exact_match)),
+            "matrix": [bundle.cell_name(p, s) for p, s in self.matrix],
+        }
+        bundle.write_manifest(self.run_dir, self.manifest)
+        self.started = True
+
+    def finish(self, complete: bool, interrupted: bool = False) -> Path | None:
+        """Gate correctness over every cell, then write cells, manifest and summaries (also on Ctrl-C)."""
+        if not self.started:
+            return None
+        if self.current is not None:
+            cell = self.current
+            cell["valid"] = False
+            cell["invalid_reason"] = cell.get("invalid_reason") or "interrupted before this cell finished"
+            self._close_cell(cell)
+            self.current = None
+        self._apply_gate()
+        for cell in self.cells.values():
+            bundle.write_cell(self.run_dir, cell)
+        self.manifest.update(
+            complete=complete,
+            interrupted=interrupted,
+            simulated=self.simulated,
+            finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
+        self.manifest["server"]["simulated"] = self.simulated
+        bundle.write_manifest(self.run_dir, self.manifest)
+        from bench import report
+
+        report.build(self.run_dir)
+        return self.run_dir
+
+    # ----- the loop ------------------------------------------------------------------------------
+    async def run(self, token: str | None) -> Path:
+        s = self.s
+        n_max = max(s.concurrency)
+        async with contextlib.AsyncExitStack() as stack:
+            server = await stack.enter_async_context(
+                ServerClient(
+                    s.url,
+                    api=s.api,
+                    max_tokens=s.max_tokens,
+                    ignore_eos=s.ignore_eos,
+                    connect_timeout=s.connect_timeout,
+                    concurrency=n_max,
+                )
+            )
+            control = None
+            if s.control:
+                control = await stack.enter_async_context(ControlClient(s.control, token, s.connect_timeout))
+            await server.preflight()
+            status = await control.status() if control else None
+            if s.no_switch:
+                label_p = (status or {}).get("profile") or CURRENT
+                label_s = (status or {}).get("spec") or CURRENT
+                self.matrix = [(label_p, label_s)]
+            else:
+                self.matrix = [(p, sp) for p in s.profiles for sp in s.specs]
+            self._start_bundle(status)
+            per_cell = len(s.concurrency) * s.repeats * len(self.prompts)
+            with Progress(
+                SpinnerColumn(),
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("requests"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=False,
+            ) as progress:
+                self._progress = progress
+                self._task = progress.add_task("bench", total=per_cell * len(self.matrix))
+                for profile, spec in self.matrix:
+                    before = progress.tasks[0].completed
+                    await self._run_cell(server, control, profile, spec)
+                    progress.update(self._task, completed=before + per_cell)
+            self._progress = None
+        path = self.finish(complete=True)
+        assert path is not None
+        return path
+
+    def _advance(self, _: RequestRecord) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._task)
+
+    def _say(self, text: str) -> None:
+        prefix = "SIMULATED " if self.simulated else ""
+        self.console.print(f"{prefix}{text}", highlight=False)
+
+    async def _identity(self, server: ServerClient, control: ControlClient | None) -> dict[str, Any] | None:
+        try:
+            info = await server.server_info()
+        except Exception:
+            return None
+        ident: dict[str, Any] = {"start_time": info.get("start_time")}
+        if control is not None:
+            try:
+                st = await control.status()
+                ident.update(restarts=st.get("restarts"), pid=st.get("pid"))
+            except RuntimeFailure:
+                pass
+        return ident
+
+    async def _run_cell(self, server: ServerClient, control: ControlClient | None, profile: str, spec: str) -> None:
+        s = self.s
+        name = bundle.cell_name(profile, spec)
+        cell: dict[str, Any] = {
+            "profile": profile,
+            "spec": spec,
+            "valid": False,
+            "invalid_reason": None,
+            "simulated": False,
+            "plan_digest": (self.manifest["plans"].get(name) or {}).get("digest"),
+            "switch": {"outcome": "skipped (--no-switch)"} if s.no_switch else None,
+            "server": None,
+            "api": s.api,
+            "workload": s.workload,
+            "num_prompts": len(self.prompts),
+            "max_tokens": s.max_tokens,
+            "repeats": s.repeats,
+            "concurrency_levels": list(s.concurrency),
+            "warmup": s.warmup,
+            "per_repeat": [],
+            "requests_file": f"{name}{bundle.REQUESTS_SUFFIX}",
+        }
+        self.current = cell
+        if self._progress is not None:
+            self._progress.update(self._task, description=f"{profile} + {spec}")
+        if not s.no_switch:
+            assert control is not None
+            self._say(f"switching to {profile} + {spec} ...")
+            code, body = await control.switch(profile, spec, s.switch_timeout)
+            if code in (401, 403):
+                raise UserError(f"control API refused the switch (HTTP {code}): {body.get('error')}; set KIT_CONTROL_TOKEN")
+            outcome = body.get("outcome") or ("failed" if code != 200 else "unknown")
+            cell["switch"] = {
+                "outcome": outcome,
+                "http_status": code,
+                "error": body.get("error"),
+                "durations": body.get("durations") or {},
+            }
+            st = body.get("status") or {}
+            cell["plan_digest"] = st.get("digest") or st.get("plan_digest") or cell["plan_digest"]
+            if outcome not in OK_SWITCH:
+                cell["invalid_reason"] = f"switch {outcome}: {body.get('error') or 'no reason given'}"
+                self._say(f"{profile} + {spec}: {cell['invalid_reason']}; going on with the next profile")
+                self._close_cell(cell)
+                return
+        elif control is not None:
+            st = await control.status()
+            cell["plan_digest"] = st.get("digest") or st.get("plan_digest")
+        try:
+            await server.wait_healthy(s.health_timeout)
+            info = await server.server_info()
+        except (RuntimeFailure, Exception) as exc:
+            cell["invalid_reason"] = f"server not healthy: {exc}"
+            self._close_cell(cell)
+            return
+        server.configure_from_server_info(info)
+        sim = is_simulated(info)
+        self.simulated = self.simulated or sim
+        cell["simulated"] = sim
+        cell["server"] = {"version": info.get("version"), "start_time": info.get("start_time"), "simulated": sim}
+        if self.manifest["server"]["sglang_version"] is None:
+            self.manifest["server"]["sglang_version"] = info.get("version")
+        warm_reason = await self._warmup(server)
+        if warm_reason:
+            cell["invalid_reason"] = warm_reason
+            self._close_cell(cell)
+            return
+        for c in s.concurrency:
+            for r in range(s.repeats):
+                rep, rows = await self._repeat(server, control, spec, c, r)
+                cell["per_repeat"].append(rep)
+                bundle.append_requests(self.run_dir, profile, spec, rows)
+                if not rep["valid"]:
+                    self._say(f"{profile} + {spec} c={c} repeat {r + 1}: INVALID ({rep['invalid_reason']})")
+                    try:
+                        await server.wait_healthy(s.health_timeout)
+                    except RuntimeFailure as exc:
+                        cell["invalid_reason"] = f"server did not come back: {exc}"
+                        self._close_cell(cell)
+                        return
+        self._close_cell(cell)
+
+    async def _warmup(self, server: ServerClient) -> str | None:
+        if self.s.warmup <= 0:
+            return None
+        prompts = [self.prompts[i % len(self.prompts)] for i in range(self.s.warmup)]
+        records, _ = await server.run(prompts, 1)
+        bad = [r for r in records if not r.ok]
+        return f"warm-up request failed: {bad[0].error}" if bad else None
+
+    async def _repeat(
+        self, server: ServerClient, control: ControlClient | None, spec: str, c: int, r: int
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        before = await self._identity(server, control)
+        m0 = await server.metrics_counters()
+        cpu0 = time.process_time()
+        records, duration = await server.run(self.prompts, c, on_done=self._advance)
+        cpu = time.process_time() - cpu0
+        after = await self._identity(server, control)
+        m1 = await server.metrics_counters() if after is not None else None
+        rep = bundle.repeat_summary(records, duration)
+        rep.update(repeat=r, concurrency=c)
+        rep["client_cpu_us_per_chunk"] = cpu / rep["chunks"] * 1e6 if rep["chunks"] else None
+        if rep["accept_length"] is None and spec != "off" and m0 and m1:
+            dv = m1.get("sglang:spec_verify_calls_total", 0.0) - m0.get("sglang:spec_verify_calls_total", 0.0)
+            dt = m1.get("sglang:generation_tokens_total", 0.0) - m0.get("sglang:generation_tokens_total", 0.0)
+            if dv > 0:
+                rep["accept_length"], rep["accept_length_source"] = dt / dv, "metrics"
+        reasons = []
+        failed = [x for x in records if not x.ok]
+        if failed:
+            reasons.append(f"{len(failed)} of {len(records)} requests failed (first: {failed[0].error})")
+        reasons += restart_reasons(before, after)
+        rep["valid"] = not reasons
+        rep["invalid_reason"] = "; ".join(reasons) or None
+        rep["server_start_time"] = (before or {}).get("start_time")
+        rep["restarts_before"] = (before or {}).get("restarts")
+        rep["restarts_after"] = (after or {}).get("restarts")
+        if not rep["valid"]:
+            _null_invalid(rep)
+        rows = []
+        for rec in records:
+            row = rec.to_json()
+            row.update(concurrency=c, repeat=r)
+            rows.append(row)
+        return rep, rows
+
+    def _close_cell(self, cell: dict[str, Any]) -> None:
+        reps = cell["per_repeat"]
+        expected = len(self.s.concurrency) * self.s.repeats
+        if cell["invalid_reason"] is None:
+            bad = [x for x in reps if not x["valid"]]
+            if bad:
+                cell["invalid_reason"] = f"{len(bad)} of {len(reps)} repeats invalid: {bad[0]['invalid_reason']}"
+            elif len(reps) < expected:
+                cell["invalid_reason"] = f"only {len(reps)} of {expected} repeats ran"
+        cell["valid"] = cell["invalid_reason"] is None
+        by_c: dict[str, Any] = {}
+        for c in self.s.concurrency:
+            mine = [x for x in reps if x["concurrency"] == c]
+            by_c[str(c)] = {"concurrency": c, **bundle.aggregate(mine, cell["valid"])}
+        first = by_c[str(self.s.concurrency[0])]
+        for k, v in first.items():
+            cell[k] = v
+        cell["by_concurrency"] = by_c
+        cell.setdefault("correctness", {"status": "pending"})
+        key = bundle.cell_name(cell["profile"], cell["spec"])
+        self.cells[key] = cell
+        if self.current is cell:
+            self.current = None
+        bundle.write_cell(self.run_dir, cell)
+        verdict = "valid" if cell["valid"] else f"INVALID ({cell['invalid_reason']})"
+        tps = cell.get("output_throughput_mean")
+        detail = f", {tps:.1f} tok/s" if cell["valid"] and tps is not None else ""
+        self._say(f"{cell['profile']} + {cell['spec']}: {verdict}{detail}")
+
+    def _apply_gate(self) -> None:
+        settings = correctness.GateSettings(min_exact_match=self.s.min_exact_match)
+        outputs = {
+            key: correctness.reference_outputs(bundle.read_requests(self.run_dir, c["profile"], c["spec"]))
+            for key, c in self.cells.items()
+        }
+        for key, cell in self.cells.items():
+            base_key = bundle.cell_name(correctness.BASELINE, cell["spec"])
+            base = self.cells.get(base_key)
+            cell["correctness"] = correctness.gate(
+                cell["spec"],
+                outputs[key],
+                cell.get("accept_length"),
+                outputs.get(base_key) if base is not None else None,
+                base.get("accept_length") if base is not None else None,
+                settings,
+            )

@@ -1,0 +1,102 @@
+"""PNG plots of a bundle (matplotlib, Agg backend: no display needed).
+
+throughput.png: tok/s per profile, one bar per spec mode, error bars = sd over repeats; invalid
+cells get no bar and the word "invalid", correctness FAILs are hatched and labelled FAIL.
+tpot.png: per-request TPOT distribution of every valid (profile, spec), as box plots.
+Both say SIMULATED in the title and across the plot when the server was the stand-in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from bench import bundle  # noqa: E402
+
+SIM_TITLE = "SIMULATED (stand-in server) - "
+
+
+def _mark_simulated(fig: Any, simulated: bool) -> None:
+    if simulated:
+        fig.text(0.5, 0.5, "SIMULATED", fontsize=60, color="red", alpha=0.12, ha="center", va="center",
+                 rotation=20)
+
+
+def throughput(path: Path, rows: list[dict[str, Any]], simulated: bool, concurrency: int) -> Path:
+    rows = [r for r in rows if r["concurrency"] == concurrency]
+    profiles = list(dict.fromkeys(r["profile"] for r in rows))
+    specs = list(dict.fromkeys(r["spec"] for r in rows))
+    width = 0.8 / max(1, len(specs))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(profiles) + 2), 4.5))
+    labelled: set[str] = set()
+    for j, spec in enumerate(specs):
+        for i, prof in enumerate(profiles):
+            r = next((x for x in rows if x["profile"] == prof and x["spec"] == spec), None)
+            if r is None:
+                continue
+            x = i + (j - (len(specs) - 1) / 2) * width
+            if not r["valid"] or r["output_throughput_mean"] is None:
+                ax.text(x, 0, "invalid", rotation=90, ha="center", va="bottom", fontsize=8, color="gray")
+                continue
+            fail = r["status"] == "FAIL"
+            ax.bar(x, r["output_throughput_mean"], width, yerr=r["output_throughput_sd"] or 0.0, capsize=3,
+                   color=f"C{j}", hatch="//" if fail else None, edgecolor="black" if fail else None,
+                   label=None if spec in labelled else spec)
+            labelled.add(spec)
+            if fail:
+                ax.text(x, r["output_throughput_mean"], "FAIL", ha="center", va="bottom", fontsize=8, color="red")
+    if labelled:
+        ax.legend(title="spec")
+    ax.set_xticks(range(len(profiles)), profiles, rotation=20, ha="right")
+    ax.set_ylabel("output tok/s (mean ± sd over repeats)")
+    ax.set_title(f"{SIM_TITLE if simulated else ''}throughput per profile, concurrency {concurrency}")
+    _mark_simulated(fig, simulated)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def tpot(path: Path, run_dir: Path, cells: list[dict[str, Any]], simulated: bool, concurrency: int) -> Path:
+    labels, data = [], []
+    for c in cells:
+        if not c.get("valid"):
+            continue
+        values = [
+            r["tpot_s"] * 1000.0
+            for r in bundle.read_requests(run_dir, c["profile"], c["spec"])
+            if r.get("ok") and r.get("concurrency") == concurrency and r.get("tpot_s") is not None
+        ]
+        if values:
+            labels.append(f"{c['profile']}\n{c['spec']}")
+            data.append(values)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(labels) + 2), 4.5))
+    if data:
+        ax.boxplot(data, showfliers=True)
+        ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no valid requests", ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel("TPOT per request (ms)")
+    ax.set_title(f"{SIM_TITLE if simulated else ''}TPOT distribution, concurrency {concurrency}")
+    _mark_simulated(fig, simulated)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_all(run_dir: Path, manifest: dict[str, Any], cells: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Path]:
+    """throughput.png and tpot.png for the first concurrency level, plus one pair per further level."""
+    simulated = bool(manifest.get("simulated"))
+    levels = list(manifest.get("settings", {}).get("concurrency", [1])) or [1]
+    out = []
+    for k, c in enumerate(levels):
+        suffix = "" if k == 0 else f"_c{c}"
+        out.append(throughput(run_dir / f"throughput{suffix}.png", rows, simulated, c))
+        out.append(tpot(run_dir / f"tpot{suffix}.png", run_dir, cells, simulated, c))
+    return out

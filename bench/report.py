@@ -1,0 +1,220 @@
+"""`bench report DIR`: rebuild summary.csv, summary.md and the plots from a bundle's JSON files.
+
+The summaries are a pure function of manifest.json, the result files and the request files, so
+`bench run` and `bench report` write byte-identical summary.md for the same bundle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench import bundle
+from bench.stats import fmt_mean_sd
+from launcher import atomic
+from launcher.errors import run_cli
+
+SIM_BANNER = (
+    "> **SIMULATED**: measured against the stand-in server (a test double with configured timings), "
+    "not a real engine on a GPU. The numbers show that the harness works; they say nothing about any host."
+)
+BASE = ("baseline", "off")
+CSV_FIELDS = [
+    "profile", "spec", "concurrency", "status", "valid", "invalid_reason", "correctness", "exact_match_rate",
+    "first_divergence", "output_throughput_mean", "output_throughput_sd", "speedup_vs_baseline_off",
+    "mean_ttft_ms_mean", "mean_ttft_ms_sd", "mean_tpot_ms_mean", "mean_tpot_ms_sd", "mean_itl_ms_mean",
+    "mean_itl_ms_sd", "p99_itl_ms_mean", "mean_e2e_latency_ms_mean", "accept_length_mean", "accept_length_sd",
+    "accept_length_source", "repeats_valid", "completed", "plan_digest", "switch_outcome", "simulated",
+]
+
+
+def rows(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (profile, spec, concurrency) with everything the tables and plots show."""
+    base_tps: dict[str, float] = {}
+    for c in cells:
+        if (c["profile"], c["spec"]) == BASE and c.get("valid"):
+            for level, agg in (c.get("by_concurrency") or {}).items():
+                if agg.get("output_throughput_mean"):
+                    base_tps[level] = agg["output_throughput_mean"]
+    out = []
+    levels = [str(x) for x in manifest.get("settings", {}).get("concurrency", [1])]
+    for c in cells:
+        by_c = c.get("by_concurrency") or {}
+        corr = c.get("correctness") or {}
+        for level in levels:
+            agg = by_c.get(level, {})
+            valid = bool(c.get("valid"))
+            status = "INVALID" if not valid else ("FAIL" if corr.get("status") == "FAIL" else "OK")
+            tps = agg.get("output_throughput_mean")
+            ref = base_tps.get(level)
+            out.append(
+                {
+                    "profile": c["profile"],
+                    "spec": c["spec"],
+                    "concurrency": int(level),
+                    "status": status,
+                    "valid": valid,
+                    "invalid_reason": c.get("invalid_reason"),
+                    "correctness": corr.get("status"),
+                    "correctness_reasons": corr.get("reasons") or [],
+                    "exact_match_rate": corr.get("exact_match_rate"),
+                    "first_divergence": corr.get("first_divergence"),
+                    "output_throughput_mean": tps,
+                    "output_throughput_sd": agg.get("output_throughput_sd"),
+                    "speedup_vs_baseline_off": tps / ref if valid and tps and ref else None,
+                    "mean_ttft_ms_mean": agg.get("mean_ttft_ms_mean"),
+                    "mean_ttft_ms_sd": agg.get("mean_ttft_ms_sd"),
+                    "mean_tpot_ms_mean": agg.get("mean_tpot_ms_mean"),
+                    "mean_tpot_ms_sd": agg.get("mean_tpot_ms_sd"),
+                    "mean_itl_ms_mean": agg.get("mean_itl_ms_mean"),
+                    "mean_itl_ms_sd": agg.get("mean_itl_ms_sd"),
+                    "p99_itl_ms_mean": agg.get("p99_itl_ms_mean"),
+                    "mean_e2e_latency_ms_mean": agg.get("mean_e2e_latency_ms_mean"),
+                    "accept_length_mean": agg.get("accept_length_mean"),
+                    "accept_length_sd": agg.get("accept_length_sd"),
+                    "accept_length_source": agg.get("accept_length_source"),
+                    "repeats_valid": agg.get("repeats_valid"),
+                    "completed": agg.get("completed"),
+                    "plan_digest": c.get("plan_digest"),
+                    "switch_outcome": (c.get("switch") or {}).get("outcome"),
+                    "simulated": bool(c.get("simulated")),
+                }
+            )
+    return out
+
+
+def _num(v: Any, digits: int = 1) -> str:
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def _host_line(host: dict[str, Any]) -> str:
+    if not host.get("available"):
+        return f"unavailable ({host.get('reason') or 'no nvidia-smi'})"
+    names: dict[str, int] = {}
+    for g in host.get("gpus", []):
+        names[g["name"]] = names.get(g["name"], 0) + 1
+    gpus = ", ".join(f"{n}x {name}" for name, n in names.items())
+    return f"{gpus}; driver {host.get('driver')}, CUDA {host.get('cuda')}, NCCL {host.get('nccl') or 'unknown'}"
+
+
+def correctness_text(r: dict[str, Any]) -> str:
+    status = r["correctness"] or "—"
+    if status == "FAIL" and r["correctness_reasons"]:
+        return "FAIL: " + "; ".join(r["correctness_reasons"])
+    return status
+
+
+def markdown(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> str:
+    s = manifest.get("settings", {})
+    sim = bool(manifest.get("simulated"))
+    title = f"# {'SIMULATED ' if sim else ''}Bench summary: run {manifest.get('run_id')}"
+    lines = [title, ""]
+    if sim:
+        lines += [SIM_BANNER, ""]
+    if not manifest.get("complete"):
+        why = "interrupted" if manifest.get("interrupted") else "stopped early"
+        lines += [f"**INCOMPLETE** ({why}): only the cells below were measured.", ""]
+    kit = manifest.get("kit", {})
+    server = manifest.get("server", {})
+    lines += [
+        f"- Host: {_host_line(manifest.get('host', {}))}",
+        f"- SGLang: {server.get('sglang_version') or 'unknown'} at {server.get('url')}",
+        f"- Kit: {kit.get('version') or 'unknown'} (git {(kit.get('git_sha') or 'unknown')[:12]})"
+        + (f", image {kit['image_id']}" if kit.get("image_id") else ""),
+        f"- Workload: {s.get('workload')} ({s.get('num_prompts')} prompts), API {s.get('api')}, "
+        f"max_tokens {s.get('max_tokens')}, ignore_eos {s.get('ignore_eos')}, temperature 0; "
+        f"{s.get('warmup')} warm-up requests after each switch (not counted); "
+        f"{s.get('repeats')} repeats at concurrency {', '.join(str(c) for c in s.get('concurrency', []))}",
+        "",
+        "| profile | spec | conc | status | tok/s (mean ± sd) | speedup vs baseline+off | TTFT ms | TPOT ms "
+        "| chunk gap ms | accept length | exact match | correctness |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows(manifest, cells):
+        if not r["valid"]:
+            lines.append(
+                f"| {r['profile']} | {r['spec']} | {r['concurrency']} | INVALID | invalid: {r['invalid_reason']} "
+                f"| — | — | — | — | — | — | {correctness_text(r)} |"
+            )
+            continue
+        speed = "—" if r["speedup_vs_baseline_off"] is None else f"{r['speedup_vs_baseline_off']:.2f}x"
+        accept = fmt_mean_sd(r["accept_length_mean"], r["accept_length_sd"], 2) if r["accept_length_mean"] else "—"
+        if r["accept_length_source"] == "metrics":
+            accept += " (metrics)"
+        exact = "—" if r["exact_match_rate"] is None else f"{r['exact_match_rate']:.0%}"
+        lines.append(
+            f"| {r['profile']} | {r['spec']} | {r['concurrency']} | {r['status']} "
+            f"| {fmt_mean_sd(r['output_throughput_mean'], r['output_throughput_sd'])} | {speed} "
+            f"| {fmt_mean_sd(r['mean_ttft_ms_mean'], r['mean_ttft_ms_sd'])} "
+            f"| {fmt_mean_sd(r['mean_tpot_ms_mean'], r['mean_tpot_ms_sd'], 2)} "
+            f"| {fmt_mean_sd(r['mean_itl_ms_mean'], r['mean_itl_ms_sd'], 2)} | {accept} | {exact} "
+            f"| {correctness_text(r)} |"
+        )
+    gate = manifest.get("gate", {})
+    lines += [
+        "",
+        "How to read it:",
+        "- tok/s: output tokens of all requests of a repeat / its wall time; mean ± sample sd over repeats.",
+        "- TTFT, TPOT, chunk gap: per-repeat means, then mean ± sd over repeats. TPOT = (e2e - TTFT) / "
+        "(tokens - 1). Chunk gap is the raw time between streamed chunks: under speculation one chunk is "
+        "one verify pass.",
+        "- accept length: completion_tokens / spec_verify_ct summed over the requests of a repeat "
+        "(per-request meta_info); '(metrics)' when it came from /metrics counter deltas instead.",
+        f"- correctness: greedy outputs vs baseline under the same spec; FAIL below "
+        f"{gate.get('min_exact_match', 0.9):.0%} exact match, or accept length under "
+        f"{gate.get('collapse_ratio', 0.6):.0%} of baseline's or at most {gate.get('min_accept', 1.05)}. "
+        "A FAIL profile is not a candidate, whatever its speed.",
+        "- INVALID: a request failed, a stream broke or the server restarted; no number is reported.",
+        "",
+        "Plots: throughput.png (tok/s, error bars = sd over repeats), tpot.png (per-request TPOT).",
+    ]
+    if sim:
+        lines += ["", "SIMULATED: every number above comes from the stand-in server."]
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows(manifest, cells):
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
+    return buf.getvalue()
+
+
+def build(run_dir: str | Path) -> list[Path]:
+    """Write summary.csv, summary.md and the PNG plots of one bundle; returns the paths."""
+    from bench import plots
+
+    d = Path(run_dir)
+    manifest, cells = bundle.load(d)
+    written = [
+        atomic.write_text(d / "summary.csv", csv_text(manifest, cells)),
+        atomic.write_text(d / "summary.md", markdown(manifest, cells)),
+    ]
+    written += plots.write_all(d, manifest, cells, rows(manifest, cells))
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench report", description="Rebuild summary.csv, summary.md and plots of a bundle.")
+    p.add_argument("dir", help="a bundle folder written by `bench run` (OUT/<run-id>)")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+
+    def body() -> int:
+        paths = build(args.dir)
+        manifest, _ = bundle.load(args.dir)
+        label = "SIMULATED " if manifest.get("simulated") else ""
+        for path in paths:
+            print(f"{label}wrote {path}")
+        return 0
+
+    return run_cli(body)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,410 @@
+"""What a torch-profiler trace says about communication: share of each step, all-reduces per step, latency.
+
+Step markers recognised (CPU `user_annotation` ranges, or their `gpu_user_annotation` mirrors), in
+order of preference; only the most specific tier present in the trace is used, so steps never nest:
+1. SGLang 0.5.23's per-forward spans `step[VERIFY bs=..]`, `step[DECODE ..]`, `step[DRAFT ..]`,
+   `step[EXTEND ..]`, `step[MIXED ..]`, ... (model_runner.forward, utils/profile_utils.py);
+2. its speculative stage spans `verify`, `draft`, `draft_extend` (speculative/spec_utils.py);
+3. any other annotation whose name contains verify, decode, draft, prefill/extend, forward, or
+   torch.profiler's own `ProfilerStep#N`.
+Modes map to kinds: VERIFY/TARGET_VERIFY -> verify, DECODE -> decode, DRAFT* -> draft,
+EXTEND/MIXED/SPLIT_PREFILL/PREBUILT -> prefill, IDLE -> ignored.
+
+A GPU kernel belongs to the step whose CPU range contains the runtime call that launched it (matched
+through the profiler's correlation id, which also covers cudaGraphLaunch replays); failing that, to
+the `gpu_user_annotation` range of a step that contains its start on the same device.
+
+Per step: GPU window = first kernel start to last kernel end; busy = union of kernel intervals;
+communication = union of communication-kernel intervals; idle = window - busy; communication share =
+communication / window. When a trace has no communication kernels but has host-side collective ops
+(CPU-only gloo traces, NCCL with one rank), the same figures come from the host ops' durations inside
+the step's CPU range, and the result says so.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bench.trace.classify import (
+    HOST_ALLREDUCE_ANNOTATIONS,
+    HOST_ALLREDUCE_OPS,
+    KernelClass,
+    classify_copy,
+    classify_kernel,
+)
+
+KERNEL_CATS = {"kernel", "gpu_op"}
+COPY_CATS = {"gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
+ANNOTATION_CATS = {"user_annotation"}
+GPU_ANNOTATION_CATS = {"gpu_user_annotation"}
+GAP_US = 5.0  # idle gaps shorter than this are launch jitter, not counted as gaps
+
+_STEP_MODE = re.compile(r"^step\[(?P<mode>[A-Za-z_0-9]+)")
+_MODE_KIND = {
+    "VERIFY": "verify",
+    "TARGET_VERIFY": "verify",
+    "DECODE": "decode",
+    "DRAFT": "draft",
+    "DRAFT_EXTEND": "draft",
+    "DRAFT_EXTEND_V2": "draft",
+    "EXTEND": "prefill",
+    "MIXED": "prefill",
+    "SPLIT_PREFILL": "prefill",
+    "PREBUILT": "prefill",
+    "DLLM_EXTEND": "prefill",
+    "IDLE": "",
+}
+_STAGE_KIND = {"verify": "verify", "draft": "draft", "draft_extend": "draft"}
+_GENERIC = (
+    ("verify", "verify"),
+    ("draft", "draft"),
+    ("decode", "decode"),
+    ("prefill", "prefill"),
+    ("extend", "prefill"),
+    ("forward", "forward"),
+    ("profilerstep", "forward"),
+)
+KIND_PREFERENCE = ("verify", "decode", "forward", "draft", "prefill")
+
+
+def step_kind(name: str) -> tuple[int, str] | None:
+    """(tier, kind) for a step marker name, or None if the name is not a step marker."""
+    m = _STEP_MODE.match(name)
+    if m:
+        mode = m.group("mode").upper()
+        return 0, _MODE_KIND.get(mode, mode.lower())
+    if name in _STAGE_KIND:
+        return 1, _STAGE_KIND[name]
+    low = name.lower()
+    if HOST_ALLREDUCE_ANNOTATIONS.match(name):
+        return None
+    for key, kind in _GENERIC:
+        if key in low:
+            return 2, kind
+    return None
+
+
+@dataclass
+class GpuEvent:
+    name: str
+    pid: Any
+    tid: Any
+    ts: float
+    dur: float
+    corr: Any
+    cls: KernelClass
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass
+class Span:
+    name: str
+    kind: str
+    pid: Any
+    tid: Any
+    ts: float
+    end: float
+    kernels: list[GpuEvent] = field(default_factory=list)
+    host_ops: list[tuple[float, float]] = field(default_factory=list)
+
+
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by possibly overlapping (start, end) intervals."""
+    return sum(e - s for s, e in merge_intervals(intervals))
+
+
+def merge_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for s, e in sorted(intervals):
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return merged
+
+
+def _num(x: Any) -> float | None:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+class _SpanIndex:
+    """Innermost-span lookup per (pid, tid) by timestamp."""
+
+    def __init__(self, spans: list[Span]) -> None:
+        self.by_key: dict[tuple[Any, Any], tuple[list[float], list[Span]]] = {}
+        groups: dict[tuple[Any, Any], list[Span]] = {}
+        for s in spans:
+            groups.setdefault((s.pid, s.tid), []).append(s)
+        for key, group in groups.items():
+            group.sort(key=lambda s: s.ts)
+            self.by_key[key] = ([s.ts for s in group], group)
+
+    def find(self, pid: Any, tid: Any, ts: float, any_tid: bool = False) -> Span | None:
+        keys = [k for k in self.by_key if k[0] == pid] if any_tid else [(pid, tid)]
+        best: Span | None = None
+        for key in keys:
+            if key not in self.by_key:
+                continue
+            starts, group = self.by_key[key]
+            i = bisect.bisect_right(starts, ts) - 1
+            for j in range(i, max(i - 64, -1), -1):
+                if group[j].ts <= ts <= group[j].end:
+                    if best is None or group[j].ts > best.ts:
+                        best = group[j]
+                    break
+        return best
+
+
+def _stats(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"count": 0, "mean_us": None, "p50_us": None, "p99_us": None, "total_us": 0.0}
+    arr = np.asarray(values, dtype=float)
+    return {
+        "count": int(arr.size),
+        "mean_us": round(float(arr.mean()), 3),
+        "p50_us": round(float(np.percentile(arr, 50)), 3),
+        "p99_us": round(float(np.percentile(arr, 99)), 3),
+        "total_us": round(float(arr.sum()), 3),
+    }
+
+
+def _collect(
+    events: list[dict[str, Any]],
+) -> tuple[list[GpuEvent], dict[Any, tuple[Any, Any, float]], list[dict[str, Any]]]:
+    kernels: list[GpuEvent] = []
+    launches: dict[Any, tuple[Any, Any, float]] = {}
+    cpu: list[dict[str, Any]] = []
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        cat = str(e.get("cat", "")).lower()
+        ts, dur = _num(e.get("ts")), _num(e.get("dur"))
+        if ts is None or dur is None:
+            continue
+        args = e.get("args") or {}
+        corr = args.get("correlation") if isinstance(args, dict) else None
+        name = str(e.get("name", ""))
+        if cat in KERNEL_CATS or cat in COPY_CATS:
+            cls = classify_kernel(name) if cat in KERNEL_CATS else classify_copy(name)
+            kernels.append(GpuEvent(name, e.get("pid"), e.get("tid"), ts, dur, corr, cls))
+        elif cat in RUNTIME_CATS:
+            if corr is not None:
+                launches[corr] = (e.get("pid"), e.get("tid"), ts)
+        elif cat in ANNOTATION_CATS or cat in GPU_ANNOTATION_CATS or cat == "cpu_op":
+            cpu.append({**e, "cat": cat, "ts": ts, "dur": dur})
+    return kernels, launches, cpu
+
+
+def _steps(cpu: list[dict[str, Any]]) -> tuple[list[Span], list[Span], int | None]:
+    """CPU step spans and GPU-annotation step spans of the most specific tier present."""
+    marked = []
+    for e in cpu:
+        if e["cat"] not in ANNOTATION_CATS and e["cat"] not in GPU_ANNOTATION_CATS:
+            continue
+        sk = step_kind(str(e.get("name", "")))
+        if sk is None or not sk[1]:
+            continue
+        marked.append((sk[0], sk[1], e))
+    if not marked:
+        return [], [], None
+    tier = min(t for t, _, _ in marked)
+    host, gpu = [], []
+    for t, kind, e in marked:
+        if t != tier:
+            continue
+        span = Span(str(e["name"]), kind, e.get("pid"), e.get("tid"), e["ts"], e["ts"] + e["dur"])
+        (gpu if e["cat"] in GPU_ANNOTATION_CATS else host).append(span)
+    return host, gpu, tier
+
+
+def _host_allreduces(cpu: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    ops = [e for e in cpu if e["cat"] == "cpu_op" and e.get("name") in HOST_ALLREDUCE_OPS]
+    if ops:
+        return ops
+    return [
+        e
+        for e in cpu
+        if e["cat"] in ANNOTATION_CATS and HOST_ALLREDUCE_ANNOTATIONS.match(str(e.get("name", "")))
+    ]
+
+
+def _device_timelines(kernels: list[GpuEvent]) -> list[dict[str, Any]]:
+    devices: dict[Any, list[GpuEvent]] = {}
+    for k in kernels:
+        devices.setdefault(k.pid, []).append(k)
+    out = []
+    for pid, ks in sorted(devices.items(), key=lambda kv: str(kv[0])):
+        busy = merge_intervals([(k.ts, k.end) for k in ks])
+        span = busy[-1][1] - busy[0][0]
+        gaps = [b[0] - a[1] for a, b in zip(busy, busy[1:], strict=False) if b[0] - a[1] >= GAP_US]
+        comm = union_length([(k.ts, k.end) for k in ks if k.cls.is_comm])
+        streams: dict[Any, list[GpuEvent]] = {}
+        for k in ks:
+            streams.setdefault(k.tid, []).append(k)
+        busy_len = sum(e - s for s, e in busy)
+        out.append(
+            {
+                "device": pid,
+                "span_ms": round(span / 1000, 3),
+                "busy_ms": round(busy_len / 1000, 3),
+                "comm_ms": round(comm / 1000, 3),
+                "idle_ms": round((span - busy_len) / 1000, 3),
+                "idle_gaps": len(gaps),
+                "largest_gap_us": round(max(gaps), 3) if gaps else 0.0,
+                "streams": [
+                    {
+                        "stream": tid,
+                        "kernels": len(sk),
+                        "busy_ms": round(union_length([(k.ts, k.end) for k in sk]) / 1000, 3),
+                        "comm_ms": round(
+                            union_length([(k.ts, k.end) for k in sk if k.cls.is_comm]) / 1000, 3
+                        ),
+                    }
+                    for tid, sk in sorted(streams.items(), key=lambda kv: str(kv[0]))
+                ],
+            }
+        )
+    return out
+
+
+def _step_record(span: Span) -> dict[str, Any]:
+    ks = span.kernels
+    rec: dict[str, Any] = {
+        "kind": span.kind,
+        "name": span.name,
+        "cpu_ms": round((span.end - span.ts) / 1000, 4),
+        "gpu_window_ms": 0.0,
+        "gpu_busy_ms": 0.0,
+        "comm_ms": 0.0,
+        "allreduces": sum(1 for k in ks if k.cls.is_allreduce),
+        "comm_kernels": sum(1 for k in ks if k.cls.is_comm),
+        "host_allreduces": len(span.host_ops),
+        "host_comm_ms": round(union_length(span.host_ops) / 1000, 4),
+    }
+    if ks:
+        window = max(k.end for k in ks) - min(k.ts for k in ks)
+        rec["gpu_window_ms"] = round(window / 1000, 4)
+        rec["gpu_busy_ms"] = round(union_length([(k.ts, k.end) for k in ks]) / 1000, 4)
+        rec["comm_ms"] = round(union_length([(k.ts, k.end) for k in ks if k.cls.is_comm]) / 1000, 4)
+    return rec
+
+
+def _summarise_steps(records: list[dict[str, Any]], source: str) -> dict[str, dict[str, Any]]:
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        kinds.setdefault(r["kind"], []).append(r)
+    out = {}
+    for kind, rs in kinds.items():
+        n = len(rs)
+        if source == "host":
+            denom = sum(r["cpu_ms"] for r in rs)
+            comm = sum(r["host_comm_ms"] for r in rs)
+            ars = sum(r["host_allreduces"] for r in rs)
+        else:
+            denom = sum(r["gpu_window_ms"] for r in rs)
+            comm = sum(r["comm_ms"] for r in rs)
+            ars = sum(r["allreduces"] for r in rs)
+        out[kind] = {
+            "steps": n,
+            "mean_cpu_ms": round(sum(r["cpu_ms"] for r in rs) / n, 4),
+            "mean_gpu_window_ms": round(sum(r["gpu_window_ms"] for r in rs) / n, 4),
+            "mean_gpu_busy_ms": round(sum(r["gpu_busy_ms"] for r in rs) / n, 4),
+            "mean_comm_ms": round(comm / n, 4),
+            "comm_share": round(comm / denom, 4) if denom > 0 else None,
+            "allreduces_per_step": round(ars / n, 3),
+            "host_allreduces_per_step": round(sum(r["host_allreduces"] for r in rs) / n, 3),
+        }
+    return out
+
+
+def analyse_events(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The full analysis as a JSON-able dict (see module docstring for the definitions)."""
+    kernels, launches, cpu = _collect(events)
+    host_spans, gpu_spans, tier = _steps(cpu)
+    host_index, gpu_index = _SpanIndex(host_spans), _SpanIndex(gpu_spans)
+    for k in kernels:
+        span = None
+        launch = launches.get(k.corr) if k.corr is not None else None
+        if launch is not None:
+            span = host_index.find(launch[0], launch[1], launch[2])
+        if span is None and gpu_spans:
+            span = gpu_index.find(k.pid, k.tid, k.ts, any_tid=True)
+        if span is not None:
+            span.kernels.append(k)
+    host_ar = _host_allreduces(cpu)
+    for op in host_ar:
+        span = host_index.find(op.get("pid"), op.get("tid"), op["ts"])
+        if span is None:  # process-group work threads: any thread of the same process
+            span = host_index.find(op.get("pid"), op.get("tid"), op["ts"], any_tid=True)
+        if span is not None:
+            span.host_ops.append((op["ts"], op["ts"] + op["dur"]))
+
+    comm_kernels = [k for k in kernels if k.cls.is_comm]
+    source = "gpu" if comm_kernels else ("host" if host_ar else "none")
+    steps = host_spans if host_spans else gpu_spans
+    records = [_step_record(s) for s in steps if s.kernels or s.host_ops or source == "host"]
+    families: dict[str, list[float]] = {}
+    for k in comm_kernels:
+        families.setdefault(k.cls.family, []).append(k.dur)
+    ar_durations = [k.dur for k in comm_kernels if k.cls.is_allreduce]
+    result: dict[str, Any] = {
+        "source": source,
+        "step_marker_tier": tier,
+        "kernels": len(kernels),
+        "comm_kernels": len(comm_kernels),
+        "allreduce": _stats(ar_durations),
+        "comm_by_family": {f: _stats(d) for f, d in sorted(families.items())},
+        "host_allreduce": _stats([op["dur"] for op in host_ar]),
+        "devices": _device_timelines(kernels) if kernels else [],
+        "steps": _summarise_steps(records, "host" if source == "host" else "gpu"),
+        "step_records": records,
+    }
+    result["verdict"] = verdict(result)
+    return result
+
+
+def _main_kind(steps: dict[str, dict[str, Any]]) -> str | None:
+    for kind in KIND_PREFERENCE:
+        if kind in steps:
+            return kind
+    return next(iter(steps), None)
+
+
+def verdict(result: dict[str, Any]) -> str:
+    """One line: 'communication 70% of verify; 122 all-reduces/step; mean 205 µs'."""
+    source = result["source"]
+    if source == "none":
+        return f"no communication found: no communication kernels and no host all-reduce ops in {result['kernels']} GPU events"
+    stats = result["allreduce"] if source == "gpu" else result["host_allreduce"]
+    mean = f"mean {stats['mean_us']:.0f} µs" if stats["mean_us"] is not None else "no all-reduces"
+    note = ""
+    if source == "host":
+        note = " (host-side op time: the trace has no communication kernels" + (
+            ", e.g. NCCL with one rank)" if result["kernels"] else ", CPU-only trace)"
+        )
+    kind = _main_kind(result["steps"])
+    if kind is None:
+        if source == "gpu":
+            busy = sum(d["busy_ms"] for d in result["devices"])
+            comm = sum(d["comm_ms"] for d in result["devices"])
+            share = f"{comm / busy:.0%} of GPU busy time" if busy > 0 else "of unknown share"
+        else:
+            share = "of unknown share"
+        return f"communication {share} (no step markers); {stats['count']} all-reduces; {mean}{note}"
+    s = result["steps"][kind]
+    share = f"{s['comm_share']:.0%}" if s["comm_share"] is not None else "?"
+    per_step = s["allreduces_per_step"]
+    per_step_text = f"{per_step:.0f}" if per_step == int(per_step) else f"{per_step:.1f}"
+    return f"communication {share} of {kind}; {per_step_text} all-reduces/step; {mean}{note}"

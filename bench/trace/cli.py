@@ -1,0 +1,75 @@
+"""`bench trace FILE` or `bench trace --url URL --steps N`: how much of each step is communication."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from launcher.errors import UserError, run_cli
+
+EPILOG = """step markers recognised: SGLang's step[VERIFY ..]/step[DECODE ..]/step[DRAFT ..]/step[EXTEND ..]
+spans, its verify/draft/draft_extend stage spans, else any annotation naming verify, decode, draft,
+prefill/extend, forward or ProfilerStep#N. Communication kernels: NCCL, FlashInfer PCIe IPC,
+TensorRT-LLM/FlashInfer fused all-reduce, SGLang/vLLM custom all-reduce, torch symmetric memory,
+MSCCL++, DeepEP dispatch/combine, peer-to-peer copies."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bench trace",
+        description="Analyse a torch-profiler Chrome trace (.json/.json.gz), or capture one from a running server.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument("file", nargs="?", help="trace file to analyse")
+    p.add_argument("--url", help="server to capture from, e.g. http://127.0.0.1:30000")
+    p.add_argument("--steps", type=int, default=8, help="forward steps to profile with --url (default 8)")
+    p.add_argument("--out", help="directory the server writes the trace to (default results/traces)")
+    p.add_argument(
+        "--server-dir", help="the same directory as the server sees it, if it differs (containers)"
+    )
+    p.add_argument(
+        "--no-load", action="store_true", help="do not send a request to drive steps while profiling"
+    )
+    p.add_argument(
+        "--timeout-s", type=float, default=120.0, help="how long to wait for the trace (default 120)"
+    )
+    p.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
+    from bench.trace.analyse import analyse_events
+    from bench.trace.load import load_events
+
+    if bool(args.file) == bool(args.url):
+        raise UserError("give either a trace FILE or --url URL (with --steps N), not both or neither")
+    if args.file:
+        path = Path(args.file)
+    else:
+        from bench.trace.capture import capture
+
+        out = Path(args.out or "results/traces")
+        path = capture(args.url, args.steps, out, args.server_dir, not args.no_load, args.timeout_s)
+        print(f"captured {path}", file=sys.stderr)
+    result = {"file": str(path), **analyse_events(load_events(path))}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        from bench.trace.report import print_report
+
+        print_report(result)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for `bench trace ...`."""
+    args = build_parser().parse_args(argv)
+    return run_cli(lambda: _run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

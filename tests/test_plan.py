@@ -1,0 +1,222 @@
+"""Plans: command line composition, digest, and golden plans for every profile x spec mode."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers_profiles import BUILTIN, ENV, REPO, clean_env, facts, profile_toml, write_profiles
+
+from launcher import plan as plans
+from launcher import profile as profiles
+from launcher.errors import UserError
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+PROFILE_NAMES = sorted(p.stem for p in BUILTIN.glob("*.toml") if p.stem != "base")
+SPEC_MODES = sorted(p.stem for p in (BUILTIN / "spec").glob("*.toml"))
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    clean_env(monkeypatch)
+
+
+@pytest.fixture
+def user(tmp_path, monkeypatch):
+    def write(files: dict[str, str]) -> Path:
+        root = write_profiles(tmp_path / "user", files)
+        monkeypatch.setenv("KIT_PROFILES_DIR", str(root))
+        return root
+
+    return write
+
+
+# ---- argv ---------------------------------------------------------------------------------------
+
+
+def test_argv_starts_with_sglang_module_call():
+    plan = plans.build_plan("baseline", "off", environ=ENV)
+    assert plan.argv[:3] == ["python", "-m", "sglang.launch_server"]
+    assert plan.argv[3:] == plan.flags
+
+
+def test_kit_server_cmd_is_split_shell_style():
+    env = {**ENV, "KIT_SERVER_CMD": "'/opt/my env/bin/python' -m launcher.standin --label \"a b\""}
+    plan = plans.build_plan("baseline", "off", environ=env)
+    assert plan.argv[:5] == ["/opt/my env/bin/python", "-m", "launcher.standin", "--label", "a b"]
+    assert plan.argv[5:] == plan.flags
+
+
+def test_blank_kit_server_cmd_means_default():
+    assert plans.server_cmd({"KIT_SERVER_CMD": "   "}) == ["python", "-m", "sglang.launch_server"]
+
+
+def test_true_is_bare_flag_false_omitted_lists_expand(user):
+    user(
+        {
+            "parent.toml": profile_toml("p", server={"enable-metrics": False, "dropped-flag": "x"}),
+            "p.toml": profile_toml(
+                "p",
+                extends="parent",
+                server={
+                    "dropped-flag": False,
+                    "enable-foo": True,
+                    "cuda-graph-bs-decode": [1, 2, 4],
+                    "mem-fraction-static": 0.85,
+                    "label": "${DRAFT_MODEL_PATH}",
+                },
+            ),
+        }
+    )
+    flags = plans.build_plan("p", "off", environ=ENV).flags
+    assert "--enable-metrics" not in flags  # base sets it, the parent unsets it
+    assert "--dropped-flag" not in flags
+    i = flags.index("--enable-foo")
+    assert flags[i + 1].startswith("--")  # bare flag, no value after it
+    i = flags.index("--cuda-graph-bs-decode")
+    assert flags[i + 1 : i + 4] == ["1", "2", "4"]
+    i = flags.index("--mem-fraction-static")
+    assert flags[i + 1] == "0.85"
+    assert flags[flags.index("--label") + 1] == "/models/draft"
+    assert flags[-2:] == ["--label", "/models/draft"]
+
+
+def test_flags_use_the_full_key_names_of_the_profile():
+    res = profiles.load("fused")
+    profiles.apply_spec(res, "eagle3")
+    plan = plans.build_plan("fused", "eagle3", environ=ENV)
+    names = [t for t in plan.flags if t.startswith("--")]
+    assert names == [f"--{k}" for k in res.server]
+    assert plan.flags[plan.flags.index("--tp-size") + 1] == "8"
+    assert plan.flags[plan.flags.index("--model-path") + 1] == "/models/target"
+    assert plan.flags[plan.flags.index("--speculative-draft-model-path") + 1] == "/models/draft"
+    assert "--trust-remote-code" in plan.flags and "--enable-metrics" in plan.flags
+
+
+def test_env_values_are_strings():
+    plan = plans.build_plan("custom-ar", "eagle3", environ=ENV)
+    assert plan.env["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"] == "1"
+    assert plan.env["NCCL_CUMEM_ENABLE"] == "0"
+    assert plan.env["NCCL_BUFFSIZE"] == "1048576"
+    assert plan.env["SGLANG_PCIE_IPC_MAX_NUMEL"] == "917504"
+    assert all(isinstance(v, str) for v in plan.env.values())
+
+
+def test_kit_knobs_reach_env_and_flags():
+    env = {**ENV, "KIT_TP_SIZE": "4", "KIT_NCCL_P2P_LEVEL": "PXB", "KIT_SERVER_PORT": "31000"}
+    plan = plans.build_plan("ep", "off", environ=env)
+    assert plan.env["NCCL_P2P_LEVEL"] == "PXB"
+    assert plan.flags[plan.flags.index("--tp-size") + 1] == "4"
+    assert plan.flags[plan.flags.index("--ep-size") + 1] == "4"
+    assert plan.flags[plan.flags.index("--port") + 1] == "31000"
+
+
+def test_plan_carries_patches_requires_sources():
+    plan = plans.build_plan("fused", "eagle3", environ=ENV)
+    assert plan.patches == ["sm120-allreduce-fusion"]
+    assert plan.requires["interconnect"] == "pcie" and plan.requires["p2p"] is True
+    assert plan.sources == [str(BUILTIN / f) for f in ("base.toml", "nccl-tuned.toml", "fused.toml", "spec/eagle3.toml")]
+    assert plan.name == "fused" and plan.spec == "eagle3" and plan.status == "stable"
+
+
+def test_build_plan_raises_with_every_blocking_finding(user):
+    root = user({"p.toml": profile_toml("p", env={"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL128"}, requires={"interconnect": "pcie"})})
+    with pytest.raises(UserError) as exc:
+        plans.build_plan("p", "off", environ=ENV)
+    msg = str(exc.value)
+    assert "env.NCCL_ALGO" in msg and "env.NCCL_PROTO" in msg
+    assert msg.count(str(root / "p.toml")) == 2
+
+
+def test_ineligible_blocks_build_but_evaluate_returns_it():
+    f = facts("pcie-switch", "12.0")
+    plan, findings = plans.evaluate("symm-mem", "off", f, environ=ENV)
+    assert {x.level for x in findings} >= {"ineligible"}
+    assert plan.name == "symm-mem"
+    with pytest.raises(UserError, match="torch symm-mem"):
+        plans.build_plan("symm-mem", "off", f, environ=ENV)
+
+
+def test_check_environ_turns_unset_into_placeholders():
+    env = plans.check_environ({})
+    plan, _ = plans.evaluate("baseline", "eagle3", environ=env)
+    assert plan.flags[plan.flags.index("--model-path") + 1] == "<MODEL_PATH>"
+    assert plan.flags[plan.flags.index("--speculative-draft-model-path") + 1] == "<DRAFT_MODEL_PATH>"
+    assert env.used == {"MODEL_PATH", "DRAFT_MODEL_PATH"}
+
+
+def test_default_environ_is_the_process_environment(monkeypatch):
+    monkeypatch.setenv("MODEL_PATH", "/from/os/environ")
+    plan = plans.build_plan("baseline", "off")
+    assert plan.flags[plan.flags.index("--model-path") + 1] == "/from/os/environ"
+
+
+# ---- digest -------------------------------------------------------------------------------------
+
+
+def test_digest_changes_with_env_or_flags_not_with_server_cmd():
+    base = plans.build_plan("nccl-tuned", "eagle3", environ=ENV)
+    same_cmd = plans.build_plan("nccl-tuned", "eagle3", environ={**ENV, "KIT_SERVER_CMD": "python -m launcher.standin"})
+    env_changed = plans.build_plan("nccl-tuned", "eagle3", environ={**ENV, "KIT_NCCL_P2P_LEVEL": "PHB"})
+    flag_changed = plans.build_plan("nccl-tuned", "eagle3", environ={**ENV, "MODEL_PATH": "/models/other"})
+    spec_changed = plans.build_plan("nccl-tuned", "ngram", environ=ENV)
+    assert same_cmd.argv != base.argv
+    assert same_cmd.digest() == base.digest()
+    assert env_changed.digest() != base.digest()
+    assert flag_changed.digest() != base.digest()
+    assert spec_changed.digest() != base.digest()
+    assert len({base.digest(), env_changed.digest(), flag_changed.digest(), spec_changed.digest()}) == 4
+    assert base.to_json()["digest"] == base.digest()
+
+
+def test_digest_is_stable_across_calls():
+    a = plans.build_plan("fused", "eagle3", environ=ENV).digest()
+    b = plans.build_plan("fused", "eagle3", environ=dict(reversed(list(ENV.items())))).digest()
+    assert a == b and len(a) == 16
+
+
+def test_profiles_differ_in_digest():
+    digests = {plans.build_plan(n, "eagle3", environ=ENV).digest() for n in PROFILE_NAMES}
+    assert len(digests) == len(PROFILE_NAMES)
+
+
+# ---- golden plans -------------------------------------------------------------------------------
+
+
+def _golden_doc(name: str, spec: str) -> dict:
+    plan = plans.build_plan(name, spec, environ=ENV)
+    doc = plan.to_json()
+    # Paths relative to the repository root, so the files compare equal on any checkout.
+    doc["sources"] = [Path(s).relative_to(REPO).as_posix() for s in doc["sources"]]
+    return doc
+
+
+@pytest.mark.parametrize("spec", SPEC_MODES)
+@pytest.mark.parametrize("name", PROFILE_NAMES)
+def test_golden_plan(name, spec):
+    path = GOLDEN / f"{name}__{spec}.json"
+    doc = _golden_doc(name, spec)
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"{path} is missing; regenerate with UPDATE_GOLDEN=1"
+    expected = path.read_text()
+    assert json.loads(expected) == doc, f"plan {name}+{spec} changed; review, then regenerate with UPDATE_GOLDEN=1"
+    assert expected == text  # byte for byte, including key order and formatting
+
+
+def test_golden_set_has_no_stale_files():
+    expected = {f"{n}__{s}.json" for n in PROFILE_NAMES for s in SPEC_MODES}
+    assert {p.name for p in GOLDEN.glob("*.json")} == expected
+
+
+def test_golden_plans_are_substantive():
+    fused = json.loads((GOLDEN / "fused__eagle3.json").read_text())
+    assert fused["argv"][:3] == ["python", "-m", "sglang.launch_server"]
+    assert fused["env"]["NCCL_PROTO"] == "LL" and fused["env"]["NCCL_ALGO"] == "Ring"
+    assert "--speculative-algorithm" in fused["argv"] and "EAGLE3" in fused["argv"]
+    off = json.loads((GOLDEN / "baseline__off.json").read_text())
+    assert off["env"] == {} and not any(t.startswith("--speculative") for t in off["argv"])

@@ -1,0 +1,365 @@
+"""Profile files: schema, discovery, `extends`, base.toml first, spec overlay last, `false` unsets."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from helpers_profiles import BUILTIN, ENV, clean_env, profile_toml, write_profiles
+
+from launcher import profile as profiles
+from launcher.errors import UserError
+from launcher.plan import build_plan
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    clean_env(monkeypatch)
+
+
+@pytest.fixture
+def builtin(tmp_path, monkeypatch) -> Path:
+    """An isolated built-in folder with a base and two spec overlays."""
+    root = write_profiles(
+        tmp_path / "builtin",
+        {
+            "base.toml": profile_toml(
+                "base", env={"BASE_ONLY": "b", "SHARED": "base"}, server={"model-path": "/m", "port": 1, "host": "h"}
+            ),
+            "spec/on.toml": profile_toml("spec on", server={"port": 3, "speculative-algorithm": "EAGLE3"}),
+            "spec/off.toml": profile_toml("spec off"),
+        },
+    )
+    monkeypatch.setenv("KIT_BUILTIN_PROFILES_DIR", str(root))
+    return root
+
+
+def user_dir(tmp_path: Path, monkeypatch, files: dict[str, str], name: str = "user") -> Path:
+    root = write_profiles(tmp_path / name, files)
+    monkeypatch.setenv("KIT_PROFILES_DIR", str(root))
+    return root
+
+
+# ---- extends, merging, false ------------------------------------------------------------------
+
+
+def test_extends_chain_merges_env_and_server_child_wins(builtin):
+    write_profiles(
+        builtin,
+        {
+            "grand.toml": profile_toml("g", env={"G": "g", "X": "grand"}, server={"g-flag": True, "x-flag": "grand"}),
+            "parent.toml": profile_toml("p", extends="grand", env={"P": "p", "X": "parent"}, server={"x-flag": "parent"}),
+            "child.toml": profile_toml("c", extends="parent", env={"X": "child"}, server={"c-flag": 7}),
+        },
+    )
+    res = profiles.load("child")
+    assert res.env == {"BASE_ONLY": "b", "SHARED": "base", "G": "g", "X": "child", "P": "p"}
+    assert res.server["x-flag"] == "parent"
+    assert res.server["g-flag"] is True
+    assert res.server["c-flag"] == 7
+    assert [p.stem for p in res.chain] == ["base", "grand", "parent", "child"]
+    assert res.origin["env.X"] == builtin / "child.toml"
+    assert res.origin["server.x-flag"] == builtin / "parent.toml"
+    assert res.origin["env.BASE_ONLY"] == builtin / "base.toml"
+    assert res.description == "c"
+
+
+def test_false_unsets_inherited_env_and_server_keys(builtin):
+    write_profiles(
+        builtin,
+        {
+            "parent.toml": profile_toml("p", env={"DROP": "1", "KEEP": "1"}, server={"drop-flag": True, "keep-flag": 2}),
+            "child.toml": profile_toml(
+                "c", extends="parent", env={"DROP": False, "SHARED": False}, server={"drop-flag": False, "host": False}
+            ),
+        },
+    )
+    res = profiles.load("child")
+    assert "DROP" not in res.env and "SHARED" not in res.env  # from the parent and from base.toml
+    assert res.env["KEEP"] == "1"
+    assert "drop-flag" not in res.server and "host" not in res.server
+    assert res.server["keep-flag"] == 2
+
+
+def test_zero_is_a_value_not_an_unset(builtin):
+    write_profiles(builtin, {"p.toml": profile_toml("p", env={"NCCL_CUMEM_ENABLE": 0})})
+    assert profiles.load("p").env["NCCL_CUMEM_ENABLE"] == 0
+
+
+def test_requires_merge_child_overrides_fields(builtin):
+    write_profiles(
+        builtin,
+        {
+            "parent.toml": profile_toml("p", requires={"interconnect": "pcie", "p2p": True, "patches": ["a"]}),
+            "child.toml": profile_toml("c", extends="parent", requires={"patches": [], "sm": ["12.0"]}),
+        },
+    )
+    req = profiles.load("child").requires
+    assert req.interconnect == "pcie" and req.p2p is True
+    assert req.patches == [] and req.sm == ["12.0"]
+
+
+def test_base_first_profile_next_spec_last(builtin):
+    write_profiles(builtin, {"p.toml": profile_toml("p", server={"port": 2, "host": "mine"})})
+    res = profiles.load("p")
+    assert res.server["port"] == 2  # profile over base
+    assert res.server["model-path"] == "/m"  # base key kept
+    profiles.apply_spec(res, "on")
+    assert res.server["port"] == 3  # spec overlay over profile
+    assert res.server["host"] == "mine"
+    assert res.server["speculative-algorithm"] == "EAGLE3"
+    assert res.chain[0] == builtin / "base.toml"
+    assert res.chain[-1] == builtin / "spec" / "on.toml"
+    assert res.origin["server.port"] == builtin / "spec" / "on.toml"
+
+
+def test_unknown_spec_mode_lists_known(builtin):
+    write_profiles(builtin, {"p.toml": profile_toml("p")})
+    res = profiles.load("p")
+    with pytest.raises(UserError) as exc:
+        profiles.apply_spec(res, "medusa")
+    assert "medusa" in str(exc.value)
+    assert "off, on" in str(exc.value)
+
+
+def test_real_profiles_inherit_nccl_tuned():
+    res = profiles.load("fused")
+    assert [p.stem for p in res.chain] == ["base", "nccl-tuned", "fused"]
+    assert res.env["NCCL_PROTO"] == "LL"  # from nccl-tuned
+    assert res.server["flashinfer-allreduce-fusion-backend"] == "trtllm"
+    assert res.server["trust-remote-code"] is True  # from base.toml
+    assert res.requires.patches == ["sm120-allreduce-fusion"]
+    assert res.requires.interconnect == "pcie"  # inherited
+
+
+# ---- discovery ----------------------------------------------------------------------------------
+
+
+def test_kit_profiles_dir_is_colon_separated_and_shadows_builtins(tmp_path, monkeypatch):
+    first = write_profiles(tmp_path / "first", {"fused.toml": profile_toml("first fused"), "mine.toml": profile_toml("m1")})
+    second = write_profiles(
+        tmp_path / "second", {"mine.toml": profile_toml("m2"), "other.toml": profile_toml("o", extends="fused")}
+    )
+    monkeypatch.setenv("KIT_PROFILES_DIR", f"{first}::{second}")
+    assert profiles.search_dirs() == [first, second, BUILTIN]
+    names = profiles.available_names()
+    assert {"fused", "mine", "other", "baseline", "symm-mem"} <= set(names)
+    assert "base" not in names
+    assert profiles.load("fused").description == "first fused"
+    assert profiles.load("fused").path == first / "fused.toml"
+    assert profiles.load("mine").description == "m1"  # the first folder wins
+    # `extends` resolves through the same search order: the user's fused, not the built-in one.
+    assert profiles.load("other").chain[-2] == first / "fused.toml"
+
+
+def test_user_base_toml_shadows_builtin_base(tmp_path, monkeypatch):
+    user_dir(tmp_path, monkeypatch, {"base.toml": profile_toml("my base", env={"MINE": "1"}), "p.toml": profile_toml("p")})
+    res = profiles.load("p")
+    assert res.env == {"MINE": "1"}
+    assert "model-path" not in res.server
+
+
+def test_describe_all_lists_every_profile_with_status(tmp_path, monkeypatch):
+    user_dir(tmp_path, monkeypatch, {"new.toml": profile_toml("brand new")})
+    rows = {r["name"]: r for r in profiles.describe_all()}
+    builtin_names = {p.stem for p in BUILTIN.glob("*.toml")} - {"base"}
+    assert set(rows) == builtin_names | {"new"}
+    assert rows["new"]["status"] == "experimental"  # the default when status is omitted
+    assert rows["new"]["description"] == "brand new"
+    for name in builtin_names:
+        raw = tomllib.loads((BUILTIN / f"{name}.toml").read_text())
+        assert rows[name]["description"] == raw["description"]
+        assert rows[name]["status"] == raw["status"]
+
+
+def test_unknown_profile_lists_known_names():
+    with pytest.raises(UserError) as exc:
+        profiles.load("nope")
+    msg = str(exc.value)
+    assert "unknown profile 'nope'" in msg
+    for name in ("baseline", "custom-ar", "fused", "nccl-tuned", "symm-mem"):
+        assert name in msg
+
+
+def test_base_is_not_a_profile():
+    with pytest.raises(UserError, match="unknown profile 'base'"):
+        profiles.load("base")
+
+
+# ---- expansion ----------------------------------------------------------------------------------
+
+
+def test_variable_expansion_with_and_without_default(tmp_path, monkeypatch):
+    user_dir(
+        tmp_path,
+        monkeypatch,
+        {"p.toml": profile_toml("p", env={"A": "${FOO}", "B": "${BAR:-dflt}", "C": "x${FOO}y"}, server={"x": "${BAR:-9}"})},
+    )
+    plan = build_plan("p", "off", environ={**ENV, "FOO": "foo"})
+    assert plan.env["A"] == "foo" and plan.env["B"] == "dflt" and plan.env["C"] == "xfooy"
+    assert plan.flags[-2:] == ["--x", "9"]
+    plan = build_plan("p", "off", environ={**ENV, "FOO": "f", "BAR": "bar"})
+    assert plan.env["B"] == "bar" and plan.flags[-2:] == ["--x", "bar"]
+
+
+def test_unset_variable_names_variable_file_and_key(tmp_path, monkeypatch):
+    root = user_dir(tmp_path, monkeypatch, {"p.toml": profile_toml("p", env={"A": "${NOT_SET_ANYWHERE}"})})
+    with pytest.raises(UserError) as exc:
+        build_plan("p", "off", environ=ENV)
+    msg = str(exc.value)
+    assert "NOT_SET_ANYWHERE" in msg
+    assert str(root / "p.toml") in msg
+    assert "env.A" in msg
+
+
+def test_unset_model_path_names_base_toml():
+    with pytest.raises(UserError) as exc:
+        build_plan("baseline", "off", environ={"DRAFT_MODEL_PATH": "/d"})
+    assert "MODEL_PATH" in str(exc.value)
+    assert str(BUILTIN / "base.toml") in str(exc.value)
+    assert "server.model-path" in str(exc.value)
+
+
+# ---- schema errors ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ('description = "x"\nstatus = \n', 2),
+        ('description = "x"\n[env\nA = 1\n', 2),
+        ('description = "x"\n\n[env]\nA = "unterminated\n', 4),
+        ('description = "x"\n[env]\nA = 1\nA = 2\n', 4),
+    ],
+)
+def test_toml_syntax_error_has_file_and_line(tmp_path, monkeypatch, text, line):
+    root = user_dir(tmp_path, monkeypatch, {"bad.toml": text})
+    with pytest.raises(UserError) as exc:
+        profiles.load("bad")
+    assert f"{root / 'bad.toml'}:{line}:" in str(exc.value)
+    assert "TOML syntax error" in str(exc.value)
+
+
+def test_bug_toml_line_number_lost_when_message_says_newline(tmp_path, monkeypatch):
+    """tomllib's "Expected newline or end of document ... (at line 3, ...)" must still give file:3."""
+    root = user_dir(tmp_path, monkeypatch, {"bad.toml": 'description = "x"\n[env]\nA = "1" B = "2"\n'})
+    with pytest.raises(UserError) as exc:
+        profiles.load("bad")
+    assert f"{root / 'bad.toml'}:3:" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('description = "x"\nstatuss = "stable"\n', "statuss"),
+        ('description = "x"\n[servers]\ntp-size = 8\n', "servers"),
+        ('description = "x"\n[requires]\ngpu = "rtx"\n', "requires.gpu"),
+    ],
+)
+def test_unknown_key_or_table_is_named(tmp_path, monkeypatch, text, key):
+    root = user_dir(tmp_path, monkeypatch, {"bad.toml": text})
+    with pytest.raises(UserError) as exc:
+        profiles.load("bad")
+    msg = str(exc.value)
+    assert str(root / "bad.toml") in msg
+    assert f"key '{key}'" in msg
+    assert "remove it" in msg
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('description = "x"\nstatus = 3\n', "status"),
+        ('description = "x"\nstatus = "beta"\n', "status"),
+        ('description = "x"\nextends = 1\n', "extends"),
+        ('description = "x"\n[requires]\ninterconnect = "infiniband"\n', "requires.interconnect"),
+        ('description = "x"\n[requires]\nsm = "12.0"\n', "requires.sm"),
+        ('description = "x"\n[requires]\npatches = "sm120-allreduce-fusion"\n', "requires.patches"),
+    ],
+)
+def test_wrong_types_name_file_and_key(tmp_path, monkeypatch, text, key):
+    root = user_dir(tmp_path, monkeypatch, {"bad.toml": text})
+    with pytest.raises(UserError) as exc:
+        profiles.load("bad")
+    assert str(root / "bad.toml") in str(exc.value)
+    assert f"key '{key}" in str(exc.value)
+
+
+@pytest.mark.parametrize("value", ['"yes"', "1", '"true"'])
+def test_bug_requires_bool_accepts_strings_and_numbers(tmp_path, monkeypatch, value):
+    """`requires.p2p = "yes"` must be a type error, not silently True (pydantic's lax bool)."""
+    root = user_dir(tmp_path, monkeypatch, {"bad.toml": f'description = "x"\n[requires]\np2p = {value}\n'})
+    with pytest.raises(UserError) as exc:
+        profiles.load("bad")
+    assert str(root / "bad.toml") in str(exc.value)
+    assert "requires.p2p" in str(exc.value)
+
+
+@pytest.mark.parametrize("value", ["[1, 2]", "{ a = 1 }", "1979-05-27"])
+def test_non_scalar_env_value_is_an_error(tmp_path, monkeypatch, value):
+    root = user_dir(tmp_path, monkeypatch, {"bad.toml": f'description = "x"\n[env]\nNCCL_ALGO = {value}\n'})
+    with pytest.raises(UserError) as exc:
+        profiles.load("bad")
+    assert str(root / "bad.toml") in str(exc.value)
+    assert "key 'env.NCCL_ALGO" in str(exc.value)
+
+
+def test_flag_written_with_dashes_is_an_error(tmp_path, monkeypatch):
+    user_dir(tmp_path, monkeypatch, {"bad.toml": 'description = "x"\n[server]\n"--tp-size" = 8\n'})
+    with pytest.raises(UserError, match="without leading dashes, e.g. 'tp-size'"):
+        profiles.load("bad")
+
+
+def test_missing_description_is_an_error(tmp_path, monkeypatch):
+    root = user_dir(tmp_path, monkeypatch, {"nodesc.toml": profile_toml(None, extends="fused")})
+    with pytest.raises(UserError) as exc:
+        profiles.load("nodesc")
+    assert str(root / "nodesc.toml") in str(exc.value)
+    assert "description" in str(exc.value)
+
+
+@pytest.mark.parametrize("text", ['description = "two\\nlines"\n', 'description = "   "\n'])
+def test_description_must_be_one_non_empty_line(tmp_path, monkeypatch, text):
+    user_dir(tmp_path, monkeypatch, {"bad.toml": text})
+    with pytest.raises(UserError, match="key 'description'"):
+        profiles.load("bad")
+
+
+def test_extends_cycle_is_an_error(tmp_path, monkeypatch):
+    root = user_dir(
+        tmp_path,
+        monkeypatch,
+        {"a.toml": profile_toml("a", extends="b"), "b.toml": profile_toml("b", extends="c"), "c.toml": profile_toml("c", extends="a")},
+    )
+    with pytest.raises(UserError) as exc:
+        profiles.load("a")
+    msg = str(exc.value)
+    assert "cycle a -> b -> c -> a" in msg
+    assert str(root / "c.toml") in msg and "'extends'" in msg
+
+
+def test_self_extends_is_a_cycle(tmp_path, monkeypatch):
+    user_dir(tmp_path, monkeypatch, {"a.toml": profile_toml("a", extends="a")})
+    with pytest.raises(UserError, match="cycle a -> a"):
+        profiles.load("a")
+
+
+@pytest.mark.parametrize("parent", ["does-not-exist", "base"])
+def test_unknown_parent_is_an_error(tmp_path, monkeypatch, parent):
+    root = user_dir(tmp_path, monkeypatch, {"kid.toml": profile_toml("kid", extends=parent)})
+    with pytest.raises(UserError) as exc:
+        profiles.load("kid")
+    msg = str(exc.value)
+    assert str(root / "kid.toml") in msg
+    assert f"unknown parent profile '{parent}'" in msg
+    assert re.search(r"known: .*nccl-tuned", msg)
+
+
+def test_every_builtin_profile_loads_with_description_and_status():
+    for name in profiles.available_names():
+        res = profiles.load(name)
+        assert res.description and "\n" not in res.description
+        assert res.status in ("stable", "experimental")
+        assert res.chain[0] == BUILTIN / "base.toml"

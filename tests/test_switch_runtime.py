@@ -1,0 +1,196 @@
+"""Integration: real supervisord + control API + stand-in server, every fault the switch must survive."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import httpx
+import psutil
+
+
+def _history(stack) -> list[dict]:
+    path = stack.state_dir / "history.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_switch_a_to_b_reaches_new_env_and_argv(kit_stack):
+    stack = kit_stack("baseline", "off")
+    before = stack.debug_env()
+    assert before["env"]["KIT_ACTIVE_PROFILE"] == "baseline"
+    assert "NCCL_PROTO" not in before["env"]
+    r = stack.switch("nccl-tuned", "eagle3")
+    assert r.status_code == 200, r.text
+    assert r.json()["outcome"] == "switched"
+    after = stack.debug_env()
+    assert after["pid"] != before["pid"]
+    assert after["env"]["KIT_ACTIVE_PROFILE"] == "nccl-tuned"
+    assert after["env"]["NCCL_PROTO"] == "LL" and after["env"]["NCCL_MAX_NCHANNELS"] == "4"
+    assert "KIT_CONTROL_TOKEN" not in after["env"]
+    argv = after["argv"]
+    assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3"
+    st = stack.status()
+    assert (st["profile"], st["spec"], st["state"]) == ("nccl-tuned", "eagle3", "serving")
+    hist = _history(stack)
+    assert hist[-1]["outcome"] == "switched"
+    assert hist[-1]["from"]["profile"] == "baseline" and hist[-1]["to"]["profile"] == "nccl-tuned"
+    assert set(hist[-1]["durations"]) >= {"drain_s", "stop_s", "start_s", "health_s", "total_s"}
+    committed = json.loads((stack.state_dir / "committed.json").read_text())
+    assert committed["plan"]["name"] == "nccl-tuned"
+
+
+def test_crash_at_start_rolls_back(kit_stack):
+    stack = kit_stack("baseline", "off")
+    r = stack.switch("crashy", "off")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["outcome"] == "rolled_back"
+    assert "exited" in body["error"]
+    assert any("crash" in line.lower() for line in body["log_tail"])
+    st = stack.wait_state({"rolled_back"}, 20)
+    assert st["profile"] == "baseline" and "exited" in st["last_error"]
+    assert httpx.get(f"{stack.server_url}/health_generate", timeout=5).status_code == 200
+    assert stack.debug_env()["env"]["KIT_ACTIVE_PROFILE"] == "baseline"
+    assert _history(stack)[-1]["outcome"] == "rolled_back"
+    # The CLI reports it as a failure with the reason.
+    cli = stack.cli("switch", "crashy", "--spec", "off")
+    assert cli.returncode == 1 and "rolled_back" in cli.stdout and "reason" in cli.stdout
+
+
+def test_hang_at_start_times_out_then_rolls_back(kit_stack):
+    stack = kit_stack("baseline", "off")
+    t0 = time.monotonic()
+    r = stack.switch("hangs", "off", timeout_s=2)
+    elapsed = time.monotonic() - t0
+    body = r.json()
+    assert body["outcome"] == "rolled_back", body
+    assert "health timeout" in body["error"]
+    assert elapsed >= 2
+    assert stack.debug_env()["env"]["KIT_ACTIVE_PROFILE"] == "baseline"
+
+
+def test_concurrent_switch_gets_409(kit_stack):
+    stack = kit_stack("baseline", "off")
+    results: list[int] = []
+    slow = threading.Thread(target=lambda: results.append(stack.switch("hangs", "off", timeout_s=3).status_code))
+    slow.start()
+    deadline = time.monotonic() + 10
+    while stack.status()["state"] != "switching" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = stack.switch("nccl-tuned", "off")
+    slow.join()
+    assert second.status_code == 409
+    assert results == [200]
+
+
+def test_auth_required_and_nothing_changes(kit_stack):
+    stack = kit_stack("baseline", "off")
+    pid = stack.debug_env()["pid"]
+    assert stack.switch("nccl-tuned", token=None).status_code == 401
+    assert stack.switch("nccl-tuned", token="wrong").status_code == 401
+    cli = stack.cli("switch", "nccl-tuned", env={"KIT_CONTROL_TOKEN": "wrong"})
+    assert cli.returncode == 2 and "token" in cli.stderr
+    assert stack.debug_env()["pid"] == pid
+    assert stack.status()["profile"] == "baseline"
+
+
+def test_no_token_configured_refuses_state_changes(kit_stack):
+    stack = kit_stack("baseline", "off", extra_env={"KIT_CONTROL_TOKEN": ""})
+    r = stack.switch("nccl-tuned", token="anything")
+    assert r.status_code == 403 and "KIT_CONTROL_TOKEN" in r.json()["error"]
+    assert stack.status()["profile"] == "baseline"
+
+
+def test_invalid_profile_400_and_nothing_changes(kit_stack, tmp_path):
+    stack = kit_stack("baseline", "off")
+    pid = stack.debug_env()["pid"]
+    (stack.profiles_dir / "bad.toml").write_text(
+        'description = "bad"\nstatus = "experimental"\n[env]\nNCCL_ALGO = "Tree"\n'
+    )
+    r = stack.switch("nope")
+    assert r.status_code == 400 and "unknown profile" in r.json()["error"]
+    r = stack.switch("bad")
+    assert r.status_code == 400 and "Tree" in r.json()["error"]
+    r = stack.switch("baseline", spec="warp")
+    assert r.status_code == 400 and "spec" in r.json()["error"]
+    assert stack.debug_env()["pid"] == pid
+    assert stack.status()["state"] == "serving"
+    assert [h["outcome"] for h in _history(stack)] == ["started"]
+    cli = stack.cli("switch", "nope")
+    assert cli.returncode == 2 and "known profiles" in cli.stderr and "Traceback" not in cli.stderr
+
+
+def test_server_death_is_restarted_and_counted(kit_stack):
+    stack = kit_stack("baseline", "off")
+    pid = stack.debug_env()["pid"]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        st = stack.status()
+        if st["restarts"] >= 1 and st["health"] == "ok":
+            break
+        time.sleep(0.1)
+    assert st["restarts"] == 1, st
+    assert stack.debug_env()["pid"] != pid
+
+
+def test_drain_waits_for_running_request(kit_stack):
+    stack = kit_stack("baseline", "off", extra_env={"KIT_STANDIN_DECODE_MS": "20"})
+    done: dict = {}
+
+    def long_request() -> None:
+        with httpx.stream(
+            "POST",
+            f"{stack.server_url}/generate",
+            json={"text": "hello", "sampling_params": {"max_new_tokens": 150, "temperature": 0}, "stream": True},
+            timeout=30,
+        ) as resp:
+            done["lines"] = [line for line in resp.iter_lines() if line.startswith("data:")]
+
+    t = threading.Thread(target=long_request)
+    t0 = time.monotonic()
+    t.start()
+    time.sleep(0.3)
+    r = stack.switch("nccl-tuned", "off")
+    assert time.monotonic() - t0 >= 150 * 0.02  # the switch returned only after the stream could finish
+    t.join()
+    assert r.json()["outcome"] == "switched"
+    assert done["lines"][-1] == "data: [DONE]"  # the in-flight request finished, not cut off
+    assert r.json()["durations"]["drain_s"] > 0.5
+
+
+def test_sigterm_leaves_no_children(kit_stack):
+    stack = kit_stack("baseline", "off")
+    root = psutil.Process(stack.proc.pid)
+    children = root.children(recursive=True)
+    assert len(children) >= 3  # sglang program, control API, log tail
+    t0 = time.monotonic()
+    os.kill(stack.proc.pid, signal.SIGTERM)
+    stack.proc.wait(timeout=10)
+    gone, alive = psutil.wait_procs(children, timeout=max(0.1, 5 - (time.monotonic() - t0)))
+    assert alive == []
+    assert time.monotonic() - t0 < 5 + 1
+
+
+def test_restart_resumes_committed_profile(kit_stack):
+    stack = kit_stack("baseline", "off")
+    assert stack.switch("nccl-tuned", "off").json()["outcome"] == "switched"
+    stack.stop()
+    stack.start()  # same PROFILE/SPEC in the environment: a container restart
+    assert stack.status()["profile"] == "nccl-tuned"
+    stack.stop()
+    stack.env["PROFILE"] = "fused"  # a new `make up PROFILE=...` wins over the committed one
+    stack.start()
+    assert stack.status()["profile"] == "fused"
+
+
+def test_status_cli(kit_stack):
+    stack = kit_stack("baseline", "off")
+    out = stack.cli("status", "--json")
+    assert out.returncode == 0
+    st = json.loads(out.stdout)
+    assert {"profile", "spec", "state", "since", "health", "restarts", "history"} <= set(st)
+    assert st["history"][0]["outcome"] == "started"
