@@ -87,6 +87,9 @@ def gate(
         "reasons": [],
     }
     reasons: list[str] = result["reasons"]
+    if not outputs:
+        result["status"] = "n/a (not measured)"
+        return result
     speculative = spec != "off"
     if speculative and accept_length is not None and accept_length <= settings.min_accept:
         reasons.append(f"accept length {accept_length:.2f} <= {settings.min_accept} (drafts all rejected)")

@@ -87,6 +87,16 @@ def restart_reasons(before: dict[str, Any] | None, after: dict[str, Any] | None)
     return reasons
 
 
+def spec_from_server_info(info: dict[str, Any]) -> str | None:
+    """The kit's spec-mode name for what a server runs (EAGLE3 -> eagle3, none -> off), if it says."""
+    if not info:
+        return None
+    algo = info.get("speculative_algorithm")
+    if not algo or str(algo).upper() == "NONE":
+        return "off"
+    return {"EAGLE3": "eagle3", "NGRAM": "ngram"}.get(str(algo).upper(), str(algo).lower())
+
+
 def is_simulated(info: dict[str, Any]) -> bool:
     states = info.get("internal_states") or [{}]
     first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
@@ -189,9 +199,13 @@ class MatrixRun:
                 control = await stack.enter_async_context(ControlClient(s.control, token, s.connect_timeout))
             await server.preflight()
             status = await control.status() if control else None
+            info: dict[str, Any] = {}
+            with contextlib.suppress(Exception):
+                info = await server.server_info()
+            self.simulated = is_simulated(info)
             if s.no_switch:
                 label_p = (status or {}).get("profile") or CURRENT
-                label_s = (status or {}).get("spec") or CURRENT
+                label_s = (status or {}).get("spec") or spec_from_server_info(info) or CURRENT
                 self.matrix = [(label_p, label_s)]
             else:
                 self.matrix = [(p, sp) for p in s.profiles for sp in s.specs]
@@ -226,7 +240,7 @@ class MatrixRun:
 
     def _say(self, text: str) -> None:
         prefix = "SIMULATED " if self.simulated else ""
-        self.console.print(f"{prefix}{text}", highlight=False)
+        self.console.print(f"{prefix}{text}", highlight=False, soft_wrap=True)
 
     async def _identity(self, server: ServerClient, control: ControlClient | None) -> dict[str, Any] | None:
         try:
@@ -266,7 +280,8 @@ class MatrixRun:
         }
         self.current = cell
         if self._progress is not None:
-            self._progress.update(self._task, description=f"{profile} + {spec}")
+            label = "SIMULATED " if self.simulated else ""
+            self._progress.update(self._task, description=f"{label}{profile} + {spec}")
         if not s.no_switch:
             assert control is not None
             self._say(f"switching to {profile} + {spec} ...")

@@ -127,6 +127,7 @@ def test_draft_model_is_mounted_at_the_same_path(project):
     assert "/d/eagle3:/d/eagle3:ro" in with_draft["volumes"]
     assert with_draft["environment"]["DRAFT_MODEL_PATH"] == "/d/eagle3"
 
+
 def test_without_draft_model_a_placeholder_is_mounted(default_cfg):
     project, cfg = default_cfg
     without = cfg["services"]["server"]

@@ -211,6 +211,7 @@ def test_mismatched_files_exit_2(tmp_path, capsys):
         (["--nccl-version", "latest"], "--nccl-version 'latest'"),
         (["--spec", "medusa"], "unknown speculation mode"),
         (["--root", "/nonexistent-root"], "not a directory"),
+        (["--gpus-file", str(FIX / "pcie8_gpus.csv"), "--nccl-version", "2.31.2", "--out", "/proc/doctor.json"], "--out /proc/doctor.json: cannot write"),
     ],
 )
 def test_bad_options_exit_2(args, needle, capsys):

@@ -141,7 +141,8 @@ def measure(args: argparse.Namespace) -> dict:
     bare_s, kit_s, show_s = summary(bare), summary(kit), summary(show)
     delta = kit_s["median_ms"] - bare_s["median_ms"]
     return {
-        "host": f"{platform.node()} ({os.cpu_count()} CPUs), Python {platform.python_version()}",
+        "host": f"{platform.node()} ({os.cpu_count()} CPUs), Python {platform.python_version()}, "
+        f"bytecode cache {'off (PYTHONDONTWRITEBYTECODE)' if os.environ.get('PYTHONDONTWRITEBYTECODE') else 'on'}",
         "python": py,
         "warmup_runs_dropped": args.warmup,
         "pass_bare": bare_s,

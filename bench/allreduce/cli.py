@@ -73,11 +73,12 @@ def _cuda_device_count() -> int:
     return torch.cuda.device_count() if torch.version.cuda is not None else 0
 
 
-def _backend_names(text: str | None, cuda_devices: int) -> list[str]:
+def _backend_names(text: str | None) -> list[str] | None:
+    """Requested names, checked; None means the default (which depends on whether CUDA is present)."""
     from bench.allreduce.backends import KNOWN_BACKENDS
 
     if text is None:
-        return ["nccl", "pcie-ipc", "custom", "mscclpp", "symm-mem"] if cuda_devices else ["gloo"]
+        return None
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in KNOWN_BACKENDS]
     if unknown or not names:
@@ -142,10 +143,12 @@ def _run(args: argparse.Namespace) -> int:
 
     _check_numbers(args)
     sizes = parse_sizes(args.sizes, args.dtype) if args.sizes else default_sizes(args.hidden, args.dtype)
-    cuda_devices = _cuda_device_count()
-    names = _backend_names(args.backends, cuda_devices)
+    names = _backend_names(args.backends)
     link = _link(args.host_facts)
     profile_env = _profile_env(args.profile)
+    cuda_devices = _cuda_device_count()
+    if names is None:
+        names = ["nccl", "pcie-ipc", "custom", "mscclpp", "symm-mem"] if cuda_devices else ["gloo"]
     backends = list(iter_backends(names))
     uses_cuda = any(b.device_type == "cuda" for b in backends)
     nranks = args.nranks if args.nranks is not None else (max(cuda_devices, 1) if uses_cuda else 2)

@@ -3,5 +3,6 @@
 Modules, one job each: `textfmt` (shared text helpers), `topo`/`p2p`/`gpus` (parse the three
 `nvidia-smi` outputs), `probe` (read the host: commands, procfs/sysfs, limits), `nccl` (version
 and known-bad releases), `checks` (pass/warn/fail verdicts), `facts` (HostFacts from the parsed
-outputs), `eligibility` (profiles through the launcher's own rules), `report` (tables), `cli`.
+outputs), `eligibility` (profiles through the launcher's own rules), `diagnose` (one run, and
+its JSON), `report` (tables), `cli`.
 """

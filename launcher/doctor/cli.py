@@ -64,7 +64,10 @@ def _run(args: argparse.Namespace) -> int:
     result = diagnose.run(Probe(root=root), files, nccl_version=args.nccl_version, spec=args.spec)
     data = result.to_json()
     if args.out:
-        write_json(args.out, data)
+        try:
+            write_json(args.out, data)
+        except OSError as exc:
+            raise UserError(f"--out {args.out}: cannot write ({exc.strerror}); pick a writable path") from exc
     if args.json:
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     else:
