@@ -92,7 +92,7 @@ EXEC_T = $(shell [ -t 0 ] || echo -T)
 .PHONY: help build up switch status down logs bench allreduce doctor demo test lint check show profiles
 
 help: ## list the verbs (this text)
-	@printf 'Usage: make VERB [PROFILE=name] [SPEC=mode]\n\nVerbs:\n'
+	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>]\n\nVerbs:\n'
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed 's/:.*## /|/' | awk -F'|' '{printf "  %-10s %s\n", $$1, $$2}'
 	@printf '\nProfiles:   %s\nSpec modes: %s\nNow:        PROFILE=%s SPEC=%s PY=%s\n' \
 		'$(KNOWN_PROFILES)' '$(KNOWN_SPECS)' '$(PROFILE)' '$(SPEC)' '$(PY)'

@@ -257,6 +257,8 @@ def host_requirements(ctx: Context) -> Iterator[Finding]:
         yield ctx.finding("ineligible", "host_requirements", "requires.sm", f"needs SM {', '.join(req.sm)}, host has {', '.join(sorted(f.sm_versions))}")
     if req.interconnect == "nvlink" and f.is_pcie:
         yield ctx.finding("ineligible", "host_requirements", "requires.interconnect", f"needs NVLink, host interconnect is {f.interconnect}")
+    if req.interconnect == "pcie" and f.is_pcie is False:
+        yield ctx.finding("ineligible", "host_requirements", "requires.interconnect", "tuned for PCIe-only hosts; on NVLink SGLang's own custom all-reduce is the better choice (use baseline)")
     if req.p2p and f.p2p_ok is False:
         pairs = ", ".join(f"GPU{a} and GPU{b}" for a, b in f.p2p_bad_pairs[:3]) or "some GPUs"
         yield ctx.finding("ineligible", "host_requirements", "requires.p2p", f"needs GPU peer-to-peer access; P2P is not OK between {pairs} (see `launcher doctor`)")
@@ -275,3 +277,15 @@ def fusion_disabled_by_enforce(ctx: Context) -> Iterator[Finding]:
             "has no effect while enforce-disable-flashinfer-allreduce-fusion is on (base.toml sets it); "
             "add enforce-disable-flashinfer-allreduce-fusion = false under [server]",
         )
+
+
+@rule()
+def gpu_count(ctx: Context) -> Iterator[Finding]:
+    """Tensor/expert parallel sizes larger than the host's GPU count fail at start-up."""
+    if ctx.facts is None or not ctx.facts.gpus:
+        return
+    n = len(ctx.facts.gpus)
+    for key in ("tp-size", "ep-size"):
+        raw = ctx.server.get(key)
+        if isinstance(raw, str) and raw.isdigit() and int(raw) > n:
+            yield ctx.finding("ineligible", "gpu_count", f"server.{key}", f"--{key} {raw} needs {raw} GPUs, this host has {n}; export KIT_TP_SIZE={n}")

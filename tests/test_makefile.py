@@ -1,0 +1,337 @@
+"""Makefile: the checks that stop before docker runs, the docker commands each verb runs, and waiting.
+
+Each test runs `make` in a scratch copy of the Makefile with its own profiles/ and no .env, and with
+stand-in `docker` and `docker-compose` first on PATH. The stand-ins record every call (with the
+MODEL_PATH/PROFILE/SPEC they were given) so a test can assert that docker was, or was never, called.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_PROFILES = ("baseline", "fused", "custom-ar")
+VERBS = ("help", "build", "up", "switch", "status", "down", "logs", "bench", "allreduce", "doctor",
+         "demo", "test", "lint", "check", "show", "profiles")
+
+FAKE_DOCKER = r"""#!/bin/sh
+printf '%s %s | MODEL_PATH=%s PROFILE=%s SPEC=%s\n' "$(basename "$0")" "$*" "${MODEL_PATH-<unset>}" \
+    "${PROFILE-<unset>}" "${SPEC-<unset>}" >> "$CALLS"
+me=$(basename "$0")
+if [ "$me" = docker ] && [ "$1" = compose ]; then
+    [ -n "$FAKE_NO_PLUGIN" ] && exit 1
+    shift
+    me=docker-compose
+fi
+if [ "$me" = docker-compose ]; then
+    case "$1" in
+    version) echo "Docker Compose version v2 (stand-in)" ;;
+    ps) echo 0123456789ab ;;
+    esac
+    exit 0
+fi
+case "$1" in
+inspect) echo "${FAKE_STATE:-running/healthy}" ;;
+logs) echo "Load weight end. type=DeepseekV3ForCausalLM" ;;
+esac
+exit 0
+"""
+
+
+@dataclass
+class Kit:
+    root: Path
+    calls: Path
+    model: Path
+    draft: Path
+    env: dict[str, str]
+
+    def make(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        full = dict(self.env)
+        full.update(env)
+        return subprocess.run(["make", "--no-print-directory", *args], cwd=self.root, env=full,
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+    def with_models(self, **env: str) -> dict[str, str]:
+        return {"MODEL_PATH": str(self.model), "DRAFT_MODEL_PATH": str(self.draft), **env}
+
+    def docker_calls(self) -> list[str]:
+        return self.calls.read_text().splitlines() if self.calls.exists() else []
+
+    def compose_calls(self) -> list[str]:
+        """Calls other than the `compose version` probe."""
+        return [c for c in self.docker_calls() if " version |" not in c]
+
+
+@pytest.fixture()
+def kit(tmp_path: Path) -> Kit:
+    root = tmp_path / "kit"
+    root.mkdir()
+    for name in ("Makefile", "docker-compose.yml"):
+        shutil.copy(ROOT / name, root / name)
+    (root / "docker").mkdir()
+    shutil.copy(ROOT / "docker" / "patch-set-hash.sh", root / "docker" / "patch-set-hash.sh")
+    (root / "patches").mkdir()
+    (root / "patches" / "series.toml").write_text('sglang_version = "0.5.23"\n')
+    (root / "profiles").mkdir()
+    for name in ("base", *TEST_PROFILES):
+        (root / "profiles" / f"{name}.toml").write_text('description = "scratch profile"\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("docker", "docker-compose"):
+        (bin_dir / tool).write_text(FAKE_DOCKER)
+        (bin_dir / tool).chmod(0o755)
+    model, draft = tmp_path / "models" / "target", tmp_path / "models" / "draft"
+    model.mkdir(parents=True)
+    draft.mkdir()
+    calls = tmp_path / "calls.log"
+    env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "CALLS": str(calls), "LC_ALL": "C"}
+    return Kit(root, calls, model, draft, env)
+
+
+# ---- help ---------------------------------------------------------------------------------------------
+
+
+def test_help_is_the_default_goal(kit):
+    proc = kit.make()
+    assert proc.returncode == 0, proc.stderr
+    for verb in VERBS:
+        assert re.search(rf"^  {verb} +\S", proc.stdout, re.M), verb
+    assert re.search(r"^Profiles: +baseline custom-ar fused$", proc.stdout, re.M)
+    assert re.search(r"^Spec modes: +eagle3 ngram off$", proc.stdout, re.M)
+    assert kit.docker_calls() == []
+
+
+def test_every_verb_is_documented_in_the_makefile():
+    text = (ROOT / "Makefile").read_text()
+    documented = set(re.findall(r"^([a-z-]+):.*## ", text, re.M))
+    assert documented == set(VERBS)
+    assert re.search(r"^\.DEFAULT_GOAL := help$", text, re.M)
+
+
+# ---- make -n shows the docker command of every verb -------------------------------------------------------
+
+DRY_RUN = {
+    "build": r"^DOCKER_BUILDKIT=1 COMPOSE_DOCKER_CLI_BUILD=1 docker compose --profile bench build "
+             r"--build-arg KIT_PATCHES_SHA256=\$\(docker/patch-set-hash\.sh patches\) .* server bench$",
+    "up": r"^PROFILE=fused SPEC=eagle3 docker compose up -d server$",
+    "switch": r"^docker compose exec -T server launcher switch fused --spec eagle3$",
+    "status": r"^docker compose exec -T server launcher status$",
+    "down": r"^docker compose --profile bench down$",
+    "logs": r"^docker compose logs -f --tail=200 server$",
+    "bench": r"^KIT_UID=\$\(id -u\) KIT_GID=\$\(id -g\) docker compose --profile bench run --rm bench run$",
+    "allreduce": r"^docker compose run --rm --no-deps --entrypoint bench server allreduce --profile fused "
+                 r"--out /results/allreduce/\$\(date -u \+%Y%m%dT%H%M%SZ\)-fused --graph$",
+    "doctor": r"^docker compose run --rm --no-deps --entrypoint launcher server doctor $",
+}
+
+
+@pytest.mark.parametrize("verb", sorted(DRY_RUN))
+def test_dry_run_shows_the_docker_command(kit, verb):
+    proc = kit.make("-n", verb, "PROFILE=fused", **kit.with_models())
+    assert proc.returncode == 0, proc.stderr
+    joined = proc.stdout.replace("\\\n\t", "").replace("\\\n", "")
+    assert re.search(DRY_RUN[verb], joined, re.M), proc.stdout
+    assert kit.compose_calls() == [], "make -n must not run docker"
+
+
+def test_dry_run_up_builds_then_starts(kit):
+    out = kit.make("-n", "up", "PROFILE=fused", **kit.with_models()).stdout
+    build = out.index(" build --build-arg KIT_PATCHES_SHA256=")
+    assert build < out.index("docker compose up -d server") < out.index("docker inspect")
+
+
+def test_falls_back_to_docker_compose_v1(kit):
+    proc = kit.make("-n", "down", FAKE_NO_PLUGIN="1")
+    assert re.search(r"^MODEL_PATH=/nonexistent docker-compose --profile bench down$", proc.stdout, re.M), proc.stdout
+    explicit = kit.make("-n", "logs", "COMPOSE=podman-compose")
+    assert "MODEL_PATH=/nonexistent podman-compose logs -f --tail=200 server" in explicit.stdout
+
+
+def test_host_side_verbs_use_py(kit):
+    for verb, expected in (
+        ("test", "/opt/py/bin/python -m pytest -q"),
+        ("check", "/opt/py/bin/python -m launcher check --all"),
+        ("show", "/opt/py/bin/python -m launcher show custom-ar --spec ngram"),
+        ("demo", "/opt/py/bin/python -m launcher.demo"),
+        ("lint", "/opt/py/bin/python -m ruff check ."),
+    ):
+        proc = kit.make("-n", verb, "PY=/opt/py/bin/python", "PROFILE=custom-ar", "SPEC=ngram")
+        assert proc.returncode == 0, proc.stderr
+        assert expected in proc.stdout, (verb, proc.stdout)
+    lint = kit.make("-n", "lint").stdout
+    assert "Dockerfile" in lint and "config -q" in lint
+
+
+def test_profiles_without_a_python_environment_lists_the_files(kit):
+    proc = kit.make("profiles", "PY=/usr/bin/python3")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-3:] == ["baseline", "custom-ar", "fused"]
+
+
+# ---- checks that stop before docker ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", ["up", "switch", "show", "allreduce"])
+def test_unknown_profile_stops_before_docker(kit, verb):
+    proc = kit.make(verb, "PROFILE=nonsense", **kit.with_models())
+    assert proc.returncode != 0
+    assert "unknown PROFILE 'nonsense'" in proc.stderr
+    for name in TEST_PROFILES:
+        assert name in proc.stderr
+    assert kit.docker_calls() == []
+
+
+def test_base_is_not_a_profile(kit):
+    proc = kit.make("up", "PROFILE=base", **kit.with_models())
+    assert proc.returncode != 0 and "unknown PROFILE 'base'" in proc.stderr
+    assert kit.docker_calls() == []
+
+
+def test_profiles_from_kit_profiles_dir(kit, tmp_path):
+    extra_a, extra_b = tmp_path / "extra-a", tmp_path / "extra-b"
+    extra_a.mkdir()
+    extra_b.mkdir()
+    (extra_b / "mine.toml").write_text('extends = "fused"\n')
+    dirs = f"{extra_a}:{extra_b}"
+    ok = kit.make("-n", "up", "PROFILE=mine", **kit.with_models(KIT_PROFILES_DIR=dirs))
+    assert ok.returncode == 0, ok.stderr
+    assert "PROFILE=mine SPEC=eagle3 docker compose up -d server" in ok.stdout
+    bad = kit.make("up", "PROFILE=nonsense", **kit.with_models(KIT_PROFILES_DIR=dirs))
+    assert bad.returncode != 0 and "mine" in bad.stderr and str(extra_b) in bad.stderr
+    assert kit.compose_calls() == []
+
+
+@pytest.mark.parametrize("verb", ["up", "switch", "show"])
+def test_unknown_spec_stops_before_docker(kit, verb):
+    proc = kit.make(verb, "SPEC=medusa", **kit.with_models())
+    assert proc.returncode != 0
+    assert "unknown SPEC 'medusa'" in proc.stderr and "eagle3 ngram off" in proc.stderr
+    assert kit.docker_calls() == []
+
+
+@pytest.mark.parametrize("verb", ["up", "bench", "doctor", "allreduce"])
+def test_missing_model_path_stops_before_docker(kit, verb):
+    proc = kit.make(verb)
+    assert proc.returncode != 0
+    assert "MODEL_PATH is not set" in proc.stderr and ".env" in proc.stderr
+    assert kit.docker_calls() == []
+
+
+def test_model_path_must_exist(kit, tmp_path):
+    proc = kit.make("up", MODEL_PATH=str(tmp_path / "no-such-model"), DRAFT_MODEL_PATH=str(kit.draft))
+    assert proc.returncode != 0
+    assert f"MODEL_PATH={tmp_path / 'no-such-model'} does not exist" in proc.stderr
+    assert kit.docker_calls() == []
+
+
+def test_model_paths_and_profile_from_dotenv(kit):
+    (kit.root / ".env").write_text(
+        f'# comment\nMODEL_PATH="{kit.model}"\nDRAFT_MODEL_PATH={kit.draft}\nPROFILE=custom-ar\nSPEC=ngram\n'
+    )
+    proc = kit.make("-n", "up")
+    assert proc.returncode == 0, proc.stderr
+    assert "PROFILE=custom-ar SPEC=ngram docker compose up -d server" in proc.stdout
+    overridden = kit.make("-n", "up", "PROFILE=fused")
+    assert "PROFILE=fused SPEC=ngram docker compose up -d server" in overridden.stdout
+
+
+def test_eagle3_needs_a_draft_model(kit):
+    proc = kit.make("up", MODEL_PATH=str(kit.model))
+    assert proc.returncode != 0
+    assert "DRAFT_MODEL_PATH" in proc.stderr and "SPEC=ngram" in proc.stderr
+    assert kit.docker_calls() == []
+    ok = kit.make("-n", "up", "SPEC=off", MODEL_PATH=str(kit.model))
+    assert ok.returncode == 0, ok.stderr
+    assert "PROFILE=baseline SPEC=off docker compose up -d server" in ok.stdout
+
+
+# ---- verbs run against the stand-in docker -------------------------------------------------------------------
+
+
+def test_switch_goes_through_the_control_api_not_a_recreate(kit):
+    proc = kit.make("switch", "PROFILE=fused", "SPEC=ngram")
+    assert proc.returncode == 0, proc.stderr
+    calls = kit.compose_calls()
+    assert len(calls) == 1
+    assert calls[0].startswith("docker compose exec -T server launcher switch fused --spec ngram |")
+    for forbidden in (" up ", " run ", " create ", " build ", "--force-recreate"):
+        assert forbidden not in calls[0]
+
+
+def test_down_works_without_model_path(kit):
+    proc = kit.make("down")
+    assert proc.returncode == 0, proc.stderr
+    assert kit.compose_calls() == ["docker compose --profile bench down | MODEL_PATH=/nonexistent PROFILE=<unset> SPEC=<unset>"]
+
+
+def test_up_builds_starts_and_waits_until_healthy(kit):
+    proc = kit.make("up", "PROFILE=fused", **kit.with_models())
+    assert proc.returncode == 0, proc.stderr
+    assert "server healthy after" in proc.stdout and "PROFILE=fused SPEC=eagle3" in proc.stdout
+    calls = kit.compose_calls()
+    build = next(i for i, c in enumerate(calls) if " build " in c)
+    start = next(i for i, c in enumerate(calls) if c.startswith("docker compose up -d server |"))
+    inspect = next(i for i, c in enumerate(calls) if c.startswith("docker inspect "))
+    assert build < start < inspect
+    assert calls[start].endswith(f"MODEL_PATH={kit.model} PROFILE=fused SPEC=eagle3")
+    patch_hash = subprocess.run([str(kit.root / "docker" / "patch-set-hash.sh"), str(kit.root / "patches")],
+                                capture_output=True, text=True, check=True).stdout.strip()
+    assert f"--build-arg KIT_PATCHES_SHA256={patch_hash} " in calls[build]
+    assert (kit.root / "results").is_dir()
+
+
+def test_up_reports_a_container_that_died(kit):
+    proc = kit.make("up", **kit.with_models(FAKE_STATE="exited/"))
+    assert proc.returncode != 0
+    assert "server is exited/" in proc.stderr and "make logs" in proc.stderr
+
+
+def test_up_gives_up_after_up_timeout(kit):
+    proc = kit.make("up", "UP_TIMEOUT=0", **kit.with_models(FAKE_STATE="running/starting"))
+    assert proc.returncode != 0
+    assert "not healthy after" in proc.stderr and "UP_TIMEOUT" in proc.stderr
+
+
+def test_build_passes_pins_only_when_set(kit):
+    plain = kit.make("-n", "build").stdout
+    assert "SGLANG_IMAGE" not in plain
+    pinned_image = "lmsysorg/sglang:v0.5.23-cu130@sha256:" + "0" * 64
+    (kit.root / ".env").write_text(f"SGLANG_IMAGE={pinned_image}\nDEEPEP_SM120=\n")
+    pinned = kit.make("-n", "build", "MSCCLPP_REF=v0.9.0").stdout
+    assert f"--build-arg SGLANG_IMAGE={pinned_image}" in pinned
+    assert "--build-arg MSCCLPP_REF=v0.9.0" in pinned
+    assert "DEEPEP_SM120" not in pinned
+
+
+# ---- profile names in the documentation exist ------------------------------------------------------------------
+
+
+def named_profiles() -> dict[str, set[str]]:
+    """Profile names the Makefile, README.md and docs/*.md tell users to type (PROFILE=name)."""
+    sources = [ROOT / "Makefile", ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / ".env.example"]
+    found: dict[str, set[str]] = {}
+    for path in sources:
+        if not path.exists():
+            continue
+        text = path.read_text()
+        names = set(re.findall(r"\bPROFILE=([a-z0-9][a-z0-9-]*)", text))
+        names |= set(re.findall(r"^PROFILE \?= \$\(or \$\(call dotenv,PROFILE\),([a-z0-9-]+)\)$", text, re.M))
+        for name in names:
+            found.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_profile_named_in_the_docs_exists():
+    found = named_profiles()
+    assert "baseline" in found, "the Makefile's default profile should be found"
+    missing = {name: sorted(where) for name, where in found.items() if not (ROOT / "profiles" / f"{name}.toml").is_file()}
+    assert missing == {}, f"named but no profiles/<name>.toml: {missing}"
+    assert "base" not in found, "base.toml is not a profile"
