@@ -1,0 +1,39 @@
+"""`bench` command line: each subcommand's module parses the rest of the arguments."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "run": ("bench.run_cli", "every profile x spec mode end to end, into a results bundle"),
+    "report": ("bench.report", "rebuild summary and plots of a bundle"),
+    "compare": ("bench.compare", "deltas between two bundles, against run-to-run spread"),
+    "allreduce": ("bench.allreduce.cli", "nccl-tests-style all-reduce microbench over local ranks"),
+    "trace": ("bench.trace", "where GPU time goes in a torch-profiler trace"),
+    "predict": ("bench.predict", "verify cost model: predicted tok/s and break-even accept length"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: bench COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
+    lines.append("\n`bench COMMAND --help` for each command's options.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    if argv[0] not in COMMANDS:
+        print(f"bench: unknown command '{argv[0]}'\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    return module.main(argv[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
