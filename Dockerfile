@@ -25,7 +25,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # hadolint ignore=DL3008 # package versions follow the distribution release fixed by SGLANG_IMAGE; pin that by digest
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git libnuma-dev \
+    && apt-get install -y --no-install-recommends git libnuma-dev python3-dev \
     && rm -rf /var/lib/apt/lists/*
 ARG MSCCLPP_REPO=https://github.com/microsoft/mscclpp.git
 # A release tag (a tag or branch name: the clone is shallow). Commit 6231b4f3 is v0.10.0.
@@ -76,7 +76,7 @@ WORKDIR /opt/kit
 
 # The base must really be the SGLang version the patch set and the profiles were written for.
 ARG SGLANG_VERSION=0.5.23
-RUN found="$(python3 -c 'import sglang; print(sglang.__version__)')" \
+RUN found="$(python3 -c 'import importlib.metadata as m; print(m.version("sglang"))')" \
     && if [ "${found}" != "${SGLANG_VERSION}" ]; then \
         echo "SGLANG_IMAGE has sglang ${found}, expected ${SGLANG_VERSION} (see docs/deployment.md, upgrading SGLang)" >&2; \
         exit 1; \
@@ -97,11 +97,11 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && python3 -m pip install -r /tmp/kit-requirements.txt \
     && rm /tmp/kit-requirements.txt
 
-# MSCCL++ (built above).
+# MSCCL++ (built above). Checked without importing it: its extension needs the GPU driver.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,from=mscclpp,source=/wheels,target=/tmp/mscclpp-wheels \
     python3 -m pip install /tmp/mscclpp-wheels/mscclpp-*.whl \
-    && python3 -c 'import mscclpp, mscclpp.ext, mscclpp.default_algos'
+    && python3 -c 'import importlib.util as u, pathlib as p; d = p.Path(u.find_spec("mscclpp").origin).parent; assert (d / "ext").is_dir() and (d / "default_algos").is_dir(), d'
 
 # DeepEP: install the SM120 build if one was made, then require sm_120 code either way.
 ARG DEEPEP_SM120=ensure
@@ -143,7 +143,6 @@ ENV PYTHONPATH=/opt/kit/sitecustomize${PYTHONPATH:+:${PYTHONPATH}} \
     KIT_SITECUSTOMIZE_DIR=/opt/kit/sitecustomize \
     KIT_BUILTIN_PROFILES_DIR=/opt/kit/profiles \
     KIT_STATE_DIR=/var/lib/kit \
-    KIT_RESULTS_DIR=/results \
     KIT_CONTROL_HOST=0.0.0.0 \
     KIT_CONTROL_PORT=30100 \
     FLASHINFER_WORKSPACE_BASE=/var/cache/flashinfer \
@@ -192,5 +191,6 @@ LABEL org.opencontainers.image.title="pcie-spec-kit bench" \
       org.opencontainers.image.version="${KIT_VERSION}" \
       org.opencontainers.image.revision="${KIT_REVISION}" \
       org.opencontainers.image.created="${KIT_CREATED}"
-WORKDIR /results
+# `bench run` writes to ./results by default: from / that is the /results volume.
+WORKDIR /
 ENTRYPOINT ["bench"]

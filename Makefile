@@ -134,15 +134,18 @@ logs: ## follow the server log
 	$(COMPOSE_ANY) logs -f --tail=200 server
 
 bench: ## run the bench container against the server (starts it if needed); BENCH_ARGS="run ..."
+	$(BUILD_ENV) $(COMPOSE) --profile bench build $(BUILD_ARGS) bench
 	mkdir -p $(RESULTS_DIR)
 	KIT_UID=$$(id -u) KIT_GID=$$(id -g) $(COMPOSE) --profile bench run --rm bench $(BENCH_ARGS)
 
 allreduce: ## all-reduce latency on the GPUs for PROFILE's environment, into results/allreduce/
+	$(BUILD_ENV) $(COMPOSE) build $(BUILD_ARGS) server
 	mkdir -p $(RESULTS_DIR)
 	$(COMPOSE) run --rm --no-deps --entrypoint bench server allreduce --profile $(PROFILE) \
 		--out /results/allreduce/$$(date -u +%Y%m%dT%H%M%SZ)-$(PROFILE) $(ALLREDUCE_ARGS)
 
 doctor: ## check this host (driver, toolkit, P2P, IOMMU/ACS, /dev/shm, NCCL) in the server container
+	$(BUILD_ENV) $(COMPOSE) build $(BUILD_ARGS) server
 	$(COMPOSE) run --rm --no-deps --entrypoint launcher server doctor $(DOCTOR_ARGS)
 
 demo: ## the whole flow against a simulated server (no GPU, no docker)

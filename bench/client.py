@@ -190,6 +190,7 @@ class ServerClient:
             ),
             connector=aiohttp.TCPConnector(limit=max(8, self.concurrency + 4)),
             read_bufsize=READ_BUFSIZE,
+            trace_configs=[_send_time_trace()],
         )
         return self
 
@@ -304,14 +305,18 @@ class ServerClient:
         record.start_s = sent - t_origin
         state = _StreamState(record, sent, self.incremental_text)
         got_done = False
+        box: dict[str, float] = {}
         try:
-            async with self.session.post(f"{self.url}{path}", json=payload) as resp:
+            async with self.session.post(f"{self.url}{path}", json=payload, trace_request_ctx=box) as resp:
+                # TTFT counts from when the body was on the wire, not from when this task began:
+                # under concurrency the event loop may run other requests' work in between.
+                state.sent = box.get("sent", sent)
                 if resp.status != 200:
                     body = (await resp.text())[:300]
                     record.error = f"HTTP {resp.status}: {body.strip()}"
                     return record
                 got_done = await self._consume(resp, state)
-                record.e2e_s = state.end - sent
+                record.e2e_s = state.end - state.sent
         except _ServerError as exc:
             record.error = f"server error: {exc}"
             return record
@@ -453,6 +458,19 @@ class ControlClient:
 
 _COMPLETION_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _FINISH_NULL_RE = re.compile(rb'"finish_reason"\s*:\s*null')
+
+
+def _send_time_trace() -> aiohttp.TraceConfig:
+    """Stamp `trace_request_ctx["sent"]` when the request body has been written to the socket."""
+
+    async def on_chunk_sent(_session: Any, ctx: Any, _params: Any) -> None:
+        box = ctx.trace_request_ctx
+        if isinstance(box, dict):
+            box["sent"] = time.perf_counter()
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(on_chunk_sent)
+    return trace
 
 
 class _ServerError(Exception):

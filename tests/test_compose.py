@@ -45,7 +45,9 @@ def default_cfg(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 def config(project: Path, **env: str) -> subprocess.CompletedProcess[str]:
     base = {"PATH": os.environ["PATH"], "HOME": str(project)}
     base.update(env)
-    return subprocess.run([compose_bin(), "config"], cwd=project, env=base, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [compose_bin(), "config"], cwd=project, env=base, capture_output=True, text=True, timeout=60
+    )
 
 
 def loaded(project: Path, **env: str) -> dict:
@@ -91,7 +93,9 @@ def test_default_config(default_cfg):
 def test_ports_are_loopback_only_by_default_and_configurable(default_cfg, project):
     server = default_cfg[1]["services"]["server"]
     assert sorted(server["ports"]) == ["127.0.0.1:30000:30000/tcp", "127.0.0.1:30100:30100/tcp"]
-    moved = loaded(project, MODEL_PATH="/m", KIT_BIND_ADDR="10.0.0.5", SGLANG_HOST_PORT="8000")["services"]["server"]
+    moved = loaded(project, MODEL_PATH="/m", KIT_BIND_ADDR="10.0.0.5", SGLANG_HOST_PORT="8000")["services"][
+        "server"
+    ]
     assert sorted(moved["ports"]) == ["10.0.0.5:30100:30100/tcp", "10.0.0.5:8000:30000/tcp"]
 
 
@@ -114,6 +118,8 @@ def test_bench_service(project):
     assert cfg["services"]["server"]["environment"]["KIT_CONTROL_TOKEN"] == "s3cret"
     server_results = [v for v in cfg["services"]["server"]["volumes"] if v.split(":")[1] == "/results"]
     assert server_results and server_results[0].split(":")[0] + ":/results:rw" in bench["volumes"]
+    # `bench run --out results` (its default) resolves to the results volume.
+    assert bench["working_dir"] == "/"
 
 
 @pytest.mark.parametrize("profile", profile_names() or ["baseline"])
@@ -178,10 +184,18 @@ def test_profile_variables_reach_the_container():
 
 
 def test_image_paths_live_on_volumes(default_cfg):
-    """State, results and FlashInfer caches the image points at must be on the compose file's volumes."""
+    """State and FlashInfer caches the image points at must be on the compose file's volumes."""
     targets = [v.split(":")[1] for v in default_cfg[1]["services"]["server"]["volumes"]]
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for var in ("KIT_STATE_DIR", "FLASHINFER_WORKSPACE_BASE", "FLASHINFER_AUTOTUNE_DIR", "FLASHINFER_AUTOTUNE_CACHE_DIR", "KIT_RESULTS_DIR"):
+    for var in (
+        "KIT_STATE_DIR",
+        "FLASHINFER_WORKSPACE_BASE",
+        "FLASHINFER_AUTOTUNE_DIR",
+        "FLASHINFER_AUTOTUNE_CACHE_DIR",
+    ):
         m = re.search(rf"\b{var}=(\S+)", dockerfile)
         assert m, var
-        assert any(m.group(1) == t or m.group(1).startswith(t.rstrip("/") + "/") for t in targets), (var, m.group(1))
+        assert any(m.group(1) == t or m.group(1).startswith(t.rstrip("/") + "/") for t in targets), (
+            var,
+            m.group(1),
+        )

@@ -105,8 +105,10 @@ def test_every_hadolint_ignore_is_justified_on_its_line():
 def test_hadolint_would_flag_an_unjustified_unpinned_apt_get(tmp_path):
     """The clean result above means something: the same linter flags what the ignores cover."""
     bad = tmp_path / "Dockerfile"
-    bad.write_text("FROM debian:12\nRUN apt-get update && apt-get install -y --no-install-recommends git "
-                   "&& rm -rf /var/lib/apt/lists/*\n")
+    bad.write_text(
+        "FROM debian:12\nRUN apt-get update && apt-get install -y --no-install-recommends git "
+        "&& rm -rf /var/lib/apt/lists/*\n"
+    )
     proc = subprocess.run([hadolint_bin(), "--no-color", str(bad)], capture_output=True, text=True)
     assert proc.returncode != 0 and "DL3008" in proc.stdout
 
@@ -145,7 +147,7 @@ def test_mscclpp_build_is_pinned_and_includes_sm120(dockerfile):
     assert archs and "120" in archs.group(1).split(";")
     run = " ".join(a for w, a in stage_of(dockerfile, "mscclpp") if w == "RUN")
     assert '--branch "${MSCCLPP_REF}"' in run
-    assert "CMAKE_CUDA_ARCHITECTURES=\"${MSCCLPP_CUDA_ARCHS}\"" in run
+    assert 'CMAKE_CUDA_ARCHITECTURES="${MSCCLPP_CUDA_ARCHS}"' in run
     assert "--mount=type=cache" in run
 
 
@@ -163,13 +165,17 @@ def test_server_stage_order_patches_checked_kit_last(dockerfile):
     apply_idx = next(i for i, (w, a) in enumerate(server) if w == "RUN" and "patches/apply.py" in a)
     apply_cmd = server[apply_idx][1]
     # Applied, then verified, in one step: a mismatching patch set fails the build.
-    assert apply_cmd.index("python3 patches/apply.py &&") < apply_cmd.index("python3 patches/apply.py --check")
+    assert apply_cmd.index("python3 patches/apply.py &&") < apply_cmd.index(
+        "python3 patches/apply.py --check"
+    )
     copy_patches = next(i for i, (w, a) in enumerate(server) if w == "COPY" and a.startswith("patches/"))
     copy_all = [i for i, (w, a) in enumerate(server) if w == "COPY" and a.split()[0] == "."]
     assert len(copy_all) == 1, "the kit is copied once"
     mscclpp_install = next(i for i, (w, a) in enumerate(server) if w == "RUN" and "mscclpp-wheels" in a)
     assert mscclpp_install < copy_patches < apply_idx < copy_all[0]
-    kit_install = next(i for i, (w, a) in enumerate(server) if w == "RUN" and "pip install --no-deps /opt/kit" in a)
+    kit_install = next(
+        i for i, (w, a) in enumerate(server) if w == "RUN" and "pip install --no-deps /opt/kit" in a
+    )
     assert kit_install == copy_all[0] + 1
     assert all(w != "RUN" for w, _ in server[kit_install + 1 :]), "nothing heavy after the kit"
 
@@ -178,7 +184,7 @@ def test_server_checks_the_sglang_version(dockerfile):
     text = DOCKERFILE.read_text()
     assert re.search(r"^ARG SGLANG_VERSION=0\.5\.23$", text, re.M)
     run = " ".join(a for w, a in stage_of(dockerfile, "server") if w == "RUN")
-    assert "sglang.__version__" in run and "exit 1" in run
+    assert 'm.version("sglang")' in run and "exit 1" in run
 
 
 def test_server_environment(dockerfile):
@@ -214,7 +220,9 @@ def test_labels(dockerfile):
     ):
         assert key + "=" in labels, key
     assert 'pcie-spec-kit.patches.sha256="${KIT_PATCHES_SHA256}"' in labels
-    assert "org.opencontainers.image.title" in " ".join(a for w, a in stage_of(dockerfile, "bench") if w == "LABEL")
+    assert "org.opencontainers.image.title" in " ".join(
+        a for w, a in stage_of(dockerfile, "bench") if w == "LABEL"
+    )
 
 
 def test_healthcheck_and_entrypoints(dockerfile):
@@ -232,7 +240,9 @@ def test_healthcheck_and_entrypoints(dockerfile):
 def test_patch_set_hash_matches_what_the_image_recomputes(tmp_path):
     """make build passes this hash; the image recomputes it with the same script and must agree."""
     script = ROOT / "docker" / "patch-set-hash.sh"
-    a = subprocess.run([str(script), str(ROOT / "patches")], capture_output=True, text=True, check=True).stdout.strip()
+    a = subprocess.run(
+        [str(script), str(ROOT / "patches")], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert re.fullmatch(r"[0-9a-f]{64}", a)
     copy = tmp_path / "patches"
     shutil.copytree(ROOT / "patches", copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -247,10 +257,32 @@ def test_patch_set_hash_matches_what_the_image_recomputes(tmp_path):
 
 
 def test_dockerignore_excludes_local_state_and_keeps_the_kit():
-    rules = {ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")}
-    for must in (".venv", ".git", "results", "tests", ".pytest_cache", ".ruff_cache", "**/__pycache__", ".env"):
+    rules = {
+        ln.strip()
+        for ln in (ROOT / ".dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    }
+    for must in (
+        ".venv",
+        ".git",
+        "results",
+        "tests",
+        ".pytest_cache",
+        ".ruff_cache",
+        "**/__pycache__",
+        ".env",
+    ):
         assert must in rules, must
-    for keep in ("launcher", "bench", "profiles", "patches", "sitecustomize", "docker", "pyproject.toml", "README.md"):
+    for keep in (
+        "launcher",
+        "bench",
+        "profiles",
+        "patches",
+        "sitecustomize",
+        "docker",
+        "pyproject.toml",
+        "README.md",
+    ):
         assert not any(r.rstrip("/") == keep or r.startswith(keep + "/") for r in rules), keep
 
 
@@ -260,15 +292,26 @@ def test_dockerignore_excludes_local_state_and_keeps_the_kit():
 def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """A stand-in cuobjdump that prints the content of the file it is asked about."""
     fake = tmp_path / "cuobjdump"
-    fake.write_text('#!/bin/sh\nfor last; do :; done\ncat "$last"\ncase "$(cat "$last")" in *"does not contain"*) exit 255;; esac\n')
+    fake.write_text(
+        '#!/bin/sh\nfor last; do :; done\ncat "$last"\ncase "$(cat "$last")" in *"does not contain"*) exit 255;; esac\n'
+    )
     fake.chmod(0o755)
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CUOBJDUMP": str(fake), "PYTHON": sys.executable}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "CUOBJDUMP": str(fake),
+        "PYTHON": sys.executable,
+    }
     env.update(extra)
     return env
 
 
-def run_script(args: list[str], env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, input=stdin, timeout=60)
+def run_script(
+    args: list[str], env: dict[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, input=stdin, timeout=60
+    )
 
 
 def fake_so(tmp_path: Path, name: str, listing: str) -> Path:
@@ -326,19 +369,28 @@ def test_build_if_missing_builds_only_when_sm120_is_absent(tmp_path):
     ref = "0123456789abcdef0123456789abcdef01234567"
     env = script_env(tmp_path, DRY_RUN="1", DEEPEP_REF=ref, DEEPEP_SRC=str(tmp_path / "src"))
     wheels = tmp_path / "wheels"
-    present = run_script(["build-if-missing", str(wheels), str(fake_so(tmp_path, "a.so", LISTING_SM120A))], env)
+    present = run_script(
+        ["build-if-missing", str(wheels), str(fake_so(tmp_path, "a.so", LISTING_SM120A))], env
+    )
     assert present.returncode == 0
     assert "nothing to build" in present.stderr and "git" not in present.stderr
-    missing = run_script(["build-if-missing", str(wheels), str(fake_so(tmp_path, "b.so", LISTING_SM90_SM100A))], env)
+    missing = run_script(
+        ["build-if-missing", str(wheels), str(fake_so(tmp_path, "b.so", LISTING_SM90_SM100A))], env
+    )
     assert missing.returncode == 0, missing.stderr
-    assert f"+ git -C {tmp_path / 'src'} fetch -q --depth 1 https://github.com/deepseek-ai/DeepEP.git {ref}" in missing.stderr
+    assert (
+        f"+ git -C {tmp_path / 'src'} fetch -q --depth 1 https://github.com/deepseek-ai/DeepEP.git {ref}"
+        in missing.stderr
+    )
     assert "TORCH_CUDA_ARCH_LIST=12.0" in missing.stderr and f"-w {wheels}" in missing.stderr
     assert not (tmp_path / "src").exists(), "DRY_RUN must not run anything"
 
 
 def test_build_if_missing_needs_a_ref(tmp_path):
     env = script_env(tmp_path, DRY_RUN="1", DEEPEP_REF="")
-    proc = run_script(["build-if-missing", str(tmp_path / "w"), str(fake_so(tmp_path, "b.so", LISTING_SM90_SM100A))], env)
+    proc = run_script(
+        ["build-if-missing", str(tmp_path / "w"), str(fake_so(tmp_path, "b.so", LISTING_SM90_SM100A))], env
+    )
     assert proc.returncode == 2 and "DEEPEP_REF is not set" in proc.stderr
 
 
@@ -347,7 +399,9 @@ def test_install_replaces_the_shipped_package_only_with_a_wheel(tmp_path):
     empty = tmp_path / "none"
     empty.mkdir()
     proc = run_script(["install", str(empty)], env)
-    assert proc.returncode == 0 and "keeping the shipped sgl-deep-ep" in proc.stderr and "pip" not in proc.stderr
+    assert (
+        proc.returncode == 0 and "keeping the shipped sgl-deep-ep" in proc.stderr and "pip" not in proc.stderr
+    )
     built = tmp_path / "built"
     (built / "deep_ep-1.2.1-cp312-cp312-linux_x86_64.whl").parent.mkdir()
     (built / "deep_ep-1.2.1-cp312-cp312-linux_x86_64.whl").write_text("")
@@ -362,6 +416,8 @@ def test_skip_policy_and_usage_errors(tmp_path):
     bad = run_script(["check"], script_env(tmp_path, DEEPEP_SM120="maybe"))
     assert bad.returncode == 2 and "'ensure' or 'skip'" in bad.stderr
     assert run_script(["frobnicate"], script_env(tmp_path)).returncode == 2
-    no_tool = run_script(["check", str(fake_so(tmp_path, "a.so", LISTING_SM120A))],
-                         script_env(tmp_path, CUOBJDUMP=str(tmp_path / "missing-cuobjdump")))
+    no_tool = run_script(
+        ["check", str(fake_so(tmp_path, "a.so", LISTING_SM120A))],
+        script_env(tmp_path, CUOBJDUMP=str(tmp_path / "missing-cuobjdump")),
+    )
     assert no_tool.returncode == 2 and "cuobjdump not found" in no_tool.stderr

@@ -7,7 +7,6 @@ MODEL_PATH/PROFILE/SPEC they were given) so a test can assert that docker was, o
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -18,8 +17,24 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_PROFILES = ("baseline", "fused", "custom-ar")
-VERBS = ("help", "build", "up", "switch", "status", "down", "logs", "bench", "allreduce", "doctor",
-         "demo", "test", "lint", "check", "show", "profiles")
+VERBS = (
+    "help",
+    "build",
+    "up",
+    "switch",
+    "status",
+    "down",
+    "logs",
+    "bench",
+    "allreduce",
+    "doctor",
+    "demo",
+    "test",
+    "lint",
+    "check",
+    "show",
+    "profiles",
+)
 
 FAKE_DOCKER = r"""#!/bin/sh
 printf '%s %s | MODEL_PATH=%s PROFILE=%s SPEC=%s\n' "$(basename "$0")" "$*" "${MODEL_PATH-<unset>}" \
@@ -56,8 +71,15 @@ class Kit:
     def make(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         full = dict(self.env)
         full.update(env)
-        return subprocess.run(["make", "--no-print-directory", *args], cwd=self.root, env=full,
-                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            ["make", "--no-print-directory", *args],
+            cwd=self.root,
+            env=full,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
 
     def with_models(self, **env: str) -> dict[str, str]:
         return {"MODEL_PATH": str(self.model), "DRAFT_MODEL_PATH": str(self.draft), **env}
@@ -92,7 +114,12 @@ def kit(tmp_path: Path) -> Kit:
     model.mkdir(parents=True)
     draft.mkdir()
     calls = tmp_path / "calls.log"
-    env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "CALLS": str(calls), "LC_ALL": "C"}
+    env = {
+        "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "CALLS": str(calls),
+        "LC_ALL": "C",
+    }
     return Kit(root, calls, model, draft, env)
 
 
@@ -120,7 +147,7 @@ def test_every_verb_is_documented_in_the_makefile():
 
 DRY_RUN = {
     "build": r"^DOCKER_BUILDKIT=1 COMPOSE_DOCKER_CLI_BUILD=1 docker compose --profile bench build "
-             r"--build-arg KIT_PATCHES_SHA256=\$\(docker/patch-set-hash\.sh patches\) .* server bench$",
+    r"--build-arg KIT_PATCHES_SHA256=\$\(docker/patch-set-hash\.sh patches\) .* server bench$",
     "up": r"^PROFILE=fused SPEC=eagle3 docker compose up -d server$",
     "switch": r"^docker compose exec -T server launcher switch fused --spec eagle3$",
     "status": r"^docker compose exec -T server launcher status$",
@@ -128,7 +155,7 @@ DRY_RUN = {
     "logs": r"^docker compose logs -f --tail=200 server$",
     "bench": r"^KIT_UID=\$\(id -u\) KIT_GID=\$\(id -g\) docker compose --profile bench run --rm bench run$",
     "allreduce": r"^docker compose run --rm --no-deps --entrypoint bench server allreduce --profile fused "
-                 r"--out /results/allreduce/\$\(date -u \+%Y%m%dT%H%M%SZ\)-fused --graph$",
+    r"--out /results/allreduce/\$\(date -u \+%Y%m%dT%H%M%SZ\)-fused --graph$",
     "doctor": r"^docker compose run --rm --no-deps --entrypoint launcher server doctor $",
 }
 
@@ -150,7 +177,9 @@ def test_dry_run_up_builds_then_starts(kit):
 
 def test_falls_back_to_docker_compose_v1(kit):
     proc = kit.make("-n", "down", FAKE_NO_PLUGIN="1")
-    assert re.search(r"^MODEL_PATH=/nonexistent docker-compose --profile bench down$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^MODEL_PATH=/nonexistent docker-compose --profile bench down$", proc.stdout, re.M), (
+        proc.stdout
+    )
     explicit = kit.make("-n", "logs", "COMPOSE=podman-compose")
     assert "MODEL_PATH=/nonexistent podman-compose logs -f --tail=200 server" in explicit.stdout
 
@@ -170,8 +199,11 @@ def test_host_side_verbs_use_py(kit):
     assert "Dockerfile" in lint and "config -q" in lint
 
 
-def test_profiles_without_a_python_environment_lists_the_files(kit):
-    proc = kit.make("profiles", "PY=/usr/bin/python3")
+def test_profiles_without_a_python_environment_lists_the_files(kit, tmp_path):
+    no_python = tmp_path / "no-python"
+    no_python.write_text("#!/bin/sh\necho 'ModuleNotFoundError: launcher' >&2\nexit 1\n")
+    no_python.chmod(0o755)
+    proc = kit.make("profiles", f"PY={no_python}")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[-3:] == ["baseline", "custom-ar", "fused"]
 
@@ -269,7 +301,9 @@ def test_switch_goes_through_the_control_api_not_a_recreate(kit):
 def test_down_works_without_model_path(kit):
     proc = kit.make("down")
     assert proc.returncode == 0, proc.stderr
-    assert kit.compose_calls() == ["docker compose --profile bench down | MODEL_PATH=/nonexistent PROFILE=<unset> SPEC=<unset>"]
+    assert kit.compose_calls() == [
+        "docker compose --profile bench down | MODEL_PATH=/nonexistent PROFILE=<unset> SPEC=<unset>"
+    ]
 
 
 def test_up_builds_starts_and_waits_until_healthy(kit):
@@ -282,8 +316,12 @@ def test_up_builds_starts_and_waits_until_healthy(kit):
     inspect = next(i for i, c in enumerate(calls) if c.startswith("docker inspect "))
     assert build < start < inspect
     assert calls[start].endswith(f"MODEL_PATH={kit.model} PROFILE=fused SPEC=eagle3")
-    patch_hash = subprocess.run([str(kit.root / "docker" / "patch-set-hash.sh"), str(kit.root / "patches")],
-                                capture_output=True, text=True, check=True).stdout.strip()
+    patch_hash = subprocess.run(
+        [str(kit.root / "docker" / "patch-set-hash.sh"), str(kit.root / "patches")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert f"--build-arg KIT_PATCHES_SHA256={patch_hash} " in calls[build]
     assert (kit.root / "results").is_dir()
 
@@ -316,7 +354,12 @@ def test_build_passes_pins_only_when_set(kit):
 
 def named_profiles() -> dict[str, set[str]]:
     """Profile names the Makefile, README.md and docs/*.md tell users to type (PROFILE=name)."""
-    sources = [ROOT / "Makefile", ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / ".env.example"]
+    sources = [
+        ROOT / "Makefile",
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        ROOT / ".env.example",
+    ]
     found: dict[str, set[str]] = {}
     for path in sources:
         if not path.exists():
@@ -332,6 +375,10 @@ def named_profiles() -> dict[str, set[str]]:
 def test_every_profile_named_in_the_docs_exists():
     found = named_profiles()
     assert "baseline" in found, "the Makefile's default profile should be found"
-    missing = {name: sorted(where) for name, where in found.items() if not (ROOT / "profiles" / f"{name}.toml").is_file()}
+    missing = {
+        name: sorted(where)
+        for name, where in found.items()
+        if not (ROOT / "profiles" / f"{name}.toml").is_file()
+    }
     assert missing == {}, f"named but no profiles/<name>.toml: {missing}"
     assert "base" not in found, "base.toml is not a profile"

@@ -10,7 +10,7 @@ import pytest
 from helpers_profiles import ENV, clean_env
 
 from launcher.plan import build_plan
-from launcher.render import CMDLINE_FILE, PROFILE_FILE, read_rendered, render
+from launcher.render import CMDLINE_FILE, PROFILE_FILE, read_rendered, render, write_plan
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +54,19 @@ def test_rendered_file_is_what_sitecustomize_expects(tmp_path):
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in data["env"].items())
 
 
-def test_read_rendered_missing_or_malformed_is_none(tmp_path):
+def test_write_plan_renders_a_stored_plan_exactly(tmp_path):
+    """Rollback re-renders the plan JSON it stored; the files must match the first render byte for byte."""
+    first, again = tmp_path / "first", tmp_path / "again"
+    render(build_plan("custom-ar", "ngram", environ=ENV), first)
+    stored = read_rendered(first)
+    write_plan(again, stored)
+    files = {p.name: p.read_bytes() for p in first.iterdir()}
+    assert {p.name: p.read_bytes() for p in again.iterdir()} == files
+    assert_no_temp_files(again)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '"a string"', ""])
+def test_read_rendered_missing_or_malformed_is_none(tmp_path, text):
     assert read_rendered(tmp_path) is None
-    (tmp_path / PROFILE_FILE).write_text("{not json")
+    (tmp_path / PROFILE_FILE).write_text(text)
     assert read_rendered(tmp_path) is None

@@ -116,7 +116,7 @@ def write_png(path: Path, rows: list[dict[str, Any]], link: Link | None) -> Path
         label = (
             f"{backend}"
             + (f" [{profile}]" if profile != "-" else "")
-            + f", {nranks} ranks"
+            + f", {nranks} rank{'s' if nranks > 1 else ''}"
             + (", graph" if graph else "")
         )
         (line,) = ax.plot(sizes, [r["time_us_p50"] for r in ok], marker="o", ms=3, label=label + " p50")
@@ -138,8 +138,13 @@ def write_png(path: Path, rows: list[dict[str, Any]], link: Link | None) -> Path
                 label=f"floor, {link.name}, {n} ranks: 2(n-1)/n·S/{link.gbytes_per_s:g} GB/s + {link.flag_rtt_us:g} µs",
             )
     if measured_any:
+        from matplotlib.ticker import FuncFormatter
+
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        plain = FuncFormatter(lambda v, _pos: f"{v:g}")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
         ticks = sorted({r["size_B"] for r in rows if r["status"] == "ok"})
         ax.set_xticks(ticks)
         ax.set_xticklabels([format_size(t) for t in ticks], rotation=45, ha="right", fontsize=7)

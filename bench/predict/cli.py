@@ -194,7 +194,7 @@ def _compare_bundle(
         row["measured_tokps"] = e.output_throughput
         row["measured_cycle_ms"] = e.median_itl_ms
         row["accept_length"] = e.accept_length if e.accept_length is not None else args.accept_len
-        if not e.valid or row["accept_length"] is None:
+        if not e.valid or row["accept_length"] is None or not e.output_throughput:
             row["note"] = "invalid run: not compared" if not e.valid else "no accept length: not compared"
             rows.append(row)
             continue
@@ -325,7 +325,7 @@ def _print(result: dict[str, Any]) -> None:
                 b["profile"],
                 b["spec"],
                 "-" if b.get("accept_length") is None else f"{b['accept_length']:.2f}",
-                f"{b['measured_tokps']:.1f}",
+                "-" if b.get("measured_tokps") is None else f"{b['measured_tokps']:.1f}",
                 "-" if "predicted_tokps" not in b else f"{b['predicted_tokps']:.1f}",
                 "-" if b.get("error_pct") is None else f"{b['error_pct']:+.1f}",
                 "-" if b.get("measured_cycle_ms") is None else f"{b['measured_cycle_ms']:.2f}",

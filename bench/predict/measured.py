@@ -111,9 +111,13 @@ class BundleEntry:
     profile: str
     spec: str
     valid: bool
-    output_throughput: float
+    output_throughput: float | None
     accept_length: float | None
     median_itl_ms: float | None
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def load_bundle(directory: Path) -> tuple[list[BundleEntry], float | None]:
@@ -134,17 +138,22 @@ def load_bundle(directory: Path) -> tuple[list[BundleEntry], float | None]:
         missing = [k for k in BUNDLE_KEYS if k not in data]
         if missing:
             raise UserError(f"{path}: missing key(s) {', '.join(missing)}; regenerate it with `bench run`")
-        entry = BundleEntry(
-            file=path.name,
-            profile=str(data["profile"]),
-            spec=str(data["spec"]),
-            valid=bool(data["valid"]),
-            output_throughput=float(data["output_throughput"]),
-            accept_length=None if data["accept_length"] is None else float(data["accept_length"]),
-            median_itl_ms=None if data["median_itl_ms"] is None else float(data["median_itl_ms"]),
-        )
+        try:
+            entry = BundleEntry(
+                file=path.name,
+                profile=str(data["profile"]),
+                spec=str(data["spec"]),
+                valid=bool(data["valid"]),
+                output_throughput=_opt_float(data["output_throughput"]),
+                accept_length=_opt_float(data["accept_length"]),
+                median_itl_ms=_opt_float(data["median_itl_ms"]),
+            )
+        except (TypeError, ValueError) as exc:
+            raise UserError(
+                f"{path}: a number is not numeric ({exc}); regenerate it with `bench run`"
+            ) from exc
         if path.name == "baseline__off.json":
-            if entry.valid:
+            if entry.valid and entry.output_throughput:
                 baseline = entry.output_throughput
             continue
         if entry.spec != "off":

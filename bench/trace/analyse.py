@@ -18,7 +18,8 @@ Per step: GPU window = first kernel start to last kernel end; busy = union of ke
 communication = union of communication-kernel intervals; idle = window - busy; communication share =
 communication / window. When a trace has no communication kernels but has host-side collective ops
 (CPU-only gloo traces, NCCL with one rank), the same figures come from the host ops' durations inside
-the step's CPU range, and the result says so.
+the step's CPU range, and the result says so; steps without host collective ops (replayed from a
+CUDA graph) are then left out of the means and counted in `steps_left_out`.
 """
 
 from __future__ import annotations
@@ -306,7 +307,12 @@ def _summarise_steps(records: list[dict[str, Any]], source: str) -> dict[str, di
     for r in records:
         kinds.setdefault(r["kind"], []).append(r)
     out = {}
-    for kind, rs in kinds.items():
+    for kind, all_rs in kinds.items():
+        # Host-side figures exist only for steps that issued collectives from the CPU; a step replayed
+        # from a CUDA graph issues none, so it is left out of host-based means (and counted).
+        rs = [r for r in all_rs if r["host_allreduces"]] if source == "host" else all_rs
+        if not rs:
+            continue
         n = len(rs)
         if source == "host":
             denom = sum(r["cpu_ms"] for r in rs)
@@ -325,6 +331,7 @@ def _summarise_steps(records: list[dict[str, Any]], source: str) -> dict[str, di
             "comm_share": round(comm / denom, 4) if denom > 0 else None,
             "allreduces_per_step": round(ars / n, 3),
             "host_allreduces_per_step": round(sum(r["host_allreduces"] for r in rs) / n, 3),
+            "steps_left_out": len(all_rs) - n,
         }
     return out
 

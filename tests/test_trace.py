@@ -1,0 +1,291 @@
+"""bench trace: kernel classification, step attribution, real traces (CPU here, CUDA from an H200), capture."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.trace.analyse import analyse_events, step_kind
+from bench.trace.classify import classify_kernel
+from bench.trace.load import load_events
+from launcher.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "traces"
+
+
+def run_trace(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.trace.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=timeout,
+        cwd=REPO,
+    )
+
+
+# ----- classification ---------------------------------------------------------------------------
+
+COMM = [
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "nccl", "all_reduce"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_half(ncclWorkElem)", "nccl", "all_reduce"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "nccl", "all_gather"),
+    ("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "nccl", "reduce_scatter"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "nccl", "send_recv"),
+    ("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", "nccl", "collective"),
+    ("void sglang::cross_device_reduce_1stage<__nv_bfloat16, 8>(sglang::RankData*, sglang::RankSignals, sglang::Signal*, __nv_bfloat16*, int, int)", "custom-ar", "all_reduce"),
+    ("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 4>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)", "custom-ar", "all_reduce"),
+    ("void device::all_reduce_1shot_push_kernel<__nv_bfloat16, 8>(AllReducePushParams<8>)", "custom-ar", "all_reduce"),
+    ("void device::all_reduce_2shot_pull_kernel<__nv_bfloat16, 8>(AllReducePullParams<8>)", "custom-ar", "all_reduce"),
+    ("void tensorrt_llm::kernels::oneShotAllReduceKernel<__nv_bfloat16, 8>(AllReduceParams)", "custom-ar", "all_reduce"),
+    ("void c10d::symmetric_memory::one_shot_all_reduce_kernel<c10::BFloat16, 16, 8>(c10::BFloat16**, c10::BFloat16*, c10::BFloat16*, unsigned long, unsigned long, unsigned int**, unsigned long, unsigned long)", "symm-mem", "all_reduce"),
+    ("void c10d::symmetric_memory::multimem_all_reduce_kernel<c10::BFloat16, true, 16>(...)", "symm-mem", "all_reduce"),
+    ("void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<(AllReduceFusionPattern)1, __nv_bfloat16, 8, true, true>(AllReduceFusionParams<__nv_bfloat16>)", "fused-ar", "all_reduce"),
+    ("void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_twoshot_sync<__nv_bfloat16, 8, true>(AllReduceFusionParams<__nv_bfloat16>, std::array<int, 8>, std::array<int, 8>)", "fused-ar", "all_reduce"),
+    ("void allreduceAllPairs<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, mscclpp::DeviceHandle<mscclpp::MemoryChannel>*, unsigned long, int, int, int, unsigned long, unsigned int)", "mscclpp", "all_reduce"),
+    ("void allreducePacket<__nv_bfloat16>(...)", "mscclpp", "all_reduce"),
+    ("void deep_ep::internode_ll::dispatch<true, 3, 10, 7168>(void*, float*, int*, long*, int*, void*, int*, void*, void const*, long const*, int*, int*, int, int, int, int, int, int, int, bool)", "deepep", "dispatch"),
+    ("void deep_ep::intranode::combine<__nv_bfloat16, 8, 768>(...)", "deepep", "combine"),
+    ("void flashinfer::comm::pcie_ipc_all_reduce_kernel<__nv_bfloat16, 8>(PcieIpcParams)", "pcie-ipc", "all_reduce"),
+]
+
+COMPUTE = [
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+    "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT",
+    "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t>, false>(Flash_fwd_params)",
+    "void flashinfer::BatchPrefillWithPagedKVCacheKernel<...>",
+    "fused_moe_kernel",
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>>, unsigned int, float, 4>>(...)",
+    "void flashinfer::norm::RMSNormKernel<8, __nv_bfloat16>(...)",
+]
+
+
+@pytest.mark.parametrize(("name", "family", "op"), COMM)
+def test_communication_kernels(name, family, op):
+    cls = classify_kernel(name)
+    assert (cls.category, cls.family, cls.op) == ("comm", family, op)
+
+
+@pytest.mark.parametrize("name", COMPUTE)
+def test_compute_kernels(name):
+    cls = classify_kernel(name)
+    assert cls.category == "compute" and not cls.is_allreduce
+
+
+def test_step_marker_names():
+    assert step_kind("step[VERIFY bs=1]") == (0, "verify")
+    assert step_kind("step[DECODE bs=4]") == (0, "decode")
+    assert step_kind("step[DRAFT_EXTEND_V2 bs=1]") == (0, "draft")
+    assert step_kind("step[EXTEND bs=1 toks=512]") == (0, "prefill")
+    assert step_kind("step[IDLE bs=0]") == (0, "")
+    assert step_kind("verify") == (1, "verify")
+    assert step_kind("forward_decode") == (2, "decode")
+    assert step_kind("ProfilerStep#3") == (2, "forward")
+    assert step_kind("nccl:all_reduce") is None and step_kind("aten::mm") is None
+
+
+# ----- synthetic GPU trace: attribution through correlation ids ---------------------------------
+
+
+def _synthetic(steps: list[tuple[str, list[tuple[str, float]]]], launch_gap_us: float = 3.0) -> list[dict]:
+    """CPU step spans on (pid 1, tid 1); each kernel launched inside its step, run on (pid 0, stream 7)."""
+    events: list[dict] = []
+    t_cpu, t_gpu, corr = 1000.0, 1000.0, 0
+    for name, kernels in steps:
+        start = t_cpu
+        for kname, dur in kernels:
+            corr += 1
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                           "ts": t_cpu, "dur": 2.0, "args": {"correlation": corr}})
+            t_gpu = max(t_gpu, t_cpu + 5.0)
+            events.append({"ph": "X", "cat": "kernel", "name": kname, "pid": 0, "tid": 7, "ts": t_gpu, "dur": dur,
+                           "args": {"correlation": corr, "device": 0, "stream": 7}})
+            t_gpu += dur + launch_gap_us
+            t_cpu += 4.0
+        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": start,
+                       "dur": t_cpu - start})
+        t_cpu = max(t_cpu, t_gpu) + 50.0
+    return events
+
+
+NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64"
+
+
+def test_synthetic_verify_steps_give_the_verdict():
+    layers = 6
+    verify = [(GEMM, 40.0), (NCCL, 200.0)] * layers
+    decode = [(GEMM, 30.0), (NCCL, 150.0)] * layers
+    events = _synthetic([("step[VERIFY bs=1]", verify)] * 3 + [("step[DECODE bs=1]", decode)] * 2)
+    result = analyse_events(events)
+    v = result["steps"]["verify"]
+    window = layers * (40 + 200) + (2 * layers - 1) * 3.0
+    assert v["steps"] == 3 and v["allreduces_per_step"] == layers
+    assert v["mean_gpu_window_ms"] == pytest.approx(window / 1000, abs=1e-3)
+    assert v["comm_share"] == pytest.approx(layers * 200 / window, abs=1e-3)
+    assert result["steps"]["decode"]["allreduces_per_step"] == layers
+    assert result["allreduce"]["count"] == 5 * layers
+    assert result["allreduce"]["mean_us"] == pytest.approx((3 * 200 + 2 * 150) / 5)
+    share = round(100 * layers * 200 / window)
+    assert result["verdict"] == f"communication {share}% of verify; {layers} all-reduces/step; mean 182 µs"
+    (device,) = result["devices"]
+    assert device["idle_gaps"] >= 4  # the 50 µs pauses between steps
+
+
+def test_kernels_without_correlation_fall_back_to_gpu_annotations():
+    events = _synthetic([("step[VERIFY bs=1]", [(GEMM, 10.0), (NCCL, 30.0)])])
+    for e in events:
+        e.get("args", {}).pop("correlation", None)
+    kernels = [e for e in events if e["cat"] == "kernel"]
+    start, end = kernels[0]["ts"], kernels[-1]["ts"] + kernels[-1]["dur"]
+    events.append({"ph": "X", "cat": "gpu_user_annotation", "name": "step[VERIFY bs=1]", "pid": 0, "tid": 7,
+                   "ts": start, "dur": end - start})
+    result = analyse_events(events)
+    assert result["steps"]["verify"]["allreduces_per_step"] == 1
+    assert result["steps"]["verify"]["comm_share"] == pytest.approx(30 / (end - start), abs=1e-3)
+
+
+def test_no_steps_reports_share_of_busy_time():
+    events = [e for e in _synthetic([("x", [(GEMM, 100.0), (NCCL, 300.0)])]) if e["cat"] != "user_annotation"]
+    result = analyse_events(events)
+    assert result["steps"] == {}
+    assert result["verdict"].startswith("communication 75% of GPU busy time (no step markers); 1 all-reduces")
+
+
+# ----- real traces --------------------------------------------------------------------------------
+
+CAPTURE = textwrap.dedent(
+    """
+    import sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+
+    def rank_main(rank, world, store, out):
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+        x, w = torch.ones(256), torch.randn(256, 256)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(3):
+                with torch.profiler.record_function("step[VERIFY bs=1]"):
+                    y = w @ x
+                    dist.all_reduce(y)
+                    dist.all_reduce(w @ y)
+        if rank == 0:
+            prof.export_chrome_trace(out)
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        mp.spawn(rank_main, args=(2, sys.argv[1], sys.argv[2]), nprocs=2)
+    """
+)
+
+
+def test_real_cpu_trace_from_two_gloo_ranks(tmp_path):
+    script = tmp_path / "capture.py"
+    script.write_text(CAPTURE)
+    out = tmp_path / "trace.json"
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "store"), str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = analyse_events(load_events(out))
+    assert result["source"] == "host" and result["kernels"] == 0
+    assert result["host_allreduce"]["count"] == 6
+    assert result["steps"]["verify"]["steps"] == 3
+    assert result["steps"]["verify"]["allreduces_per_step"] == 2
+    assert "2 all-reduces/step" in result["verdict"] and "CPU-only trace" in result["verdict"]
+
+
+def test_h200_cuda_trace_fixture():
+    """Captured on one H200 by tools/gpu/capture_trace.py: 2 blocks x 2 all-reduces, NCCL world size 1."""
+    path = FIXTURES / "h200_tp1_nccl_step.json.gz"
+    assert path.stat().st_size < 200_000
+    result = analyse_events(load_events(path))
+    assert result["kernels"] > 50  # real CUDA kernels: GEMMs, attention, norms
+    assert result["comm_kernels"] == 0  # one NCCL rank launches no communication kernel
+    assert result["source"] == "host"
+    assert result["steps"]["decode"]["allreduces_per_step"] == 4
+    assert result["steps"]["verify"]["allreduces_per_step"] == 4
+    assert result["steps"]["verify"]["steps_left_out"] == 1  # the CUDA-graph replay issues no host op
+    replay = [r for r in result["step_records"] if r["kind"] == "verify" and r["host_allreduces"] == 0]
+    assert len(replay) == 1 and replay[0]["gpu_busy_ms"] > 0  # kernels found through cudaGraphLaunch
+    assert "4 all-reduces/step" in result["verdict"] and "one rank" in result["verdict"]
+
+
+# ----- CLI: bad files and JSON ---------------------------------------------------------------------
+
+
+def test_truncated_and_non_json_traces_exit_2(tmp_path):
+    good = gzip.decompress((FIXTURES / "h200_tp1_nccl_step.json.gz").read_bytes())
+    truncated = tmp_path / "cut.json.gz"
+    truncated.write_bytes(gzip.compress(good)[:3000])
+    half = tmp_path / "half.json"
+    half.write_bytes(good[: len(good) // 2])
+    text = tmp_path / "notes.json"
+    text.write_text("this is not a trace")
+    for path in (truncated, half, text, tmp_path / "missing.json"):
+        proc = run_trace(str(path))
+        assert proc.returncode == 2, proc.stderr
+        assert str(path) in proc.stderr and "Traceback" not in proc.stderr
+    with pytest.raises(UserError, match="traceEvents"):
+        wrong_shape = tmp_path / "obj.json"
+        wrong_shape.write_text('{"events": []}')
+        load_events(wrong_shape)
+
+
+def test_json_output_keys():
+    proc = run_trace(str(FIXTURES / "h200_tp1_nccl_step.json.gz"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    for key in ("file", "verdict", "source", "steps", "allreduce", "host_allreduce", "devices", "comm_by_family"):
+        assert key in data
+
+
+# ----- capture through /start_profile on the stand-in server ---------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_capture_from_standin_server(tmp_path):
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "launcher.standin", "--model-path", "/models/x", "--host", "127.0.0.1",
+         "--port", str(port), "--tp-size", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        out = tmp_path / "traces"
+        proc = run_trace("--url", f"http://127.0.0.1:{port}", "--steps", "3", "--out", str(out),
+                         "--timeout-s", "20", "--json")
+        assert proc.returncode == 0, proc.stderr
+        data = json.loads(proc.stdout)
+        assert Path(data["file"]).parent == out and "TP-0" in Path(data["file"]).name
+        assert data["comm_kernels"] > 0 and data["allreduce"]["count"] > 0
+        assert data["verdict"].startswith("communication ")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_capture_from_a_dead_server_exits_1(tmp_path):
+    proc = run_trace("--url", f"http://127.0.0.1:{_free_port()}", "--steps", "2", "--out", str(tmp_path))
+    assert proc.returncode == 1 and "cannot reach the server" in proc.stderr
