@@ -15,8 +15,16 @@ SHELL := /bin/sh
 
 PROFILE ?= $(or $(call dotenv,PROFILE),baseline)
 SPEC ?= $(or $(call dotenv,SPEC),eagle3)
-PY ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
-HADOLINT ?= $(if $(wildcard .venv/bin/hadolint),.venv/bin/hadolint,hadolint)
+VENV ?= .venv
+PY ?= $(VENV)/bin/python
+HADOLINT ?= $(if $(wildcard $(VENV)/bin/hadolint),$(VENV)/bin/hadolint,hadolint)
+# The test environment: SGLang's real argument parser needs torch (CPU is enough) and sglang without
+# its GPU dependencies (design.md). Off this project's CI, add the CPU wheel index to avoid a CUDA build:
+#   make test TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+PYTHON ?= python3
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+SGLANG_VERSION ?= 0.5.23
 DOCKER ?= docker
 # `docker compose` (v2 plugin) when it is installed, else docker-compose (v1). Worked out on first use
 # only, so verbs that never reach docker never run it.
@@ -89,7 +97,7 @@ BUILD_ARGS = --build-arg KIT_PATCHES_SHA256=$$(docker/patch-set-hash.sh patches)
 # -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
 EXEC_T = $(shell [ -t 0 ] || echo -T)
 
-.PHONY: help build up switch status down logs bench allreduce doctor demo test lint check show profiles
+.PHONY: help build up switch status down logs bench allreduce doctor demo test lint check show profiles venv
 
 help: ## list the verbs (this text)
 	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>]\n\nVerbs:\n'
@@ -148,12 +156,36 @@ doctor: ## check this host (driver, toolkit, P2P, IOMMU/ACS, /dev/shm, NCCL) in 
 	$(BUILD_ENV) $(COMPOSE) build $(BUILD_ARGS) server
 	$(COMPOSE) run --rm --no-deps --entrypoint launcher server doctor $(DOCTOR_ARGS)
 
-demo: ## the whole flow against a simulated server (no GPU, no docker)
-	$(PY) -m launcher.demo
+# Host-side verbs create the virtualenv on first use; PY=... on the command line uses that Python as is.
+ifeq ($(origin PY),command line)
+KIT_ENV :=
+TEST_ENV :=
+else
+KIT_ENV := $(VENV)/.kit-installed
+TEST_ENV := $(VENV)/.test-installed
+endif
 
-test: ## run the test suite
+$(VENV)/.kit-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.kit-installed
+	$(VENV)/bin/pip install -q $(TORCH_PIP_ARGS) $(TORCH_SPEC)
+	$(VENV)/bin/pip install -q --no-deps sglang==$(SGLANG_VERSION)
+	$(VENV)/bin/pip install -q -e '.[sglang-cpu]'
+	touch $@
+
+venv: $(TEST_ENV) ## create .venv with the kit, the test tools and SGLang's CPU-only parser
+
+demo: $(KIT_ENV) ## the whole flow against a simulated server (no GPU, no docker)
+	$(PY) -m bench.demo
+
+test: $(TEST_ENV) ## run the test suite (creates .venv on first use)
 	$(PY) -m pytest -q
 
+lint: $(KIT_ENV)
 lint: ## ruff, hadolint, shellcheck (if installed), compose file check (if compose is installed)
 	$(PY) -m ruff check .
 	$(HADOLINT) Dockerfile
@@ -162,9 +194,11 @@ lint: ## ruff, hadolint, shellcheck (if installed), compose file check (if compo
 		$(COMPOSE_ANY) config -q && echo "docker-compose.yml ok"; \
 	else echo "neither docker compose nor docker-compose installed: docker-compose.yml not checked"; fi
 
+check: $(TEST_ENV)
 check: ## validate every profile: schema, rules, SGLang's own argument parser when importable
 	$(PY) -m launcher check --all
 
+show: $(KIT_ENV)
 show: ## print the resolved plan (env and SGLang command line) for PROFILE and SPEC
 	$(PY) -m launcher show $(PROFILE) --spec $(SPEC)
 

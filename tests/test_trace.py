@@ -138,20 +138,27 @@ def test_synthetic_verify_steps_give_the_verdict():
     assert result["allreduce"]["count"] == 5 * layers
     assert result["allreduce"]["mean_us"] == pytest.approx((3 * 200 + 2 * 150) / 5)
     share = round(100 * layers * 200 / window)
-    assert result["verdict"] == f"communication {share}% of verify; {layers} all-reduces/step; mean 182 µs"
+    mean = (3 * 200 + 2 * 150) / 5
+    assert result["verdict"] == f"communication {share}% of verify; {layers} all-reduces/step; mean {mean:.0f} µs"
     (device,) = result["devices"]
     assert device["idle_gaps"] >= 4  # the 50 µs pauses between steps
 
 
-def test_kernels_without_correlation_fall_back_to_gpu_annotations():
+@pytest.mark.parametrize("linked", [True, False])
+def test_kernels_without_correlation_fall_back_to_gpu_annotations(linked):
     events = _synthetic([("step[VERIFY bs=1]", [(GEMM, 10.0), (NCCL, 30.0)])])
     for e in events:
         e.get("args", {}).pop("correlation", None)
     kernels = [e for e in events if e["cat"] == "kernel"]
     start, end = kernels[0]["ts"], kernels[-1]["ts"] + kernels[-1]["dur"]
-    events.append({"ph": "X", "cat": "gpu_user_annotation", "name": "step[VERIFY bs=1]", "pid": 0, "tid": 7,
-                   "ts": start, "dur": end - start})
+    gpu_range = {"ph": "X", "cat": "gpu_user_annotation", "name": "step[VERIFY bs=1]", "pid": 0, "tid": 7,
+                 "ts": start, "dur": end - start, "args": {}}
+    if linked:  # the profiler links the GPU-side range to its CPU range by "External id"
+        gpu_range["args"]["External id"] = 42
+        next(e for e in events if e["cat"] == "user_annotation")["args"] = {"External id": 42}
+    events.append(gpu_range)
     result = analyse_events(events)
+    assert result["steps"]["verify"]["steps"] == 1  # never counted twice
     assert result["steps"]["verify"]["allreduces_per_step"] == 1
     assert result["steps"]["verify"]["comm_share"] == pytest.approx(30 / (end - start), abs=1e-3)
 

@@ -12,7 +12,8 @@ EXTEND/MIXED/SPLIT_PREFILL/PREBUILT -> prefill, IDLE -> ignored.
 
 A GPU kernel belongs to the step whose CPU range contains the runtime call that launched it (matched
 through the profiler's correlation id, which also covers cudaGraphLaunch replays); failing that, to
-the `gpu_user_annotation` range of a step that contains its start on the same device.
+the `gpu_user_annotation` range of a step that contains its start on the same device (and through
+its "External id" to the CPU range it mirrors).
 
 Per step: GPU window = first kernel start to last kernel end; busy = union of kernel intervals;
 communication = union of communication-kernel intervals; idle = window - busy; communication share =
@@ -114,6 +115,8 @@ class Span:
     tid: Any
     ts: float
     end: float
+    ext: Any = None  # the profiler's "External id": links a gpu_user_annotation to its CPU range
+    partner: Span | None = None  # for a GPU-side range: the CPU range it mirrors, when known
     kernels: list[GpuEvent] = field(default_factory=list)
     host_ops: list[tuple[float, float]] = field(default_factory=list)
 
@@ -225,8 +228,12 @@ def _steps(cpu: list[dict[str, Any]]) -> tuple[list[Span], list[Span], int | Non
     for t, kind, e in marked:
         if t != tier:
             continue
-        span = Span(str(e["name"]), kind, e.get("pid"), e.get("tid"), e["ts"], e["ts"] + e["dur"])
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        span = Span(str(e["name"]), kind, e.get("pid"), e.get("tid"), e["ts"], e["ts"] + e["dur"], ext=args.get("External id"))
         (gpu if e["cat"] in GPU_ANNOTATION_CATS else host).append(span)
+    by_ext = {s.ext: s for s in host if s.ext is not None}
+    for s in gpu:
+        s.partner = by_ext.get(s.ext) if s.ext is not None else None
     return host, gpu, tier
 
 
@@ -347,7 +354,8 @@ def analyse_events(events: list[dict[str, Any]]) -> dict[str, Any]:
         if launch is not None:
             span = host_index.find(launch[0], launch[1], launch[2])
         if span is None and gpu_spans:
-            span = gpu_index.find(k.pid, k.tid, k.ts, any_tid=True)
+            gpu_span = gpu_index.find(k.pid, k.tid, k.ts, any_tid=True)
+            span = gpu_span.partner or gpu_span if gpu_span is not None else None
         if span is not None:
             span.kernels.append(k)
     host_ar = _host_allreduces(cpu)
@@ -360,7 +368,7 @@ def analyse_events(events: list[dict[str, Any]]) -> dict[str, Any]:
 
     comm_kernels = [k for k in kernels if k.cls.is_comm]
     source = "gpu" if comm_kernels else ("host" if host_ar else "none")
-    steps = host_spans if host_spans else gpu_spans
+    steps = host_spans + [s for s in gpu_spans if s.partner is None]
     records = [_step_record(s) for s in steps if s.kernels or s.host_ops or source == "host"]
     families: dict[str, list[float]] = {}
     for k in comm_kernels:
