@@ -166,6 +166,12 @@ def repeat_summary(records: Sequence[RequestRecord], duration: float) -> dict[st
     return res
 
 
+def schema_keys() -> list[str]:
+    """Every per-repeat number a result file always carries (None when not measured)."""
+    keys = [k for k in repeat_summary([], 1.0) if k != "accept_length_source"]
+    return [*keys, "client_cpu_us_per_chunk"]
+
+
 def numeric_keys(rows: Iterable[dict[str, Any]]) -> list[str]:
     keys: dict[str, None] = {}
     for row in rows:
@@ -182,7 +188,7 @@ SKIP_AGG = {"repeat", "concurrency", "server_start_time", "restarts_before", "re
 def aggregate(repeats: Sequence[dict[str, Any]], valid: bool) -> dict[str, Any]:
     """Across repeats: bare key = mean (sum for counts), plus <key>_mean and <key>_sd. All None if invalid."""
     good = [r for r in repeats if r.get("valid")]
-    keys = [k for k in numeric_keys(repeats) if k not in SKIP_AGG]
+    keys = [k for k in dict.fromkeys([*schema_keys(), *numeric_keys(repeats)]) if k not in SKIP_AGG]
     out: dict[str, Any] = {}
     for k in keys:
         mean, sd = stats.mean_sd(r.get(k) for r in good) if valid else (None, None)

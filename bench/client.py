@@ -99,6 +99,8 @@ class _StreamState:
         self.incremental = incremental_text
         self.done = False
         self.end = sent
+        self.activity = sent  # last time bytes arrived (read-timeout watchdog)
+        self.timed_out = False
 
     def _mark(self, now: float, tokens: int | None) -> None:
         if self.last_mark is None:
@@ -182,19 +184,25 @@ class ServerClient:
         self.model = "default"
         self.incremental_text = False
         self._session: aiohttp.ClientSession | None = None
+        self._inflight: dict[asyncio.Task[Any], _StreamState] = {}
+        self._watchdog: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> ServerClient:
+        # No aiohttp sock_read timeout: it re-arms a timer on every received chunk. One watchdog
+        # task checks every in-flight request's last activity instead.
         self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(
-                total=None, sock_connect=self.connect_timeout, sock_read=self.read_timeout
-            ),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout),
             connector=aiohttp.TCPConnector(limit=max(8, self.concurrency + 4)),
             read_bufsize=READ_BUFSIZE,
             trace_configs=[_send_time_trace()],
         )
+        self._watchdog = asyncio.create_task(self._watch())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -204,6 +212,17 @@ class ServerClient:
         if self._session is None:
             raise RuntimeError("use ServerClient as an async context manager")
         return self._session
+
+    async def _watch(self) -> None:
+        """Cancel requests that received nothing for read_timeout seconds (a hung server)."""
+        period = max(0.05, min(1.0, self.read_timeout / 4))
+        while True:
+            await asyncio.sleep(period)
+            now = time.perf_counter()
+            for task, state in list(self._inflight.items()):
+                if not state.timed_out and now - state.activity > self.read_timeout:
+                    state.timed_out = True
+                    task.cancel()
 
     # ----- probes ------------------------------------------------------------------------------
     async def health(self, timeout: float | None = None) -> int:
@@ -219,7 +238,7 @@ class ServerClient:
         try:
             async with self.session.get(f"{self.url}/health", timeout=t) as resp:
                 await resp.read()
-        except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
             raise RuntimeFailure(
                 f"cannot reach the server at {self.url} ({_why(exc)}); is it running? check --url"
             ) from exc
@@ -234,7 +253,7 @@ class ServerClient:
                 if status == 200:
                     return
                 last = f"HTTP {status}"
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 last = _why(exc)
             if time.monotonic() >= deadline:
                 raise RuntimeFailure(f"{self.url}/health not healthy after {timeout:.0f} s (last: {last})")
@@ -264,7 +283,7 @@ class ServerClient:
                 if resp.status != 200:
                     return None
                 text = await resp.text()
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             return None
         return parse_prometheus(text)
 
@@ -304,6 +323,24 @@ class ServerClient:
         sent = perf()
         record.start_s = sent - t_origin
         state = _StreamState(record, sent, self.incremental_text)
+        task = asyncio.current_task()
+        if task is not None:
+            self._inflight[task] = state
+        try:
+            return await self._request(path, payload, record, state, task)
+        finally:
+            if task is not None:
+                self._inflight.pop(task, None)
+
+    async def _request(
+        self,
+        path: str,
+        payload: dict[str, Any],
+        record: RequestRecord,
+        state: _StreamState,
+        task: asyncio.Task[Any] | None,
+    ) -> RequestRecord:
+        sent = state.sent
         got_done = False
         box: dict[str, float] = {}
         try:
@@ -317,10 +354,16 @@ class ServerClient:
                     return record
                 got_done = await self._consume(resp, state)
                 record.e2e_s = state.end - state.sent
+        except asyncio.CancelledError:
+            if not state.timed_out or task is None:
+                raise
+            task.uncancel()
+            record.error = f"stream broke: no data for {self.read_timeout:.0f} s (read timeout)"
+            return record
         except _ServerError as exc:
             record.error = f"server error: {exc}"
             return record
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             record.error = f"stream broke: {_why(exc)}"
             return record
         if not (got_done or state.done):
@@ -350,6 +393,7 @@ class ServerClient:
         pending: bytes | None = None  # last scanned-only payload, parsed at the end if needed
         async for data in resp.content.iter_any():
             now = perf()
+            state.activity = now
             buf += data
             while True:
                 cut = buf.find(b"\n\n")
@@ -434,7 +478,7 @@ class ControlClient:
             async with self.session.get(f"{self.url}/status", timeout=t) as resp:
                 resp.raise_for_status()
                 data = await resp.json(content_type=None)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise RuntimeFailure(
                 f"cannot read {self.url}/status ({_why(exc)}); is `launcher serve` running? check --control"
             ) from exc
@@ -452,7 +496,7 @@ class ControlClient:
                 except ValueError:
                     data = {"error": (await resp.text())[:300]}
                 return resp.status, data if isinstance(data, dict) else {"error": str(data)}
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             return 0, {"outcome": "failed", "error": f"control API unreachable: {_why(exc)}"}
 
 

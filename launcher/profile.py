@@ -16,6 +16,7 @@ in the same format and are laid over the merged profile last.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ def search_dirs() -> list[Path]:
 
 
 class Requires(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     sm: list[str] | None = None
     interconnect: Literal["pcie", "nvlink", "any"] | None = None
     p2p: bool | None = None
@@ -133,13 +134,8 @@ def _toml_line(exc: tomllib.TOMLDecodeError) -> int:
     lineno = getattr(exc, "lineno", None)
     if lineno:
         return int(lineno)
-    msg = str(exc)
-    marker = "line "
-    if marker in msg:
-        digits = msg.split(marker, 1)[1].split(",")[0].split(")")[0]
-        if digits.isdigit():
-            return int(digits)
-    return 0
+    m = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+    return int(m.group(1)) if m else 0
 
 
 def unknown_profile(name: str) -> UserError:

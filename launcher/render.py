@@ -10,6 +10,12 @@ from launcher.plan import Plan
 
 PROFILE_FILE = "profile.json"
 CMDLINE_FILE = "cmdline"
+ENV_FILE = "profile.env"  # NUL-separated NAME=value: sitecustomize reads it without importing json
+
+
+def env_file_text(plan: dict) -> str:
+    items = [("KIT_ACTIVE_PROFILE", plan["name"]), ("KIT_ACTIVE_SPEC", plan["spec"]), *sorted(plan["env"].items())]
+    return "".join(f"{k}={v}\0" for k, v in items)
 
 
 def write_plan(state_dir: Path, plan: dict) -> Path:
@@ -19,6 +25,7 @@ def write_plan(state_dir: Path, plan: dict) -> Path:
     """
     state_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_text(state_dir / CMDLINE_FILE, shlex.join(plan["argv"]) + "\n")
+    atomic.write_text(state_dir / ENV_FILE, env_file_text(plan))
     return atomic.write_json(state_dir / PROFILE_FILE, plan)
 
 

@@ -89,24 +89,23 @@ def evaluate(ctx: Context, use_parser: bool = False) -> list[Finding]:
     return out
 
 
-def _proto_tokens(value: str) -> tuple[bool, set[str]]:
-    """NCCL_PROTO is a list (`LL,Simple`) or an exclusion list (`^LL128`); returns (exclude, tokens)."""
-    v = value.strip()
-    exclude = v.startswith("^")
-    return exclude, {t.strip().lower() for t in v.lstrip("^").split(",") if t.strip()}
+def _sections(value: str) -> list[tuple[bool, set[str]]]:
+    """NCCL_ALGO/NCCL_PROTO: `a,b`, `^a`, or per collective `a;allreduce:b,c;broadcast:^d` (NCCL parseList).
+
+    Returns (exclude, lower-case tokens) for each `;`-separated section, the collective prefix dropped.
+    """
+    out = []
+    for section in value.split(";"):
+        items = section.split(":", 1)[-1].strip()
+        if items:
+            exclude = items.startswith("^")
+            out.append((exclude, {t.strip().lower() for t in items.lstrip("^").split(",") if t.strip()}))
+    return out
 
 
 def _algo_has_tree(value: str) -> bool:
-    # NCCL_ALGO is `Ring,Tree`, `^Tree`, or per-collective `allreduce:tree;broadcast:ring`.
-    for part in value.replace(";", ",").split(","):
-        tok = part.split(":")[-1].strip().lower()
-        if part.strip().startswith("^"):
-            return False
-        if "tree" in tok.split("^")[-1].split(","):
-            return True
-        if tok == "tree":
-            return True
-    return False
+    """True when some collective is told to use Tree (an exclusion list never selects it by name)."""
+    return any(not exclude and "tree" in toks for exclude, toks in _sections(value))
 
 
 @rule()
@@ -129,8 +128,7 @@ def ll128_on_pcie(ctx: Context) -> Iterator[Finding]:
     proto = ctx.env.get("NCCL_PROTO")
     if not proto:
         return
-    exclude, toks = _proto_tokens(proto)
-    allows = ("ll128" not in toks) if exclude else ("ll128" in toks)
+    allows = any(("ll128" not in toks) if exclude else ("ll128" in toks) for exclude, toks in _sections(proto))
     if not allows:
         return
     pcie = ctx.is_pcie()

@@ -70,7 +70,7 @@ def flag_problems(flags: list[str]) -> list[tuple[str, str]]:
                 problems.append((name, f"SGLang {version()} has no flag {name}"))
             continue
         canonical = action.option_strings[0]
-        if "Deprecated" in type(action).__name__ or (action.help or "").lower().startswith("deprecated"):
+        if "Deprecated" in type(action).__name__ or (action.help or "").lstrip("( ").lower().startswith("deprecated"):
             problems.append((name, f"flag {name} is deprecated in SGLang {version()}: {(action.help or '').strip()}"))
         elif name != canonical:
             problems.append((name, f"flag {name} is an alias; write {canonical}"))

@@ -2,12 +2,12 @@
 
 Every Python process in the server container (the SGLang launcher and each tensor-parallel worker)
 starts with this directory on PYTHONPATH, so all of them see the same NCCL/SGLang environment.
-Reads $KIT_PROFILE_ENV, else $KIT_STATE_DIR/profile.json. All or nothing; never raises.
+Reads $KIT_PROFILE_ENV (JSON), else $KIT_STATE_DIR/profile.env (NUL-separated NAME=value, no imports),
+else $KIT_STATE_DIR/profile.json. All or nothing; never raises.
 """
 
 
 def _kit_apply():
-    import json
     import os
     import sys
 
@@ -16,8 +16,12 @@ def _kit_apply():
         state = os.environ.get("KIT_STATE_DIR")
         if not state:
             return
+        if _kit_apply_env_file(os.path.join(state, "profile.env")):
+            return
         path = os.path.join(state, "profile.json")
     try:
+        import json
+
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except FileNotFoundError:
@@ -39,9 +43,29 @@ def _kit_apply():
         os.environ["KIT_ACTIVE_SPEC"] = spec
 
 
+def _kit_apply_env_file(path):
+    """The fast path: NUL-separated NAME=value entries, no imports. False when the file is absent."""
+    import os
+    import sys
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            entries = [e.partition("=") for e in fh.read().split("\0") if e]
+    except FileNotFoundError:
+        return False
+    except Exception as exc:
+        sys.stderr.write(f"kit sitecustomize: ignoring {path}: {exc.__class__.__name__}: {exc}\n")
+        return True
+    if not entries or any(not sep or not key for key, sep, _ in entries):
+        sys.stderr.write(f"kit sitecustomize: ignoring {path}: expected NUL-separated NAME=value entries\n")
+        return True
+    for key, _, value in entries:
+        os.environ[key] = value
+    return True
+
+
 def _kit_chain():
     """Run the sitecustomize this one shadows (Ubuntu's python ships one), if any."""
-    import importlib.util
     import os
     import sys
 
@@ -51,6 +75,8 @@ def _kit_chain():
             continue
         for candidate in (os.path.join(entry, "sitecustomize.py"), os.path.join(entry, "sitecustomize", "__init__.py")):
             if os.path.isfile(candidate) and os.path.abspath(candidate) != os.path.abspath(__file__):
+                import importlib.util
+
                 try:
                     spec = importlib.util.spec_from_file_location("_kit_shadowed_sitecustomize", candidate)
                     module = importlib.util.module_from_spec(spec)

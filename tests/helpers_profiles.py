@@ -32,7 +32,9 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def child_env(**extra: str) -> dict[str, str]:
     """Environment for a subprocess: the caller's, minus KIT_*/SPEC/PYTHONPATH, plus ENV and `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_") and k not in ("SPEC", "PYTHONPATH")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("KIT_") and k not in ("SPEC", "PYTHONPATH")
+    }
     env.update(ENV)
     env.update(extra)
     return env
@@ -108,7 +110,9 @@ def facts(
     )
 
 
-def run_launcher(*args: str, env: Mapping[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_launcher(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """`python -m launcher ARGS` in a real subprocess, from the repository root."""
     return subprocess.run(
         [sys.executable, "-m", "launcher", *args],

@@ -22,7 +22,9 @@ from launcher.errors import UserError
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "bench.allreduce.cli", *args],
@@ -91,10 +93,18 @@ def _fields(nranks=2, sizes=(4096, 43008)):
 
 def test_rows_take_the_slowest_rank_per_iteration_and_sum_wrong():
     ranks = [
-        {"rows": [{"count": 2048, "wrong": 0, "samples_us": [10, 10, 10, 10], "method": "m"},
-                  {"count": 21504, "wrong": 1, "samples_us": [5, 5, 5, 5], "method": "m"}]},
-        {"rows": [{"count": 2048, "wrong": 0, "samples_us": [20, 20, 20, 20], "method": "m"},
-                  {"count": 21504, "wrong": 2, "samples_us": [7, 7, 7, 7], "method": "m"}]},
+        {
+            "rows": [
+                {"count": 2048, "wrong": 0, "samples_us": [10, 10, 10, 10], "method": "m"},
+                {"count": 21504, "wrong": 1, "samples_us": [5, 5, 5, 5], "method": "m"},
+            ]
+        },
+        {
+            "rows": [
+                {"count": 2048, "wrong": 0, "samples_us": [20, 20, 20, 20], "method": "m"},
+                {"count": 21504, "wrong": 2, "samples_us": [7, 7, 7, 7], "method": "m"},
+            ]
+        },
     ]
     rows = rows_for(_fields(), BackendRun(status="ok", ranks=ranks), 2, PCIE_GEN5)
     assert [r["time_us_p50"] for r in rows] == [20.0, 7.0]
@@ -107,21 +117,42 @@ def test_rows_take_the_slowest_rank_per_iteration_and_sum_wrong():
 
 
 def test_declined_size_and_unavailable_backend_become_skipped_rows():
-    ranks = [{"rows": [{"count": 2048, "skipped": "declined"}, {"count": 21504, "wrong": 0, "samples_us": [1.0], "method": "m"}]}] * 2
+    ranks = [
+        {
+            "rows": [
+                {"count": 2048, "skipped": "declined"},
+                {"count": 21504, "wrong": 0, "samples_us": [1.0], "method": "m"},
+            ]
+        }
+    ] * 2
     rows = rows_for(_fields(), BackendRun(status="ok", ranks=ranks), 2, None)
     assert rows[0]["status"] == "skipped" and rows[0]["reason"] == "declined"
     assert rows[1]["status"] == "ok"
     skipped = rows_for(_fields(), BackendRun(status="unavailable", reason="no lib"), 2, None)
-    assert skipped == [{**{k: skipped[0][k] for k in ("backend", "profile", "nranks", "graph", "type")}, "status": "skipped", "reason": "no lib"}]
+    assert skipped == [
+        {
+            **{k: skipped[0][k] for k in ("backend", "profile", "nranks", "graph", "type")},
+            "status": "skipped",
+            "reason": "no lib",
+        }
+    ]
     failed = rows_for(_fields(), BackendRun(status="failed", reason="rank 1 hung"), 2, None)
     assert failed[0]["status"] == "failed"
 
 
 def test_outputs_are_written_for_mixed_rows(tmp_path):
-    ranks = [{"rows": [{"count": 2048, "wrong": 0, "samples_us": [3.0, 4.0], "method": "m"},
-                       {"count": 21504, "wrong": 0, "samples_us": [5.0, 6.0], "method": "m"}]}]
+    ranks = [
+        {
+            "rows": [
+                {"count": 2048, "wrong": 0, "samples_us": [3.0, 4.0], "method": "m"},
+                {"count": 21504, "wrong": 0, "samples_us": [5.0, 6.0], "method": "m"},
+            ]
+        }
+    ]
     rows = rows_for(_fields(nranks=1), BackendRun(status="ok", ranks=ranks), 2, PCIE_GEN5)
-    rows += rows_for({**_fields(), "backend": "mscclpp"}, BackendRun(status="unavailable", reason="missing"), 2, None)
+    rows += rows_for(
+        {**_fields(), "backend": "mscclpp"}, BackendRun(status="unavailable", reason="missing"), 2, None
+    )
     json_path, csv_path, png_path = write_all(tmp_path, rows, PCIE_GEN5)
     assert json.loads(json_path.read_text()) == json.loads(json.dumps(rows, sort_keys=True))
     table = list(csv.DictReader(csv_path.open()))
@@ -173,8 +204,20 @@ def _expected_profile_env(name: str) -> dict[str, str]:
 
 def test_gloo_two_ranks_with_profile_env_and_skipped_backends(tmp_path):
     proc = run_cli(
-        "--backends", "gloo,nccl,mscclpp", "--nranks", "2", "--sizes", "4K,43008",
-        "--iters", "8", "--warmup", "1", "--profile", "nccl-tuned", "--out", str(tmp_path),
+        "--backends",
+        "gloo,nccl,mscclpp",
+        "--nranks",
+        "2",
+        "--sizes",
+        "4K,43008",
+        "--iters",
+        "8",
+        "--warmup",
+        "1",
+        "--profile",
+        "nccl-tuned",
+        "--out",
+        str(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads((tmp_path / "allreduce.json").read_text())
@@ -197,8 +240,22 @@ def test_gloo_two_ranks_with_profile_env_and_skipped_backends(tmp_path):
 
 
 def test_gloo_four_ranks_sums_are_exact(tmp_path):
-    proc = run_cli("--backends", "gloo", "--nranks", "4", "--sizes", "43008", "--dtype", "bf16",
-                   "--iters", "5", "--warmup", "1", "--out", str(tmp_path))
+    proc = run_cli(
+        "--backends",
+        "gloo",
+        "--nranks",
+        "4",
+        "--sizes",
+        "43008",
+        "--dtype",
+        "bf16",
+        "--iters",
+        "5",
+        "--warmup",
+        "1",
+        "--out",
+        str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads((tmp_path / "allreduce.json").read_text())
     assert row["nranks"] == 4 and row["wrong"] == 0 and row["count"] == 21504 and row["samples"] == 5
@@ -206,8 +263,21 @@ def test_gloo_four_ranks_sums_are_exact(tmp_path):
 
 
 def test_a_hung_rank_is_named_and_stopped(tmp_path):
-    proc = run_cli("--backends", "gloo", "--nranks", "2", "--sizes", "4K", "--iters", "3",
-                   "--timeout-s", "4", "--out", str(tmp_path), env={"KIT_ALLREDUCE_TEST_HANG_RANK": "1"})
+    proc = run_cli(
+        "--backends",
+        "gloo",
+        "--nranks",
+        "2",
+        "--sizes",
+        "4K",
+        "--iters",
+        "3",
+        "--timeout-s",
+        "4",
+        "--out",
+        str(tmp_path),
+        env={"KIT_ALLREDUCE_TEST_HANG_RANK": "1"},
+    )
     assert proc.returncode == 1
     assert "rank 1 hung" in proc.stderr and "rank 0" in proc.stderr
     assert "Traceback" not in proc.stderr

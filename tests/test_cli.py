@@ -95,7 +95,9 @@ def test_show_text_is_a_runnable_script():
 
 def test_show_with_host_facts_file(tmp_path):
     host = tmp_path / "facts.json"
-    host.write_text(json.dumps({"interconnect": "pcie-switch", "gpus": [{"index": 0, "compute_cap": "12.0"}]}))
+    host.write_text(
+        json.dumps({"interconnect": "pcie-switch", "gpus": [{"index": 0, "compute_cap": "12.0"}]})
+    )
     proc = run_launcher("show", "symm-mem", "--host-facts", str(host))
     assert_user_error(proc, "torch symm-mem needs SM 9.x/10.x")
 
@@ -146,7 +148,9 @@ def test_check_bad_user_profile_fails_through_the_parser(bad_user_dir):
 
 
 def test_check_schema_error_names_file_and_key(tmp_path):
-    root = write_profiles(tmp_path / "u", {"typo.toml": 'description = "x"\n[requires]\ninterconect = "pcie"\n'})
+    root = write_profiles(
+        tmp_path / "u", {"typo.toml": 'description = "x"\n[requires]\ninterconect = "pcie"\n'}
+    )
     proc = run_launcher("check", "typo", env=child_env(KIT_PROFILES_DIR=str(root)))
     assert_user_error(proc, str(root / "typo.toml"), "key 'requires.interconect'")
 
@@ -175,14 +179,18 @@ def test_render_bad_input_leaves_state_untouched(tmp_path, bad_user_dir, profile
     (state / "cmdline").write_text("python -m sglang.launch_server --model-path /previous\n")
     (state / "history.jsonl").write_text('{"profile": "previous"}\n')
     before = snapshot(state)
-    proc = run_launcher("render", profile, "--state-dir", str(state), env=child_env(KIT_PROFILES_DIR=str(bad_user_dir)))
+    proc = run_launcher(
+        "render", profile, "--state-dir", str(state), env=child_env(KIT_PROFILES_DIR=str(bad_user_dir))
+    )
     assert_user_error(proc)
     assert snapshot(state) == before
 
 
 def test_render_into_a_missing_dir_with_bad_input_creates_nothing(tmp_path, bad_user_dir):
     state = tmp_path / "never"
-    proc = run_launcher("render", "broken", "--state-dir", str(state), env=child_env(KIT_PROFILES_DIR=str(bad_user_dir)))
+    proc = run_launcher(
+        "render", "broken", "--state-dir", str(state), env=child_env(KIT_PROFILES_DIR=str(bad_user_dir))
+    )
     assert proc.returncode == 2
     assert not state.exists()
 

@@ -116,13 +116,22 @@ def test_kit_knobs_reach_env_and_flags():
 def test_plan_carries_patches_requires_sources():
     plan = plans.build_plan("fused", "eagle3", environ=ENV)
     assert plan.patches == ["sm120-allreduce-fusion"]
-    assert plan.requires["interconnect"] == "pcie" and plan.requires["p2p"] is True
-    assert plan.sources == [str(BUILTIN / f) for f in ("base.toml", "nccl-tuned.toml", "fused.toml", "spec/eagle3.toml")]
+    assert plan.requires == profiles.load("fused").requires.model_dump(exclude_none=True)
+    assert plan.requires["p2p"] is True and plan.requires["sm"] == ["9.0", "10.0", "12.0"]
+    assert plan.sources == [
+        str(BUILTIN / f) for f in ("base.toml", "nccl-tuned.toml", "fused.toml", "spec/eagle3.toml")
+    ]
     assert plan.name == "fused" and plan.spec == "eagle3" and plan.status == "stable"
 
 
 def test_build_plan_raises_with_every_blocking_finding(user):
-    root = user({"p.toml": profile_toml("p", env={"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL128"}, requires={"interconnect": "pcie"})})
+    root = user(
+        {
+            "p.toml": profile_toml(
+                "p", env={"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL128"}, requires={"interconnect": "pcie"}
+            )
+        }
+    )
     with pytest.raises(UserError) as exc:
         plans.build_plan("p", "off", environ=ENV)
     msg = str(exc.value)
@@ -158,7 +167,9 @@ def test_default_environ_is_the_process_environment(monkeypatch):
 
 def test_digest_changes_with_env_or_flags_not_with_server_cmd():
     base = plans.build_plan("nccl-tuned", "eagle3", environ=ENV)
-    same_cmd = plans.build_plan("nccl-tuned", "eagle3", environ={**ENV, "KIT_SERVER_CMD": "python -m launcher.standin"})
+    same_cmd = plans.build_plan(
+        "nccl-tuned", "eagle3", environ={**ENV, "KIT_SERVER_CMD": "python -m launcher.standin"}
+    )
     env_changed = plans.build_plan("nccl-tuned", "eagle3", environ={**ENV, "KIT_NCCL_P2P_LEVEL": "PHB"})
     flag_changed = plans.build_plan("nccl-tuned", "eagle3", environ={**ENV, "MODEL_PATH": "/models/other"})
     spec_changed = plans.build_plan("nccl-tuned", "ngram", environ=ENV)
@@ -204,7 +215,9 @@ def test_golden_plan(name, spec):
         path.write_text(text)
     assert path.is_file(), f"{path} is missing; regenerate with UPDATE_GOLDEN=1"
     expected = path.read_text()
-    assert json.loads(expected) == doc, f"plan {name}+{spec} changed; review, then regenerate with UPDATE_GOLDEN=1"
+    assert json.loads(expected) == doc, (
+        f"plan {name}+{spec} changed; review, then regenerate with UPDATE_GOLDEN=1"
+    )
     assert expected == text  # byte for byte, including key order and formatting
 
 

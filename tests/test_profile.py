@@ -26,7 +26,9 @@ def builtin(tmp_path, monkeypatch) -> Path:
         tmp_path / "builtin",
         {
             "base.toml": profile_toml(
-                "base", env={"BASE_ONLY": "b", "SHARED": "base"}, server={"model-path": "/m", "port": 1, "host": "h"}
+                "base",
+                env={"BASE_ONLY": "b", "SHARED": "base"},
+                server={"model-path": "/m", "port": 1, "host": "h"},
             ),
             "spec/on.toml": profile_toml("spec on", server={"port": 3, "speculative-algorithm": "EAGLE3"}),
             "spec/off.toml": profile_toml("spec off"),
@@ -49,8 +51,12 @@ def test_extends_chain_merges_env_and_server_child_wins(builtin):
     write_profiles(
         builtin,
         {
-            "grand.toml": profile_toml("g", env={"G": "g", "X": "grand"}, server={"g-flag": True, "x-flag": "grand"}),
-            "parent.toml": profile_toml("p", extends="grand", env={"P": "p", "X": "parent"}, server={"x-flag": "parent"}),
+            "grand.toml": profile_toml(
+                "g", env={"G": "g", "X": "grand"}, server={"g-flag": True, "x-flag": "grand"}
+            ),
+            "parent.toml": profile_toml(
+                "p", extends="grand", env={"P": "p", "X": "parent"}, server={"x-flag": "parent"}
+            ),
             "child.toml": profile_toml("c", extends="parent", env={"X": "child"}, server={"c-flag": 7}),
         },
     )
@@ -70,9 +76,14 @@ def test_false_unsets_inherited_env_and_server_keys(builtin):
     write_profiles(
         builtin,
         {
-            "parent.toml": profile_toml("p", env={"DROP": "1", "KEEP": "1"}, server={"drop-flag": True, "keep-flag": 2}),
+            "parent.toml": profile_toml(
+                "p", env={"DROP": "1", "KEEP": "1"}, server={"drop-flag": True, "keep-flag": 2}
+            ),
             "child.toml": profile_toml(
-                "c", extends="parent", env={"DROP": False, "SHARED": False}, server={"drop-flag": False, "host": False}
+                "c",
+                extends="parent",
+                env={"DROP": False, "SHARED": False},
+                server={"drop-flag": False, "host": False},
             ),
         },
     )
@@ -92,7 +103,9 @@ def test_requires_merge_child_overrides_fields(builtin):
     write_profiles(
         builtin,
         {
-            "parent.toml": profile_toml("p", requires={"interconnect": "pcie", "p2p": True, "patches": ["a"]}),
+            "parent.toml": profile_toml(
+                "p", requires={"interconnect": "pcie", "p2p": True, "patches": ["a"]}
+            ),
             "child.toml": profile_toml("c", extends="parent", requires={"patches": [], "sm": ["12.0"]}),
         },
     )
@@ -131,16 +144,20 @@ def test_real_profiles_inherit_nccl_tuned():
     assert res.server["flashinfer-allreduce-fusion-backend"] == "trtllm"
     assert res.server["trust-remote-code"] is True  # from base.toml
     assert res.requires.patches == ["sm120-allreduce-fusion"]
-    assert res.requires.interconnect == "pcie"  # inherited
+    assert res.requires.p2p is True  # inherited from nccl-tuned
+    assert res.origin["env.NCCL_PROTO"] == BUILTIN / "nccl-tuned.toml"
 
 
 # ---- discovery ----------------------------------------------------------------------------------
 
 
 def test_kit_profiles_dir_is_colon_separated_and_shadows_builtins(tmp_path, monkeypatch):
-    first = write_profiles(tmp_path / "first", {"fused.toml": profile_toml("first fused"), "mine.toml": profile_toml("m1")})
+    first = write_profiles(
+        tmp_path / "first", {"fused.toml": profile_toml("first fused"), "mine.toml": profile_toml("m1")}
+    )
     second = write_profiles(
-        tmp_path / "second", {"mine.toml": profile_toml("m2"), "other.toml": profile_toml("o", extends="fused")}
+        tmp_path / "second",
+        {"mine.toml": profile_toml("m2"), "other.toml": profile_toml("o", extends="fused")},
     )
     monkeypatch.setenv("KIT_PROFILES_DIR", f"{first}::{second}")
     assert profiles.search_dirs() == [first, second, BUILTIN]
@@ -155,7 +172,11 @@ def test_kit_profiles_dir_is_colon_separated_and_shadows_builtins(tmp_path, monk
 
 
 def test_user_base_toml_shadows_builtin_base(tmp_path, monkeypatch):
-    user_dir(tmp_path, monkeypatch, {"base.toml": profile_toml("my base", env={"MINE": "1"}), "p.toml": profile_toml("p")})
+    user_dir(
+        tmp_path,
+        monkeypatch,
+        {"base.toml": profile_toml("my base", env={"MINE": "1"}), "p.toml": profile_toml("p")},
+    )
     res = profiles.load("p")
     assert res.env == {"MINE": "1"}
     assert "model-path" not in res.server
@@ -195,7 +216,11 @@ def test_variable_expansion_with_and_without_default(tmp_path, monkeypatch):
     user_dir(
         tmp_path,
         monkeypatch,
-        {"p.toml": profile_toml("p", env={"A": "${FOO}", "B": "${BAR:-dflt}", "C": "x${FOO}y"}, server={"x": "${BAR:-9}"})},
+        {
+            "p.toml": profile_toml(
+                "p", env={"A": "${FOO}", "B": "${BAR:-dflt}", "C": "x${FOO}y"}, server={"x": "${BAR:-9}"}
+            )
+        },
     )
     plan = build_plan("p", "off", environ={**ENV, "FOO": "foo"})
     assert plan.env["A"] == "foo" and plan.env["B"] == "dflt" and plan.env["C"] == "xfooy"
@@ -331,7 +356,11 @@ def test_extends_cycle_is_an_error(tmp_path, monkeypatch):
     root = user_dir(
         tmp_path,
         monkeypatch,
-        {"a.toml": profile_toml("a", extends="b"), "b.toml": profile_toml("b", extends="c"), "c.toml": profile_toml("c", extends="a")},
+        {
+            "a.toml": profile_toml("a", extends="b"),
+            "b.toml": profile_toml("b", extends="c"),
+            "c.toml": profile_toml("c", extends="a"),
+        },
     )
     with pytest.raises(UserError) as exc:
         profiles.load("a")

@@ -43,7 +43,11 @@ def test_rerender_replaces_both_files(tmp_path):
     render(second, tmp_path)
     assert_no_temp_files(tmp_path)
     assert read_rendered(tmp_path)["name"] == "baseline"
-    assert (tmp_path / CMDLINE_FILE).read_text().startswith("python -m launcher.standin --model-path /models/target")
+    assert (
+        (tmp_path / CMDLINE_FILE)
+        .read_text()
+        .startswith("python -m launcher.standin --model-path /models/target")
+    )
 
 
 def test_rendered_file_is_what_sitecustomize_expects(tmp_path):

@@ -49,7 +49,9 @@ NVLINK = facts("nvlink", "9.0")
 # ---- (a) NCCL_ALGO=Tree with CUDA graphs --------------------------------------------------------
 
 
-@pytest.mark.parametrize("algo", ["Tree", "tree", "Ring,Tree", "allreduce:tree", "allreduce:tree;broadcast:ring"])
+@pytest.mark.parametrize(
+    "algo", ["Tree", "tree", "Ring,Tree", "allreduce:tree", "allreduce:tree;broadcast:ring"]
+)
 def test_tree_with_cuda_graphs_is_an_error(make, algo):
     _, findings = make(env={"NCCL_ALGO": algo})
     [f] = by_rule(findings, "tree_with_cuda_graphs", "error")
@@ -67,7 +69,12 @@ def test_tree_rule_passes_without_tree(make, algo):
 
 
 @pytest.mark.parametrize(
-    "graphs_off", [{"cuda-graph-backend-decode": "disabled"}, {"disable-decode-cuda-graph": True}, {"disable-cuda-graph": True}]
+    "graphs_off",
+    [
+        {"cuda-graph-backend-decode": "disabled"},
+        {"disable-decode-cuda-graph": True},
+        {"disable-cuda-graph": True},
+    ],
 )
 def test_tree_allowed_when_cuda_graphs_are_off(make, graphs_off):
     _, findings = make(env={"NCCL_ALGO": "Tree"}, server=graphs_off)
@@ -153,7 +160,9 @@ def test_no_cuda_device_max_connections_no_warning(make):
 # ---- (d) expandable segments + PCIe IPC all-reduce ----------------------------------------------
 
 
-@pytest.mark.parametrize("conf", ["expandable_segments:True", "max_split_size_mb:128, expandable_segments:true"])
+@pytest.mark.parametrize(
+    "conf", ["expandable_segments:True", "max_split_size_mb:128, expandable_segments:true"]
+)
 def test_expandable_segments_with_pcie_ipc_is_an_error(make, conf):
     _, findings = make(env={"PYTORCH_CUDA_ALLOC_CONF": conf, "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": 1})
     [f] = by_rule(findings, "expandable_segments_with_pcie_ipc", "error")
@@ -180,7 +189,10 @@ def test_expandable_segments_in_a_custom_ar_child(make):
     assert len(by_rule(findings, "expandable_segments_with_pcie_ipc", "error")) == 1
     _, findings = make(
         extends="custom-ar",
-        env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": False},
+        env={
+            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+            "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": False,
+        },
     )
     assert by_rule(findings, "expandable_segments_with_pcie_ipc") == []
 
@@ -251,12 +263,19 @@ def test_deepep_normal_without_facts_warns_and_requires_nvlink(make):
     assert any("NVLink" in c for c in plan.requires["conditions"])
 
 
-def test_deepep_normal_in_an_ep_deepep_child_inherits_pcie(make):
-    _, findings = make(extends="ep-deepep", server={"deepep-mode": "normal"})
+def test_deepep_normal_under_nccl_tuned_inherits_the_pcie_requirement(make):
+    _, findings = make(extends="nccl-tuned", server=DEEPEP_NORMAL)
     assert len(by_rule(findings, "deepep_normal_mode", "error")) == 1
 
 
-@pytest.mark.parametrize("server", [{"moe-a2a-backend": "deepep", "deepep-mode": "low_latency"}, {"deepep-mode": "normal"}])
+def test_deepep_normal_in_an_ep_deepep_child_on_pcie(make):
+    _, findings = make(extends="ep-deepep", server={"deepep-mode": "normal"}, facts=PCIE)
+    assert len(by_rule(findings, "deepep_normal_mode", "error")) == 1
+
+
+@pytest.mark.parametrize(
+    "server", [{"moe-a2a-backend": "deepep", "deepep-mode": "low_latency"}, {"deepep-mode": "normal"}]
+)
 def test_deepep_rule_passes(make, server):
     _, findings = make(server=server, facts=PCIE)
     assert by_rule(findings, "deepep_normal_mode") == []
@@ -315,7 +334,9 @@ def test_fusion_on_sm120_facts_without_patch_is_an_error(make):
 
 
 def test_fusion_with_patch_passes_on_sm120(make):
-    _, findings = make(server=FUSION, requires={"sm": ["12.0"], "patches": ["sm120-allreduce-fusion"]}, facts=PCIE)
+    _, findings = make(
+        server=FUSION, requires={"sm": ["12.0"], "patches": ["sm120-allreduce-fusion"]}, facts=PCIE
+    )
     assert by_rule(findings, "fusion_needs_sm120_patch") == []
 
 
@@ -336,6 +357,45 @@ def test_fused_profile_passes_on_sm120_and_a_child_dropping_the_patch_fails(make
     assert len(by_rule(findings, "fusion_needs_sm120_patch", "error")) == 1
 
 
+# ---- fusion needs the enforce-disable flag that base.toml sets to be unset --------------------
+
+
+def test_fusion_backend_beside_the_enforce_flag_is_an_error(make):
+    _, findings = make(server=FUSION)  # base.toml sets enforce-disable-flashinfer-allreduce-fusion
+    [f] = by_rule(findings, "fusion_disabled_by_enforce", "error")
+    assert f.key == "server.flashinfer-allreduce-fusion-backend"
+    assert "enforce-disable-flashinfer-allreduce-fusion = false" in f.message
+
+
+def test_fusion_backend_with_the_enforce_flag_unset_passes(make):
+    _, findings = make(server={**FUSION, "enforce-disable-flashinfer-allreduce-fusion": False})
+    assert by_rule(findings, "fusion_disabled_by_enforce") == []
+    plan, findings = evaluate("fused", "eagle3", environ=ENV)
+    assert by_rule(findings, "fusion_disabled_by_enforce") == []
+    assert "--enforce-disable-flashinfer-allreduce-fusion" not in plan.flags
+
+
+# ---- parallel sizes against the GPU count -------------------------------------------------------
+
+
+def test_more_ranks_than_gpus_is_ineligible():
+    _, findings = evaluate("ep", "off", facts("pcie-switch", "12.0", n=4), environ=ENV)
+    found = by_rule(findings, "gpu_count", "ineligible")
+    assert sorted(f.key for f in found) == ["server.ep-size", "server.tp-size"]
+    assert all("KIT_TP_SIZE=4" in f.message for f in found)
+
+
+def test_ranks_that_fit_pass():
+    _, findings = evaluate(
+        "ep", "off", facts("pcie-switch", "12.0", n=4), environ={**ENV, "KIT_TP_SIZE": "4"}
+    )
+    assert by_rule(findings, "gpu_count") == []
+    _, findings = evaluate("ep", "off", facts("pcie-switch", "12.0", n=8), environ=ENV)
+    assert by_rule(findings, "gpu_count") == []
+    _, findings = evaluate("ep", "off", facts("pcie-switch"), environ=ENV)  # GPU count unknown
+    assert by_rule(findings, "gpu_count") == []
+
+
 # ---- (i) misspelt NCCL variables ----------------------------------------------------------------
 
 
@@ -354,7 +414,13 @@ def test_unknown_nccl_variable_without_close_match(make):
 
 
 def test_known_nccl_variables_pass(make):
-    names = {"NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": 4, "NCCL_P2P_LEVEL": "SYS", "NCCL_DEBUG": "INFO", "OTHER": 1}
+    names = {
+        "NCCL_PROTO": "LL",
+        "NCCL_MAX_NCHANNELS": 4,
+        "NCCL_P2P_LEVEL": "SYS",
+        "NCCL_DEBUG": "INFO",
+        "OTHER": 1,
+    }
     _, findings = make(env=names)
     assert by_rule(findings, "unknown_nccl_env") == []
 
@@ -378,7 +444,9 @@ def test_speculation_from_the_overlay_does_not_warn(make):
 
 
 def test_p2p_requirement_names_the_bad_gpu_pair(make):
-    _, findings = make(requires={"p2p": True}, facts=facts("pcie-switch", "12.0", p2p_ok=False, bad_pairs=[(2, 5)]))
+    _, findings = make(
+        requires={"p2p": True}, facts=facts("pcie-switch", "12.0", p2p_ok=False, bad_pairs=[(2, 5)])
+    )
     [f] = by_rule(findings, "host_requirements", "ineligible")
     assert f.key == "requires.p2p" and "GPU2 and GPU5" in f.message
 
@@ -393,7 +461,12 @@ def test_p2p_requirement_passes_when_p2p_is_ok(make):
     [
         ({"sm": ["9.0"]}, facts("nvlink", "12.0"), "requires.sm"),
         ({"interconnect": "nvlink"}, facts("pcie-hostbridge", "9.0"), "requires.interconnect"),
-        ({"nvlink_multicast": True}, facts("nvlink", "9.0", nvlink_multicast=False), "requires.nvlink_multicast"),
+        ({"interconnect": "pcie"}, facts("nvlink", "9.0"), "requires.interconnect"),
+        (
+            {"nvlink_multicast": True},
+            facts("nvlink", "9.0", nvlink_multicast=False),
+            "requires.nvlink_multicast",
+        ),
     ],
 )
 def test_other_host_requirements(make, requires, host, key):
@@ -424,5 +497,5 @@ def test_finding_render_names_file_and_key():
 
 def test_every_registered_rule_is_tested():
     """A new rule in launcher/rules.py needs its own cases in this file."""
-    tested = set(re.findall(r'by_rule\(findings, "(\w+)"', Path(__file__).read_text()))
+    tested = set(re.findall(r'by_rule\(\s*findings,\s*"(\w+)"', Path(__file__).read_text()))
     assert {fn.__name__ for fn, _ in rules.RULES} <= tested

@@ -46,7 +46,11 @@ def test_parser_error_does_not_exit_or_print(parser, capsys):
         (["--tp", "8"], "--tp", "abbreviated or ambiguous flag --tp (matches --tp-size)"),
         (["--tensor-parallel-size", "8"], "--tensor-parallel-size", "alias; write --tp-size"),
         (["--disable-cuda-graph"], "--disable-cuda-graph", "deprecated in SGLang 0.5.23"),
-        (["--cuda-graph-max-bs", "8"], "--cuda-graph-max-bs", "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"),
+        (
+            ["--cuda-graph-max-bs", "8"],
+            "--cuda-graph-max-bs",
+            "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill",
+        ),
         (["--speculative-algo", "EAGLE3"], "--speculative-algo", "abbreviated or ambiguous"),
         (["--no-such-flag"], "--no-such-flag", "SGLang 0.5.23 has no flag --no-such-flag"),
     ],

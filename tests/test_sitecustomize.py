@@ -158,7 +158,9 @@ def test_chained_sitecustomize_also_runs(tmp_path, state):
 
 
 def test_chained_sitecustomize_sees_the_profile_env(tmp_path, state):
-    other = chained_dir(tmp_path, "import os\nos.environ['CHAIN_MARKER'] = os.environ.get('NCCL_PROTO', 'unset')\n")
+    other = chained_dir(
+        tmp_path, "import os\nos.environ['CHAIN_MARKER'] = os.environ.get('NCCL_PROTO', 'unset')\n"
+    )
     got = seen(run_child(tmp_path, pythonpath=[SITECUSTOMIZE_DIR, other], KIT_STATE_DIR=str(state)))
     assert got["CHAIN_MARKER"] == "LL"
 

@@ -44,20 +44,68 @@ COMM = [
     ("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "nccl", "reduce_scatter"),
     ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "nccl", "send_recv"),
     ("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", "nccl", "collective"),
-    ("void sglang::cross_device_reduce_1stage<__nv_bfloat16, 8>(sglang::RankData*, sglang::RankSignals, sglang::Signal*, __nv_bfloat16*, int, int)", "custom-ar", "all_reduce"),
-    ("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 4>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)", "custom-ar", "all_reduce"),
-    ("void device::all_reduce_1shot_push_kernel<__nv_bfloat16, 8>(AllReducePushParams<8>)", "custom-ar", "all_reduce"),
-    ("void device::all_reduce_2shot_pull_kernel<__nv_bfloat16, 8>(AllReducePullParams<8>)", "custom-ar", "all_reduce"),
-    ("void tensorrt_llm::kernels::oneShotAllReduceKernel<__nv_bfloat16, 8>(AllReduceParams)", "custom-ar", "all_reduce"),
-    ("void c10d::symmetric_memory::one_shot_all_reduce_kernel<c10::BFloat16, 16, 8>(c10::BFloat16**, c10::BFloat16*, c10::BFloat16*, unsigned long, unsigned long, unsigned int**, unsigned long, unsigned long)", "symm-mem", "all_reduce"),
-    ("void c10d::symmetric_memory::multimem_all_reduce_kernel<c10::BFloat16, true, 16>(...)", "symm-mem", "all_reduce"),
-    ("void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<(AllReduceFusionPattern)1, __nv_bfloat16, 8, true, true>(AllReduceFusionParams<__nv_bfloat16>)", "fused-ar", "all_reduce"),
-    ("void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_twoshot_sync<__nv_bfloat16, 8, true>(AllReduceFusionParams<__nv_bfloat16>, std::array<int, 8>, std::array<int, 8>)", "fused-ar", "all_reduce"),
-    ("void allreduceAllPairs<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, mscclpp::DeviceHandle<mscclpp::MemoryChannel>*, unsigned long, int, int, int, unsigned long, unsigned int)", "mscclpp", "all_reduce"),
+    (
+        "void sglang::cross_device_reduce_1stage<__nv_bfloat16, 8>(sglang::RankData*, sglang::RankSignals, sglang::Signal*, __nv_bfloat16*, int, int)",
+        "custom-ar",
+        "all_reduce",
+    ),
+    (
+        "void vllm::cross_device_reduce_2stage<__nv_bfloat16, 4>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)",
+        "custom-ar",
+        "all_reduce",
+    ),
+    (
+        "void device::all_reduce_1shot_push_kernel<__nv_bfloat16, 8>(AllReducePushParams<8>)",
+        "custom-ar",
+        "all_reduce",
+    ),
+    (
+        "void device::all_reduce_2shot_pull_kernel<__nv_bfloat16, 8>(AllReducePullParams<8>)",
+        "custom-ar",
+        "all_reduce",
+    ),
+    (
+        "void tensorrt_llm::kernels::oneShotAllReduceKernel<__nv_bfloat16, 8>(AllReduceParams)",
+        "custom-ar",
+        "all_reduce",
+    ),
+    (
+        "void c10d::symmetric_memory::one_shot_all_reduce_kernel<c10::BFloat16, 16, 8>(c10::BFloat16**, c10::BFloat16*, c10::BFloat16*, unsigned long, unsigned long, unsigned int**, unsigned long, unsigned long)",
+        "symm-mem",
+        "all_reduce",
+    ),
+    (
+        "void c10d::symmetric_memory::multimem_all_reduce_kernel<c10::BFloat16, true, 16>(...)",
+        "symm-mem",
+        "all_reduce",
+    ),
+    (
+        "void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<(AllReduceFusionPattern)1, __nv_bfloat16, 8, true, true>(AllReduceFusionParams<__nv_bfloat16>)",
+        "fused-ar",
+        "all_reduce",
+    ),
+    (
+        "void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_twoshot_sync<__nv_bfloat16, 8, true>(AllReduceFusionParams<__nv_bfloat16>, std::array<int, 8>, std::array<int, 8>)",
+        "fused-ar",
+        "all_reduce",
+    ),
+    (
+        "void allreduceAllPairs<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, mscclpp::DeviceHandle<mscclpp::MemoryChannel>*, unsigned long, int, int, int, unsigned long, unsigned int)",
+        "mscclpp",
+        "all_reduce",
+    ),
     ("void allreducePacket<__nv_bfloat16>(...)", "mscclpp", "all_reduce"),
-    ("void deep_ep::internode_ll::dispatch<true, 3, 10, 7168>(void*, float*, int*, long*, int*, void*, int*, void*, void const*, long const*, int*, int*, int, int, int, int, int, int, int, bool)", "deepep", "dispatch"),
+    (
+        "void deep_ep::internode_ll::dispatch<true, 3, 10, 7168>(void*, float*, int*, long*, int*, void*, int*, void*, void const*, long const*, int*, int*, int, int, int, int, int, int, int, bool)",
+        "deepep",
+        "dispatch",
+    ),
     ("void deep_ep::intranode::combine<__nv_bfloat16, 8, 768>(...)", "deepep", "combine"),
-    ("void flashinfer::comm::pcie_ipc_all_reduce_kernel<__nv_bfloat16, 8>(PcieIpcParams)", "pcie-ipc", "all_reduce"),
+    (
+        "void flashinfer::comm::pcie_ipc_all_reduce_kernel<__nv_bfloat16, 8>(PcieIpcParams)",
+        "pcie-ipc",
+        "all_reduce",
+    ),
 ]
 
 COMPUTE = [
@@ -106,15 +154,44 @@ def _synthetic(steps: list[tuple[str, list[tuple[str, float]]]], launch_gap_us: 
         start = t_cpu
         for kname, dur in kernels:
             corr += 1
-            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                           "ts": t_cpu, "dur": 2.0, "args": {"correlation": corr}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t_cpu,
+                    "dur": 2.0,
+                    "args": {"correlation": corr},
+                }
+            )
             t_gpu = max(t_gpu, t_cpu + 5.0)
-            events.append({"ph": "X", "cat": "kernel", "name": kname, "pid": 0, "tid": 7, "ts": t_gpu, "dur": dur,
-                           "args": {"correlation": corr, "device": 0, "stream": 7}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": kname,
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": t_gpu,
+                    "dur": dur,
+                    "args": {"correlation": corr, "device": 0, "stream": 7},
+                }
+            )
             t_gpu += dur + launch_gap_us
             t_cpu += 4.0
-        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": start,
-                       "dur": t_cpu - start})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": name,
+                "pid": 1,
+                "tid": 1,
+                "ts": start,
+                "dur": t_cpu - start,
+            }
+        )
         t_cpu = max(t_cpu, t_gpu) + 50.0
     return events
 
@@ -139,7 +216,10 @@ def test_synthetic_verify_steps_give_the_verdict():
     assert result["allreduce"]["mean_us"] == pytest.approx((3 * 200 + 2 * 150) / 5)
     share = round(100 * layers * 200 / window)
     mean = (3 * 200 + 2 * 150) / 5
-    assert result["verdict"] == f"communication {share}% of verify; {layers} all-reduces/step; mean {mean:.0f} µs"
+    assert (
+        result["verdict"]
+        == f"communication {share}% of verify; {layers} all-reduces/step; mean {mean:.0f} µs"
+    )
     (device,) = result["devices"]
     assert device["idle_gaps"] >= 4  # the 50 µs pauses between steps
 
@@ -151,8 +231,16 @@ def test_kernels_without_correlation_fall_back_to_gpu_annotations(linked):
         e.get("args", {}).pop("correlation", None)
     kernels = [e for e in events if e["cat"] == "kernel"]
     start, end = kernels[0]["ts"], kernels[-1]["ts"] + kernels[-1]["dur"]
-    gpu_range = {"ph": "X", "cat": "gpu_user_annotation", "name": "step[VERIFY bs=1]", "pid": 0, "tid": 7,
-                 "ts": start, "dur": end - start, "args": {}}
+    gpu_range = {
+        "ph": "X",
+        "cat": "gpu_user_annotation",
+        "name": "step[VERIFY bs=1]",
+        "pid": 0,
+        "tid": 7,
+        "ts": start,
+        "dur": end - start,
+        "args": {},
+    }
     if linked:  # the profiler links the GPU-side range to its CPU range by "External id"
         gpu_range["args"]["External id"] = 42
         next(e for e in events if e["cat"] == "user_annotation")["args"] = {"External id": 42}
@@ -199,8 +287,12 @@ def test_real_cpu_trace_from_two_gloo_ranks(tmp_path):
     script = tmp_path / "capture.py"
     script.write_text(CAPTURE)
     out = tmp_path / "trace.json"
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "store"), str(out)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "store"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     result = analyse_events(load_events(out))
     assert result["source"] == "host" and result["kernels"] == 0
@@ -251,7 +343,16 @@ def test_json_output_keys():
     proc = run_trace(str(FIXTURES / "h200_tp1_nccl_step.json.gz"), "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    for key in ("file", "verdict", "source", "steps", "allreduce", "host_allreduce", "devices", "comm_by_family"):
+    for key in (
+        "file",
+        "verdict",
+        "source",
+        "steps",
+        "allreduce",
+        "host_allreduce",
+        "devices",
+        "comm_by_family",
+    ):
         assert key in data
 
 
@@ -267,9 +368,23 @@ def _free_port() -> int:
 def test_capture_from_standin_server(tmp_path):
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "launcher.standin", "--model-path", "/models/x", "--host", "127.0.0.1",
-         "--port", str(port), "--tp-size", "2"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "launcher.standin",
+            "--model-path",
+            "/models/x",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--tp-size",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=tmp_path,
     )
     try:
         deadline = time.monotonic() + 30
@@ -281,8 +396,17 @@ def test_capture_from_standin_server(tmp_path):
                 pass
             time.sleep(0.2)
         out = tmp_path / "traces"
-        proc = run_trace("--url", f"http://127.0.0.1:{port}", "--steps", "3", "--out", str(out),
-                         "--timeout-s", "20", "--json")
+        proc = run_trace(
+            "--url",
+            f"http://127.0.0.1:{port}",
+            "--steps",
+            "3",
+            "--out",
+            str(out),
+            "--timeout-s",
+            "20",
+            "--json",
+        )
         assert proc.returncode == 0, proc.stderr
         data = json.loads(proc.stdout)
         assert Path(data["file"]).parent == out and "TP-0" in Path(data["file"]).name

@@ -39,7 +39,9 @@ MODEL_ENV = {"MODEL_PATH": "/models/target", "DRAFT_MODEL_PATH": "/models/draft"
 
 def base_env() -> dict[str, str]:
     """The caller's environment without kit knobs or PYTHONPATH, plus model paths for `show`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_") and k not in ("PYTHONPATH", "SPEC")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("KIT_") and k not in ("PYTHONPATH", "SPEC")
+    }
     env.update(MODEL_ENV)
     return env
 
@@ -80,7 +82,9 @@ def render_state(python: str, state: Path) -> None:
 def check_applied(python: str, env: dict[str, str], cwd: Path) -> None:
     """The measured variant must really apply the profile, or the comparison means nothing."""
     probe = "import os; print(os.environ.get('KIT_ACTIVE_PROFILE'), os.environ.get('NCCL_PROTO'))"
-    out = subprocess.run([python, "-c", probe], env=env, cwd=cwd, capture_output=True, text=True).stdout.split()
+    out = subprocess.run(
+        [python, "-c", probe], env=env, cwd=cwd, capture_output=True, text=True
+    ).stdout.split()
     if out != [PROFILE, "LL"]:
         raise SystemExit(f"error: sitecustomize did not apply {PROFILE} (child saw {out}); nothing measured")
 
@@ -121,7 +125,9 @@ def measure(args: argparse.Namespace) -> dict:
         kit: list[float] = []
         show: list[float] = []
         with Progress(transient=True) as progress:
-            task = progress.add_task("python -c pass, with and without sitecustomize", total=args.warmup + args.runs)
+            task = progress.add_task(
+                "python -c pass, with and without sitecustomize", total=args.warmup + args.runs
+            )
             for i in range(args.warmup + args.runs):
                 order = [("bare", bare_env), ("kit", kit_env)]
                 if i % 2:

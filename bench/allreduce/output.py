@@ -48,7 +48,7 @@ def print_table(rows: list[dict[str, Any]], console: Console | None = None) -> N
     console = console or Console()
     for (backend, profile, nranks, graph), group in _groups(rows).items():
         measured = [r for r in group if r["status"] == "ok"]
-        title = f"all-reduce · {backend} · profile {profile} · {nranks} ranks · {'cuda graph' if graph else 'eager'}"
+        title = f"all-reduce · {backend} · profile {profile} · {nranks} rank{'s' if nranks > 1 else ''} · {'cuda graph' if graph else 'eager'}"
         if not measured:
             reason = group[0].get("reason", "")
             console.print(f"[bold]{title}[/bold]: [yellow]{group[0]['status']}[/yellow] — {reason}")

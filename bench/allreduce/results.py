@@ -23,6 +23,11 @@ def bus_factor(nranks: int) -> float:
     return 2.0 * (nranks - 1) / nranks
 
 
+def _sig(value: float, digits: int = 6) -> float:
+    """Round to significant digits: CPU runs give bandwidths far below 0.01 GB/s."""
+    return float(f"{value:.{digits}g}")
+
+
 def _base(run: dict[str, Any]) -> dict[str, Any]:
     return {
         "backend": run["backend"],
@@ -72,8 +77,8 @@ def rows_for(
             time_us_p99=round(float(np.percentile(samples, 99)), 3),
             time_us_mean=round(float(samples.mean()), 3),
             time_us_sd=round(float(samples.std(ddof=1)) if len(samples) > 1 else 0.0, 3),
-            algbw_GBps=round(algbw, 4),
-            busbw_GBps=round(algbw * bus_factor(run_fields["nranks"]), 4),
+            algbw_GBps=_sig(algbw),
+            busbw_GBps=_sig(algbw * bus_factor(run_fields["nranks"])),
             wrong=int(sum(r["wrong"] for r in per_rank)),
             samples=int(len(samples)),
             method=per_rank[0]["method"],

@@ -247,11 +247,11 @@ def predict(args: argparse.Namespace) -> dict[str, Any]:
     curves: list[Any] = []
     size = 0
     if args.verify_ms is not None:
-        scenarios.append(_scenario("given verify time", args, baseline, args.verify_ms, None))
+        scenarios.append(_scenario("--verify-ms", args, baseline, args.verify_ms, None))
     elif args.allreduce_us is not None:
         verify = model.verify_ms(args.compute_ms, args.allreduces, args.allreduce_us, args.overhead_ms)
         scenarios.append(
-            _scenario("given all-reduce latency", args, baseline, verify, args.allreduce_us, "--allreduce-us")
+            _scenario("--allreduce-us", args, baseline, verify, args.allreduce_us, "--allreduce-us")
         )
     if args.allreduce_json:
         extra, curves, size = _curves_scenarios(args, baseline)
@@ -278,8 +278,8 @@ def _print(result: dict[str, Any]) -> None:
         console = Console(width=max(console.width, 120))
     if result["scenarios"]:
         t = Table(title="predicted verify and speculative throughput")
+        t.add_column("scenario", no_wrap=True)
         for col in (
-            "scenario",
             "all-reduce µs",
             "verify ms",
             "cycle ms",

@@ -47,7 +47,7 @@ class AllreduceCurve:
         return (
             f"{self.backend}"
             + (f" [{self.profile}]" if self.profile else "")
-            + f", {self.nranks} ranks"
+            + f", {self.nranks} rank{'s' if self.nranks > 1 else ''}"
             + (", graph" if self.graph else "")
         )
 

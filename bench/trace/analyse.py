@@ -229,7 +229,15 @@ def _steps(cpu: list[dict[str, Any]]) -> tuple[list[Span], list[Span], int | Non
         if t != tier:
             continue
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        span = Span(str(e["name"]), kind, e.get("pid"), e.get("tid"), e["ts"], e["ts"] + e["dur"], ext=args.get("External id"))
+        span = Span(
+            str(e["name"]),
+            kind,
+            e.get("pid"),
+            e.get("tid"),
+            e["ts"],
+            e["ts"] + e["dur"],
+            ext=args.get("External id"),
+        )
         (gpu if e["cat"] in GPU_ANNOTATION_CATS else host).append(span)
     by_ext = {s.ext: s for s in host if s.ext is not None}
     for s in gpu:
@@ -355,7 +363,7 @@ def analyse_events(events: list[dict[str, Any]]) -> dict[str, Any]:
             span = host_index.find(launch[0], launch[1], launch[2])
         if span is None and gpu_spans:
             gpu_span = gpu_index.find(k.pid, k.tid, k.ts, any_tid=True)
-            span = gpu_span.partner or gpu_span if gpu_span is not None else None
+            span = (gpu_span.partner or gpu_span) if gpu_span is not None else None
         if span is not None:
             span.kernels.append(k)
     host_ar = _host_allreduces(cpu)

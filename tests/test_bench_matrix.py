@@ -1,0 +1,127 @@
+"""The full matrix through a real `launcher serve` (supervisord + control API) over the stand-in, and the demo."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from kitstack import REPO, KitStack
+
+STANDIN_CONFIG = {
+    "default": {"ttft_ms": 5, "decode_ms": 3, "verify_ms": 4, "accept_length": 2.0},
+    "profiles": {
+        "fused": {"corrupt_output": True},  # wrong all-reduce: other text, every draft rejected
+        "nccl-tuned": {"fault": "die_mid_stream", "die_on_request": 3, "die_after_chunks": 2},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench-stack")
+    config = tmp / "standin.json"
+    config.write_text(json.dumps(STANDIN_CONFIG))
+    s = KitStack(tmp / "stack", "baseline", "off", {"KIT_STANDIN_CONFIG": str(config)})
+    try:
+        s.start(timeout=60)
+        yield s
+    finally:
+        s.stop()
+
+
+def bench(stack: KitStack, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.run_cli", "--url", stack.server_url, "--control", stack.control_url, *args],
+        cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def test_unknown_profile_exits_2_before_any_switch(stack, tmp_path):
+    before = stack.status()
+    r = bench(stack, "--profiles", "baseline,warp-drive", "--spec", "eagle3", "--out", str(tmp_path))
+    assert r.returncode == 2
+    assert "unknown profile 'warp-drive'" in r.stderr and "Traceback" not in r.stderr
+    after = stack.status()
+    assert after["history"] == before["history"] and after["digest"] == before["digest"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_full_matrix_gate_validity_and_failed_switch(stack, tmp_path):
+    r = bench(stack, "--profiles", "baseline,fused,nccl-tuned,crashy", "--spec", "eagle3,off", "--repeats", "2",
+              "--num-prompts", "3", "--max-tokens", "16", "--warmup", "1", "--switch-timeout", "30",
+              "--health-timeout", "20", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["complete"] is True and manifest["simulated"] is True
+    assert set(manifest["plans"]) == {f"{p}__{s}" for p in ("baseline", "fused", "nccl-tuned", "crashy")
+                                      for s in ("eagle3", "off")}
+    assert all(plan.get("digest") for plan in manifest["plans"].values())
+
+    def cell(profile: str, spec: str) -> dict:
+        return json.loads((run_dir / f"{profile}__{spec}.json").read_text())
+
+    for spec in ("eagle3", "off"):
+        base = cell("baseline", spec)
+        assert base["valid"] is True, base["invalid_reason"]
+        assert base["switch"]["outcome"] in ("switched", "unchanged")
+        assert base["correctness"]["status"] == "PASS"
+        assert base["plan_digest"] == manifest["plans"][f"baseline__{spec}"]["digest"]
+
+        fused = cell("fused", spec)  # valid numbers, but wrong outputs: FAIL whatever its speed
+        assert fused["valid"] is True, fused["invalid_reason"]
+        assert fused["correctness"]["status"] == "FAIL"
+        assert fused["correctness"]["exact_match_rate"] < 0.9
+        assert fused["correctness"]["first_divergence"] is not None
+
+        died = cell("nccl-tuned", spec)  # the server died mid-stream: invalid, with the reason
+        assert died["valid"] is False
+        assert "requests failed" in died["invalid_reason"] or "did not come back" in died["invalid_reason"]
+        assert died["output_throughput"] is None
+
+        crashy = cell("crashy", spec)  # the switch rolled back; the matrix went on
+        assert crashy["valid"] is False
+        assert crashy["switch"]["outcome"] == "rolled_back"
+        assert crashy["invalid_reason"].startswith("switch rolled_back")
+
+    assert cell("baseline", "eagle3")["accept_length"] == 2.0
+    assert cell("fused", "eagle3")["accept_length"] == 1.0
+    assert any("accept length 1.00" in x for x in cell("fused", "eagle3")["correctness"]["reasons"])
+    died = cell("nccl-tuned", "eagle3")
+    assert any("restarted" in (rep.get("invalid_reason") or "") or "failed" in (rep.get("invalid_reason") or "")
+               for rep in died["per_repeat"])
+
+    summary = (run_dir / "summary.md").read_text()
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in summary.splitlines() if line.startswith("| ")}
+    assert "| FAIL |" in rows[("fused", "eagle3")] and "| FAIL |" in rows[("fused", "off")]
+    assert "| INVALID |" in rows[("nccl-tuned", "eagle3")] and "| INVALID |" in rows[("crashy", "off")]
+    assert "1.00x" in rows[("baseline", "off")]
+    assert summary.startswith("# SIMULATED")
+    csv_lines = (run_dir / "summary.csv").read_text().splitlines()
+    assert len(csv_lines) == 1 + 8
+    assert stack.status()["state"] == "serving"  # the last switch rolled back to a working plan
+
+
+def test_demo_runs_simulated_and_stops_its_server(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.demo", "--profiles", "baseline,fused", "--num-prompts", "2", "--max-tokens", "12",
+         "--repeats", "1", "--out", str(tmp_path / "demo")],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [line for line in r.stdout.splitlines() if line.strip()]
+    assert lines and all(line.startswith("SIMULATED") for line in lines), r.stdout
+    port = re.search(r"server http://127\.0\.0\.1:(\d+)", r.stdout)
+    assert port
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port.group(1)}/health", timeout=2)
+    run_dir = next((tmp_path / "demo").iterdir())
+    assert json.loads((run_dir / "manifest.json").read_text())["simulated"] is True
+    assert (run_dir / "throughput.png").is_file()
+    assert "baseline | eagle3" in r.stdout and "fused | off" in r.stdout
+    assert Path(run_dir / "summary.md").read_text().startswith("# SIMULATED")

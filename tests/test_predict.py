@@ -1,0 +1,202 @@
+"""bench predict: the verify cost model, its inputs from measured files, and its input checks."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from bench.predict import cli as predict_cli
+from bench.predict import model
+from bench.predict.measured import load_allreduce_curves
+
+
+def run(argv: list[str], capsys) -> tuple[int, dict, str]:
+    rc = predict_cli.main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    return rc, (json.loads(out) if rc == 0 else {}), err
+
+
+def test_design_numbers_122_allreduces_at_200us_plus_5ms(capsys):
+    rc, data, _ = run(
+        ["--compute-ms", "5", "--allreduces", "122", "--allreduce-us", "200", "--accept-len", "2"], capsys
+    )
+    assert rc == 0
+    assert data["verify_ms"] == pytest.approx(29.4)
+    assert data["spec_tokps"] == pytest.approx(2 / 29.4 * 1000, rel=1e-4)
+
+
+def test_12ms_verify_at_accept_2_gives_167_tokps(capsys):
+    rc, data, _ = run(["--verify-ms", "12", "--accept-len", "2.0"], capsys)
+    assert rc == 0 and round(data["spec_tokps"], 1) == 166.7
+    assert data["baseline_tokps"] is None and data["breakeven_accept_len"] is None
+
+
+def test_breakeven_from_82_tokps_and_30ms_cycle(capsys):
+    rc, data, _ = run(["--verify-ms", "30", "--accept-len", "2", "--baseline-tokps", "82"], capsys)
+    assert rc == 0 and data["breakeven_accept_len"] == pytest.approx(2.46)
+    assert data["speedup"] == pytest.approx((2 / 30 * 1000) / 82, rel=1e-3)
+    rc, via_decode, _ = run(
+        ["--verify-ms", "25", "--draft-ms", "5", "--accept-len", "2", "--decode-ms", str(1000 / 82)], capsys
+    )
+    assert via_decode["breakeven_accept_len"] == pytest.approx(2.46)
+    assert via_decode["cycle_ms"] == pytest.approx(30.0)
+
+
+def test_target_latency_and_impossible_target(capsys):
+    base = ["--compute-ms", "5", "--allreduces", "122", "--allreduce-us", "200", "--accept-len", "2"]
+    rc, data, _ = run([*base, "--target-tokps", "167"], capsys)
+    needed = data["target"]["allreduce_us_needed"]
+    assert needed == pytest.approx(((2000 / 167) - 5) * 1000 / 122, rel=1e-3)
+    assert model.spec_tokps(2, 0, model.verify_ms(5, 122, needed)) == pytest.approx(167, rel=1e-3)
+    rc, data, _ = run([*base, "--target-tokps", "500"], capsys)
+    assert data["target"]["allreduce_us_needed"] is None
+    assert "impossible even at 0 µs" in data["target"]["answer"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--verify-ms", "12"],  # no accept length
+        ["--verify-ms", "12", "--compute-ms", "5", "--accept-len", "2"],  # both
+        ["--compute-ms", "5", "--accept-len", "2"],  # compute without all-reduce count and latency
+        ["--verify-ms", "-1", "--accept-len", "2"],
+        ["--verify-ms", "12", "--accept-len", "2", "--baseline-tokps", "80", "--decode-ms", "12"],
+        [
+            "--compute-ms",
+            "5",
+            "--allreduces",
+            "122",
+            "--allreduce-json",
+            "x.json",
+            "--accept-len",
+            "2",
+        ],  # no --tokens
+    ],
+)
+def test_bad_input_exits_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:  # argparse conflicts exit through SystemExit(2)
+        raise SystemExit(predict_cli.main(argv))
+    assert exc.value.code == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def _write_allreduce(path, rows):
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def _row(backend, size, p50, profile=None, status="ok"):
+    return {
+        "backend": backend,
+        "profile": profile,
+        "nranks": 8,
+        "graph": True,
+        "type": "bf16",
+        "size_B": size,
+        "time_us_p50": p50,
+        "time_us_p99": p50 * 1.2,
+        "status": status,
+    }
+
+
+def test_allreduce_json_interpolates_at_the_verify_size(tmp_path, capsys):
+    path = _write_allreduce(
+        tmp_path / "allreduce.json",
+        [
+            _row("nccl", 28672, 20.0),
+            _row("nccl", 57344, 40.0),
+            _row("nccl", 28672, 10.0, profile="nccl-tuned"),
+            _row("nccl", 57344, 12.0, profile="nccl-tuned"),
+            {
+                "backend": "mscclpp",
+                "profile": None,
+                "nranks": 8,
+                "graph": True,
+                "type": "bf16",
+                "status": "skipped",
+                "reason": "x",
+            },
+        ],
+    )
+    rc, data, err = run(
+        [
+            "--compute-ms",
+            "5",
+            "--allreduces",
+            "122",
+            "--allreduce-json",
+            str(path),
+            "--tokens",
+            "3",
+            "--hidden",
+            "7168",
+            "--accept-len",
+            "2",
+            "--baseline-tokps",
+            "82",
+        ],
+        capsys,
+    )
+    assert rc == 0, err
+    by_label = {s["label"]: s for s in data["scenarios"]}
+    frac = math.log(43008 / 28672) / math.log(2)
+    expected = 20.0 * 2**frac  # linear in log-log between the two measured sizes
+    default = by_label["nccl, 8 ranks, graph"]
+    assert default["allreduce_us"] == pytest.approx(expected, rel=1e-3)
+    assert default["verify_ms"] == pytest.approx(5 + 122 * expected / 1000, rel=1e-4)
+    tuned = by_label["nccl [nccl-tuned], 8 ranks, graph"]
+    assert tuned["verify_ms"] < default["verify_ms"]
+    assert "interpolated 28672..57344 B" in default["allreduce_source"]
+    curves = load_allreduce_curves(path)
+    assert curves[0].at(1000)[0] == 20.0 and "below" in curves[0].at(1000)[1]
+
+
+def _bundle(tmp_path, entries):
+    d = tmp_path / "bundle"
+    d.mkdir()
+    (d / "manifest.json").write_text("{}")
+    for name, body in entries.items():
+        (d / f"{name}.json").write_text(json.dumps(body))
+    return d
+
+
+def _cell(profile, spec, tokps, accept, itl, valid=True):
+    return {
+        "profile": profile,
+        "spec": spec,
+        "valid": valid,
+        "output_throughput": tokps,
+        "accept_length": accept,
+        "median_itl_ms": itl,
+    }
+
+
+def test_bundle_prediction_vs_measurement(tmp_path, capsys):
+    d = _bundle(
+        tmp_path,
+        {
+            "baseline__off": _cell("baseline", "off", 82.0, None, 12.2),
+            "baseline__eagle3": _cell("baseline", "eagle3", 60.0, 2.0, 33.0),
+            "broken__eagle3": _cell("broken", "eagle3", None, None, None, valid=False),
+        },
+    )
+    rc, data, err = run(["--verify-ms", "30", "--bundle", str(d)], capsys)
+    assert rc == 0, err
+    assert data["bundle_baseline_tokps"] == 82.0
+    rows = {r["profile"]: r for r in data["bundle"]}
+    predicted = 2.0 / 30 * 1000
+    assert rows["baseline"]["predicted_tokps"] == pytest.approx(predicted, rel=1e-4)
+    assert rows["baseline"]["error_pct"] == pytest.approx((predicted - 60) / 60 * 100, abs=0.01)
+    assert "invalid" in rows["broken"]["note"]
+    # the baseline comes from baseline__off.json; no --accept-len means no headline tok/s
+    assert data["breakeven_accept_len"] == pytest.approx(2.46)
+    assert data["spec_tokps"] is None
+
+
+def test_bundle_with_missing_keys_names_the_file(tmp_path, capsys):
+    d = _bundle(tmp_path, {"x__eagle3": {"profile": "x", "spec": "eagle3"}})
+    rc = predict_cli.main(["--verify-ms", "30", "--bundle", str(d)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "x__eagle3.json" in err and "output_throughput" in err
