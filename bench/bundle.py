@@ -26,6 +26,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -85,16 +86,26 @@ def host_fingerprint() -> dict[str, Any]:
         "gpus": gpus,
         "driver": gpus[0]["driver"] if gpus else None,
         "cuda": m.group(1) if m else None,
-        "nccl": os.environ.get("KIT_NCCL_VERSION") or _nccl_version(),
+        **_nccl(),
         "topology": _ANSI.sub("", topo).rstrip() if topo else None,
     }
 
 
-def _nccl_version() -> str | None:
-    """NCCL as torch sees it on this host (in a subprocess: importing torch is slow and optional)."""
-    code = "import torch,sys; v=torch.cuda.nccl.version(); sys.stdout.write('.'.join(map(str,v)) if isinstance(v,tuple) else str(v))"
-    out = _run(["python3", "-c", code], timeout=60)
-    return out.strip() if out else None
+def _nccl() -> dict[str, Any]:
+    """NCCL version: KIT_NCCL_VERSION when set (the server image's), else what torch in this environment links.
+
+    The bench may run in its own container, so the source is recorded next to the number.
+    """
+    if os.environ.get("KIT_NCCL_VERSION"):
+        return {"nccl": os.environ["KIT_NCCL_VERSION"], "nccl_source": "KIT_NCCL_VERSION"}
+    code = (
+        "import torch,sys; v=torch.cuda.nccl.version(); "
+        "sys.stdout.write('.'.join(map(str,v)) if isinstance(v,tuple) else str(v))"
+    )
+    out = _run([sys.executable, "-c", code], timeout=60)  # a subprocess: importing torch is slow
+    if out and out.strip():
+        return {"nccl": out.strip(), "nccl_source": "torch in the bench environment"}
+    return {"nccl": None, "nccl_source": "unavailable (no torch with CUDA here; set KIT_NCCL_VERSION)"}
 
 
 def kit_info() -> dict[str, Any]:

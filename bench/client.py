@@ -110,13 +110,6 @@ class _StreamState:
         self.r.chunk_tokens.append(tokens)
         self.last_mark = now
 
-    def scan_tokens(self, completion_tokens: int, now: float) -> None:
-        """Fast path: only the running token count of a mid-stream /generate event."""
-        if completion_tokens > self.last_tokens:
-            self._mark(now, completion_tokens - self.last_tokens)
-            self.last_tokens = completion_tokens
-        self.r.completion_tokens = completion_tokens
-
     def generate_event(self, data: dict[str, Any], now: float) -> None:
         meta = data.get("meta_info") or {}
         ct = meta.get("completion_tokens")
@@ -319,28 +312,12 @@ class ServerClient:
         """Send one streaming request and time every chunk; errors are recorded, never raised."""
         path, payload = self._payload(prompt)
         record = RequestRecord(prompt_id=prompt.id)
-        perf = time.perf_counter
-        sent = perf()
+        sent = time.perf_counter()
         record.start_s = sent - t_origin
         state = _StreamState(record, sent, self.incremental_text)
         task = asyncio.current_task()
         if task is not None:
             self._inflight[task] = state
-        try:
-            return await self._request(path, payload, record, state, task)
-        finally:
-            if task is not None:
-                self._inflight.pop(task, None)
-
-    async def _request(
-        self,
-        path: str,
-        payload: dict[str, Any],
-        record: RequestRecord,
-        state: _StreamState,
-        task: asyncio.Task[Any] | None,
-    ) -> RequestRecord:
-        sent = state.sent
         got_done = False
         box: dict[str, float] = {}
         try:
@@ -366,6 +343,9 @@ class ServerClient:
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             record.error = f"stream broke: {_why(exc)}"
             return record
+        finally:
+            if task is not None:
+                self._inflight.pop(task, None)
         if not (got_done or state.done):
             record.error = "stream ended before the response finished (no [DONE] and no finish_reason)"
             return record
@@ -380,47 +360,63 @@ class ServerClient:
     async def _consume(self, resp: aiohttp.ClientResponse, state: _StreamState) -> bool:
         """Read SSE events as bytes arrive; returns True when the stream ended with [DONE].
 
-        Cumulative /generate events grow with the reply, so a full JSON parse of every event
-        would cost O(reply) per chunk. Mid-stream events are only scanned for
-        `completion_tokens`; an event is parsed fully when it is the first, carries a
-        finish_reason, lacks the counter (an error), or when text arrives incrementally.
+        This is the per-chunk hot path. Cumulative /generate events grow with the reply, so a
+        full JSON parse of each would cost O(reply) per chunk: mid-stream events are only
+        searched, from the end where SGLang puts meta_info, for `completion_tokens` and a null
+        `finish_reason` (inside JSON strings quotes are escaped, so text cannot fake the keys).
+        An event is parsed fully when it is the first, finishes the request, lacks the counter
+        (an error) or when text arrives incrementally.
         """
         perf = time.perf_counter
         loads = json.loads
         fast = self.api == "generate" and not self.incremental_text
         on_event = state.generate_event if self.api == "generate" else state.chat_event
+        record = state.r
+        gaps, tokens = record.chunk_gaps_s, record.chunk_tokens
+        content = resp.content
         buf = b""
-        pending: bytes | None = None  # last scanned-only payload, parsed at the end if needed
-        async for data in resp.content.iter_any():
+        pending: bytes | None = None  # last searched-only event, parsed at the end if needed
+        while True:
+            data = await content.readany()
+            if not data:
+                break
             now = perf()
             state.activity = now
-            buf += data
-            while True:
-                cut = buf.find(b"\n\n")
-                if cut < 0:
-                    break
-                block, buf = buf[:cut], buf[cut + 2 :]
-                for raw in block.split(b"\n"):
+            if buf:
+                data = buf + data
+            start = 0
+            while (cut := data.find(b"\n\n", start)) >= 0:
+                block = data[start:cut]
+                start = cut + 2
+                for raw in block.split(b"\n") if b"\n" in block else (block,):
                     if not raw.startswith(b"data:"):
                         continue
+                    if fast and state.last_mark is not None:
+                        i = raw.rfind(b'"completion_tokens"')
+                        m = _COMPLETION_AT.match(raw, i) if i >= 0 else None
+                        j = raw.rfind(b'"finish_reason"')
+                        if m is not None and j >= 0 and _FINISH_NULL_AT.match(raw, j) is not None:
+                            ct = int(m.group(1))
+                            if ct > state.last_tokens:
+                                gaps.append(now - state.last_mark)
+                                tokens.append(ct - state.last_tokens)
+                                state.last_mark, state.last_tokens = now, ct
+                            record.completion_tokens = ct
+                            pending = raw
+                            continue
                     payload = raw[5:].strip()
                     if payload == b"[DONE]":
                         if pending is not None:
-                            on_event(_decode(loads, pending), now)
+                            on_event(_decode(loads, pending[5:]), now)
                         state.end = now
                         await resp.read()  # drain to EOF so the connection is reused
                         return True
-                    if fast and state.last_mark is not None:
-                        m = _COMPLETION_RE.search(payload)
-                        if m is not None and _FINISH_NULL_RE.search(payload) is not None:
-                            state.scan_tokens(int(m.group(1)), now)
-                            pending = payload
-                            continue
                     pending = None
                     on_event(_decode(loads, payload), now)
+            buf = data[start:] if start < len(data) else b""
         state.end = perf()
         if pending is not None:
-            on_event(_decode(loads, pending), state.end)
+            on_event(_decode(loads, pending[5:]), state.end)
         return False
 
     async def run(
@@ -500,8 +496,8 @@ class ControlClient:
             return 0, {"outcome": "failed", "error": f"control API unreachable: {_why(exc)}"}
 
 
-_COMPLETION_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
-_FINISH_NULL_RE = re.compile(rb'"finish_reason"\s*:\s*null')
+_COMPLETION_AT = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_FINISH_NULL_AT = re.compile(rb'"finish_reason"\s*:\s*null')
 
 
 def _send_time_trace() -> aiohttp.TraceConfig:

@@ -430,3 +430,5 @@ class MatrixRun:
                 base.get("accept_length") if base is not None else None,
                 settings,
             )
+            if not cell.get("valid") and cell["correctness"]["status"] == "PASS":
+                cell["correctness"]["status"] = "n/a (invalid run)"  # partial outputs cannot vouch for a profile

@@ -23,6 +23,7 @@ SIM_BANNER = (
     "not a real engine on a GPU. The numbers show that the harness works; they say nothing about any host."
 )
 BASE = ("baseline", "off")
+MAX_REASON = 160  # the full reason is in <profile>__<spec>.json
 CSV_FIELDS = [
     "profile", "spec", "concurrency", "status", "valid", "invalid_reason", "correctness", "exact_match_rate",
     "first_divergence", "output_throughput_mean", "output_throughput_sd", "speedup_vs_baseline_off",
@@ -136,8 +137,10 @@ def markdown(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> str:
     ]
     for r in rows(manifest, cells):
         if not r["valid"]:
+            reason = str(r["invalid_reason"]).replace("|", "/")
+            reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
             lines.append(
-                f"| {r['profile']} | {r['spec']} | {r['concurrency']} | INVALID | invalid: {r['invalid_reason']} "
+                f"| {r['profile']} | {r['spec']} | {r['concurrency']} | INVALID | invalid: {reason} "
                 f"| — | — | — | — | — | — | {correctness_text(r)} |"
             )
             continue

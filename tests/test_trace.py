@@ -295,8 +295,9 @@ def test_real_cpu_trace_from_two_gloo_ranks(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     result = analyse_events(load_events(out))
-    assert result["source"] == "host" and result["kernels"] == 0
-    assert result["host_allreduce"]["count"] == 6
+    summary = {k: result[k] for k in ("source", "kernels", "host_allreduce", "steps", "verdict")}
+    assert result["source"] == "host" and result["kernels"] == 0, summary
+    assert result["host_allreduce"]["count"] == 6, summary
     assert result["steps"]["verify"]["steps"] == 3
     assert result["steps"]["verify"]["allreduces_per_step"] == 2
     assert "2 all-reduces/step" in result["verdict"] and "CPU-only trace" in result["verdict"]

@@ -137,9 +137,9 @@ class Mscclpp(_NcclPlusGloo):
         from sglang.srt.distributed.device_communicators.pymscclpp import PyMscclppCommunicator
 
         self.comm = PyMscclppCommunicator(
-            group=self.cpu_group, device=torch.device("cuda", ctx.local_device), collectives={"all_reduce"}
+            group=self.cpu_group, device=torch.device("cuda", ctx.local_device), collectives={"allreduce"}
         )
-        if self.comm.disabled and not self.comm.available:
+        if not self.comm.available:
             raise BackendUnavailable("SGLang's MSCCL++ communicator disabled itself (see the rank log)")
 
     def supports(self, tensor: torch.Tensor) -> str | None:

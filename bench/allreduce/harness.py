@@ -65,7 +65,7 @@ class Progress:
 
     def __call__(self, what: str) -> None:
         self.step += 1
-        tmp = self.path.with_suffix(".tmp")
+        tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(f"{self.step}\t{what}\n")
         os.replace(tmp, self.path)
 
