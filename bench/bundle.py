@@ -110,11 +110,11 @@ def _nccl() -> dict[str, Any]:
 
 def kit_info() -> dict[str, Any]:
     """Kit version (installed distribution) and git sha (git, else KIT_GIT_SHA), image id (KIT_IMAGE_ID)."""
+    repo = Path(__file__).resolve().parent.parent
     try:
         version = importlib.metadata.version("pcie-spec-kit")
     except importlib.metadata.PackageNotFoundError:
-        version = None
-    repo = Path(__file__).resolve().parent.parent
+        version = _checkout_version(repo / "pyproject.toml")
     sha = None
     out = _run(["git", "-C", str(repo), "rev-parse", "HEAD"], timeout=5) if shutil.which("git") else None
     if out and re.fullmatch(r"[0-9a-f]{40}", out.strip()):
@@ -126,8 +126,19 @@ def kit_info() -> dict[str, Any]:
     }
 
 
+def _checkout_version(pyproject: Path) -> str | None:
+    """[project].version of a source checkout that was not pip-installed."""
+    import tomllib
+
+    try:
+        return str(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 def plans_for(profiles: Sequence[str], specs: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Every (profile, spec) plan with its digest, built with this process's environment."""
+    from launcher.errors import KitError
     from launcher.plan import build_plan
 
     out: dict[str, dict[str, Any]] = {}
@@ -135,7 +146,7 @@ def plans_for(profiles: Sequence[str], specs: Sequence[str]) -> dict[str, dict[s
         for s in specs:
             try:
                 out[cell_name(p, s)] = build_plan(p, s).to_json()
-            except Exception as exc:  # unresolvable here (env var unset, rule failed): record, go on
+            except KitError as exc:  # unresolvable here (env var unset, rule failed): record, go on
                 out[cell_name(p, s)] = {"name": p, "spec": s, "error": str(exc)}
     return out
 

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -35,6 +36,7 @@ from bench.workload import Prompt, build_workload
 from launcher.errors import RuntimeFailure, UserError
 
 OK_SWITCH = ("switched", "unchanged")
+PROBE_ERRORS = (aiohttp.ClientError, TimeoutError, ValueError)  # a probe of a dead or restarting server
 CURRENT = "current"
 METRIC_KEYS_KEPT_WHEN_INVALID = {"completed", "failed", "chunks"}
 
@@ -200,7 +202,7 @@ class MatrixRun:
             await server.preflight()
             status = await control.status() if control else None
             info: dict[str, Any] = {}
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*PROBE_ERRORS):
                 info = await server.server_info()
             self.simulated = is_simulated(info)
             if s.no_switch:
@@ -245,7 +247,7 @@ class MatrixRun:
     async def _identity(self, server: ServerClient, control: ControlClient | None) -> dict[str, Any] | None:
         try:
             info = await server.server_info()
-        except Exception:
+        except PROBE_ERRORS:
             return None
         ident: dict[str, Any] = {"start_time": info.get("start_time")}
         if control is not None:
@@ -308,7 +310,7 @@ class MatrixRun:
         try:
             await server.wait_healthy(s.health_timeout)
             info = await server.server_info()
-        except (RuntimeFailure, Exception) as exc:
+        except (RuntimeFailure, *PROBE_ERRORS) as exc:
             cell["invalid_reason"] = f"server not healthy: {exc}"
             self._close_cell(cell)
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -239,3 +240,34 @@ def test_markdown_marks_invalid_and_fail_and_simulated():
     assert "| FAIL |" in fused and "1.50x" in fused and "FAIL: exact match" in fused
     ep = next(line for line in md.splitlines() if line.startswith("| ep"))
     assert "INVALID" in ep and "0.0" not in ep
+
+
+# ----- host fingerprint from nvidia-smi ------------------------------------------------------------
+FAKE_SMI = r'''#!/bin/sh
+case "$*" in
+  *query-gpu*) printf '0, NVIDIA RTX PRO 6000 Blackwell Server Edition, 580.65.06, 00000000:01:00.0\n1, NVIDIA RTX PRO 6000 Blackwell Server Edition, 580.65.06, 00000000:02:00.0\n' ;;
+  "topo -m") printf '\033[4mGPU0\tGPU1\tCPU Affinity\033[0m\nGPU0\t X \tNODE\t0-31\nGPU1\tNODE\t X \t0-31\n' ;;
+  *) printf '| NVIDIA-SMI 580.65.06   Driver Version: 580.65.06   CUDA Version: 13.0 |\n' ;;
+esac
+'''
+
+
+def test_host_fingerprint_from_nvidia_smi(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("KIT_NCCL_VERSION", "2.28.9")
+    fp = bundle.host_fingerprint()
+    assert fp["available"] is True
+    assert [g["name"] for g in fp["gpus"]] == ["NVIDIA RTX PRO 6000 Blackwell Server Edition"] * 2
+    assert fp["gpus"][1]["bus_id"] == "00000000:02:00.0"
+    assert fp["driver"] == "580.65.06" and fp["cuda"] == "13.0"
+    assert fp["nccl"] == "2.28.9" and fp["nccl_source"] == "KIT_NCCL_VERSION"
+    assert "\x1b" not in fp["topology"] and fp["topology"].startswith("GPU0\tGPU1")
+
+
+def test_host_fingerprint_without_gpus(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    fp = bundle.host_fingerprint()
+    assert fp["available"] is False and "nvidia-smi not found" in fp["reason"] and fp["gpus"] == []

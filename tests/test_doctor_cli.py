@@ -116,9 +116,15 @@ def test_eligibility_nvlink_sm90_host_allows_symm_mem(tmp_path):
 
 
 def test_eligibility_uses_placeholders_for_unset_model_paths(tmp_path):
-    r = diagnose.run(stub_probe(tmp_path, environ={}), files("switch4"), spec="eagle3")
+    r = diagnose.run(stub_probe(tmp_path, environ={"KIT_TP_SIZE": "4"}), files("switch4"), spec="eagle3")
     assert r.facts.interconnect == "pcie-switch"
     assert r.eligibility["baseline"].ok is True  # MODEL_PATH/DRAFT_MODEL_PATH unset is not a host problem
+
+
+def test_eligibility_refuses_tp_size_above_gpu_count(tmp_path):
+    r = diagnose.run(stub_probe(tmp_path, environ={}), files("switch4"), spec="eagle3")
+    assert r.eligibility["baseline"].ok is False
+    assert "needs 8 GPUs, this host has 4; export KIT_TP_SIZE=4" in r.eligibility["baseline"].reason
 
 
 def test_single_gpu_h200(tmp_path):
