@@ -34,6 +34,7 @@ VERBS = (
     "check",
     "show",
     "profiles",
+    "venv",
 )
 
 FAKE_DOCKER = r"""#!/bin/sh
@@ -195,7 +196,7 @@ def test_host_side_verbs_use_py(kit):
         proc = kit.make("-n", verb, "PY=/opt/py/bin/python", "PROFILE=custom-ar", "SPEC=ngram")
         assert proc.returncode == 0, proc.stderr
         assert expected in proc.stdout, (verb, proc.stdout)
-    lint = kit.make("-n", "lint").stdout
+    lint = kit.make("-n", "lint", "PY=/opt/py/bin/python").stdout
     assert "Dockerfile" in lint and "config -q" in lint
 
 
@@ -382,3 +383,13 @@ def test_every_profile_named_in_the_docs_exists():
     }
     assert missing == {}, f"named but no profiles/<name>.toml: {missing}"
     assert "base" not in found, "base.toml is not a profile"
+
+
+def test_host_side_verbs_create_the_venv_first(kit):
+    """Without PY on the command line, `make test` builds .venv (torch CPU + sglang parser) before pytest."""
+    (kit.root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    out = kit.make("-n", "test").stdout
+    assert "-m venv .venv" in out and "--no-deps sglang==0.5.23" in out and "torch==2.13.0" in out
+    assert out.index("-m venv") < out.index(".venv/bin/python -m pytest -q")
+    demo = kit.make("-n", "demo").stdout
+    assert "-m venv .venv" in demo and "sglang" not in demo  # the demo needs no torch or sglang
