@@ -135,6 +135,7 @@ RUN mkdir -p /var/cache/flashinfer/.cache /var/cache/flashinfer/autotune /var/ca
 COPY . /opt/kit/
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m pip install --no-deps /opt/kit \
+    && python3 -m compileall -q /opt/kit/sitecustomize \
     && launcher --help > /dev/null
 
 # sitecustomize first on the path, so every Python process (TP workers included) applies the active
