@@ -10,7 +10,6 @@ import json
 import os
 import shlex
 from collections.abc import Mapping
-from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -149,7 +148,3 @@ def build_plan(
 def check_environ(environ: Mapping[str, str] | None = None) -> Placeholders:
     """Environment for `check`: unset variables expand to `<NAME>` instead of failing."""
     return Placeholders(dict(os.environ) if environ is None else environ)
-
-
-def plan_path(state_dir: Path) -> Path:
-    return state_dir / "profile.json"

@@ -34,10 +34,6 @@ def render(plan: Plan, state_dir: Path) -> Path:
 
 
 def read_rendered(state_dir: Path) -> dict | None:
-    import json
+    from launcher.runtime_state import read_json
 
-    try:
-        data = json.loads((state_dir / PROFILE_FILE).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json(state_dir / PROFILE_FILE)
