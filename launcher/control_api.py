@@ -26,6 +26,10 @@ from launcher.switch import DEAD_STATES, Switcher
 RUNTIME = web.AppKey("runtime", object)
 
 
+class Busy(Exception):
+    """Another switch holds the lock."""
+
+
 class Runtime:
     def __init__(self, state_dir: Path, token: str | None):
         self.sd = state_dir
@@ -109,8 +113,12 @@ class Runtime:
     async def switch(self, profile: str, spec: str, timeout_s: float | None) -> dict:
         from launcher.serve import validated_plan
 
+        if self.lock.locked():
+            raise Busy
         plan = (await asyncio.to_thread(validated_plan, profile, spec)).to_json()
-        async with self.lock:
+        if self.lock.locked():  # another switch started while this one was validating
+            raise Busy
+        async with self.lock:  # no await between the check and here: one event loop, so atomic
             previous = self.last_good if self.state != "serving" else self.current
             if self.current and plan["digest"] == self.current.get("digest") and self.state == "serving":
                 return {"outcome": "unchanged", "error": None, "durations": {}}
@@ -172,10 +180,10 @@ async def post_switch(request: web.Request) -> web.Response:
         timeout_s = float(timeout_s) if timeout_s is not None else None
     except (ValueError, KeyError, TypeError):
         return web.json_response({"error": 'body must be JSON {"profile": str, "spec": str, "timeout_s": number}'}, status=400)
-    if rt.lock.locked():
-        return web.json_response({"error": "another switch is running; retry when /status shows it finished"}, status=409)
     try:
         entry = await rt.switch(profile, spec, timeout_s)
+    except Busy:
+        return web.json_response({"error": "another switch is running; retry when /status shows it finished"}, status=409)
     except UserError as exc:
         return web.json_response({"error": str(exc)}, status=400)
     code = 500 if entry["outcome"] == "failed" else 200

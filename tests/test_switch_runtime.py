@@ -194,3 +194,21 @@ def test_status_cli(kit_stack):
     st = json.loads(out.stdout)
     assert {"profile", "spec", "state", "since", "health", "restarts", "history"} <= set(st)
     assert st["history"][0]["outcome"] == "started"
+
+
+def test_simultaneous_switches_one_wins(kit_stack):
+    stack = kit_stack("baseline", "off")
+    codes: list[int] = []
+    barrier = threading.Barrier(2)
+
+    def fire(profile: str) -> None:
+        barrier.wait()
+        codes.append(stack.switch(profile, "off").status_code)
+
+    threads = [threading.Thread(target=fire, args=(p,)) for p in ("nccl-tuned", "fused")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(codes) == [200, 409]
+    assert [h["outcome"] for h in _history(stack)] == ["started", "switched"]
