@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from launcher.doctor.textfmt import fields, format_error, strip_ansi
+from launcher.doctor.textfmt import fields, format_error, table_lines
 
 EXPECTED = "output of `nvidia-smi topo -p2p r` (a header row GPU0 GPU1 ..., then one row per GPU of X/OK/NS/...)"
 STATUS_MEANING = {
@@ -49,10 +49,7 @@ class P2PMatrix:
 
 
 def parse(text: str, source: str = "nvidia-smi topo -p2p r") -> P2PMatrix:
-    lines = strip_ansi(text).splitlines()
-    idx = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if idx is None:
-        raise format_error(source, 1, "", "empty output", EXPECTED)
+    lines, idx = table_lines(text, source, EXPECTED)
     header = fields(lines[idx])
     if not header or not all(_GPU.match(h) for h in header):
         raise format_error(source, idx + 1, lines[idx], "the header must list only GPU0 GPU1 ...", EXPECTED)

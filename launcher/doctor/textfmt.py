@@ -31,3 +31,12 @@ def format_error(source: str, lineno: int, line: str, problem: str, expected: st
     if len(shown) > 120:
         shown = shown[:117] + "..."
     return FormatError(f"{source}:{lineno}: {problem}: {shown!r}; expected {expected}")
+
+
+def table_lines(text: str, source: str, expected: str) -> tuple[list[str], int]:
+    """ANSI-stripped lines and the index of the header (the first non-blank line)."""
+    lines = strip_ansi(text).splitlines()
+    idx = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if idx is None:
+        raise format_error(source, 1, "", "empty output", expected)
+    return lines, idx

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from launcher.doctor.textfmt import fields, format_error, strip_ansi
+from launcher.doctor.textfmt import fields, format_error, table_lines
 
 EXPECTED = "output of `nvidia-smi topo -m` (a header row GPU0 GPU1 ... CPU Affinity, then one row per device)"
 _LINK = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
@@ -55,10 +55,7 @@ def _norm_link(tok: str) -> str:
 
 def parse(text: str, source: str = "nvidia-smi topo -m") -> Topology:
     """Parse the matrix; raise FormatError quoting the first line that does not fit."""
-    lines = strip_ansi(text).splitlines()
-    idx = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if idx is None:
-        raise format_error(source, 1, "", "empty output", EXPECTED)
+    lines, idx = table_lines(text, source, EXPECTED)
     header = fields(lines[idx])
     first_info = next((i for i, h in enumerate(header) if _INFO.search(h)), len(header))
     devices, info_cols = header[:first_info], header[first_info:]
