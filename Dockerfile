@@ -131,7 +131,9 @@ RUN mkdir -p /var/cache/flashinfer/.cache /var/cache/flashinfer/autotune /var/ca
         /var/lib/kit /results \
     && if [ -d /root/.cache/flashinfer ]; then cp -a /root/.cache/flashinfer /var/cache/flashinfer/.cache/; fi
 
-# The kit itself, last: editing it rebuilds only the layers below.
+# The kit itself, last: editing it rebuilds only the layers below. The wheel carries the built-in
+# profiles and sitecustomize; test support (testsupport/: the SIMULATED stand-in) is never copied
+# (.dockerignore) and never packaged.
 COPY . /opt/kit/
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m pip install --no-deps /opt/kit \
@@ -153,7 +155,7 @@ ENV PYTHONPATH=/opt/kit/sitecustomize${PYTHONPATH:+:${PYTHONPATH}} \
 ARG SGLANG_IMAGE
 ARG MSCCLPP_REF=v0.10.0
 ARG DEEPEP_REF=dd758caf451848bd150e1046af3d0a73e5fff38d
-ARG KIT_VERSION=0.1.0
+ARG KIT_VERSION=unknown
 ARG KIT_REVISION=unknown
 ARG KIT_CREATED=unknown
 LABEL org.opencontainers.image.title="pcie-spec-kit server" \
@@ -184,7 +186,7 @@ COPY . /opt/kit/
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m pip install /opt/kit \
     && bench --help > /dev/null
-ARG KIT_VERSION=0.1.0
+ARG KIT_VERSION=unknown
 ARG KIT_REVISION=unknown
 ARG KIT_CREATED=unknown
 LABEL org.opencontainers.image.title="pcie-spec-kit bench" \

@@ -90,14 +90,16 @@ BUILD_ENV = DOCKER_BUILDKIT=1 COMPOSE_DOCKER_CLI_BUILD=1
 # Image labels, and base-image/source pins from the environment or .env when set. KIT_CREATED is the
 # commit time, so an unchanged tree rebuilds to the same image and `make up` does not recreate it.
 PIN_VARS := SGLANG_IMAGE BENCH_BASE_IMAGE MSCCLPP_REF DEEPEP_REF DEEPEP_SM120
-BUILD_ARGS = --build-arg KIT_PATCHES_SHA256=$$(docker/patch-set-hash.sh patches) \
+# The version lives in launcher/__init__.py alone (pyproject reads it too).
+KIT_VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' launcher/__init__.py)
+BUILD_ARGS = --build-arg KIT_VERSION=$(KIT_VERSION) --build-arg KIT_PATCHES_SHA256=$$(docker/patch-set-hash.sh patches) \
 	--build-arg KIT_REVISION=$$(git describe --always --dirty --abbrev=40 2>/dev/null || echo unknown) \
 	--build-arg KIT_CREATED=$$(git log -1 --format=%cI 2>/dev/null || echo unknown) \
 	$(strip $(foreach v,$(PIN_VARS),$(if $(or $($(v)),$(call dotenv,$(v))),--build-arg $(v)=$(or $($(v)),$(call dotenv,$(v))))))
 # -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
 EXEC_T = $(shell [ -t 0 ] || echo -T)
 
-.PHONY: help build up switch status down logs bench allreduce doctor demo test lint check show profiles venv
+.PHONY: help build up switch status down logs bench allreduce doctor demo test lint check show profiles venv docs
 
 help: ## list the verbs (this text)
 	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>]\n\nVerbs:\n'
@@ -180,7 +182,7 @@ $(VENV)/.test-installed: $(VENV)/.kit-installed
 venv: $(TEST_ENV) ## create .venv with the kit, the test tools and SGLang's CPU-only parser
 
 demo: $(KIT_ENV) ## the whole flow against a simulated server (no GPU, no docker)
-	$(PY) -m bench.demo
+	$(PY) -m testsupport.demo
 
 test: $(TEST_ENV) ## run the test suite (creates .venv on first use)
 	$(PY) -m pytest -q
@@ -201,6 +203,10 @@ check: ## validate every profile: schema, rules, SGLang's own argument parser wh
 show: $(KIT_ENV)
 show: ## print the resolved plan (env and SGLang command line) for PROFILE and SPEC
 	$(PY) -m launcher show $(PROFILE) --spec $(SPEC)
+
+docs: $(KIT_ENV)
+docs: ## regenerate .env.example and docs/settings.md from the settings registry (launcher/settings.py)
+	$(PY) -m launcher settings --write
 
 profiles: ## list profiles with their status and description
 	@if $(PY) -c 'import launcher' >/dev/null 2>&1; then $(PY) -m launcher profiles; \

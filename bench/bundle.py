@@ -2,7 +2,7 @@
 
 Layout of `<out>/<run-id>/`:
 
-    manifest.json                   host fingerprint, kit/sglang versions, plans, settings, complete
+    manifest.json                   host fingerprint, kit/sglang versions, the server's plans, settings, complete
     <profile>__<spec>.json          summary of one (profile, spec): keys below
     <profile>__<spec>.requests.jsonl  one line per measured request (raw timings and text)
     summary.csv, summary.md, *.png  rebuilt from the files above by `bench report`
@@ -19,22 +19,19 @@ An invalid result carries `valid: false`, `invalid_reason`, and None for every n
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import os
 import re
 import secrets
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench import stats
-from bench.client import RequestRecord
-from launcher import atomic
+from bench.request_record import RequestRecord
+from launcher import __version__, atomic, settings
 
 MANIFEST = "manifest.json"
 SUFFIX = ".json"
@@ -42,7 +39,6 @@ REQUESTS_SUFFIX = ".requests.jsonl"
 LATENCY_METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": None, "e2e_latency": "e2e_s"}
 # per-repeat numeric keys that get _mean/_sd across repeats
 SUMMED_KEYS = ("completed", "failed", "duration", "total_output_tokens")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def make_run_id(now: float | None = None) -> str:
@@ -55,100 +51,26 @@ def cell_name(profile: str, spec: str) -> str:
     return f"{profile}__{spec}"
 
 
-# ----- fingerprint -------------------------------------------------------------------------------
-def _run(cmd: list[str], timeout: float = 20) -> str | None:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout
-
-
+# ----- provenance --------------------------------------------------------------------------------
 def host_fingerprint() -> dict[str, Any]:
-    """GPU names, driver, CUDA, NCCL and topology from nvidia-smi; 'unavailable' when there is none."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return {"available": False, "reason": "nvidia-smi not found on this host (the bench ran without GPUs)",
-                "gpus": [], "driver": None, "cuda": None, "nccl": None, "topology": None}
-    q = _run([smi, "--query-gpu=index,name,driver_version,pci.bus_id", "--format=csv,noheader"]) or ""
-    gpus = []
-    for line in q.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 4:
-            gpus.append({"index": int(parts[0]) if parts[0].isdigit() else parts[0], "name": parts[1],
-                         "driver": parts[2], "bus_id": parts[3]})
-    header = _run([smi]) or ""
-    m = re.search(r"CUDA Version:\s*([0-9.]+)", header)
-    topo = _run([smi, "topo", "-m"])
-    return {
-        "available": bool(gpus),
-        "reason": None if gpus else "nvidia-smi gave no GPU list",
-        "gpus": gpus,
-        "driver": gpus[0]["driver"] if gpus else None,
-        "cuda": m.group(1) if m else None,
-        **_nccl(),
-        "topology": _ANSI.sub("", topo).rstrip() if topo else None,
-    }
+    """The doctor's facts about this host (GPUs, driver, links, NCCL): one fingerprinter for the kit."""
+    from launcher.doctor.fingerprint import host_fingerprint as doctor_fingerprint
 
-
-def _nccl() -> dict[str, Any]:
-    """NCCL version: KIT_NCCL_VERSION when set (the server image's), else what torch in this environment links.
-
-    The bench may run in its own container, so the source is recorded next to the number.
-    """
-    if os.environ.get("KIT_NCCL_VERSION"):
-        return {"nccl": os.environ["KIT_NCCL_VERSION"], "nccl_source": "KIT_NCCL_VERSION"}
-    code = (
-        "import torch,sys; v=torch.cuda.nccl.version(); "
-        "sys.stdout.write('.'.join(map(str,v)) if isinstance(v,tuple) else str(v))"
-    )
-    out = _run([sys.executable, "-c", code], timeout=60)  # a subprocess: importing torch is slow
-    if out and out.strip():
-        return {"nccl": out.strip(), "nccl_source": "torch in the bench environment"}
-    return {"nccl": None, "nccl_source": "unavailable (no torch with CUDA here; set KIT_NCCL_VERSION)"}
+    return doctor_fingerprint()
 
 
 def kit_info() -> dict[str, Any]:
-    """Kit version (installed distribution) and git sha (git, else KIT_GIT_SHA), image id (KIT_IMAGE_ID)."""
+    """Kit version, git sha (git, else KIT_GIT_SHA) and image id (KIT_IMAGE_ID)."""
     repo = Path(__file__).resolve().parent.parent
-    try:
-        version = importlib.metadata.version("pcie-spec-kit")
-    except importlib.metadata.PackageNotFoundError:
-        version = _checkout_version(repo / "pyproject.toml")
     sha = None
-    out = _run(["git", "-C", str(repo), "rev-parse", "HEAD"], timeout=5) if shutil.which("git") else None
-    if out and re.fullmatch(r"[0-9a-f]{40}", out.strip()):
-        sha = out.strip()
-    return {
-        "version": version,
-        "git_sha": sha or os.environ.get("KIT_GIT_SHA"),
-        "image_id": os.environ.get("KIT_IMAGE_ID"),
-    }
-
-
-def _checkout_version(pyproject: Path) -> str | None:
-    """[project].version of a source checkout that was not pip-installed."""
-    import tomllib
-
-    try:
-        return str(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"])
-    except (OSError, KeyError, ValueError):
-        return None
-
-
-def plans_for(profiles: Sequence[str], specs: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Every (profile, spec) plan with its digest, built with this process's environment."""
-    from launcher.errors import KitError
-    from launcher.plan import build_plan
-
-    out: dict[str, dict[str, Any]] = {}
-    for p in profiles:
-        for s in specs:
-            try:
-                out[cell_name(p, s)] = build_plan(p, s).to_json()
-            except KitError as exc:  # unresolvable here (env var unset, rule failed): record, go on
-                out[cell_name(p, s)] = {"name": p, "spec": s, "error": str(exc)}
-    return out
+    if shutil.which("git") and (repo / ".git").exists():
+        try:
+            out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                 timeout=5, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        sha = out if re.fullmatch(r"[0-9a-f]{40}", out) else None
+    return {"version": __version__, "git_sha": sha or settings.GIT_SHA.get(), "image_id": settings.IMAGE_ID.get()}
 
 
 # ----- per-repeat and per-cell numbers ---------------------------------------------------------

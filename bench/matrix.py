@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -31,78 +30,17 @@ from rich.progress import (
 )
 
 from bench import bundle, correctness
-from bench.client import ControlClient, RequestRecord, ServerClient
+from bench.request_record import RequestRecord
+from bench.run_settings import RunSettings
+from bench.selection import no_switch_label, resolve_profiles, resolve_specs
+from bench.server_client import ServerClient
+from bench.server_identity import PROBE_ERRORS, is_simulated, restart_reasons
 from bench.workload import Prompt, build_workload
 from launcher.errors import RuntimeFailure, UserError
+from launcher.runtime.control_client import ControlClient
 
 OK_SWITCH = ("switched", "unchanged")
-PROBE_ERRORS = (aiohttp.ClientError, TimeoutError, ValueError)  # a probe of a dead or restarting server
-CURRENT = "current"
 METRIC_KEYS_KEPT_WHEN_INVALID = {"completed", "failed", "chunks"}
-
-
-@dataclass
-class RunSettings:
-    """Everything that decides what `bench run` measures; stored verbatim in the manifest."""
-
-    url: str
-    out: str
-    profiles: list[str]
-    specs: list[str]
-    control: str | None = None
-    repeats: int = 3
-    concurrency: list[int] = field(default_factory=lambda: [1])
-    num_prompts: int = 16
-    max_tokens: int = 256
-    workload: str = "chat"
-    api: str = "generate"
-    ignore_eos: bool = False
-    warmup: int = 2
-    no_switch: bool = False
-    connect_timeout: float = 5.0
-    switch_timeout: float = 1800.0
-    health_timeout: float = 600.0
-    min_exact_match: float = 0.9
-    seed: int = 1234
-    argv: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def restart_reasons(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[str]:
-    """Why a repeat cannot be trusted, judged from the server identity before and after it."""
-    if after is None:
-        return ["server unreachable right after the run (it died or restarted)"]
-    if before is None:
-        return ["server identity unknown before the run"]
-    reasons = []
-    b, a = before.get("start_time"), after.get("start_time")
-    if b is not None and a is not None and b != a:
-        reasons.append(f"server restarted during the run (/server_info start_time {b} -> {a})")
-    b, a = before.get("restarts"), after.get("restarts")
-    if isinstance(b, int) and isinstance(a, int) and a > b:
-        reasons.append(f"server restarted during the run (control API restart count {b} -> {a})")
-    b, a = before.get("pid"), after.get("pid")
-    if b and a and b != a:
-        reasons.append(f"server restarted during the run (server pid {b} -> {a})")
-    return reasons
-
-
-def spec_from_server_info(info: dict[str, Any]) -> str | None:
-    """The kit's spec-mode name for what a server runs (EAGLE3 -> eagle3, none -> off), if it says."""
-    if not info:
-        return None
-    algo = info.get("speculative_algorithm")
-    if not algo or str(algo).upper() == "NONE":
-        return "off"
-    return {"EAGLE3": "eagle3", "NGRAM": "ngram"}.get(str(algo).upper(), str(algo).lower())
-
-
-def is_simulated(info: dict[str, Any]) -> bool:
-    states = info.get("internal_states") or [{}]
-    first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
-    return bool(info.get("simulated") or first.get("simulated"))
 
 
 def _null_invalid(rep: dict[str, Any]) -> None:
@@ -134,8 +72,6 @@ class MatrixRun:
     # ----- lifecycle -----------------------------------------------------------------------------
     def _start_bundle(self, server_status: dict[str, Any] | None) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=False)
-        names = sorted({p for p, _ in self.matrix if p != CURRENT})
-        specs = sorted({s for _, s in self.matrix if s != CURRENT})
         self.manifest = {
             "run_id": self.run_id,
             "complete": False,
@@ -147,7 +83,7 @@ class MatrixRun:
             "host": bundle.host_fingerprint(),
             "server": {"url": self.s.url, "sglang_version": None, "simulated": False},
             "control": {"url": self.s.control, "status_at_start": server_status},
-            "plans": bundle.plans_for(names, specs),
+            "plans": {},  # cell -> the plan the server ran for it, as its control API reported it
             "settings": self.s.to_json(),
             "gate": asdict(correctness.GateSettings(min_exact_match=self.s.min_exact_match)),
             "matrix": [bundle.cell_name(p, s) for p, s in self.matrix],
@@ -200,17 +136,20 @@ class MatrixRun:
             if s.control:
                 control = await stack.enter_async_context(ControlClient(s.control, token, s.connect_timeout))
             await server.preflight()
-            status = await control.status() if control else None
+            status = None
+            if control is not None:
+                try:
+                    status = await control.status()
+                except RuntimeFailure:
+                    if s.switching or s.control_given:
+                        raise
+                    self._say(f"no control API answers at {s.control}; labelling the cell from the flags")
+                    control = None
             info: dict[str, Any] = {}
             with contextlib.suppress(*PROBE_ERRORS):
                 info = await server.server_info()
             self.simulated = is_simulated(info)
-            if s.no_switch:
-                label_p = (status or {}).get("profile") or CURRENT
-                label_s = (status or {}).get("spec") or spec_from_server_info(info) or CURRENT
-                self.matrix = [(label_p, label_s)]
-            else:
-                self.matrix = [(p, sp) for p in s.profiles for sp in s.specs]
+            self.matrix = await self._plan_matrix(control, status, info)
             self._start_bundle(status)
             per_cell = len(s.concurrency) * s.repeats * len(self.prompts)
             with Progress(
@@ -235,6 +174,32 @@ class MatrixRun:
         path = self.finish(complete=True)
         assert path is not None
         return path
+
+    async def _plan_matrix(
+        self, control: ControlClient | None, status: dict[str, Any] | None, info: dict[str, Any]
+    ) -> list[tuple[str, str]]:
+        """The cells, from the server's own lists (switching) or its running profile (--no-switch)."""
+        s = self.s
+        if not s.switching:
+            return [no_switch_label(s.profiles, s.specs, status, info)]
+        assert control is not None
+        where = f"the control API at {s.control}"
+        profiles = resolve_profiles(s.profiles or RunSettings.DEFAULT_PROFILES, await control.profiles(), where)
+        specs = resolve_specs(s.specs or RunSettings.DEFAULT_SPECS, await control.spec_modes(), where)
+        return [(p, sp) for p in profiles for sp in specs]
+
+    async def _record_plan(self, control: ControlClient | None, cell: dict[str, Any]) -> None:
+        """The plan the server runs now, from its control API, into the manifest and the cell."""
+        name = bundle.cell_name(cell["profile"], cell["spec"])
+        plan = None
+        if control is not None:
+            try:
+                plan = await control.running_plan()
+            except RuntimeFailure as exc:
+                self.manifest["plans"][name] = {"error": str(exc)}
+                return
+        self.manifest["plans"][name] = plan or {"error": "no control API: the running plan is unknown"}
+        cell["plan_digest"] = (plan or {}).get("digest")
 
     def _advance(self, _: RequestRecord) -> None:
         if self._progress is not None:
@@ -267,8 +232,8 @@ class MatrixRun:
             "valid": False,
             "invalid_reason": None,
             "simulated": False,
-            "plan_digest": (self.manifest["plans"].get(name) or {}).get("digest"),
-            "switch": {"outcome": "skipped (--no-switch)"} if s.no_switch else None,
+            "plan_digest": None,
+            "switch": {"outcome": "skipped (--no-switch)"} if not s.switching else None,
             "server": None,
             "api": s.api,
             "workload": s.workload,
@@ -284,7 +249,7 @@ class MatrixRun:
         if self._progress is not None:
             label = "SIMULATED " if self.simulated else ""
             self._progress.update(self._task, description=f"{label}{profile} + {spec}")
-        if not s.no_switch:
+        if s.switching:
             assert control is not None
             self._say(f"switching to {profile} + {spec} ...")
             code, body = await control.switch(profile, spec, s.switch_timeout)
@@ -297,16 +262,12 @@ class MatrixRun:
                 "error": body.get("error"),
                 "durations": body.get("durations") or {},
             }
-            st = body.get("status") or {}
-            cell["plan_digest"] = st.get("digest") or st.get("plan_digest") or cell["plan_digest"]
             if outcome not in OK_SWITCH:
                 cell["invalid_reason"] = f"switch {outcome}: {body.get('error') or 'no reason given'}"
                 self._say(f"{profile} + {spec}: {cell['invalid_reason']}; going on with the next profile")
                 self._close_cell(cell)
                 return
-        elif control is not None:
-            st = await control.status()
-            cell["plan_digest"] = st.get("digest") or st.get("plan_digest")
+        await self._record_plan(control, cell)
         try:
             await server.wait_healthy(s.health_timeout)
             info = await server.server_info()

@@ -9,27 +9,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from pathlib import Path
 
 from rich.console import Console
 
-from bench.client import APIS
-from bench.matrix import MatrixRun, RunSettings
+from bench.matrix import MatrixRun
+from bench.run_settings import RunSettings
+from bench.selection import csv, single_name
+from bench.server_client import APIS
 from bench.workload import WORKLOADS
+from launcher import settings
 from launcher.errors import KitError, UserError, run_cli
 
 DEFAULT_OUT = "results"
 
 
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
+def _url(flag: str, value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise UserError(f"{flag} '{value}': give an http(s) URL such as http://127.0.0.1:30000")
+    return value.rstrip("/")
 
 
 def _positive_ints(flag: str, value: str) -> list[int]:
     try:
-        nums = [int(v) for v in _csv(value)]
+        nums = [int(v) for v in csv(value)]
     except ValueError as exc:
         raise UserError(f"{flag} '{value}': give whole numbers separated by commas, e.g. {flag} 1,4,16") from exc
     if not nums or any(n < 1 for n in nums):
@@ -43,14 +47,17 @@ def parser() -> argparse.ArgumentParser:
         description="End-to-end bench: switch each profile through the control API, warm up, measure "
         "TTFT, TPOT, chunk gap, tok/s and accept length, gate correctness against `baseline`.",
     )
-    p.add_argument("--url", default=os.environ.get("KIT_SERVER_URL", "http://127.0.0.1:30000"),
-                   help="SGLang server URL (default $KIT_SERVER_URL or http://127.0.0.1:30000)")
+    p.add_argument("--url", default=None,
+                   help=f"SGLang server URL (default ${settings.SERVER_URL.name} or {settings.SERVER_URL.default})")
     p.add_argument("--control", default=None,
-                   help="control API URL (default: $KIT_CONTROL_URL or http://$KIT_CONTROL_HOST:$KIT_CONTROL_PORT "
-                        "when switching; with --no-switch only if given)")
-    p.add_argument("--profiles", default="stable",
-                   help="comma-separated profile names, 'stable' (every stable profile) or 'all' (default stable)")
-    p.add_argument("--spec", default="eagle3,off", help="comma-separated spec modes (default eagle3,off)")
+                   help="control API URL (default: $KIT_CONTROL_URL or http://$KIT_CONTROL_HOST:$KIT_CONTROL_PORT); "
+                        "profile and spec names and the running plans come from it")
+    p.add_argument("--profiles", default=None,
+                   help="comma-separated profile names, 'stable' (every stable profile) or 'all' (default stable); "
+                        "with --no-switch, the one name the running server is labelled with when no control API answers")
+    p.add_argument("--spec", default=None,
+                   help=f"comma-separated spec modes (default {RunSettings.DEFAULT_SPECS}); with --no-switch, the one mode "
+                        "the running server uses")
     p.add_argument("--repeats", type=int, default=3, help="measured repeats per concurrency level (default 3)")
     p.add_argument("--concurrency", default="1", help="comma-separated concurrency levels (default 1)")
     p.add_argument("--num-prompts", type=int, default=16, help="requests per repeat (default 16)")
@@ -74,37 +81,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def resolve_profiles(value: str) -> list[str]:
-    """Names, or the keywords 'stable' / 'all'; unknown names are a user error (exit 2)."""
-    from launcher.profile import available_names, describe_all, unknown_profile
-
-    names = _csv(value)
-    if not names:
-        raise UserError("--profiles is empty; give names, 'stable' or 'all'")
-    if names == ["all"]:
-        return available_names()
-    if names == ["stable"]:
-        return [d["name"] for d in describe_all() if d["status"] == "stable"]
-    known = set(available_names())
-    for n in names:
-        if n not in known:
-            raise unknown_profile(n)
-    return list(dict.fromkeys(names))
-
-
-def resolve_specs(value: str) -> list[str]:
-    from launcher.profile import spec_modes
-
-    modes = spec_modes()
-    specs = _csv(value)
-    if not specs:
-        raise UserError(f"--spec is empty; give one or more of {', '.join(modes)}")
-    for sp in specs:
-        if sp not in modes:
-            raise UserError(f"unknown spec mode '{sp}' in --spec; known: {', '.join(modes)}")
-    return list(dict.fromkeys(specs))
-
-
 def settings_from_args(args: argparse.Namespace, argv: list[str]) -> RunSettings:
     for flag, v in (("--repeats", args.repeats), ("--num-prompts", args.num_prompts), ("--max-tokens", args.max_tokens)):
         if v < 1:
@@ -117,22 +93,22 @@ def settings_from_args(args: argparse.Namespace, argv: list[str]) -> RunSettings
         raise UserError("--connect-timeout must be positive")
     concurrency = _positive_ints("--concurrency", args.concurrency)
     if args.no_switch:
-        profiles, specs = [], []
-        control = args.control
+        profiles = single_name("--profiles", args.profiles)
+        specs = single_name("--spec", args.spec)
     else:
-        profiles = resolve_profiles(args.profiles)
-        specs = resolve_specs(args.spec)
-        from launcher.control_client import default_url
-
-        control = args.control or default_url()
-    if not args.url.startswith(("http://", "https://")):
-        raise UserError(f"--url '{args.url}': give an http(s) URL such as http://127.0.0.1:30000")
+        profiles, specs = args.profiles, args.spec
+        for flag, value in (("--profiles", profiles), ("--spec", specs)):
+            if value is not None and not csv(value):
+                raise UserError(f"{flag} is empty; give one or more names")
+    url = _url("--url", args.url) if args.url else settings.SERVER_URL.get()
+    control = _url("--control", args.control) if args.control else settings.control_url()
     return RunSettings(
-        url=args.url.rstrip("/"),
+        url=url,
         out=args.out,
         profiles=profiles,
         specs=specs,
-        control=control.rstrip("/") if control else None,
+        control=control,
+        control_given=bool(args.control) or settings.CONTROL_URL.is_set(),
         repeats=args.repeats,
         concurrency=concurrency,
         num_prompts=args.num_prompts,
@@ -157,11 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
 
     def body() -> int:
-        settings = settings_from_args(args, argv)
-        token = os.environ.get("KIT_CONTROL_TOKEN") or None
-        if not settings.no_switch and not token:
+        run_settings = settings_from_args(args, argv)
+        token = settings.CONTROL_TOKEN.get()
+        if run_settings.switching and not token:
             raise UserError("switching needs the control token: set KIT_CONTROL_TOKEN (or use --no-switch)")
-        run = MatrixRun(settings, console)
+        run = MatrixRun(run_settings, console)
         try:
             path = asyncio.run(run.run(token))
         except KeyboardInterrupt:

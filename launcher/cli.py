@@ -4,29 +4,39 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
+from launcher import settings
 from launcher.errors import UserError, run_cli
 
 
 def _facts(path: str | None):
     if not path:
         return None
-    from launcher.hostfacts import load_host_facts
+    from launcher.profiles.hostfacts import load_host_facts
 
     return load_host_facts(path)
 
 
 def _spec_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--spec", default=os.environ.get("SPEC") or "eagle3", help="speculation mode: eagle3 (default), ngram, off")
+    p.add_argument("--spec", default=None, help="speculation mode: eagle3, ngram, off (default $SPEC, else eagle3)")
+
+
+def _spec(args: argparse.Namespace) -> str:
+    return args.spec or settings.SPEC.get()
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    from launcher.profile import describe_all
+    from launcher.profiles.loader import describe_all, search_dirs
 
     rows = describe_all()
+    if not rows:
+        dirs = ", ".join(str(d) for d in search_dirs())
+        raise UserError(
+            f"no profiles found; searched {dirs}. Set {settings.BUILTIN_PROFILES_DIR.name} to the folder of "
+            f"the kit's profiles/, or add folders with {settings.PROFILES_DIR.name}"
+        )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -37,9 +47,9 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from launcher.plan import build_plan
+    from launcher.profiles.plan import build_plan
 
-    plan = build_plan(args.profile, args.spec, _facts(args.host_facts))
+    plan = build_plan(args.profile, _spec(args), _facts(args.host_facts))
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
         return 0
@@ -58,9 +68,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from launcher import sglang_args
-    from launcher.plan import check_environ, evaluate
-    from launcher.profile import available_names, spec_modes
+    from launcher.profiles import sglang_args
+    from launcher.profiles.loader import available_names, spec_modes
+    from launcher.profiles.plan import check_environ, evaluate
 
     names = available_names() if args.all or not args.profiles else args.profiles
     specs = spec_modes() if args.spec == "all" else [args.spec]
@@ -94,11 +104,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from launcher import sglang_args
-    from launcher.plan import build_plan
-    from launcher.render import render
+    from launcher.profiles import sglang_args
+    from launcher.profiles.plan import build_plan
+    from launcher.profiles.render import render
 
-    plan = build_plan(args.profile, args.spec, _facts(args.host_facts), use_parser=sglang_args.available())
+    plan = build_plan(args.profile, _spec(args), _facts(args.host_facts), use_parser=sglang_args.available())
     path = render(plan, Path(args.state_dir))
     print(path)
     return 0
@@ -147,10 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Commands whose own module parses the rest of the command line.
 DISPATCHED = {
-    "serve": ("launcher.serve", "container entry point: supervisord + SGLang + control API"),
-    "switch": ("launcher.control_client", "switch the running server to another profile"),
-    "status": ("launcher.control_client", "show the running server's state"),
+    "serve": ("launcher.runtime.serve", "container entry point: supervisord + SGLang + control API"),
+    "switch": ("launcher.runtime.control_cli", "switch the running server to another profile"),
+    "status": ("launcher.runtime.control_cli", "show the running server's state"),
     "doctor": ("launcher.doctor.cli", "check this host and which profiles can run on it"),
+    "settings": ("launcher.settings_docs", "every environment setting the kit reads (--write regenerates the docs)"),
 }
 
 

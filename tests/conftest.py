@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kitstack import KitStack  # noqa: E402
+from testsupport.stack import KitStack  # noqa: E402
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.hostfacts import GpuFact, HostFacts
+from launcher.profiles.hostfacts import GpuFact, HostFacts
 
 REPO = Path(__file__).resolve().parent.parent
 BUILTIN = REPO / "profiles"

@@ -197,7 +197,7 @@ def test_bad_numbers_exit_2(tmp_path):
 
 
 def _expected_profile_env(name: str) -> dict[str, str]:
-    from launcher.plan import build_plan, check_environ
+    from launcher.profiles.plan import build_plan, check_environ
 
     return dict(build_plan(name, spec="off", environ=check_environ()).env)
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kitstack import REPO, KitStack
+
+from testsupport.stack import REPO, KitStack
 
 STANDIN_CONFIG = {
     "default": {"ttft_ms": 5, "decode_ms": 3, "verify_ms": 4, "accept_length": 2.0},
@@ -110,7 +111,7 @@ def test_full_matrix_gate_validity_and_failed_switch(stack, tmp_path):
 
 def test_demo_runs_simulated_and_stops_its_server(tmp_path):
     r = subprocess.run(
-        [sys.executable, "-m", "bench.demo", "--profiles", "baseline,fused", "--num-prompts", "2", "--max-tokens", "12",
+        [sys.executable, "-m", "testsupport.demo", "--profiles", "baseline,fused", "--num-prompts", "2", "--max-tokens", "12",
          "--repeats", "1", "--out", str(tmp_path / "demo")],
         cwd=REPO, capture_output=True, text=True, timeout=180,
     )

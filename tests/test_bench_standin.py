@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from bench.client import ServerClient
+
 from bench.workload import build_workload
-from launcher.standin import expected_counts
+from testsupport.standin import expected_counts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,7 +37,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 class Standin:
-    """`python -m launcher.standin` on a free port; stopped by the fixture."""
+    """`python -m testsupport.standin` on a free port; stopped by the fixture."""
 
     def __init__(self, spec: bool, settings: dict[str, str]):
         self.port = free_port()
@@ -46,7 +46,7 @@ class Standin:
             args += ["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens", "4"]
         env = clean_env(KIT_STANDIN_STARTUP_DELAY_S="0.1", **{f"KIT_STANDIN_{k.upper()}": v for k, v in settings.items()})
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "launcher.standin", *args], cwd=REPO, env=env,
+            [sys.executable, "-m", "testsupport.standin", *args], cwd=REPO, env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 30

@@ -7,9 +7,9 @@ import os
 
 import numpy as np
 import pytest
+from bench.client import RequestRecord, parse_prometheus
 
 from bench import bundle, compare, correctness, report, stats
-from bench.client import RequestRecord, parse_prometheus
 from bench.matrix import restart_reasons, spec_from_server_info
 from bench.workload import build_workload, load_prompts, render_chat_template
 from launcher.errors import UserError

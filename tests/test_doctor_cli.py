@@ -16,9 +16,9 @@ import pytest
 from launcher.doctor import diagnose
 from launcher.doctor.cli import main
 from launcher.doctor.probe import CommandResult, Probe
-from launcher.hostfacts import HostFacts, load_host_facts
-from launcher.plan import build_plan
-from launcher.profile import available_names
+from launcher.profiles.hostfacts import HostFacts, load_host_facts
+from launcher.profiles.loader import available_names
+from launcher.profiles.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).parent / "fixtures" / "doctor"

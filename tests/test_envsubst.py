@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.envsubst import Placeholders, expand
 from launcher.errors import UserError
+from launcher.profiles.envsubst import Placeholders, expand
 
 WHERE = "profiles/x.toml: key 'env.A'"
 

@@ -190,7 +190,7 @@ def test_host_side_verbs_use_py(kit):
         ("test", "/opt/py/bin/python -m pytest -q"),
         ("check", "/opt/py/bin/python -m launcher check --all"),
         ("show", "/opt/py/bin/python -m launcher show custom-ar --spec ngram"),
-        ("demo", "/opt/py/bin/python -m bench.demo"),
+        ("demo", "/opt/py/bin/python -m testsupport.demo"),
         ("lint", "/opt/py/bin/python -m ruff check ."),
     ):
         proc = kit.make("-n", verb, "PY=/opt/py/bin/python", "PROFILE=custom-ar", "SPEC=ngram")

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from helpers_profiles import BUILTIN, ENV, REPO, clean_env, facts, profile_toml, write_profiles
 
-from launcher import plan as plans
-from launcher import profile as profiles
 from launcher.errors import UserError
+from launcher.profiles import loader as profiles
+from launcher.profiles import plan as plans
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 PROFILE_NAMES = sorted(p.stem for p in BUILTIN.glob("*.toml") if p.stem != "base")
@@ -43,9 +43,9 @@ def test_argv_starts_with_sglang_module_call():
 
 
 def test_kit_server_cmd_is_split_shell_style():
-    env = {**ENV, "KIT_SERVER_CMD": "'/opt/my env/bin/python' -m launcher.standin --label \"a b\""}
+    env = {**ENV, "KIT_SERVER_CMD": "'/opt/my env/bin/python' -m testsupport.standin --label \"a b\""}
     plan = plans.build_plan("baseline", "off", environ=env)
-    assert plan.argv[:5] == ["/opt/my env/bin/python", "-m", "launcher.standin", "--label", "a b"]
+    assert plan.argv[:5] == ["/opt/my env/bin/python", "-m", "testsupport.standin", "--label", "a b"]
     assert plan.argv[5:] == plan.flags
 
 
@@ -168,7 +168,7 @@ def test_default_environ_is_the_process_environment(monkeypatch):
 def test_digest_changes_with_env_or_flags_not_with_server_cmd():
     base = plans.build_plan("nccl-tuned", "eagle3", environ=ENV)
     same_cmd = plans.build_plan(
-        "nccl-tuned", "eagle3", environ={**ENV, "KIT_SERVER_CMD": "python -m launcher.standin"}
+        "nccl-tuned", "eagle3", environ={**ENV, "KIT_SERVER_CMD": "python -m testsupport.standin"}
     )
     env_changed = plans.build_plan("nccl-tuned", "eagle3", environ={**ENV, "KIT_NCCL_P2P_LEVEL": "PHB"})
     flag_changed = plans.build_plan("nccl-tuned", "eagle3", environ={**ENV, "MODEL_PATH": "/models/other"})

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from helpers_profiles import BUILTIN, ENV, clean_env, profile_toml, write_profiles
 
-from launcher import profile as profiles
 from launcher.errors import UserError
-from launcher.plan import build_plan
+from launcher.profiles import loader as profiles
+from launcher.profiles.plan import build_plan
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from helpers_profiles import ENV, clean_env
 
-from launcher.plan import build_plan
-from launcher.render import CMDLINE_FILE, PROFILE_FILE, read_rendered, render, write_plan
+from launcher.profiles.plan import build_plan
+from launcher.profiles.render import CMDLINE_FILE, PROFILE_FILE, read_rendered, render, write_plan
 
 
 @pytest.fixture(autouse=True)
@@ -39,14 +39,14 @@ def test_render_writes_profile_json_and_cmdline(tmp_path):
 
 def test_rerender_replaces_both_files(tmp_path):
     render(build_plan("fused", "eagle3", environ=ENV), tmp_path)
-    second = build_plan("baseline", "off", environ={**ENV, "KIT_SERVER_CMD": "python -m launcher.standin"})
+    second = build_plan("baseline", "off", environ={**ENV, "KIT_SERVER_CMD": "python -m testsupport.standin"})
     render(second, tmp_path)
     assert_no_temp_files(tmp_path)
     assert read_rendered(tmp_path)["name"] == "baseline"
     assert (
         (tmp_path / CMDLINE_FILE)
         .read_text()
-        .startswith("python -m launcher.standin --model-path /models/target")
+        .startswith("python -m testsupport.standin --model-path /models/target")
     )
 
 

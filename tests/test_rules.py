@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from helpers_profiles import BUILTIN, ENV, clean_env, facts, profile_toml, write_profiles
 
-from launcher import rules, sglang_args
 from launcher.errors import UserError
-from launcher.plan import build_plan, evaluate
+from launcher.profiles import rules, sglang_args
+from launcher.profiles.plan import build_plan, evaluate
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,9 @@
 import json
 import stat
 
-from launcher import runtime_state, supervisor_conf
-from launcher.switch import running_requests
+from launcher.runtime import state as runtime_state
+from launcher.runtime import supervisor_conf
+from launcher.runtime.switch import running_requests
 
 
 def test_server_url_from_flags():
@@ -58,4 +59,4 @@ def test_supervisord_conf(tmp_path, monkeypatch):
                  "autorestart=true", f"stdout_logfile={paths.server_log}", "stdout_logfile_backups=5"):
         assert line in sglang, line
     assert "/a%%b" in sglang  # supervisord %-expansion escaped
-    assert "[program:control]" in text and "launcher.control_api" in text
+    assert "[program:control]" in text and "launcher.runtime.control_api" in text

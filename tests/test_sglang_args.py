@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers_profiles import BUILTIN, ENV, clean_env
 
-from launcher import sglang_args
-from launcher.plan import build_plan
+from launcher.profiles import sglang_args
+from launcher.profiles.plan import build_plan
 
 BASE = ["--model-path", "/models/target", "--tp-size", "8"]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers_profiles import ENV, SITECUSTOMIZE_DIR, child_env, clean_env
 
-from launcher.plan import build_plan
-from launcher.render import render
+from launcher.profiles.plan import build_plan
+from launcher.profiles.render import render
 
 KEYS = ["NCCL_PROTO", "NCCL_ALGO", "KIT_ACTIVE_PROFILE", "KIT_ACTIVE_SPEC", "CHAIN_MARKER", "A"]
 PROBE = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {KEYS!r}}}))"

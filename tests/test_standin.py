@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from launcher.errors import UserError
-from launcher.standin.server_args import parse_server_argv
-from launcher.standin.settings import StandinSettings, load_settings
-from launcher.standin.simulation import (
+from testsupport.standin.server_args import parse_server_argv
+from testsupport.standin.settings import StandinSettings, load_settings
+from testsupport.standin.simulation import (
     chunk_offsets_s,
     chunk_token_counts,
     effective_accept_length,
@@ -74,7 +74,7 @@ class Standin:
         self.argv = ["--model-path", "/models/sim", "--host", "127.0.0.1", "--port", str(self.port), *argv]
         with log.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "launcher.standin", *self.argv],
+                [sys.executable, "-m", "testsupport.standin", *self.argv],
                 cwd=REPO,
                 env=_child_env(env),
                 stdout=subprocess.DEVNULL,
@@ -223,7 +223,7 @@ def test_bad_config_exits_2_with_one_line(tmp_path: Path, content: str, needle: 
     cfg = tmp_path / "bad.json"
     cfg.write_text(content)
     proc = subprocess.run(
-        [sys.executable, "-m", "launcher.standin", "--port", str(_free_port())],
+        [sys.executable, "-m", "testsupport.standin", "--port", str(_free_port())],
         cwd=REPO,
         env=_child_env({"KIT_STANDIN_CONFIG": str(cfg)}),
         capture_output=True,

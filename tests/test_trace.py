@@ -372,7 +372,7 @@ def test_capture_from_standin_server(tmp_path):
         [
             sys.executable,
             "-m",
-            "launcher.standin",
+            "testsupport.standin",
             "--model-path",
             "/models/x",
             "--host",

@@ -3,7 +3,7 @@
     python tools/bench_accuracy.py [--requests-per-stream 2] [--rounds 3] [--max-tokens 128] [--concurrency 1,16]
 
 The stand-in (SIMULATED, a test double) runs with TTFT 100 ms, one verify pass every 20 ms and
-accept length 2 (2 tokens per chunk). Its schedule is exact (launcher.standin.simulation), so the
+accept length 2 (2 tokens per chunk). Its schedule is exact (testsupport.standin.simulation), so the
 truth is known: TTFT 100 ms, chunk gap 20 ms, TPOT = (chunks - 1) * 20 ms / (tokens - 1), accept
 length = completion_tokens / spec_verify_ct. At each concurrency the script prints what the
 client reports next to the truth (from streams started a little apart, see `staggered`), and
@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,19 +39,14 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.client import ServerClient  # noqa: E402
+from bench.server_client import ServerClient  # noqa: E402
 from bench.workload import build_workload  # noqa: E402
-from launcher.standin import simulation  # noqa: E402
+from testsupport.net import free_port  # noqa: E402
+from testsupport.standin import simulation  # noqa: E402
 
 TTFT_MS, VERIFY_MS, ACCEPT = 100.0, 20.0, 2.0
 TOLERANCE = 0.02
 CPU_TARGET_US = 50.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def truth(max_tokens: int) -> dict[str, float]:
@@ -238,7 +232,7 @@ def main() -> int:
         KIT_STANDIN_ACCEPT_LENGTH=str(ACCEPT),
     )
     server = subprocess.Popen(
-        [sys.executable, "-m", "launcher.standin", "--port", str(port), "--speculative-algorithm", "EAGLE3",
+        [sys.executable, "-m", "testsupport.standin", "--port", str(port), "--speculative-algorithm", "EAGLE3",
          "--speculative-num-draft-tokens", "4"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from kitstack import KitStack  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from testsupport.stack import KitStack  # noqa: E402
 
 
 def main() -> int:

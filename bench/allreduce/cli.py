@@ -93,7 +93,7 @@ def _profile_env(name: str | None) -> dict[str, str]:
     """The profile's environment, from the same plan the server would get (spec mode 'off')."""
     if not name:
         return {}
-    from launcher.plan import build_plan, check_environ
+    from launcher.profiles.plan import build_plan, check_environ
 
     # Server flags (model path, ports) do not matter here: unset variables there become placeholders.
     environ = check_environ()
@@ -111,7 +111,7 @@ def _link(host_facts: str | None) -> Any:
     if not host_facts:
         return None
     from bench.allreduce.floor import link_for
-    from launcher.hostfacts import load_host_facts
+    from launcher.profiles.hostfacts import load_host_facts
 
     return link_for(load_host_facts(host_facts).interconnect)
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from launcher import settings
 from launcher.doctor import nccl
 from launcher.doctor.p2p import STATUS_MEANING, P2PMatrix
 from launcher.doctor.probe import DockerState, Probe
@@ -19,7 +20,7 @@ Status = Literal["pass", "warn", "fail"]
 GiB = 1 << 30
 MiB = 1 << 20
 DOCKER_DEFAULT_SHM = 64 * MiB
-DEFAULT_TP = 8
+DEFAULT_TP: int = settings.TP_SIZE.default or 8
 
 
 @dataclass
@@ -34,9 +35,8 @@ class Check:
 
 
 def tp_size(environ: Mapping[str, str]) -> int:
-    """The TP size profiles will use: KIT_TP_SIZE as in profiles/base.toml, else 8."""
-    raw = environ.get("KIT_TP_SIZE", "").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_TP
+    """The TP size profiles will use: KIT_TP_SIZE (exit 2 when it is not a whole number >= 1), else its default."""
+    return settings.TP_SIZE.get(environ) or DEFAULT_TP
 
 
 # --- GPUs and links -------------------------------------------------------------------------

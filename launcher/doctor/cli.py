@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from rich.console import Console
 
+from launcher import settings
 from launcher.atomic import write_json
 from launcher.doctor import diagnose, nccl, report
 from launcher.doctor.probe import Probe
 from launcher.errors import UserError, run_cli
-from launcher.profile import spec_modes
+from launcher.profiles.loader import spec_modes
 
-ROOT_ENV = "KIT_DOCTOR_ROOT"
+ROOT_ENV = settings.DOCTOR_ROOT.name
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--root",
         metavar="DIR",
-        default=os.environ.get(ROOT_ENV, "/"),
+        default=None,
         help=f"read /proc, /sys and /dev/shm under DIR (default /, or ${ROOT_ENV}); for saved copies of another host",
     )
     p.add_argument("--nccl-version", metavar="X.Y.Z", help="NCCL version to judge instead of probing torch/libnccl")
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    root = Path(args.root)
+    root = Path(args.root) if args.root else settings.DOCTOR_ROOT.get()
     if not root.is_dir():
         raise UserError(f"--root {root}: not a directory; pass the folder that holds proc/ and sys/")
     if args.nccl_version and nccl.parse_version(args.nccl_version) is None:

@@ -11,7 +11,7 @@ from launcher.doctor import eligibility as elig_mod
 from launcher.doctor import facts as facts_mod
 from launcher.doctor.checks import Check
 from launcher.doctor.probe import Probe
-from launcher.hostfacts import HostFacts
+from launcher.profiles.hostfacts import HostFacts
 
 SCHEMA = "kit.doctor/1"
 

@@ -1,4 +1,4 @@
-"""Which profiles can run on this host, decided by the launcher's own rules (launcher.rules).
+"""Which profiles can run on this host, decided by the launcher's own rules (launcher.profiles.rules).
 
 The doctor adds no rules of its own: a profile is eligible when `plan.evaluate` with these host
 facts yields no error or ineligible finding. Unset MODEL_PATH and friends expand to placeholders
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from launcher import plan as plans
-from launcher import profile as profiles
 from launcher.errors import KitError
-from launcher.hostfacts import HostFacts
+from launcher.profiles import loader as profiles
+from launcher.profiles import plan as plans
+from launcher.profiles.hostfacts import HostFacts
 
 BLOCKING = ("error", "ineligible")
 

@@ -13,7 +13,7 @@ from launcher.doctor.checks import Check
 from launcher.doctor.probe import SMI_ARGS, Probe
 from launcher.doctor.textfmt import FormatError
 from launcher.errors import UserError
-from launcher.hostfacts import GpuFact, HostFacts
+from launcher.profiles.hostfacts import GpuFact, HostFacts
 
 PARSERS = {"topo": topo_mod.parse, "p2p": p2p_mod.parse, "gpus": gpus_mod.parse}
 

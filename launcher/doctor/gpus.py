@@ -11,7 +11,7 @@ import io
 import re
 
 from launcher.doctor.textfmt import format_error, strip_ansi
-from launcher.hostfacts import GpuFact
+from launcher.profiles.hostfacts import GpuFact
 
 QUERY = ("name", "compute_cap", "driver_version", "pci.bus_id")
 COMMAND = ["nvidia-smi", f"--query-gpu={','.join(QUERY)}", "--format=csv"]

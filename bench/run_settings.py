@@ -1,0 +1,43 @@
+"""Everything that decides what `bench run` measures; stored verbatim in the bundle's manifest."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass
+class RunSettings:
+    """`profiles` and `specs` are what the user asked for (None: not given); the server resolves them."""
+
+    DEFAULT_PROFILES: ClassVar[str] = "stable"
+    DEFAULT_SPECS: ClassVar[str] = "eagle3,off"
+
+    url: str
+    out: str
+    profiles: str | None = None
+    specs: str | None = None
+    control: str | None = None
+    control_given: bool = False  # --control or KIT_CONTROL_URL: an unreachable one is then an error
+    repeats: int = 3
+    concurrency: list[int] = field(default_factory=lambda: [1])
+    num_prompts: int = 16
+    max_tokens: int = 256
+    workload: str = "chat"
+    api: str = "generate"
+    ignore_eos: bool = False
+    warmup: int = 2
+    no_switch: bool = False
+    connect_timeout: float = 5.0
+    switch_timeout: float = 1800.0
+    health_timeout: float = 600.0
+    min_exact_match: float = 0.9
+    seed: int = 1234
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def switching(self) -> bool:
+        return not self.no_switch
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

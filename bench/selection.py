@@ -1,0 +1,95 @@
+"""Which (profile, spec) cells `bench run` measures, decided from what the server says.
+
+Nothing is resolved locally: profile names and their status come from the control API's
+GET /profiles and spec modes from GET /specs, so the bench container needs neither profiles/ nor
+MODEL_PATH. With --no-switch the cell is labelled with what runs (/status), else with the names
+the user gave, else `current`; a name the user gave that contradicts the server is an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from launcher.errors import UserError
+
+CURRENT = "current"
+KEYWORDS = ("stable", "all")
+
+
+def csv(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def resolve_profiles(requested: str, available: Sequence[dict[str, Any]], where: str) -> list[str]:
+    """Names, or the keywords 'stable' / 'all', against the server's profile list (exit 2 on unknown)."""
+    names = csv(requested)
+    if not names:
+        raise UserError("--profiles is empty; give names, 'stable' or 'all'")
+    known = [str(d["name"]) for d in available]
+    if names == ["all"]:
+        chosen = known
+    elif names == ["stable"]:
+        chosen = [str(d["name"]) for d in available if d.get("status") == "stable"]
+    else:
+        for n in names:
+            if n not in known:
+                raise UserError(f"unknown profile '{n}' in --profiles; {where} knows: {', '.join(known) or '(none)'}")
+        chosen = list(dict.fromkeys(names))
+    if not chosen:
+        raise UserError(f"--profiles {requested}: {where} lists no such profile; it knows: {', '.join(known) or '(none)'}")
+    return chosen
+
+
+def resolve_specs(requested: str, modes: Sequence[str], where: str) -> list[str]:
+    specs = csv(requested)
+    if not specs:
+        raise UserError(f"--spec is empty; give one or more of {', '.join(modes)}")
+    for sp in specs:
+        if sp not in modes:
+            raise UserError(f"unknown spec mode '{sp}' in --spec; {where} knows: {', '.join(modes) or '(none)'}")
+    return list(dict.fromkeys(specs))
+
+
+def single_name(flag: str, value: str | None) -> str | None:
+    """--no-switch measures one running server: a flag given then names exactly one thing."""
+    names = csv(value)
+    if value is None:
+        return None
+    if len(names) != 1 or names[0] in KEYWORDS:
+        raise UserError(
+            f"{flag} '{value}' with --no-switch: the bench measures what is running, so give the one name "
+            f"it runs under (or drop --no-switch to switch through the list)"
+        )
+    return names[0]
+
+
+def spec_from_server_info(info: dict[str, Any]) -> str | None:
+    """The kit's spec-mode name for what a server runs (EAGLE3 -> eagle3, none -> off), if it says."""
+    if not info:
+        return None
+    algo = info.get("speculative_algorithm")
+    if not algo or str(algo).upper() == "NONE":
+        return "off"
+    return {"EAGLE3": "eagle3", "NGRAM": "ngram"}.get(str(algo).upper(), str(algo).lower())
+
+
+def no_switch_label(
+    given_profile: str | None,
+    given_spec: str | None,
+    status: dict[str, Any] | None,
+    server_info: dict[str, Any],
+) -> tuple[str, str]:
+    """(profile, spec) of the one cell: the server's own word first, then the user's names, then `current`."""
+    running_p = (status or {}).get("profile")
+    running_s = (status or {}).get("spec") or spec_from_server_info(server_info)
+    for flag, given, running, source in (
+        ("--profiles", given_profile, running_p, "the control API's /status"),
+        ("--spec", given_spec, running_s, "the server"),
+    ):
+        if given and running and given != running:
+            raise UserError(
+                f"{flag} {given} with --no-switch, but {source} says it runs {running}; "
+                f"name {running}, or drop --no-switch to switch to {given}"
+            )
+    return (running_p or given_profile or CURRENT), (running_s or given_spec or CURRENT)

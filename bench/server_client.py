@@ -1,0 +1,342 @@
+"""Streaming load client for SGLang (native /generate or OpenAI chat).
+
+aiohttp, not httpx: its HTTP parser and stream reader are C-accelerated (llhttp), so reading one
+streamed line costs a few microseconds, while httpx's async streaming goes through pure-Python
+h11 and anyio layers. The client must stay far below the server's chunk interval (a verify pass
+is 10-30 ms); `tools/bench_accuracy.py` measures the CPU cost per chunk.
+What each timing means: bench/request_record.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import aiohttp
+
+from bench.request_record import RequestRecord
+from bench.sse_events import COMPLETION_AT, FINISH_NULL_AT, ServerError, StreamState, decode
+from bench.workload import Prompt
+from launcher.errors import RuntimeFailure
+from launcher.runtime.metrics_text import sample_sums
+
+APIS = ("generate", "chat")
+READ_BUFSIZE = 4 * 1024 * 1024  # cumulative /generate text grows with the reply; lines can be long
+DEFAULT_READ_TIMEOUT_S = 600.0
+
+
+class ServerClient:
+    """One aiohttp session against an SGLang-compatible server (real or the SIMULATED stand-in)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api: str = "generate",
+        max_tokens: int = 256,
+        ignore_eos: bool = False,
+        connect_timeout: float = 5.0,
+        read_timeout: float = DEFAULT_READ_TIMEOUT_S,
+        concurrency: int = 64,
+    ):
+        if api not in APIS:
+            raise ValueError(f"api must be one of {APIS}")
+        self.url = url.rstrip("/")
+        self.api = api
+        self.max_tokens = max_tokens
+        self.ignore_eos = ignore_eos
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.concurrency = concurrency
+        self.model = "default"
+        self.incremental_text = False
+        self._session: aiohttp.ClientSession | None = None
+        self._inflight: dict[asyncio.Task[Any], StreamState] = {}
+        self._watchdog: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> ServerClient:
+        # No aiohttp sock_read timeout: it re-arms a timer on every received chunk. One watchdog
+        # task checks every in-flight request's last activity instead.
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout),
+            connector=aiohttp.TCPConnector(limit=max(8, self.concurrency + 4)),
+            read_bufsize=READ_BUFSIZE,
+            trace_configs=[_send_time_trace()],
+        )
+        self._watchdog = asyncio.create_task(self._watch())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("use ServerClient as an async context manager")
+        return self._session
+
+    async def _watch(self) -> None:
+        """Cancel requests that received nothing for read_timeout seconds (a hung server)."""
+        period = max(0.05, min(1.0, self.read_timeout / 4))
+        while True:
+            await asyncio.sleep(period)
+            now = time.perf_counter()
+            for task, state in list(self._inflight.items()):
+                if not state.timed_out and now - state.activity > self.read_timeout:
+                    state.timed_out = True
+                    task.cancel()
+
+    # ----- probes ------------------------------------------------------------------------------
+    async def health(self, timeout: float | None = None) -> int:
+        """HTTP status of /health (503 while starting); raises aiohttp errors when unreachable."""
+        t = aiohttp.ClientTimeout(total=timeout or self.connect_timeout + 30, sock_connect=self.connect_timeout)
+        async with self.session.get(f"{self.url}/health", timeout=t) as resp:
+            await resp.read()
+            return resp.status
+
+    async def preflight(self) -> None:
+        """Fail fast (within the connect timeout) when nothing listens at the URL."""
+        t = aiohttp.ClientTimeout(total=self.connect_timeout + 30, sock_connect=self.connect_timeout)
+        try:
+            async with self.session.get(f"{self.url}/health", timeout=t) as resp:
+                await resp.read()
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+            raise RuntimeFailure(
+                f"cannot reach the server at {self.url} ({_why(exc)}); is it running? check --url"
+            ) from exc
+
+    async def wait_healthy(self, timeout: float) -> None:
+        """Poll /health until 200; connection errors count as 'not yet' (the server may be restarting)."""
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while True:
+            try:
+                status = await self.health()
+                if status == 200:
+                    return
+                last = f"HTTP {status}"
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                last = _why(exc)
+            if time.monotonic() >= deadline:
+                raise RuntimeFailure(f"{self.url}/health not healthy after {timeout:.0f} s (last: {last})")
+            await asyncio.sleep(0.25)
+
+    async def get_json(self, path: str) -> dict[str, Any]:
+        t = aiohttp.ClientTimeout(total=self.connect_timeout + 30, sock_connect=self.connect_timeout)
+        async with self.session.get(f"{self.url}{path}", timeout=t) as resp:
+            resp.raise_for_status()
+            data = await resp.json(content_type=None)
+            return data if isinstance(data, dict) else {"value": data}
+
+    async def server_info(self) -> dict[str, Any]:
+        """GET /server_info (SGLang 0.5.23), falling back to the deprecated /get_server_info."""
+        try:
+            return await self.get_json("/server_info")
+        except aiohttp.ClientResponseError as exc:
+            if exc.status != 404:
+                raise
+            return await self.get_json("/get_server_info")
+
+    async def metrics_counters(self) -> dict[str, float] | None:
+        """Prometheus samples from /metrics, summed over label sets; None when /metrics is off or unreadable."""
+        t = aiohttp.ClientTimeout(total=self.connect_timeout + 30, sock_connect=self.connect_timeout)
+        try:
+            async with self.session.get(f"{self.url}/metrics", timeout=t) as resp:
+                if resp.status != 200:
+                    return None
+                text = await resp.text()
+        except (TimeoutError, aiohttp.ClientError):
+            return None
+        try:
+            return sample_sums(text)
+        except ValueError:
+            return None
+
+    def configure_from_server_info(self, info: dict[str, Any]) -> None:
+        """Model name for the chat API; whether /generate streams incremental or cumulative text."""
+        self.model = str(info.get("served_model_name") or info.get("model_path") or "default")
+        self.incremental_text = bool(info.get("incremental_streaming_output") or info.get("stream_output"))
+
+    # ----- one request -------------------------------------------------------------------------
+    def _payload(self, prompt: Prompt) -> tuple[str, dict[str, Any]]:
+        if self.api == "generate":
+            return "/generate", {
+                "text": prompt.text(),
+                "sampling_params": {
+                    "temperature": 0.0,
+                    "max_new_tokens": self.max_tokens,
+                    "ignore_eos": self.ignore_eos,
+                },
+                "stream": True,
+            }
+        return "/v1/chat/completions", {
+            "model": self.model,
+            "messages": prompt.chat_messages(),
+            "temperature": 0.0,
+            "max_tokens": self.max_tokens,
+            "ignore_eos": self.ignore_eos,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "return_spec_tokens_details": True,
+        }
+
+    async def request(self, prompt: Prompt, t_origin: float) -> RequestRecord:
+        """Send one streaming request and time every chunk; errors are recorded, never raised."""
+        path, payload = self._payload(prompt)
+        record = RequestRecord(prompt_id=prompt.id)
+        sent = time.perf_counter()
+        record.start_s = sent - t_origin
+        state = StreamState(record, sent, self.incremental_text)
+        task = asyncio.current_task()
+        if task is not None:
+            self._inflight[task] = state
+        got_done = False
+        box: dict[str, float] = {}
+        try:
+            async with self.session.post(f"{self.url}{path}", json=payload, trace_request_ctx=box) as resp:
+                # TTFT counts from when the body was on the wire, not from when this task began:
+                # under concurrency the event loop may run other requests' work in between.
+                state.sent = box.get("sent", sent)
+                if resp.status != 200:
+                    body = (await resp.text())[:300]
+                    record.error = f"HTTP {resp.status}: {body.strip()}"
+                    return record
+                got_done = await self._consume(resp, state)
+                record.e2e_s = state.end - state.sent
+        except asyncio.CancelledError:
+            if not state.timed_out or task is None:
+                raise
+            task.uncancel()
+            record.error = f"stream broke: no data for {self.read_timeout:.0f} s (read timeout)"
+            return record
+        except ServerError as exc:
+            record.error = f"server error: {exc}"
+            return record
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            record.error = f"stream broke: {_why(exc)}"
+            return record
+        finally:
+            if task is not None:
+                self._inflight.pop(task, None)
+        if not (got_done or state.done):
+            record.error = "stream ended before the response finished (no [DONE] and no finish_reason)"
+            return record
+        if record.ttft_s is None and self.max_tokens > 0:
+            record.error = "stream finished without any output tokens"
+            return record
+        if record.completion_tokens is None:
+            record.completion_tokens = sum(t for t in record.chunk_tokens if t) or None
+        record.ok = True
+        return record
+
+    async def _consume(self, resp: aiohttp.ClientResponse, state: StreamState) -> bool:
+        """Read SSE events as bytes arrive; returns True when the stream ended with [DONE].
+
+        This is the per-chunk hot path. Cumulative /generate events grow with the reply, so a
+        full JSON parse of each would cost O(reply) per chunk: mid-stream events are only
+        searched, from the end where SGLang puts meta_info, for `completion_tokens` and a null
+        `finish_reason` (inside JSON strings quotes are escaped, so text cannot fake the keys).
+        An event is parsed fully when it is the first, finishes the request, lacks the counter
+        (an error) or when text arrives incrementally.
+        """
+        perf = time.perf_counter
+        loads = json.loads
+        fast = self.api == "generate" and not self.incremental_text
+        on_event = state.generate_event if self.api == "generate" else state.chat_event
+        record = state.r
+        gaps, tokens = record.chunk_gaps_s, record.chunk_tokens
+        content = resp.content
+        buf = b""
+        pending: bytes | None = None  # last searched-only event, parsed at the end if needed
+        while True:
+            data = await content.readany()
+            if not data:
+                break
+            now = perf()
+            state.activity = now
+            if buf:
+                data = buf + data
+            start = 0
+            while (cut := data.find(b"\n\n", start)) >= 0:
+                block = data[start:cut]
+                start = cut + 2
+                for raw in block.split(b"\n") if b"\n" in block else (block,):
+                    if not raw.startswith(b"data:"):
+                        continue
+                    if fast and state.last_mark is not None:
+                        i = raw.rfind(b'"completion_tokens"')
+                        m = COMPLETION_AT.match(raw, i) if i >= 0 else None
+                        j = raw.rfind(b'"finish_reason"')
+                        if m is not None and j >= 0 and FINISH_NULL_AT.match(raw, j) is not None:
+                            ct = int(m.group(1))
+                            if ct > state.last_tokens:
+                                gaps.append(now - state.last_mark)
+                                tokens.append(ct - state.last_tokens)
+                                state.last_mark, state.last_tokens = now, ct
+                            record.completion_tokens = ct
+                            pending = raw
+                            continue
+                    payload = raw[5:].strip()
+                    if payload == b"[DONE]":
+                        if pending is not None:
+                            on_event(decode(loads, pending[5:]), now)
+                        state.end = now
+                        await resp.read()  # drain to EOF so the connection is reused
+                        return True
+                    pending = None
+                    on_event(decode(loads, payload), now)
+            buf = data[start:] if start < len(data) else b""
+        state.end = perf()
+        if pending is not None:
+            on_event(decode(loads, pending[5:]), state.end)
+        return False
+
+    async def run(
+        self,
+        prompts: Sequence[Prompt],
+        concurrency: int,
+        on_done: Callable[[RequestRecord], Awaitable[None] | None] | None = None,
+    ) -> tuple[list[RequestRecord], float]:
+        """Send every prompt with at most `concurrency` in flight; returns records (prompt order) and wall time."""
+        sem = asyncio.Semaphore(concurrency)
+        t0 = time.perf_counter()
+
+        async def one(p: Prompt) -> RequestRecord:
+            async with sem:
+                rec = await self.request(p, t0)
+            if on_done is not None:
+                res = on_done(rec)
+                if asyncio.iscoroutine(res):
+                    await res
+            return rec
+
+        records = await asyncio.gather(*(one(p) for p in prompts))
+        return list(records), time.perf_counter() - t0
+
+
+def _send_time_trace() -> aiohttp.TraceConfig:
+    """Stamp `trace_request_ctx["sent"]` when the request body has been written to the socket."""
+
+    async def on_chunk_sent(_session: Any, ctx: Any, _params: Any) -> None:
+        box = ctx.trace_request_ctx
+        if isinstance(box, dict):
+            box["sent"] = time.perf_counter()
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(on_chunk_sent)
+    return trace
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,1 @@
+"""Profile compilation: profile files -> validated Plan -> rendered state files."""

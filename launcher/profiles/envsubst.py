@@ -1,0 +1,49 @@
+"""`${NAME}` / `${NAME:-default}` expansion for profile values."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from launcher import settings
+from launcher.errors import UserError
+
+_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class Placeholders(dict):
+    """Environment stand-in for `check`: every unset variable expands to `<NAME>`."""
+
+    def __init__(self, base: Mapping[str, str]):
+        super().__init__(base)
+        self.used: set[str] = set()
+
+    def __missing__(self, key: str) -> str:
+        self.used.add(key)
+        return f"<{key}>"
+
+
+def expand(value: str, environ: Mapping[str, str], where: str) -> str:
+    """Expand references in one value; `where` names the file and key for the error message."""
+
+    secrets = settings.secret_names()
+
+    def repl(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in secrets:
+            raise UserError(
+                f"{where}: references the secret {name}; a profile reaches the server's command line, "
+                "files and logs, so it may not read secrets: remove the reference"
+            )
+        if name in environ and environ[name] != "":
+            return environ[name]
+        if default is not None:
+            return default
+        if isinstance(environ, Placeholders):
+            return environ[name]
+        raise UserError(
+            f"{where}: environment variable {name} is not set; export {name}=... "
+            f"(or write ${{{name}:-default}} in the profile)"
+        )
+
+    return _PATTERN.sub(repl, value)

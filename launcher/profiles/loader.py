@@ -1,0 +1,223 @@
+"""Profile files: TOML schema, discovery and `extends` inheritance.
+
+A profile file is a public contract (users write their own):
+
+    extends = "nccl-tuned"   # optional parent profile name
+    description = "one line"
+    status = "stable"        # or "experimental"
+    [requires]               # sm, interconnect, p2p, nvlink_multicast, patches
+    [env]                    # NAME = scalar; false unsets an inherited value
+    [server]                 # SGLang flag without dashes = value; true -> bare flag, false -> omitted
+
+Every profile implicitly starts from `base.toml`; speculation modes live in `spec/<mode>.toml`
+in the same format and are laid over the merged profile last.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from launcher import settings
+from launcher.errors import UserError
+from launcher.resources import builtin_profiles_dir
+
+Scalar = str | int | float | bool
+BASE_NAME = "base"
+SPEC_DIR = "spec"
+
+
+def search_dirs() -> list[Path]:
+    """User folders from KIT_PROFILES_DIR (colon-separated) come first, so they can shadow built-ins."""
+    return [*(settings.PROFILES_DIR.get() or []), builtin_profiles_dir()]
+
+
+class Requires(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    sm: list[str] | None = None
+    interconnect: Literal["pcie", "nvlink", "any"] | None = None
+    p2p: bool | None = None
+    nvlink_multicast: bool | None = None
+    patches: list[str] | None = None
+
+
+class ProfileFile(BaseModel):
+    """One TOML file exactly as written; unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+    extends: str | None = None
+    description: str | None = None
+    status: Literal["stable", "experimental"] | None = None
+    requires: Requires = Requires()
+    env: dict[str, Scalar] = {}
+    server: dict[str, Scalar | list[Scalar]] = {}
+
+    @field_validator("description")
+    @classmethod
+    def _one_line(cls, v: str | None) -> str | None:
+        if v is not None and ("\n" in v or not v.strip()):
+            raise ValueError("description must be one non-empty line")
+        return v
+
+    @field_validator("server")
+    @classmethod
+    def _flag_names(cls, v: dict[str, object]) -> dict[str, object]:
+        for key in v:
+            if key.startswith("-"):
+                raise ValueError(f"flag '{key}': write it without leading dashes, e.g. '{key.lstrip('-')}'")
+        return v
+
+
+@dataclass
+class Resolved:
+    """A profile after inheritance: merged tables plus where each key came from."""
+
+    name: str
+    description: str
+    status: str
+    path: Path
+    requires: Requires
+    env: dict[str, Scalar] = field(default_factory=dict)
+    server: dict[str, Scalar | list[Scalar]] = field(default_factory=dict)
+    origin: dict[str, Path] = field(default_factory=dict)  # "env.NAME" / "server.flag" -> file
+    chain: list[Path] = field(default_factory=list)
+
+
+def find_file(name: str, sub: str = "") -> Path | None:
+    for d in search_dirs():
+        p = (d / sub / f"{name}.toml") if sub else (d / f"{name}.toml")
+        if p.is_file():
+            return p
+    return None
+
+
+def available_names() -> list[str]:
+    names: set[str] = set()
+    for d in search_dirs():
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.toml") if p.stem != BASE_NAME)
+    return sorted(names)
+
+
+def spec_modes() -> list[str]:
+    return sorted(p.stem for p in (builtin_profiles_dir() / SPEC_DIR).glob("*.toml"))
+
+
+def read_file(path: Path) -> ProfileFile:
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}:{_toml_line(exc)}: TOML syntax error: {exc}; fix the line and retry") from exc
+    try:
+        return ProfileFile.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        hint = {
+            "extra_forbidden": "remove it; allowed top-level keys are extends, description, status, "
+            "[requires], [env], [server]",
+        }.get(err["type"], "see the profile format in README.md")
+        raise UserError(f"{path}: key '{loc}': {err['msg']}; {hint}") from exc
+
+
+def _toml_line(exc: tomllib.TOMLDecodeError) -> int:
+    lineno = getattr(exc, "lineno", None)
+    if lineno:
+        return int(lineno)
+    m = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+    return int(m.group(1)) if m else 0
+
+
+def unknown_profile(name: str) -> UserError:
+    known = ", ".join(available_names()) or "(none found)"
+    return UserError(f"unknown profile '{name}'; known profiles: {known} (folders: {', '.join(map(str, search_dirs()))})")
+
+
+def _merge(into: Resolved, pf: ProfileFile, path: Path) -> None:
+    for table in ("env", "server"):
+        target: dict = getattr(into, table)
+        for key, value in getattr(pf, table).items():
+            if value is False:
+                target.pop(key, None)  # false unsets an inherited key
+            else:
+                target[key] = value
+            into.origin[f"{table}.{key}"] = path
+    req = into.requires.model_dump()
+    req.update(pf.requires.model_dump(exclude_none=True))
+    into.requires = Requires.model_validate(req)
+    into.chain.append(path)
+
+
+def load(name: str) -> Resolved:
+    """Resolve `name` through `extends` (base first), raising UserError for cycles or unknown parents."""
+    path = find_file(name)
+    if path is None or name == BASE_NAME:
+        raise unknown_profile(name)
+    lineage: list[tuple[str, Path, ProfileFile]] = []
+    seen: list[str] = []
+    cur: str | None = name
+    cur_path: Path | None = path
+    while cur is not None:
+        if cur in seen:
+            cycle = " -> ".join([*seen, cur])
+            raise UserError(f"{lineage[-1][1]}: key 'extends': cycle {cycle}; break the cycle")
+        seen.append(cur)
+        assert cur_path is not None
+        pf = read_file(cur_path)
+        lineage.append((cur, cur_path, pf))
+        parent = pf.extends
+        if parent is not None:
+            parent_path = find_file(parent)
+            if parent_path is None or parent == BASE_NAME:
+                known = ", ".join(available_names())
+                raise UserError(f"{cur_path}: key 'extends': unknown parent profile '{parent}'; known: {known}")
+            cur, cur_path = parent, parent_path
+        else:
+            cur = None
+    own = lineage[0][2]
+    resolved = Resolved(
+        name=name,
+        description=own.description or "",
+        status=own.status or "experimental",
+        path=path,
+        requires=Requires(),
+    )
+    base = find_file(BASE_NAME)
+    if base is not None:
+        _merge(resolved, read_file(base), base)
+    for _, p, pf in reversed(lineage):
+        _merge(resolved, pf, p)
+    if not own.description:
+        raise UserError(f"{path}: key 'description' is missing; add a one-line description = \"...\"")
+    return resolved
+
+
+def apply_spec(resolved: Resolved, mode: str) -> None:
+    """Lay the speculation overlay `spec/<mode>.toml` over a resolved profile."""
+    path = builtin_profiles_dir() / SPEC_DIR / f"{mode}.toml"
+    if not path.is_file():
+        raise UserError(f"unknown spec mode '{mode}'; known: {', '.join(spec_modes())}")
+    _merge(resolved, read_file(path), path)
+
+
+def describe_all() -> list[dict[str, str]]:
+    """Name, description, status and file of every visible profile (for `launcher profiles`)."""
+    out = []
+    for name in available_names():
+        path = find_file(name)
+        assert path is not None
+        pf = read_file(path)
+        out.append(
+            {
+                "name": name,
+                "description": pf.description or "",
+                "status": pf.status or "experimental",
+                "path": str(path),
+            }
+        )
+    return out

@@ -1,0 +1,150 @@
+"""Profile + spec mode + host facts -> Plan: the exact environment and SGLang command line.
+
+This is the one module that turns profile keys into command-line flags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+from collections.abc import Mapping
+
+from pydantic import BaseModel
+
+from launcher import settings
+from launcher.errors import UserError
+from launcher.profiles import loader as profiles
+from launcher.profiles.envsubst import Placeholders, expand
+from launcher.profiles.hostfacts import HostFacts
+
+DEFAULT_SERVER_CMD = ("python", "-m", "sglang.launch_server")
+DEFAULT_SPEC: str = settings.SPEC.default or "eagle3"
+
+
+class Plan(BaseModel):
+    name: str
+    spec: str
+    description: str
+    status: str
+    env: dict[str, str]
+    argv: list[str]
+    flags: list[str]
+    patches: list[str]
+    requires: dict
+    warnings: list[str]
+    sources: list[str]
+
+    def digest(self) -> str:
+        """Hash of what the server actually gets: env, flags (not the command that runs them), patches."""
+        payload = {"env": self.env, "flags": self.flags, "patches": sorted(self.patches)}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_json(self) -> dict:
+        data = self.model_dump()
+        data["digest"] = self.digest()
+        return data
+
+
+def server_cmd(environ: Mapping[str, str] | None = None) -> list[str]:
+    custom = (settings.SERVER_CMD.get(environ) or "").strip()
+    return shlex.split(custom) if custom else list(DEFAULT_SERVER_CMD)
+
+
+def _scalar_str(value: object) -> str:
+    if value is True:
+        return "1"
+    return str(value)
+
+
+def resolve(profile: str, spec: str, environ: Mapping[str, str]) -> tuple[profiles.Resolved, dict[str, str], dict]:
+    """Load, lay the spec overlay, and expand `${VAR}` references in every value."""
+    res = profiles.load(profile)
+    profiles.apply_spec(res, spec)
+    env: dict[str, str] = {}
+    for key, value in res.env.items():
+        where = f"{res.origin[f'env.{key}']}: key 'env.{key}'"
+        env[key] = expand(value, environ, where) if isinstance(value, str) else _scalar_str(value)
+    server: dict = {}
+    for key, value in res.server.items():
+        where = f"{res.origin[f'server.{key}']}: key 'server.{key}'"
+        if isinstance(value, list):
+            server[key] = [expand(v, environ, where) if isinstance(v, str) else _scalar_str(v) for v in value]
+        elif isinstance(value, str):
+            server[key] = expand(value, environ, where)
+        elif value is True:
+            server[key] = True
+        else:
+            server[key] = _scalar_str(value)
+    return res, env, server
+
+
+def compose_flags(server: Mapping[str, object]) -> list[str]:
+    argv: list[str] = []
+    for key, value in server.items():
+        flag = f"--{key}"
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, list):
+            argv.extend([flag, *value])
+        else:
+            argv.extend([flag, str(value)])
+    return argv
+
+
+def evaluate(
+    profile: str,
+    spec: str = DEFAULT_SPEC,
+    host_facts: HostFacts | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    use_parser: bool = False,
+):
+    """Build the plan and every rule finding, without raising on rule errors (doctor needs them all)."""
+    from launcher.profiles import rules
+
+    env_src = dict(os.environ) if environ is None else environ
+    res, env, server = resolve(profile, spec, env_src)
+    flags = compose_flags(server)
+    ctx = rules.Context(resolved=res, spec=spec, env=env, server=server, facts=host_facts, flags=flags)
+    findings = rules.evaluate(ctx, use_parser=use_parser)
+    requires = res.requires.model_dump(exclude_none=True)
+    conditions = [f.message for f in findings if f.level == "requires"]
+    if conditions:
+        requires["conditions"] = conditions
+    plan = Plan(
+        name=profile,
+        spec=spec,
+        description=res.description,
+        status=res.status,
+        env=env,
+        argv=server_cmd(env_src) + flags,
+        flags=flags,
+        patches=list(res.requires.patches or []),
+        requires=requires,
+        warnings=[f.message for f in findings if f.level == "warning"],
+        sources=[str(p) for p in res.chain],
+    )
+    return plan, findings
+
+
+def build_plan(
+    profile: str,
+    spec: str = DEFAULT_SPEC,
+    host_facts: HostFacts | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    use_parser: bool = False,
+) -> Plan:
+    """Plan for `profile` under `spec`; raises UserError listing every error finding."""
+    plan, findings = evaluate(profile, spec, host_facts, environ=environ, use_parser=use_parser)
+    blocking = [f for f in findings if f.level in ("error", "ineligible")]
+    if blocking:
+        raise UserError("; ".join(f.render() for f in blocking))
+    return plan
+
+
+def check_environ(environ: Mapping[str, str] | None = None) -> Placeholders:
+    """Environment for `check`: unset variables expand to `<NAME>` instead of failing."""
+    return Placeholders(dict(os.environ) if environ is None else environ)

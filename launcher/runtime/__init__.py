@@ -1,0 +1,1 @@
+"""The server container runtime: supervisord, the control API, profile switches, state files."""

@@ -1,0 +1,80 @@
+"""`launcher serve`: the server container's entry point.
+
+Checks every server-side setting, picks the initial plan, renders it, writes supervisord.conf and
+replaces itself with supervisord in the foreground, so SIGTERM to this process stops every program
+(and their process groups).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from launcher import atomic, settings
+from launcher.errors import UserError, run_cli
+from launcher.profiles import render
+from launcher.profiles.loader import available_names, unknown_profile
+from launcher.profiles.plan import Plan
+from launcher.runtime import state as runtime_state
+from launcher.runtime import supervisor_conf
+from launcher.runtime.admission import validated_plan
+from launcher.settings import StatePaths
+
+
+def initial_plan(paths: StatePaths, profile: str | None, spec: str | None) -> Plan:
+    """PROFILE/SPEC on a fresh start; the last committed plan when the container restarts unchanged."""
+    request = {"profile": profile or settings.PROFILE.default, "spec": spec or settings.SPEC.default}
+    boot = runtime_state.read_json(paths.boot)
+    committed = runtime_state.committed(paths.root)
+    if committed and (boot == request or profile is None):
+        prev = committed["plan"]
+        print(f"serve: container restart, resuming committed profile {prev['name']} + {prev['spec']}", file=sys.stderr)
+        request_used = {"profile": prev["name"], "spec": prev["spec"]}
+    else:
+        request_used = request
+    try:
+        plan = validated_plan(request_used["profile"], request_used["spec"])
+    except UserError:
+        if request_used is request:
+            raise
+        print("serve: committed profile no longer valid, starting the requested one", file=sys.stderr)
+        plan = validated_plan(request["profile"], request["spec"])
+    atomic.write_json(paths.boot, request)
+    return plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="launcher serve", description="run SGLang and the control API under supervisord")
+    p.add_argument("--state-dir", default=None, help=f"default ${settings.STATE_DIR.name} or {settings.STATE_DIR.default}")
+    p.add_argument("--profile", default=None, help="default $PROFILE, else the committed plan, else baseline")
+    p.add_argument("--spec", default=None, help="default $SPEC, else eagle3")
+    p.add_argument("--dry-run", action="store_true", help="render everything, do not start supervisord")
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        settings.check(("server", "profile"))  # a bad setting stops here, before anything starts
+        profile = args.profile or settings.PROFILE.raw()
+        spec = args.spec or settings.SPEC.raw()
+        if profile and profile not in available_names():
+            raise unknown_profile(profile)
+        paths = settings.state_paths(args.state_dir)
+        paths = StatePaths(paths.root.resolve())
+        paths.root.mkdir(parents=True, exist_ok=True)
+        plan = initial_plan(paths, profile, spec)
+        conf = supervisor_conf.render(paths)
+        render.render(plan, paths.root)
+        print(f"serve: profile {plan.name} + {plan.spec} (digest {plan.digest()}), supervisord config {conf}", file=sys.stderr)
+        if args.dry_run:
+            return 0
+        sys.stdout.flush()
+        sys.stderr.flush()
+        cmd = [sys.executable, "-m", "supervisor.supervisord", "-n", "-c", str(conf)]
+        os.execv(cmd[0], cmd)
+        return 1  # unreachable
+
+    return run_cli(body)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

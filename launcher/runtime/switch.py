@@ -1,0 +1,188 @@
+"""Production profile switch on a host whose GPUs one server holds: drain, stop, start, health gate,
+and roll back to the last plan that worked when the new one fails."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from launcher import settings
+from launcher.profiles.render import write_plan
+from launcher.runtime import state as runtime_state
+from launcher.runtime.metrics_text import running_requests
+from launcher.runtime.supervisor_rpc import Supervisor
+
+DEAD_STATES = {"FATAL", "EXITED", "STOPPED", "UNKNOWN"}
+STOP_MARGIN_S = 30  # beyond supervisord's own stop wait, before the group is killed
+
+
+@dataclass
+class Timeouts:
+    """Switch timeouts from the settings registry (the control API checked them at start)."""
+
+    drain_s: float = field(default_factory=lambda: settings.DRAIN_TIMEOUT_S.get())
+    stop_s: float = field(default_factory=lambda: settings.STOP_WAIT_S.get() + STOP_MARGIN_S)
+    health_s: float = field(default_factory=lambda: settings.HEALTH_TIMEOUT_S.get())
+    rollback_s: float = field(default_factory=lambda: settings.ROLLBACK_TIMEOUT_S.get())
+
+
+class GateFailed(Exception):
+    pass
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Switcher:
+    """The switch phases. `phase` is what /status shows while one runs."""
+
+    def __init__(self, state_dir: Path, supervisor: Supervisor, timeouts: Timeouts | None = None):
+        self.sd = state_dir
+        self.sup = supervisor
+        self.timeouts = timeouts or Timeouts()
+        self.phase: str | None = None
+
+    async def _call(self, fn, *args):
+        return await asyncio.to_thread(fn, *args)
+
+    async def drain(self, url: str, timeout_s: float) -> None:
+        """Wait until SGLang reports no running requests; a server that does not answer holds none."""
+        self.phase = "draining"
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(timeout=5) as client:
+            while True:
+                try:
+                    r = await client.get(f"{url}/metrics")
+                    if r.status_code != 200 or running_requests(r.text) == 0:
+                        return
+                except (httpx.HTTPError, ValueError):  # no answer, or not metrics: it holds no requests we can see
+                    return
+                if time.monotonic() > deadline:
+                    raise GateFailed(f"drain timeout: requests still running after {timeout_s:.0f}s")
+                await asyncio.sleep(0.2)
+
+    async def stop(self) -> None:
+        """Stop the program, then wait until its whole process group (TP workers too) is gone."""
+        self.phase = "stopping"
+        info = await self._call(self.sup.info)
+        pgid = int(info.get("pid") or 0)
+        await self._call(self.sup.stop)
+        if pgid <= 0:
+            return
+        deadline = time.monotonic() + self.timeouts.stop_s
+        while group_alive(pgid):
+            if time.monotonic() > deadline:
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except ProcessLookupError:
+                    return
+                deadline = time.monotonic() + 10
+            await asyncio.sleep(0.05)
+
+    async def start(self, plan: dict) -> None:
+        self.phase = "starting"
+        write_plan(self.sd, plan)
+        await self._call(self.sup.start)
+
+    async def health_gate(self, url: str, timeout_s: float) -> None:
+        """200 from /health_generate (SGLang answers 503 while loading), or fail early if the program died."""
+        self.phase = "health"
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30, connect=2)) as client:
+            while True:
+                info = await self._call(self.sup.info)
+                if info.get("statename") in DEAD_STATES:
+                    raise GateFailed(f"server exited during start-up ({info.get('statename')}: {info.get('spawnerr') or 'exit status ' + str(info.get('exitstatus'))})")
+                try:
+                    r = await client.get(f"{url}/health_generate")
+                    if r.status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise GateFailed(f"health timeout: {url}/health_generate not 200 after {timeout_s:.0f}s")
+                await asyncio.sleep(0.2)
+
+    async def bring_up(self, plan: dict, timeout_s: float) -> None:
+        await self.start(plan)
+        await self.health_gate(runtime_state.server_url(plan["flags"]), timeout_s)
+
+    async def run(self, current: dict | None, new: dict, timeout_s: float | None) -> dict:
+        """Full switch; returns the history entry (outcome switched / rolled_back / failed / aborted)."""
+        t0 = time.monotonic()
+        durations: dict[str, float] = {}
+        entry: dict = {
+            "ts": time.time(),
+            "from": _label(current),
+            "to": _label(new),
+            "durations": durations,
+            "error": None,
+        }
+
+        def lap(name: str, since: float) -> float:
+            now = time.monotonic()
+            durations[f"{name}_s"] = round(now - since, 3)
+            return now
+
+        t = t0
+        try:
+            if current is not None:
+                await self.drain(runtime_state.server_url(current["flags"]), self.timeouts.drain_s)
+            t = lap("drain", t)
+        except GateFailed as exc:
+            lap("drain", t)
+            entry.update(outcome="aborted", error=str(exc))
+            return self._finish(entry, t0)
+        await self.stop()
+        t = lap("stop", t)
+        try:
+            await self.start(new)
+            t = lap("start", t)
+            await self.health_gate(runtime_state.server_url(new["flags"]), timeout_s or self.timeouts.health_s)
+            lap("health", t)
+            runtime_state.commit(self.sd, new)
+            entry["outcome"] = "switched"
+            return self._finish(entry, t0)
+        except GateFailed as exc:
+            lap("health", t)
+            entry["error"] = str(exc)
+            entry["log_tail"] = runtime_state.tail(settings.StatePaths(self.sd).server_log, 50)
+        if current is None:
+            entry["outcome"] = "failed"
+            return self._finish(entry, t0)
+        self.phase = "rolling_back"
+        t = time.monotonic()
+        await self.stop()
+        try:
+            await self.bring_up(current, self.timeouts.rollback_s)
+            entry["outcome"] = "rolled_back"
+        except GateFailed as exc:
+            entry["outcome"] = "failed"
+            entry["rollback_error"] = str(exc)
+        lap("rollback", t)
+        return self._finish(entry, t0)
+
+    def _finish(self, entry: dict, t0: float) -> dict:
+        entry["durations"]["total_s"] = round(time.monotonic() - t0, 3)
+        runtime_state.append_history(self.sd, entry)
+        self.phase = None
+        return entry
+
+
+def _label(plan: dict | None) -> dict | None:
+    if plan is None:
+        return None
+    return {"profile": plan["name"], "spec": plan["spec"], "digest": plan.get("digest")}

@@ -1,0 +1,1 @@
+"""Test support, never shipped: the SIMULATED SGLang stand-in, the demo and the test stack."""

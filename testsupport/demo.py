@@ -1,0 +1,162 @@
+"""`make demo`: the whole kit end to end with no GPU and no Docker, clearly SIMULATED.
+
+Starts `launcher serve` (real supervisord, real control API) with the SGLang stand-in as the
+server (KIT_SERVER_CMD, with KIT_PATCH_CHECK=skip since the stand-in carries no SGLang patches)
+and demo/standin.json as its timings. Then runs a short `bench run` over every stable profile x
+{eagle3, off} into results/demo/ as its own process, with nothing of the server's environment but
+the control token and URLs, as the bench container runs; prints where the bundle is, and always
+stops the server (SIGTERM to serve, which stops supervisord and its programs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from launcher.errors import RuntimeFailure, run_cli
+from testsupport.net import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+STANDIN_CONFIG = REPO / "demo" / "standin.json"
+LABEL = "SIMULATED"
+
+
+def say(text: str) -> None:
+    print(f"{LABEL} demo: {text}", flush=True)
+
+
+def demo_env(state_dir: Path, server_port: int, control_port: int, token: str) -> dict[str, str]:
+    """A clean environment: no inherited KIT_/NCCL_/SGLANG_ settings, the stand-in as the server."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "NCCL_", "SGLANG_"))}
+    pythonpath = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.update(
+        {
+            "PYTHONPATH": pythonpath,
+            "MODEL_PATH": "simulated/target-model",
+            "DRAFT_MODEL_PATH": "simulated/eagle3-draft",
+            "KIT_SERVER_CMD": f"{sys.executable} -m testsupport.standin",
+            "KIT_PATCH_CHECK": "skip",
+            "KIT_STANDIN_CONFIG": str(STANDIN_CONFIG),
+            "KIT_SERVER_HOST": "127.0.0.1",
+            "KIT_SERVER_PORT": str(server_port),
+            "KIT_CONTROL_HOST": "127.0.0.1",
+            "KIT_CONTROL_PORT": str(control_port),
+            "KIT_STATE_DIR": str(state_dir),
+            "KIT_CONTROL_TOKEN": token,
+            "KIT_STOP_WAIT_S": "5",
+            "KIT_START_SECS": "1",
+            "KIT_START_RETRIES": "1",
+            "KIT_HEALTH_TIMEOUT_S": "30",
+            "KIT_DRAIN_TIMEOUT_S": "10",
+            "PROFILE": "baseline",
+            "SPEC": "off",
+        }
+    )
+    return env
+
+
+def bench_env(token: str) -> dict[str, str]:
+    """What the bench container gets: the token, no profiles, no MODEL_PATH, no server settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "NCCL_", "SGLANG_"))}
+    env.pop("MODEL_PATH", None)
+    env.pop("DRAFT_MODEL_PATH", None)
+    env["KIT_CONTROL_TOKEN"] = token
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def wait_serving(control_url: str, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    last: object = "no answer"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeFailure(f"launcher serve exited with {proc.returncode}; log tail: {log.read_text()[-1500:]}")
+        try:
+            last = httpx.get(f"{control_url}/status", timeout=2).json()
+            if isinstance(last, dict) and last.get("state") == "serving" and last.get("health") == "ok":
+                return last
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise RuntimeFailure(f"launcher serve not serving after {timeout:.0f} s (last status: {last}); see {log}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to serve (supervisord stops its programs); SIGKILL the group only if it hangs."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m testsupport.demo", description="SIMULATED end-to-end demo (no GPU, no Docker).")
+    p.add_argument("--out", default="results/demo", help="results folder (default results/demo)")
+    p.add_argument("--profiles", default="stable", help="profiles to bench (default: every stable profile)")
+    p.add_argument("--spec", default="eagle3,off")
+    p.add_argument("--max-tokens", type=int, default=24)
+    p.add_argument("--num-prompts", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=2)
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+
+    def body() -> int:
+        with tempfile.TemporaryDirectory(prefix="kit-demo-") as tmp:
+            state = Path(tmp) / "state"
+            log = Path(tmp) / "serve.log"
+            server_port, control_port = free_port(), free_port()
+            token = secrets.token_urlsafe(16)
+            env = demo_env(state, server_port, control_port, token)
+            control_url = f"http://127.0.0.1:{control_port}"
+            say("no GPU, no Docker: `launcher serve` runs the SGLang stand-in (a test double) under supervisord")
+            say(f"stand-in timings from {STANDIN_CONFIG.relative_to(REPO)} (invented to resemble the research numbers)")
+            with log.open("ab") as fh:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "launcher", "serve"],
+                    cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                )
+            try:
+                wait_serving(control_url, proc, log)
+                say(f"server http://127.0.0.1:{server_port}, control API {control_url}")
+                bench_argv = [
+                    "--url", f"http://127.0.0.1:{server_port}", "--control", control_url,
+                    "--profiles", args.profiles, "--spec", args.spec, "--repeats", str(args.repeats),
+                    "--num-prompts", str(args.num_prompts), "--max-tokens", str(args.max_tokens),
+                    "--warmup", "1", "--concurrency", "1", "--switch-timeout", "60", "--health-timeout", "30",
+                    "--out", args.out,
+                ]
+                rc = subprocess.run(
+                    [sys.executable, "-m", "bench", "run", *bench_argv], cwd=REPO, env=bench_env(token), check=False
+                ).returncode
+            finally:
+                say("stopping the server")
+                stop(proc)
+        bundles = sorted(Path(args.out).glob("*/manifest.json"), key=lambda m: m.stat().st_mtime)
+        if bundles:
+            run_dir = bundles[-1].parent
+            for line in (run_dir / "summary.md").read_text().splitlines():
+                if line.startswith("|"):
+                    print(f"{LABEL} {line}")
+            say(f"bundle {run_dir}: summary.md, summary.csv, throughput.png, tpot.png")
+        return rc
+
+    return run_cli(body)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""A real `launcher serve` (real supervisord, real control API) over the stand-in server, for tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from testsupport.net import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+
+FAULT_PROFILES = {
+    "crashy": 'description = "test: server crashes at start"\nstatus = "experimental"\nextends = "baseline"\n'
+    '[env]\nKIT_STANDIN_FAULT = "crash_at_start"\n',
+    "hangs": 'description = "test: server never becomes healthy"\nstatus = "experimental"\nextends = "baseline"\n'
+    '[env]\nKIT_STANDIN_FAULT = "hang_at_start"\n',
+}
+
+
+class KitStack:
+    def __init__(self, tmp: Path, profile: str = "baseline", spec: str = "off", extra_env: dict | None = None):
+        self.tmp = tmp
+        self.state_dir = tmp / "state"
+        self.profiles_dir = tmp / "profiles"
+        self.profiles_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in FAULT_PROFILES.items():
+            (self.profiles_dir / f"{name}.toml").write_text(text)
+        self.server_port = free_port()
+        self.control_port = free_port()
+        self.token = "test-token"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "NCCL_", "SGLANG_"))},
+            "MODEL_PATH": "/models/sim",
+            "DRAFT_MODEL_PATH": "/models/draft",
+            "KIT_SERVER_CMD": f"{sys.executable} -m testsupport.standin",
+            "KIT_PATCH_CHECK": "skip",
+            "KIT_SERVER_HOST": "127.0.0.1",
+            "KIT_SERVER_PORT": str(self.server_port),
+            "KIT_CONTROL_PORT": str(self.control_port),
+            "KIT_STATE_DIR": str(self.state_dir),
+            "KIT_CONTROL_TOKEN": self.token,
+            "KIT_PROFILES_DIR": str(self.profiles_dir),
+            "KIT_STOP_WAIT_S": "5",
+            "KIT_START_SECS": "1",
+            "KIT_START_RETRIES": "1",
+            "KIT_HEALTH_TIMEOUT_S": "20",
+            "KIT_DRAIN_TIMEOUT_S": "20",
+            "KIT_STANDIN_STARTUP_DELAY_S": "0.3",
+            "PYTHONPATH": str(REPO),
+            "PROFILE": profile,
+            "SPEC": spec,
+            **(extra_env or {}),
+        }
+        self.proc: subprocess.Popen | None = None
+        self.log = tmp / "serve.log"
+
+    @property
+    def server_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_port}"
+
+    @property
+    def control_url(self) -> str:
+        return f"http://127.0.0.1:{self.control_port}"
+
+    def start(self, timeout: float = 30) -> KitStack:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "launcher", "serve"],
+            cwd=REPO,
+            env=self.env,
+            stdout=open(self.log, "ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.wait_state({"serving"}, timeout)
+        return self
+
+    def status(self) -> dict:
+        return httpx.get(f"{self.control_url}/status", timeout=5).json()
+
+    def wait_state(self, states: set[str], timeout: float = 30) -> dict:
+        deadline = time.monotonic() + timeout
+        last: dict | str = "no answer"
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"serve exited {self.proc.returncode}: {self.log.read_text()[-3000:]}")
+            try:
+                last = self.status()
+                if last["state"] in states and last["health"] == "ok":
+                    return last
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"not {states} after {timeout}s: {last}\n{self.log.read_text()[-3000:]}")
+
+    def switch(self, profile: str, spec: str = "off", token: str | None = "default", timeout_s: float | None = None) -> httpx.Response:
+        headers = {}
+        tok = self.token if token == "default" else token
+        if tok is not None:
+            headers["Authorization"] = f"Bearer {tok}"
+        return httpx.post(
+            f"{self.control_url}/switch",
+            json={"profile": profile, "spec": spec, "timeout_s": timeout_s},
+            headers=headers,
+            timeout=120,
+        )
+
+    def debug_env(self) -> dict:
+        return httpx.get(f"{self.server_url}/debug/env", timeout=5).json()
+
+    def cli(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "launcher", *args],
+            cwd=REPO,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,242 @@
+"""The simulated engine: serves requests on the schedule in ``simulation``, keeps SGLang-like stats."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testsupport.standin import simulation, trace
+from testsupport.standin.server_args import ServerArgs
+from testsupport.standin.settings import StandinSettings
+
+VERSION = "0.5.23-standin"
+MAX_TRACED_PASSES = 512
+
+
+@dataclass
+class Chunk:
+    """One streamed step of a request: its new tokens and the running totals SGLang reports."""
+
+    index: int
+    new_ids: list[int]
+    output_ids: list[int]
+    completion_tokens: int
+    spec_verify_ct: int
+    finished: bool
+
+
+@dataclass
+class ProfileSession:
+    """A /start_profile in progress: where to write, and the forward passes seen so far."""
+
+    output_dir: Path
+    profile_id: str
+    prefix: str | None
+    num_steps: int | None
+    windows_us: list[tuple[float, float]] = field(default_factory=list)
+    steps: int = 0
+
+
+class ProfilingError(Exception):
+    """The profile request does not fit the current state (SGLang answers these with HTTP 500)."""
+
+
+@dataclass
+class Stats:
+    """Counters as SGLang keeps them: pass totals update per chunk, request totals on completion."""
+
+    spec_tokens: int = 0
+    spec_passes: int = 0
+    running: int = 0
+    generation_requests: int = 0
+    num_requests_total: int = 0
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    spec_verify_calls_total: int = 0
+
+    @property
+    def avg_spec_accept_length(self) -> float | None:
+        return self.spec_tokens / self.spec_passes if self.spec_passes else None
+
+
+class Engine:
+    """Owns the settings, the parsed server args, the request schedule and all live state."""
+
+    def __init__(self, settings: StandinSettings, args: ServerArgs, environ: Mapping[str, str] | None = None):
+        self.settings = settings
+        self.args = args
+        self.environ = dict(os.environ if environ is None else environ)
+        self.start_time = time.time()
+        self.start_monotonic = time.monotonic()
+        self.stats = Stats()
+        self.profile: ProfileSession | None = None
+
+    # ----- health and schedule -------------------------------------------------------------
+    def healthy(self) -> bool:
+        """503 while the simulated start-up runs, forever under ``hang_at_start``."""
+        if self.settings.fault == "hang_at_start":
+            return False
+        return time.monotonic() - self.start_monotonic >= self.settings.startup_delay_s
+
+    @property
+    def accept_length(self) -> float:
+        return simulation.effective_accept_length(self.settings, self.args.speculative)
+
+    @property
+    def interval_ms(self) -> float:
+        return self.settings.verify_ms if self.args.speculative else self.settings.decode_ms
+
+    def max_tokens(self, requested: int | None) -> int:
+        return self.settings.default_max_tokens if requested is None else requested
+
+    # ----- generation ------------------------------------------------------------------------
+    async def generate(self, prompt: str, max_new_tokens: int) -> AsyncIterator[Chunk]:
+        """Yield the chunks of one request at their due times (sleeping against a fixed schedule)."""
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        self.stats.generation_requests += 1
+        request_number = self.stats.generation_requests
+        speculative = self.args.speculative
+        counts = simulation.chunk_token_counts(max_new_tokens, self.accept_length, speculative)
+        if not counts:
+            counts = [0]  # max_new_tokens == 0: one final event after prefill, no tokens
+        offsets = simulation.chunk_offsets_s(len(counts), self.settings.ttft_ms, self.interval_ms)
+        output_ids: list[int] = []
+        verify_ct = 0
+        self.stats.running += 1
+        try:
+            for k, (count, offset) in enumerate(zip(counts, offsets, strict=True)):
+                await self._maybe_die(request_number, k)
+                await asyncio.sleep(max(0.0, t0 + offset - loop.time()))
+                new_ids = simulation.token_ids(prompt, count, self.settings.corrupt_output, len(output_ids))
+                output_ids.extend(new_ids)
+                if speculative and count:
+                    verify_ct += 1
+                    self.stats.spec_tokens += count
+                    self.stats.spec_passes += 1
+                await self._record_step()
+                yield Chunk(k, new_ids, output_ids, len(output_ids), verify_ct, k == len(counts) - 1)
+            self.stats.num_requests_total += 1
+            self.stats.prompt_tokens_total += simulation.prompt_token_count(prompt)
+            self.stats.generation_tokens_total += len(output_ids)
+            self.stats.spec_verify_calls_total += verify_ct
+        finally:
+            self.stats.running -= 1
+
+    async def _maybe_die(self, request_number: int, chunks_sent: int) -> None:
+        s = self.settings
+        if (
+            s.fault != "die_mid_stream"
+            or request_number != s.die_on_request
+            or chunks_sent != s.die_after_chunks
+        ):
+            return
+        await asyncio.sleep(0.05)  # let the chunks already written leave the socket
+        print(
+            f"SIMULATED fault die_mid_stream: exiting abruptly after {chunks_sent} chunk(s) "
+            f"of generation request {request_number}",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(1)
+
+    def meta_info(
+        self, rid: str, prompt: str, chunk: Chunk, max_new_tokens: int, t0: float
+    ) -> dict[str, object]:
+        """SGLang's ``meta_info`` for one chunk (``spec_verify_ct`` is always present, 0 without spec)."""
+        meta: dict[str, object] = {
+            "id": rid,
+            "finish_reason": {"type": "length", "length": max_new_tokens} if chunk.finished else None,
+            "prompt_tokens": simulation.prompt_token_count(prompt),
+            "completion_tokens": chunk.completion_tokens,
+            "cached_tokens": 0,
+            "reasoning_tokens": 0,
+            "weight_version": "default",
+            "spec_verify_ct": chunk.spec_verify_ct,
+        }
+        if chunk.spec_verify_ct > 0:
+            meta["spec_accept_length"] = chunk.completion_tokens / chunk.spec_verify_ct
+            drafts = self.args.speculative_num_draft_tokens
+            if drafts and drafts > 1:
+                proposed = chunk.spec_verify_ct * (drafts - 1)
+                correct = chunk.completion_tokens - chunk.spec_verify_ct
+                meta["spec_accept_rate"] = correct / proposed
+                meta["spec_num_correct_drafts"] = correct
+                meta["spec_num_proposed_drafts"] = proposed
+        if chunk.finished:
+            meta["e2e_latency"] = time.monotonic() - t0
+        return meta
+
+    @staticmethod
+    def new_request_id() -> str:
+        return uuid.uuid4().hex
+
+    # ----- profiling -------------------------------------------------------------------------
+    def start_profile(self, body: Mapping[str, object]) -> None:
+        """Begin recording forward passes, as SGLang's /start_profile does."""
+        if self.profile is not None:
+            raise ProfilingError("Profiling is already in progress. Call /stop_profile first.")
+        output_dir = body.get("output_dir") or self.environ.get("SGLANG_TORCH_PROFILER_DIR") or "/tmp"
+        num_steps = body.get("num_steps")
+        if num_steps is not None and (not isinstance(num_steps, int) or num_steps < 1):
+            raise ValueError("num_steps must be a positive integer")
+        self.profile = ProfileSession(
+            output_dir=Path(str(output_dir)).expanduser(),
+            profile_id=str(body.get("profile_id") or time.time()),
+            prefix=str(body["profile_prefix"]) if body.get("profile_prefix") else None,
+            num_steps=num_steps,
+        )
+
+    async def stop_profile(self) -> list[Path]:
+        """Write the traces of the running profile (synthetic passes if none were seen)."""
+        if self.profile is None:
+            raise ProfilingError("Profiling is not in progress. Call /start_profile first.")
+        return await self._finish_profile()
+
+    async def _record_step(self) -> None:
+        session = self.profile
+        if session is None:
+            return
+        duration = self.interval_ms * 1000.0
+        if len(session.windows_us) < MAX_TRACED_PASSES:
+            session.windows_us.append((time.time() * 1e6 - duration, duration))
+        session.steps += 1
+        if session.num_steps is not None and session.steps >= session.num_steps:
+            await self._finish_profile()
+
+    async def _finish_profile(self) -> list[Path]:
+        session = self.profile
+        assert session is not None
+        self.profile = None
+        windows = session.windows_us
+        if not windows:
+            duration = self.interval_ms * 1000.0
+            end = time.time() * 1e6
+            n = self.settings.trace_min_passes
+            windows = [(end - (n - i) * duration, duration) for i in range(n)]
+        return await asyncio.to_thread(
+            trace.write_traces,
+            session.output_dir,
+            session.profile_id,
+            session.prefix,
+            self.args.tp_size,
+            windows,
+            self.settings.trace_comm_fraction,
+            self.settings.trace_allreduces_per_pass,
+            self.environ,
+        )
+
+    # ----- reports ---------------------------------------------------------------------------
+    def internal_state(self) -> dict[str, object]:
+        """One DP rank's internal state; ``avg_spec_accept_length`` only with speculation, as SGLang."""
+        state: dict[str, object] = {"simulated": True}
+        avg = self.stats.avg_spec_accept_length
+        if self.args.speculative and avg is not None:
+            state["avg_spec_accept_length"] = avg
+        return state

@@ -1,0 +1,117 @@
+"""The stand-in's ground truth: token schedule, timing and generated text, as pure functions.
+
+How a request of ``N = max_new_tokens`` tokens is served (N is always reached: there is no EOS):
+
+* Without speculation every chunk is one decode step carrying 1 token. There are N chunks;
+  ``spec_verify_ct`` is 0.
+* With speculation (any ``--speculative-algorithm``) every chunk is one verify pass. With
+  ``A = accept_length`` held as an exact fraction, the cumulative token count after pass ``k``
+  (1-based) is ``min(N, floor(k * A))``. So a pass carries ``floor(A)`` or ``ceil(A)`` tokens
+  (2, 3, 2, 3 ... for A = 2.5), there are ``V = ceil(N / A)`` passes, and a request reports
+  ``completion_tokens = N`` and ``spec_verify_ct = V``. The per-request accept length
+  ``completion_tokens / spec_verify_ct`` therefore equals A exactly whenever ``N / A`` is a whole
+  number: N = 64 with A = 2.0 gives 32 passes (2.0), N = 65 with A = 2.5 gives 26 passes (2.5), but
+  N = 64 with A = 2.5 gives 26 passes (64 / 26 = 2.46).
+  Unlike SGLang, the first chunk (at TTFT) counts as a verify pass too; this keeps A = 1.0
+  representable, which ``corrupt_output`` needs.
+* ``corrupt_output`` forces A = 1.0 and changes the text.
+* Chunk ``k`` (0-based) is sent at ``t0 + ttft_ms + k * interval``, where ``t0`` is when the
+  request was read and ``interval`` is ``verify_ms`` with speculation, else ``decode_ms``.
+  Requests do not slow each other down (no batching model).
+
+The lifetime ``avg_spec_accept_length`` in /server_info is total tokens over total verify passes of
+all chunks sent so far, which (SGLang-like) is cumulative since start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from fractions import Fraction
+
+from testsupport.standin.settings import StandinSettings
+
+# A small fixed vocabulary: each generated token is " " + one of these words.
+VOCAB: tuple[str, ...] = tuple(
+    """alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar
+    papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu amber basalt cobalt
+    dune ember fjord glacier harbor island jungle kelp lagoon meadow nebula orchid prairie quartz
+    river summit tundra valley willow zephyr anchor beacon canyon eddy estuary forest grove
+    heath inlet jetty knoll ledge marsh""".split()
+)
+
+_CORRUPT_SALT = "corrupt"
+_CLEAN_SALT = "clean"
+
+
+def accept_fraction(accept_length: float) -> Fraction:
+    """The accept length as an exact fraction, so the schedule has no float rounding surprises."""
+    if accept_length < 1:
+        raise ValueError(f"accept_length must be >= 1, got {accept_length}")
+    return Fraction(accept_length).limit_denominator(1_000_000)
+
+
+def effective_accept_length(settings: StandinSettings, speculative: bool) -> float:
+    """Tokens per chunk the server will use: 1.0 without speculation or with corrupt output."""
+    if not speculative or settings.corrupt_output:
+        return 1.0
+    return settings.accept_length
+
+
+def chunk_token_counts(max_new_tokens: int, accept_length: float, speculative: bool) -> list[int]:
+    """Tokens carried by each chunk of one request, in order (the exact schedule the server follows)."""
+    if max_new_tokens <= 0:
+        return []
+    if not speculative:
+        return [1] * max_new_tokens
+    a = accept_fraction(accept_length)
+    counts: list[int] = []
+    done = 0
+    k = 0
+    while done < max_new_tokens:
+        k += 1
+        total = min(max_new_tokens, math.floor(k * a))
+        counts.append(total - done)
+        done = total
+    return counts
+
+
+def expected_counts(max_new_tokens: int, accept_length: float, speculative: bool) -> tuple[int, int]:
+    """The truth a request reports: ``(completion_tokens, spec_verify_ct)``.
+
+    ``spec_verify_ct`` is ``ceil(N / A)`` with speculation and 0 without.
+    """
+    n = max(0, max_new_tokens)
+    if not speculative or n == 0:
+        return n, 0
+    return n, math.ceil(Fraction(n) / accept_fraction(accept_length))
+
+
+def chunk_offsets_s(n_chunks: int, ttft_ms: float, interval_ms: float) -> list[float]:
+    """When each chunk is due, in seconds after the request was read."""
+    return [(ttft_ms + k * interval_ms) / 1000.0 for k in range(n_chunks)]
+
+
+def prompt_token_count(prompt: str) -> int:
+    """Simulated prompt length: whitespace-separated words, at least 1 (a BOS token)."""
+    return max(1, len(prompt.split()))
+
+
+def token_ids(prompt: str, count: int, corrupt: bool = False, start: int = 0) -> list[int]:
+    """Deterministic token ids for positions ``start .. start+count-1`` of the reply to ``prompt``."""
+    salt = _CORRUPT_SALT if corrupt else _CLEAN_SALT
+    ids = []
+    for pos in range(start, start + count):
+        digest = hashlib.blake2b(f"{salt}\x00{prompt}\x00{pos}".encode(), digest_size=4).digest()
+        ids.append(int.from_bytes(digest, "big") % len(VOCAB))
+    return ids
+
+
+def detokenize(ids: list[int]) -> str:
+    """Text of the given token ids: each token is a space and one vocabulary word."""
+    return "".join(" " + VOCAB[i] for i in ids)
+
+
+def generated_text(prompt: str, max_new_tokens: int, corrupt: bool = False) -> str:
+    """The whole reply the stand-in gives to ``prompt`` (greedy-like: same prompt, same text)."""
+    return detokenize(token_ids(prompt, max_new_tokens, corrupt))
