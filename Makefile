@@ -160,11 +160,11 @@ doctor: ## check this host (driver, toolkit, P2P, IOMMU/ACS, /dev/shm, NCCL) in 
 
 # Host-side verbs create the virtualenv on first use; PY=... on the command line uses that Python as is.
 ifeq ($(origin PY),command line)
-KIT_ENV :=
-TEST_ENV :=
+VENV_KIT_STAMP :=
+VENV_TEST_STAMP :=
 else
-KIT_ENV := $(VENV)/.kit-installed
-TEST_ENV := $(VENV)/.test-installed
+VENV_KIT_STAMP := $(VENV)/.kit-installed
+VENV_TEST_STAMP := $(VENV)/.test-installed
 endif
 
 $(VENV)/.kit-installed: pyproject.toml
@@ -179,15 +179,15 @@ $(VENV)/.test-installed: $(VENV)/.kit-installed
 	$(VENV)/bin/pip install -q -e '.[sglang-cpu]'
 	touch $@
 
-venv: $(TEST_ENV) ## create .venv with the kit, the test tools and SGLang's CPU-only parser
+venv: $(VENV_TEST_STAMP) ## create .venv with the kit, the test tools and SGLang's CPU-only parser
 
-demo: $(KIT_ENV) ## the whole flow against a simulated server (no GPU, no docker)
+demo: $(VENV_KIT_STAMP) ## the whole flow against a simulated server (no GPU, no docker)
 	$(PY) -m testsupport.demo
 
-test: $(TEST_ENV) ## run the test suite (creates .venv on first use)
+test: $(VENV_TEST_STAMP) ## run the test suite (creates .venv on first use)
 	$(PY) -m pytest -q
 
-lint: $(KIT_ENV)
+lint: $(VENV_KIT_STAMP)
 lint: ## ruff, hadolint, shellcheck (if installed), compose file check (if compose is installed)
 	$(PY) -m ruff check .
 	$(HADOLINT) Dockerfile
@@ -196,15 +196,15 @@ lint: ## ruff, hadolint, shellcheck (if installed), compose file check (if compo
 		$(COMPOSE_ANY) config -q && echo "docker-compose.yml ok"; \
 	else echo "neither docker compose nor docker-compose installed: docker-compose.yml not checked"; fi
 
-check: $(TEST_ENV)
+check: $(VENV_TEST_STAMP)
 check: ## validate every profile: schema, rules, SGLang's own argument parser when importable
 	$(PY) -m launcher check --all
 
-show: $(KIT_ENV)
+show: $(VENV_KIT_STAMP)
 show: ## print the resolved plan (env and SGLang command line) for PROFILE and SPEC
 	$(PY) -m launcher show $(PROFILE) --spec $(SPEC)
 
-docs: $(KIT_ENV)
+docs: $(VENV_KIT_STAMP)
 docs: ## regenerate .env.example and docs/settings.md from the settings registry (launcher/settings.py)
 	$(PY) -m launcher settings --write
 

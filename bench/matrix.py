@@ -264,6 +264,12 @@ class MatrixRun:
             }
             if outcome not in OK_SWITCH:
                 cell["invalid_reason"] = f"switch {outcome}: {body.get('error') or 'no reason given'}"
+                wanted = body.get("to") or {}
+                self.manifest["plans"][bundle.cell_name(profile, spec)] = {
+                    "name": profile, "spec": spec, "digest": wanted.get("digest"),
+                    "error": f"never ran: {cell['invalid_reason']}",
+                }
+                cell["plan_digest"] = wanted.get("digest")
                 self._say(f"{profile} + {spec}: {cell['invalid_reason']}; going on with the next profile")
                 self._close_cell(cell)
                 return

@@ -4,21 +4,31 @@ Every Python process in the server container (the SGLang launcher and each tenso
 starts with this directory on PYTHONPATH, so all of them see the same NCCL/SGLang environment.
 Reads $KIT_PROFILE_ENV (JSON), else $KIT_STATE_DIR/profile.env (NUL-separated NAME=value, no imports),
 else $KIT_STATE_DIR/profile.json. All or nothing; never raises.
+
+The names below are the settings registry's (launcher/settings.py); a test pins them to it, since
+this file may import nothing of the kit.
 """
+
+_KIT_PROFILE_ENV = "KIT_PROFILE_ENV"
+_KIT_STATE_DIR = "KIT_STATE_DIR"
+_KIT_ACTIVE_PROFILE = "KIT_ACTIVE_PROFILE"
+_KIT_ACTIVE_SPEC = "KIT_ACTIVE_SPEC"
+_PROFILE_ENV_FILE = "profile.env"
+_PROFILE_JSON = "profile.json"
 
 
 def _kit_apply():
     import os
     import sys
 
-    path = os.environ.get("KIT_PROFILE_ENV")
+    path = os.environ.get(_KIT_PROFILE_ENV)
     if not path:
-        state = os.environ.get("KIT_STATE_DIR")
+        state = os.environ.get(_KIT_STATE_DIR)
         if not state:
             return
-        if _kit_apply_env_file(os.path.join(state, "profile.env")):
+        if _kit_apply_env_file(os.path.join(state, _PROFILE_ENV_FILE)):
             return
-        path = os.path.join(state, "profile.json")
+        path = os.path.join(state, _PROFILE_JSON)
     try:
         import json
 
@@ -37,10 +47,10 @@ def _kit_apply():
         sys.stderr.write(f"kit sitecustomize: ignoring {path}: expected {{'name': str, 'env': {{str: str}}}}\n")
         return
     os.environ.update(env)
-    os.environ["KIT_ACTIVE_PROFILE"] = name
+    os.environ[_KIT_ACTIVE_PROFILE] = name
     spec = data.get("spec")
     if isinstance(spec, str):
-        os.environ["KIT_ACTIVE_SPEC"] = spec
+        os.environ[_KIT_ACTIVE_SPEC] = spec
 
 
 def _kit_apply_env_file(path):

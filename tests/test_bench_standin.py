@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,23 +14,19 @@ from pathlib import Path
 
 import httpx
 import pytest
-from bench.client import ServerClient
 
+from bench.server_client import ServerClient
 from bench.workload import build_workload
+from testsupport.net import free_port
 from testsupport.standin import expected_counts
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "NCCL_", "SGLANG_"))}
     env["PYTHONPATH"] = str(REPO)
+    env["KIT_CONTROL_PORT"] = str(free_port())  # no control API answers there: --no-switch labels from flags
     env.update(extra)
     return env
 
@@ -89,9 +84,9 @@ def standin():
         s.stop()
 
 
-def bench(*args: str, cwd: Path = REPO, timeout: float = 120) -> subprocess.CompletedProcess:
+def bench(*args: str, cwd: Path = REPO, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "bench.run_cli", *args], cwd=cwd, env=clean_env(),
+        [sys.executable, "-m", "bench.run_cli", *args], cwd=cwd, env=clean_env(**(env or {})),
         capture_output=True, text=True, timeout=timeout,
     )
 
@@ -237,13 +232,39 @@ def test_unreachable_url_exits_1_quickly_without_bundle(tmp_path):
 
 
 def test_bad_arguments_exit_2(tmp_path):
-    r = bench("--url", "http://127.0.0.1:1", "--profiles", "no-such-profile", "--out", str(tmp_path))
-    assert r.returncode == 2 and "unknown profile 'no-such-profile'" in r.stderr
-    r = bench("--url", "http://127.0.0.1:1", "--spec", "medusa", "--out", str(tmp_path))
-    assert r.returncode == 2 and "unknown spec mode 'medusa'" in r.stderr
+    r = bench("--url", "http://127.0.0.1:1", "--no-switch", "--profiles", "baseline,fused", "--out", str(tmp_path))
+    assert r.returncode == 2 and "--profiles 'baseline,fused' with --no-switch" in r.stderr
+    r = bench("--url", "http://127.0.0.1:1", "--no-switch", "--spec", "all", "--out", str(tmp_path))
+    assert r.returncode == 2 and "--spec 'all' with --no-switch" in r.stderr
+    r = bench("--url", "http://127.0.0.1:1", "--profiles", ",", "--out", str(tmp_path))
+    assert r.returncode == 2 and "--profiles is empty" in r.stderr
     r = bench("--url", "http://127.0.0.1:1", "--no-switch", "--concurrency", "0", "--out", str(tmp_path))
     assert r.returncode == 2 and "--concurrency" in r.stderr
+    r = bench("--url", "ftp://x", "--no-switch", "--out", str(tmp_path))
+    assert r.returncode == 2 and "--url 'ftp://x'" in r.stderr
+    r = bench("--no-switch", "--out", str(tmp_path), env={"KIT_SERVER_URL": "not-a-url"})
+    assert r.returncode == 2 and "KIT_SERVER_URL='not-a-url'" in r.stderr
     assert "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_switch_labels_from_the_flags_when_no_control_api_answers(standin, tmp_path):
+    s = standin(ttft_ms="5", verify_ms="3", accept_length="2")
+    r = bench("--url", s.url, "--no-switch", "--profiles", "baseline", "--repeats", "1", "--num-prompts", "2",
+              "--max-tokens", "8", "--warmup", "0", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    run_dir = only_bundle(tmp_path)
+    assert (run_dir / "baseline__eagle3.json").is_file()  # spec from the server's /server_info
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["matrix"] == ["baseline__eagle3"]
+    assert "unknown" in manifest["plans"]["baseline__eagle3"]["error"]
+
+
+def test_no_switch_spec_that_contradicts_the_server_exits_2(standin, tmp_path):
+    s = standin(ttft_ms="5", verify_ms="3", accept_length="2")
+    r = bench("--url", s.url, "--no-switch", "--spec", "off", "--out", str(tmp_path))
+    assert r.returncode == 2 and "--spec off with --no-switch, but the server says it runs eagle3" in r.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_ctrl_c_writes_partial_bundle(standin, tmp_path):

@@ -1,20 +1,17 @@
-"""Host checks: each verdict on passing and failing input, and the Probe reading a fake root."""
+"""launcher.doctor.checks: each host check's verdict on passing and failing input, and run_host_checks over a fake Probe."""
 
 from __future__ import annotations
 
-import os
 import resource
 from pathlib import Path
 
 import pytest
+from helpers_doctor import GiB, StatVfs, fake_root, read
 
 from launcher.doctor import checks, nccl
 from launcher.doctor import p2p as p2p_mod
 from launcher.doctor.probe import CommandResult, DockerState, Probe
-
-FIX = Path(__file__).parent / "fixtures" / "doctor"
-GiB = 1 << 30
-
+from launcher.settings import SettingError
 
 # --- kernel command line -------------------------------------------------------------------
 
@@ -85,32 +82,30 @@ def test_memlock():
 def test_gpu_count_and_tp_size():
     assert checks.tp_size({}) == 8
     assert checks.tp_size({"KIT_TP_SIZE": "4"}) == 4
-    assert checks.tp_size({"KIT_TP_SIZE": "x"}) == 8
     assert checks.gpu_count(8, 8).status == "pass"
     one = checks.gpu_count(1, 8)
     assert one.status == "warn" and "KIT_TP_SIZE=1" in one.fix
+
+
+@pytest.mark.parametrize("bad", ["x", "0", "-4", "4.5"])
+def test_bad_tp_size_is_a_setting_error(bad):
+    """KIT_TP_SIZE that is not a whole number >= 1 is an error (exit 2), no longer a silent default of 8."""
+    with pytest.raises(SettingError, match="KIT_TP_SIZE") as exc:
+        checks.tp_size({"KIT_TP_SIZE": bad})
+    assert exc.value.exit_code == 2
 
 
 def test_topology_and_p2p_checks():
     assert checks.topology("pcie-cross-socket", [[0, 1], [2, 3]]).status == "warn"
     assert checks.topology("pcie-switch", [[0, 1, 2, 3]]).status == "pass"
     assert checks.topology(None, [[0]]).status == "pass"
-    broken = checks.p2p(p2p_mod.parse((FIX / "pcie8_p2p_broken.txt").read_text()))
+    broken = checks.p2p(p2p_mod.parse(read("pcie8_p2p_broken.txt")))
     assert broken.status == "warn"
     assert "GPU2-GPU5 NS (not supported)" in broken.detail and "GPU0-GPU7 CNS" in broken.detail
-    assert checks.p2p(p2p_mod.parse((FIX / "pcie8_p2p_ok.txt").read_text())).status == "pass"
+    assert checks.p2p(p2p_mod.parse(read("pcie8_p2p_ok.txt"))).status == "pass"
 
 
 # --- NCCL ----------------------------------------------------------------------------------
-
-
-def test_nccl_version_parsing():
-    assert nccl.parse_version("2.28.9") == (2, 28, 9)
-    assert nccl.parse_version((2, 28, 9)) == (2, 28, 9)
-    assert nccl.parse_version(22809) == (2, 28, 9)
-    assert nccl.parse_version(2708) == (2, 7, 8)
-    assert nccl.parse_version("2.21.5+cuda12.4") == (2, 21, 5)
-    assert nccl.parse_version("two") is None
 
 
 @pytest.mark.parametrize(
@@ -138,10 +133,6 @@ def test_nccl_unknown_is_a_warning():
     assert c.status == "warn" and "--nccl-version" in c.fix
 
 
-def test_nccl_probes_without_a_library_give_none():
-    assert nccl.from_library(("libnccl-does-not-exist.so.2",)) is None
-
-
 # --- Docker and the NVIDIA runtime ----------------------------------------------------------
 
 
@@ -158,37 +149,13 @@ def test_docker_and_nvidia_runtime():
     assert checks.nvidia_runtime(DockerState(found=False), []).status == "warn"
 
 
-def test_inside_a_container_that_sees_gpus_docker_is_not_a_problem(tmp_path):
+def test_inside_a_container_that_sees_gpus_docker_is_not_a_problem():
     assert checks.docker(DockerState(found=False), in_container=True).status == "pass"
     assert checks.nvidia_runtime(DockerState(found=False), [], in_container=True, gpus_live=True).status == "pass"
     assert checks.nvidia_runtime(DockerState(found=False), [], in_container=True, gpus_live=False).status == "warn"
-    (tmp_path / ".dockerenv").write_text("")
-    assert Probe(root=tmp_path).in_container() is True
-    assert Probe(root=tmp_path / "elsewhere").in_container() is False
 
 
-# --- Probe over a fake root ------------------------------------------------------------------
-
-
-def _fake_root(tmp_path: Path, cmdline: str, hmm: str | None, iommu: list[str]) -> Path:
-    root = tmp_path / "root"
-    (root / "proc").mkdir(parents=True)
-    (root / "proc" / "cmdline").write_text(cmdline + "\n")
-    if hmm is not None:
-        params = root / "sys" / "module" / "nvidia_uvm" / "parameters"
-        params.mkdir(parents=True)
-        (params / "uvm_disable_hmm").write_text(hmm + "\n")
-    for i, kind in enumerate(iommu):
-        g = root / "sys" / "kernel" / "iommu_groups" / str(i)
-        g.mkdir(parents=True)
-        (g / "type").write_text(kind + "\n")
-    (root / "dev" / "shm").mkdir(parents=True)
-    return root
-
-
-class _StatVfs:
-    def __init__(self, size: int):
-        self.f_blocks, self.f_frsize = size // 4096, 4096
+# --- all host checks over a fake Probe ------------------------------------------------------
 
 
 def _probe(root: Path, *, shm: int, memlock: int, runtimes: str | None, tools: tuple[str, ...] = ()) -> Probe:
@@ -205,7 +172,7 @@ def _probe(root: Path, *, shm: int, memlock: int, runtimes: str | None, tools: t
 
     def statvfs(path: str):
         assert path == str(root / "dev" / "shm")
-        return _StatVfs(shm)
+        return StatVfs(shm)
 
     return Probe(
         root=root,
@@ -219,7 +186,7 @@ def _probe(root: Path, *, shm: int, memlock: int, runtimes: str | None, tools: t
 
 
 def test_healthy_host_passes_every_host_check(tmp_path):
-    root = _fake_root(tmp_path, "BOOT_IMAGE=/vmlinuz amd_iommu=off pci=noacs", "Y", [])
+    root = fake_root(tmp_path, "BOOT_IMAGE=/vmlinuz amd_iommu=off pci=noacs", "Y", [])
     probe = _probe(root, shm=32 * GiB, memlock=resource.RLIM_INFINITY, runtimes='{"nvidia":{},"runc":{}}')
     found, version = checks.run_host_checks(probe, nccl_override="2.31.2")
     assert version == "2.31.2"
@@ -235,7 +202,7 @@ def test_healthy_host_passes_every_host_check(tmp_path):
 
 
 def test_unfit_host_gets_a_verdict_and_fix_for_each_problem(tmp_path):
-    root = _fake_root(tmp_path, H200_CMDLINE + " intel_iommu=on", "N", ["DMA"])
+    root = fake_root(tmp_path, H200_CMDLINE + " intel_iommu=on", "N", ["DMA"])
     probe = _probe(root, shm=64 << 20, memlock=64 * 1024, runtimes='{"runc":{}}')
     found, version = checks.run_host_checks(probe)
     assert version == "2.27.7"  # from the probe's detector
@@ -247,35 +214,3 @@ def test_unfit_host_gets_a_verdict_and_fix_for_each_problem(tmp_path):
     assert by_name["nccl"].status == "warn" and "fake" in by_name["nccl"].detail
     assert by_name["nvidia-container"].status == "fail"
     assert all(c.fix for c in found if c.status != "pass")
-
-
-def test_probe_reads_module_state_and_iommu_groups(tmp_path):
-    root = _fake_root(tmp_path, "quiet", None, ["identity", "DMA"])
-    probe = Probe(root=root)
-    assert probe.cmdline() == "quiet"
-    assert probe.uvm_disable_hmm() == (False, None)
-    assert probe.iommu_group_types() == ["identity", "DMA"]
-    assert probe.shm_bytes() == os.statvfs(root / "dev" / "shm").f_blocks * os.statvfs(root / "dev" / "shm").f_frsize
-    empty = Probe(root=tmp_path / "nothing")
-    assert empty.cmdline() is None and empty.iommu_group_types() == [] and empty.shm_bytes() is None
-
-
-def test_docker_probe_states():
-    def probe_with(rc: int, out: str, err: str = "") -> DockerState:
-        return Probe(which=lambda n: "/bin/docker" if n == "docker" else None, run=lambda argv: CommandResult(rc, out, err)).docker()
-
-    assert probe_with(0, '{"nvidia":{"path":"nvidia-container-runtime"},"runc":{}}\n').runtimes == ["nvidia", "runc"]
-    down = probe_with(1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock.\n")
-    assert (down.found, down.reachable) == (True, False) and "Cannot connect" in down.message
-    assert Probe(which=lambda n: None).docker().found is False
-
-
-def test_nccl_detect_prefers_torch_then_the_library(monkeypatch):
-    monkeypatch.setattr(nccl, "from_torch", lambda: (2, 27, 3))
-    monkeypatch.setattr(nccl, "from_library", lambda: (2, 21, 5))
-    assert nccl.detect() == ((2, 27, 3), "torch.cuda.nccl.version()")
-    monkeypatch.setattr(nccl, "from_torch", lambda: None)
-    assert nccl.detect() == ((2, 21, 5), "libnccl.so ncclGetVersion")
-    monkeypatch.setattr(nccl, "from_library", lambda: None)
-    version, source = nccl.detect()
-    assert version is None and "not found" in source

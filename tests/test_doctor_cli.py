@@ -1,73 +1,24 @@
-"""`launcher doctor` end to end: eligibility through the launcher's rules, the JSON contract,
-exit codes, and real subprocesses with and without nvidia-smi on PATH."""
+"""launcher.doctor.cli: `launcher doctor` end to end, the JSON contract, exit codes, and real subprocesses with and without nvidia-smi."""
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers_doctor import FIX, HOSTS, file_args, files, healthy_root
 
-from launcher.doctor import diagnose
 from launcher.doctor.cli import main
-from launcher.doctor.probe import CommandResult, Probe
 from launcher.profiles.hostfacts import HostFacts, load_host_facts
 from launcher.profiles.loader import available_names
 from launcher.profiles.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[1]
-FIX = Path(__file__).parent / "fixtures" / "doctor"
 ENTRY = "from launcher.doctor.cli import main; raise SystemExit(main())"
-HOSTS = {
-    "pcie8": ("pcie8_dual_socket_topo.txt", "pcie8_p2p_ok.txt", "pcie8_gpus.csv"),
-    "pcie8-broken": ("pcie8_dual_socket_topo.txt", "pcie8_p2p_broken.txt", "pcie8_gpus.csv"),
-    "nvlink8": ("nvlink8_topo.txt", "nvlink8_p2p.txt", "nvlink8_gpus.csv"),
-    "switch4": ("switch4_topo.txt", "switch4_p2p.txt", "switch4_gpus.csv"),
-    "h200x1": ("h200x1_topo.txt", "h200x1_p2p.txt", "h200x1_gpus.csv"),
-}
-
-
-def files(host: str) -> dict[str, Path]:
-    t, p, g = HOSTS[host]
-    return {"topo": FIX / t, "p2p": FIX / p, "gpus": FIX / g}
-
-
-def file_args(host: str) -> list[str]:
-    f = files(host)
-    return ["--topo-file", str(f["topo"]), "--p2p-file", str(f["p2p"]), "--gpus-file", str(f["gpus"])]
-
-
-def healthy_root(tmp_path: Path) -> Path:
-    root = tmp_path / "root"
-    (root / "proc").mkdir(parents=True)
-    (root / "proc" / "cmdline").write_text("BOOT_IMAGE=/vmlinuz iommu=pt pci=noacs\n")
-    params = root / "sys" / "module" / "nvidia_uvm" / "parameters"
-    params.mkdir(parents=True)
-    (params / "uvm_disable_hmm").write_text("Y\n")
-    (root / "dev" / "shm").mkdir(parents=True)
-    return root
-
-
-class _Vfs:
-    f_blocks, f_frsize = (32 << 30) // 4096, 4096
-
-
-def stub_probe(tmp_path: Path, environ: dict[str, str] | None = None) -> Probe:
-    """A healthy host with no nvidia-smi and no Docker: only the given files describe the GPUs."""
-    return Probe(
-        root=healthy_root(tmp_path),
-        which=lambda name: None,
-        run=lambda argv: CommandResult(127, "", "unexpected"),
-        statvfs=lambda path: _Vfs(),
-        getrlimit=lambda kind: (resource.RLIM_INFINITY, resource.RLIM_INFINITY),
-        nccl_detect=lambda: ((2, 31, 2), "stub"),
-        environ=environ if environ is not None else {},
-    )
 
 
 def run_subprocess(args: list[str], path_dirs: list[Path], extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -79,62 +30,6 @@ def run_subprocess(args: list[str], path_dirs: list[Path], extra_env: dict[str, 
         **(extra_env or {}),
     }
     return subprocess.run([sys.executable, "-c", ENTRY, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-
-
-# --- eligibility through the launcher's rules -------------------------------------------------
-
-
-def test_eligibility_pcie_host_refuses_symm_mem_and_allows_the_pcie_profiles(tmp_path):
-    r = diagnose.run(stub_probe(tmp_path), files("pcie8"))
-    assert r.facts.interconnect == "pcie-cross-socket"
-    assert r.facts.nvlink_multicast is False
-    assert set(r.eligibility) == set(available_names())
-    symm = r.eligibility["symm-mem"]
-    assert symm.ok is False
-    assert "NVLink multicast" in symm.reason and "SM 12.0" in symm.reason
-    for name in ("baseline", "nccl-tuned", "custom-ar", "fused"):
-        assert r.eligibility[name].ok, (name, r.eligibility[name].reason)
-        assert r.eligibility[name].reason == ""
-
-
-def test_eligibility_broken_p2p_names_the_pairs(tmp_path):
-    r = diagnose.run(stub_probe(tmp_path), files("pcie8-broken"))
-    assert r.facts.p2p_ok is False
-    assert r.facts.p2p_bad_pairs == [(0, 7), (2, 5)]
-    custom = r.eligibility["custom-ar"]
-    assert custom.ok is False
-    assert "P2P is not OK between" in custom.reason and "GPU2 and GPU5" in custom.reason and "GPU0 and GPU7" in custom.reason
-    assert r.eligibility["baseline"].ok is True  # needs no P2P
-
-
-def test_eligibility_nvlink_sm90_host_allows_symm_mem(tmp_path):
-    r = diagnose.run(stub_probe(tmp_path), files("nvlink8"))
-    assert r.facts.interconnect == "nvlink"
-    assert r.facts.nvlink_multicast is True
-    assert r.facts.sm_versions == {"9.0"}
-    assert r.eligibility["symm-mem"].ok is True, r.eligibility["symm-mem"].reason
-
-
-def test_eligibility_uses_placeholders_for_unset_model_paths(tmp_path):
-    r = diagnose.run(stub_probe(tmp_path, environ={"KIT_TP_SIZE": "4"}), files("switch4"), spec="eagle3")
-    assert r.facts.interconnect == "pcie-switch"
-    assert r.eligibility["baseline"].ok is True  # MODEL_PATH/DRAFT_MODEL_PATH unset is not a host problem
-
-
-def test_eligibility_refuses_tp_size_above_gpu_count(tmp_path):
-    r = diagnose.run(stub_probe(tmp_path, environ={}), files("switch4"), spec="eagle3")
-    assert r.eligibility["baseline"].ok is False
-    assert "needs 8 GPUs, this host has 4; export KIT_TP_SIZE=4" in r.eligibility["baseline"].reason
-
-
-def test_single_gpu_h200(tmp_path):
-    r = diagnose.run(stub_probe(tmp_path), files("h200x1"))
-    assert r.facts.interconnect is None and r.facts.p2p_ok is None and r.facts.nvlink_multicast is None
-    assert r.facts.numa_nodes == [[0]]
-    by_name = {c.name: c for c in r.checks}
-    assert by_name["gpu-count"].status == "warn" and "KIT_TP_SIZE=1" in by_name["gpu-count"].fix
-    assert by_name["p2p"].detail.startswith("single GPU")
-    assert not r.failed
 
 
 # --- JSON contract ------------------------------------------------------------------------------
@@ -314,3 +209,12 @@ def test_launcher_entry_point_dispatches_to_the_doctor(tmp_path):
     proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1  # NCCL 2.26.2 is a known-bad release
     assert "nccl#2418" in proc.stdout and "pcie-switch" in proc.stdout
+
+
+def test_bad_kit_tp_size_exits_2_naming_the_setting(tmp_path, monkeypatch, capsys):
+    """KIT_TP_SIZE="x" used to be read as the default 8; it is now a setting error."""
+    monkeypatch.setenv("KIT_TP_SIZE", "x")
+    rc = main([*file_args("switch4"), "--json", "--root", str(healthy_root(tmp_path)), "--nccl-version", "2.31.2"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert "KIT_TP_SIZE='x' is not a whole number >= 1" in err

@@ -35,6 +35,7 @@ VERBS = (
     "show",
     "profiles",
     "venv",
+    "docs",
 )
 
 FAKE_DOCKER = r"""#!/bin/sh
@@ -99,6 +100,8 @@ def kit(tmp_path: Path) -> Kit:
     root.mkdir()
     for name in ("Makefile", "docker-compose.yml"):
         shutil.copy(ROOT / name, root / name)
+    (root / "launcher").mkdir()
+    (root / "launcher" / "__init__.py").write_text('__version__ = "9.8.7"\n')
     (root / "docker").mkdir()
     shutil.copy(ROOT / "docker" / "patch-set-hash.sh", root / "docker" / "patch-set-hash.sh")
     (root / "patches").mkdir()
@@ -148,7 +151,7 @@ def test_every_verb_is_documented_in_the_makefile():
 
 DRY_RUN = {
     "build": r"^DOCKER_BUILDKIT=1 COMPOSE_DOCKER_CLI_BUILD=1 docker compose --profile bench build "
-    r"--build-arg KIT_PATCHES_SHA256=\$\(docker/patch-set-hash\.sh patches\) .* server bench$",
+    r"--build-arg KIT_VERSION=9\.8\.7 --build-arg KIT_PATCHES_SHA256=\$\(docker/patch-set-hash\.sh patches\) .* server bench$",
     "up": r"^PROFILE=fused SPEC=eagle3 docker compose up -d server$",
     "switch": r"^docker compose exec -T server launcher switch fused --spec eagle3$",
     "status": r"^docker compose exec -T server launcher status$",
@@ -172,7 +175,7 @@ def test_dry_run_shows_the_docker_command(kit, verb):
 
 def test_dry_run_up_builds_then_starts(kit):
     out = kit.make("-n", "up", "PROFILE=fused", **kit.with_models()).stdout
-    build = out.index(" build --build-arg KIT_PATCHES_SHA256=")
+    build = out.index(" build --build-arg KIT_VERSION=9.8.7 --build-arg KIT_PATCHES_SHA256=")
     assert build < out.index("docker compose up -d server") < out.index("docker inspect")
 
 
@@ -192,6 +195,7 @@ def test_host_side_verbs_use_py(kit):
         ("show", "/opt/py/bin/python -m launcher show custom-ar --spec ngram"),
         ("demo", "/opt/py/bin/python -m testsupport.demo"),
         ("lint", "/opt/py/bin/python -m ruff check ."),
+        ("docs", "/opt/py/bin/python -m launcher settings --write"),
     ):
         proc = kit.make("-n", verb, "PY=/opt/py/bin/python", "PROFILE=custom-ar", "SPEC=ngram")
         assert proc.returncode == 0, proc.stderr

@@ -1,4 +1,4 @@
-"""`${NAME}` / `${NAME:-default}` expansion in profile values."""
+"""launcher.profiles.envsubst: `${NAME}` / `${NAME:-default}` expansion in profile values."""
 
 from __future__ import annotations
 

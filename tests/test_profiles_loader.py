@@ -1,4 +1,4 @@
-"""Profile files: schema, discovery, `extends`, base.toml first, spec overlay last, `false` unsets."""
+"""launcher.profiles.loader: profile files, schema, discovery, `extends`, base.toml first, spec overlay last, `false` unsets."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from helpers_profiles import BUILTIN, ENV, clean_env, profile_toml, write_profiles
+from helpers_profiles import BUILTIN, clean_env, profile_toml, write_profiles
 
 from launcher.errors import UserError
 from launcher.profiles import loader as profiles
-from launcher.profiles.plan import build_plan
 
 
 @pytest.fixture(autouse=True)
@@ -207,44 +206,6 @@ def test_unknown_profile_lists_known_names():
 def test_base_is_not_a_profile():
     with pytest.raises(UserError, match="unknown profile 'base'"):
         profiles.load("base")
-
-
-# ---- expansion ----------------------------------------------------------------------------------
-
-
-def test_variable_expansion_with_and_without_default(tmp_path, monkeypatch):
-    user_dir(
-        tmp_path,
-        monkeypatch,
-        {
-            "p.toml": profile_toml(
-                "p", env={"A": "${FOO}", "B": "${BAR:-dflt}", "C": "x${FOO}y"}, server={"x": "${BAR:-9}"}
-            )
-        },
-    )
-    plan = build_plan("p", "off", environ={**ENV, "FOO": "foo"})
-    assert plan.env["A"] == "foo" and plan.env["B"] == "dflt" and plan.env["C"] == "xfooy"
-    assert plan.flags[-2:] == ["--x", "9"]
-    plan = build_plan("p", "off", environ={**ENV, "FOO": "f", "BAR": "bar"})
-    assert plan.env["B"] == "bar" and plan.flags[-2:] == ["--x", "bar"]
-
-
-def test_unset_variable_names_variable_file_and_key(tmp_path, monkeypatch):
-    root = user_dir(tmp_path, monkeypatch, {"p.toml": profile_toml("p", env={"A": "${NOT_SET_ANYWHERE}"})})
-    with pytest.raises(UserError) as exc:
-        build_plan("p", "off", environ=ENV)
-    msg = str(exc.value)
-    assert "NOT_SET_ANYWHERE" in msg
-    assert str(root / "p.toml") in msg
-    assert "env.A" in msg
-
-
-def test_unset_model_path_names_base_toml():
-    with pytest.raises(UserError) as exc:
-        build_plan("baseline", "off", environ={"DRAFT_MODEL_PATH": "/d"})
-    assert "MODEL_PATH" in str(exc.value)
-    assert str(BUILTIN / "base.toml") in str(exc.value)
-    assert "server.model-path" in str(exc.value)
 
 
 # ---- schema errors ------------------------------------------------------------------------------

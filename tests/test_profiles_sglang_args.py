@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's own argument parser catches renamed, ambiguous, aliased and deprecated flags."""
+"""launcher.profiles.sglang_args: SGLang 0.5.23's own parser catches renamed, ambiguous, aliased and deprecated flags."""
 
 from __future__ import annotations
 

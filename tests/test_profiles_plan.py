@@ -1,4 +1,4 @@
-"""Plans: command line composition, digest, and golden plans for every profile x spec mode."""
+"""launcher.profiles.plan: command line composition, ${VAR} expansion, digest, and golden plans for every profile x spec mode."""
 
 from __future__ import annotations
 
@@ -160,6 +160,42 @@ def test_default_environ_is_the_process_environment(monkeypatch):
     monkeypatch.setenv("MODEL_PATH", "/from/os/environ")
     plan = plans.build_plan("baseline", "off")
     assert plan.flags[plan.flags.index("--model-path") + 1] == "/from/os/environ"
+
+
+# ---- ${VAR} expansion ---------------------------------------------------------------------------
+
+
+def test_variable_expansion_with_and_without_default(user):
+    user(
+        {
+            "p.toml": profile_toml(
+                "p", env={"A": "${FOO}", "B": "${BAR:-dflt}", "C": "x${FOO}y"}, server={"x": "${BAR:-9}"}
+            )
+        },
+    )
+    plan = plans.build_plan("p", "off", environ={**ENV, "FOO": "foo"})
+    assert plan.env["A"] == "foo" and plan.env["B"] == "dflt" and plan.env["C"] == "xfooy"
+    assert plan.flags[-2:] == ["--x", "9"]
+    plan = plans.build_plan("p", "off", environ={**ENV, "FOO": "f", "BAR": "bar"})
+    assert plan.env["B"] == "bar" and plan.flags[-2:] == ["--x", "bar"]
+
+
+def test_unset_variable_names_variable_file_and_key(user):
+    root = user({"p.toml": profile_toml("p", env={"A": "${NOT_SET_ANYWHERE}"})})
+    with pytest.raises(UserError) as exc:
+        plans.build_plan("p", "off", environ=ENV)
+    msg = str(exc.value)
+    assert "NOT_SET_ANYWHERE" in msg
+    assert str(root / "p.toml") in msg
+    assert "env.A" in msg
+
+
+def test_unset_model_path_names_base_toml():
+    with pytest.raises(UserError) as exc:
+        plans.build_plan("baseline", "off", environ={"DRAFT_MODEL_PATH": "/d"})
+    assert "MODEL_PATH" in str(exc.value)
+    assert str(BUILTIN / "base.toml") in str(exc.value)
+    assert "server.model-path" in str(exc.value)
 
 
 # ---- digest -------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""bench predict: the verify cost model, its inputs from measured files, and its input checks."""
+"""bench.predict (model, measured, cli): the verify cost model, its inputs from measured files, its input checks."""
 
 from __future__ import annotations
 

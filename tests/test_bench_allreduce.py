@@ -1,4 +1,4 @@
-"""bench allreduce: sizes, statistics, outputs, and the real multi-process harness on gloo (CPU)."""
+"""bench.allreduce: sizes, floor, result rows, outputs, input checks, and the real multi-process harness on gloo."""
 
 from __future__ import annotations
 

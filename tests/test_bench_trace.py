@@ -1,4 +1,4 @@
-"""bench trace: kernel classification, step attribution, real traces (CPU here, CUDA from an H200), capture."""
+"""bench.trace: kernel classification, step attribution, real traces (CPU here, CUDA from an H200), capture."""
 
 from __future__ import annotations
 

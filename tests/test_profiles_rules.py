@@ -1,4 +1,4 @@
-"""Each validation rule: a case that passes and a case that fails, with the level and message it gives."""
+"""launcher.profiles.rules: each validation rule, a case that passes and one that fails, with its level and message."""
 
 from __future__ import annotations
 
@@ -496,6 +496,6 @@ def test_finding_render_names_file_and_key():
 
 
 def test_every_registered_rule_is_tested():
-    """A new rule in launcher/rules.py needs its own cases in this file."""
+    """A new rule in launcher/profiles/rules.py needs its own cases in this file."""
     tested = set(re.findall(r'by_rule\(\s*findings,\s*"(\w+)"', Path(__file__).read_text()))
     assert {fn.__name__ for fn, _ in rules.RULES} <= tested

@@ -1,0 +1,99 @@
+"""launcher.doctor.facts: the three nvidia-smi outputs (files or live) to HostFacts, details and topology checks."""
+
+from __future__ import annotations
+
+import pytest
+from helpers_doctor import files, live_probe, stub_probe
+
+from launcher.doctor import facts as facts_mod
+from launcher.doctor.facts import nvlink_multicast
+from launcher.doctor.textfmt import FormatError
+from launcher.errors import UserError
+
+
+def test_nvlink_multicast_needs_nvswitch_and_sm90():
+    assert nvlink_multicast("nvlink", True, {"9.0"}) is True
+    assert nvlink_multicast("nvlink", True, {"8.0"}) is False  # NVLS needs SM 9.0+
+    assert nvlink_multicast("nvlink", None, {"9.0"}) is None
+    assert nvlink_multicast("nvlink", True, set()) is None
+    assert nvlink_multicast("pcie-switch", None, {"12.0"}) is False
+    assert nvlink_multicast(None, None, {"9.0"}) is None
+
+
+def test_files_give_facts_and_details(tmp_path):
+    inp = facts_mod.read_inputs(stub_probe(tmp_path), files("pcie8-broken"))
+    assert inp.sources == {k: str(v) for k, v in files("pcie8-broken").items()}
+    assert [c.name for c in inp.checks] == ["nvidia-smi"] and inp.checks[0].status == "pass"
+    facts, details = facts_mod.build(inp, "2.31.2")
+    assert facts.interconnect == "pcie-cross-socket" and facts.numa_nodes == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert facts.p2p_ok is False and facts.p2p_bad_pairs == [(0, 7), (2, 5)]
+    assert facts.nvlink_multicast is False and facts.nccl_version == "2.31.2"
+    assert len(facts.gpus) == 8
+    assert details["topology"]["links"]["GPU2"]["GPU5"] == "SYS" and details["topology"]["links"]["GPU0"]["GPU0"] == "X"
+    assert details["topology"]["nics"] == {"NIC0": "mlx5_0", "NIC1": "mlx5_1"}
+    assert [b["pair"] for b in details["p2p_bad"]] == [[0, 7], [2, 5]]
+    assert details["p2p_bad"][1]["status"] == "NS" and details["p2p_bad"][1]["meaning"]
+
+
+def test_nvlink_sm90_host_from_live_nvidia_smi():
+    inp = facts_mod.read_inputs(live_probe({"topo": "nvlink8_topo.txt", "p2p": "nvlink8_p2p.txt", "gpus": "nvlink8_gpus.csv"}), {})
+    assert inp.sources == {"topo": "nvidia-smi", "p2p": "nvidia-smi", "gpus": "nvidia-smi"}
+    facts, details = facts_mod.build(inp, None)
+    assert facts.interconnect == "nvlink" and facts.nvlink_multicast is True
+    assert details["topology"]["nvswitch"] is True
+
+
+def test_files_win_over_nvidia_smi():
+    probe = live_probe({"topo": "switch4_topo.txt", "p2p": "switch4_p2p.txt", "gpus": "switch4_gpus.csv"})
+    inp = facts_mod.read_inputs(probe, {"gpus": files("switch4")["gpus"]})
+    assert inp.sources == {"topo": "nvidia-smi", "p2p": "nvidia-smi", "gpus": str(files("switch4")["gpus"])}
+
+
+def test_missing_nvidia_smi_is_a_failed_check_not_an_error(tmp_path):
+    inp = facts_mod.read_inputs(stub_probe(tmp_path), {})
+    assert inp.topo is None and inp.p2p is None and inp.gpus is None
+    [check] = inp.checks
+    assert check.name == "nvidia-smi" and check.status == "fail" and "nvidia-smi not found" in check.detail
+    facts, details = facts_mod.build(inp, None)
+    assert facts.gpus == [] and facts.interconnect is None and "topology" not in details
+
+
+def test_failing_nvidia_smi_names_the_query_and_its_message():
+    msg = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    probe = live_probe({"topo": "", "p2p": "", "gpus": ""}, rc=9, stderr=msg + "\n")
+    inp = facts_mod.read_inputs(probe, {})
+    assert [c.status for c in inp.checks] == ["fail"] * 3
+    assert all(msg in c.detail for c in inp.checks)
+
+
+def test_unparseable_live_output_is_a_failed_check():
+    probe = live_probe({"topo": "switch4_gpus.csv", "p2p": "switch4_p2p.txt", "gpus": "switch4_gpus.csv"})
+    inp = facts_mod.read_inputs(probe, {})
+    assert inp.topo is None and inp.gpus is not None
+    [bad] = [c for c in inp.checks if c.status == "fail"]
+    assert "output not understood" in bad.detail
+
+
+def test_unparseable_file_raises_format_error(tmp_path):
+    bad = tmp_path / "topo.txt"
+    bad.write_text("==============NVSMI LOG==============\n")
+    probe = stub_probe(tmp_path)
+    with pytest.raises(FormatError, match=f"{bad}:1:"):
+        facts_mod.read_inputs(probe, {"topo": bad})
+    with pytest.raises(UserError, match="cannot read"):
+        facts_mod.read_inputs(probe, {"topo": tmp_path / "missing.txt"})
+
+
+def test_outputs_of_two_hosts_disagree(tmp_path):
+    mixed = {**files("pcie8"), "p2p": files("switch4")["p2p"]}
+    with pytest.raises(UserError, match="disagree"):
+        facts_mod.read_inputs(stub_probe(tmp_path), mixed)
+
+
+def test_topology_checks_follow_the_inputs(tmp_path):
+    inp = facts_mod.read_inputs(stub_probe(tmp_path), files("switch4"))
+    facts, _ = facts_mod.build(inp, None)
+    by_name = {c.name: c.status for c in facts_mod.topology_checks(facts, inp, tp=8)}
+    assert by_name == {"gpu-count": "warn", "topology": "pass", "p2p": "pass"}
+    assert {c.name: c.status for c in facts_mod.topology_checks(facts, inp, tp=4)}["gpu-count"] == "pass"
+    assert facts_mod.topology_checks(facts, facts_mod.Inputs(), tp=8) == []
