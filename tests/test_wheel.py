@@ -1,0 +1,127 @@
+"""The installed wheel (pyproject.toml packaging): what the images install, run outside the checkout.
+
+Builds the wheel, installs it with its dependencies into a fresh venv in a temporary folder, and runs
+the console scripts from there, with no PYTHONPATH and the checkout out of reach: the built-in
+profiles and sitecustomize must come from the wheel, and the stand-in must not be in it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from testsupport.net import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+BUILTIN = sorted(p.stem for p in (REPO / "profiles").glob("*.toml") if p.stem != "base")
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
+    """(bin dir of the fresh venv, a clean environment, a scratch folder outside the checkout)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith(("KIT_", "NCCL_", "SGLANG_"))}
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp / "dist"),
+                  str(REPO)], cwd=tmp, env=env)
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next((tmp / "dist").glob("pcie_spec_kit-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "launcher/builtin_profiles/fused.toml" in names and "launcher/site/sitecustomize.py" in names
+    assert not [n for n in names if n.startswith(("testsupport/", "tests/")) or "standin" in n]
+    venv = tmp / "venv"
+    made = _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp, env=env)
+    assert made.returncode == 0, made.stderr
+    pip = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], cwd=tmp, env=env)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    work = tmp / "work"
+    work.mkdir()
+    return venv / "bin", env, work
+
+
+def test_the_wheel_runs_from_its_own_files(installed):
+    bindir, env, work = installed
+    where = _run([str(bindir / "python"), "-c", "import launcher, bench; print(launcher.__file__, bench.__file__)"],
+                 cwd=work, env=env)
+    assert where.returncode == 0 and str(REPO) not in where.stdout and "site-packages" in where.stdout
+    missing = _run([str(bindir / "python"), "-c", "import testsupport"], cwd=work, env=env)
+    assert missing.returncode != 0 and "No module named 'testsupport'" in missing.stderr
+
+
+def test_launcher_profiles_lists_the_builtin_profiles(installed):
+    bindir, env, work = installed
+    r = _run([str(bindir / "launcher"), "profiles", "--json"], cwd=work, env=env)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert sorted(row["name"] for row in rows) == BUILTIN and len(rows) == 8
+    assert all("site-packages/launcher/builtin_profiles/" in row["path"] for row in rows)
+
+
+def test_launcher_show_fused_eagle3(installed):
+    bindir, env, work = installed
+    r = _run([str(bindir / "launcher"), "show", "fused", "--spec", "eagle3", "--json"], cwd=work,
+             env={**env, "MODEL_PATH": "/models/target", "DRAFT_MODEL_PATH": "/models/draft"})
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["name"] == "fused" and plan["spec"] == "eagle3"
+    assert "--speculative-algorithm" in plan["argv"] and "/models/draft" in plan["argv"]
+
+
+def test_launcher_profiles_with_no_profile_found_exits_2_naming_the_folders(installed, tmp_path):
+    bindir, env, work = installed
+    r = _run([str(bindir / "launcher"), "profiles"], cwd=work, env={**env, "KIT_BUILTIN_PROFILES_DIR": str(tmp_path)})
+    assert r.returncode == 2 and f"searched {tmp_path}" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_serve_dry_run_points_supervisord_at_the_shipped_sitecustomize(installed, tmp_path):
+    bindir, env, work = installed
+    r = _run([str(bindir / "launcher"), "serve", "--dry-run", "--state-dir", str(tmp_path)], cwd=work,
+             env={**env, "MODEL_PATH": "/m", "DRAFT_MODEL_PATH": "/d", "KIT_PATCH_CHECK": "skip"})
+    assert r.returncode == 0, r.stderr
+    conf = (tmp_path / "supervisord.conf").read_text()
+    assert "site-packages/launcher/site" in conf
+    assert Path(conf.split("site-packages/launcher/site")[0].split('"')[-1] + "site-packages/launcher/site/sitecustomize.py").is_file()
+
+
+def test_bench_run_no_switch_against_the_standin(installed, tmp_path):
+    """The bench needs neither profiles/ nor MODEL_PATH: the label comes from --profiles, the spec from the server."""
+    bindir, env, work = installed
+    port = free_port()
+    standin_env = {**env, "PYTHONPATH": str(REPO), "KIT_STANDIN_STARTUP_DELAY_S": "0.1", "KIT_STANDIN_TTFT_MS": "5",
+                   "KIT_STANDIN_VERIFY_MS": "3"}
+    server = subprocess.Popen([sys.executable, "-m", "testsupport.standin", "--port", str(port),
+                               "--speculative-algorithm", "EAGLE3"], cwd=REPO, env=standin_env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, "stand-in did not start"
+            time.sleep(0.1)
+        r = _run([str(bindir / "bench"), "run", "--no-switch", "--profiles", "baseline", "--url", f"http://127.0.0.1:{port}",
+                  "--repeats", "1", "--num-prompts", "2", "--max-tokens", "8", "--warmup", "0", "--out", str(tmp_path)],
+                 cwd=work, env={**env, "KIT_CONTROL_PORT": str(free_port()), "MPLCONFIGDIR": str(tmp_path / "mpl")},
+                 timeout=180)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run_dir = next(p for p in tmp_path.iterdir() if p.is_dir() and p.name != "mpl")
+    cell = json.loads((run_dir / "baseline__eagle3.json").read_text())
+    assert cell["valid"] is True and cell["completed"] == 2
