@@ -55,6 +55,10 @@ def throughput(path: Path, rows: list[dict[str, Any]], simulated: bool, concurre
     ax.set_xticks(range(len(profiles)), profiles, rotation=20, ha="right")
     ax.set_ylabel("output tok/s (mean ± sd over repeats)")
     ax.set_title(f"{SIM_TITLE if simulated else ''}throughput per profile, concurrency {concurrency}")
+    return _save(fig, path, simulated)
+
+
+def _save(fig: Any, path: Path, simulated: bool) -> Path:
     _mark_simulated(fig, simulated)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -83,11 +87,7 @@ def tpot(path: Path, run_dir: Path, cells: list[dict[str, Any]], simulated: bool
         ax.text(0.5, 0.5, "no valid requests", ha="center", va="center", transform=ax.transAxes)
     ax.set_ylabel("TPOT per request (ms)")
     ax.set_title(f"{SIM_TITLE if simulated else ''}TPOT distribution, concurrency {concurrency}")
-    _mark_simulated(fig, simulated)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, simulated)
 
 
 def write_all(run_dir: Path, manifest: dict[str, Any], cells: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Path]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+
+from pydantic import ValidationError
 
 
 class KitError(Exception):
@@ -33,3 +35,10 @@ def run_cli(fn: Callable[[], int | None]) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     return 0 if rc is None else rc
+
+
+def schema_error(source: object, exc: ValidationError, hints: Mapping[str, str], default_hint: str) -> UserError:
+    """The first pydantic error as one line: file, dotted key, what is wrong, and how to fix it."""
+    err = exc.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    return UserError(f"{source}: key '{loc}': {err['msg']}; {hints.get(err['type'], default_hint)}")

@@ -272,59 +272,43 @@ HISTORY_FILE = "history.jsonl"
 PATCH_RECORD_FILE = "kit_patches.json"  # in the installed sglang package, written by patches/apply.py
 
 
-@dataclass(frozen=True)
+# Role -> path under KIT_STATE_DIR.
+STATE_LAYOUT = {
+    "profile_json": PROFILE_JSON,
+    "profile_env": PROFILE_ENV_FILE,
+    "cmdline": CMDLINE_FILE,
+    "committed": COMMITTED_FILE,
+    "boot": BOOT_FILE,
+    "history": HISTORY_FILE,
+    "supervisord_conf": "supervisord.conf",
+    "supervisord_pid": "supervisord.pid",
+    "socket": "supervisor.sock",
+    "logs": "logs",
+    "server_log": "logs/sglang.log",
+    "supervisord_log": "logs/supervisord.log",
+}
+
+
 class StatePaths:
-    """Every file under KIT_STATE_DIR, by role."""
+    """Every file under KIT_STATE_DIR, by role (the keys of STATE_LAYOUT)."""
 
-    root: Path
+    profile_json: Path
+    profile_env: Path
+    cmdline: Path
+    committed: Path
+    boot: Path
+    history: Path
+    supervisord_conf: Path
+    supervisord_pid: Path
+    socket: Path
+    logs: Path
+    server_log: Path
+    supervisord_log: Path
 
-    @property
-    def profile_json(self) -> Path:
-        return self.root / PROFILE_JSON
-
-    @property
-    def profile_env(self) -> Path:
-        return self.root / PROFILE_ENV_FILE
-
-    @property
-    def cmdline(self) -> Path:
-        return self.root / CMDLINE_FILE
-
-    @property
-    def committed(self) -> Path:
-        return self.root / COMMITTED_FILE
-
-    @property
-    def boot(self) -> Path:
-        return self.root / BOOT_FILE
-
-    @property
-    def history(self) -> Path:
-        return self.root / HISTORY_FILE
-
-    @property
-    def supervisord_conf(self) -> Path:
-        return self.root / "supervisord.conf"
-
-    @property
-    def supervisord_pid(self) -> Path:
-        return self.root / "supervisord.pid"
-
-    @property
-    def socket(self) -> Path:
-        return self.root / "supervisor.sock"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def server_log(self) -> Path:
-        return self.logs / "sglang.log"
-
-    @property
-    def supervisord_log(self) -> Path:
-        return self.logs / "supervisord.log"
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        for role, rel in STATE_LAYOUT.items():
+            setattr(self, role, self.root / rel)
 
 
 def state_paths(arg: str | os.PathLike[str] | None = None) -> StatePaths:

@@ -5,20 +5,18 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from bench.trace.analyse import analyse_events, step_kind
 from bench.trace.classify import classify_kernel
 from bench.trace.load import load_events
 from launcher.errors import UserError
+from testsupport.net import free_port, wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "traces"
@@ -360,14 +358,8 @@ def test_json_output_keys():
 # ----- capture through /start_profile on the stand-in server ---------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_capture_from_standin_server(tmp_path):
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [
             sys.executable,
@@ -388,14 +380,7 @@ def test_capture_from_standin_server(tmp_path):
         cwd=tmp_path,
     )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        wait_healthy(f"http://127.0.0.1:{port}", server)
         out = tmp_path / "traces"
         proc = run_trace(
             "--url",
@@ -419,5 +404,5 @@ def test_capture_from_standin_server(tmp_path):
 
 
 def test_capture_from_a_dead_server_exits_1(tmp_path):
-    proc = run_trace("--url", f"http://127.0.0.1:{_free_port()}", "--steps", "2", "--out", str(tmp_path))
+    proc = run_trace("--url", f"http://127.0.0.1:{free_port()}", "--steps", "2", "--out", str(tmp_path))
     assert proc.returncode == 1 and "cannot reach the server" in proc.stderr

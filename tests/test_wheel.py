@@ -11,14 +11,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
-import httpx
 import pytest
 
-from testsupport.net import free_port
+from testsupport.net import free_port, wait_healthy
 
 REPO = Path(__file__).resolve().parent.parent
 BUILTIN = sorted(p.stem for p in (REPO / "profiles").glob("*.toml") if p.stem != "base")
@@ -105,15 +103,7 @@ def test_bench_run_no_switch_against_the_standin(installed, tmp_path):
                                "--speculative-algorithm", "EAGLE3"], cwd=REPO, env=standin_env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, "stand-in did not start"
-            time.sleep(0.1)
+        wait_healthy(f"http://127.0.0.1:{port}", server)
         r = _run([str(bindir / "bench"), "run", "--no-switch", "--profiles", "baseline", "--url", f"http://127.0.0.1:{port}",
                   "--repeats", "1", "--num-prompts", "2", "--max-tokens", "8", "--warmup", "0", "--out", str(tmp_path)],
                  cwd=work, env={**env, "KIT_CONTROL_PORT": str(free_port()), "MPLCONFIGDIR": str(tmp_path / "mpl")},

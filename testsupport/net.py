@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import time
+
+import httpx
 
 
 def free_port() -> int:
@@ -10,3 +14,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
+    """Poll `url`/health until 200; AssertionError when the process exits first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"server at {url} exited with {proc.returncode}")
+        time.sleep(0.05)
+    raise AssertionError(f"server at {url} did not become healthy within {timeout:.0f} s")

@@ -14,6 +14,7 @@ from rich.table import Table
 from bench.allreduce.floor import Link, floor_us
 from bench.allreduce.results import COLUMNS
 from bench.allreduce.sizes import format_size
+from bench.tables import fmt
 from launcher.atomic import write_json, write_text
 
 CSV_COLUMNS = ("backend", "profile", "nranks", "graph", "status", *COLUMNS, "floor_us", "reason")
@@ -33,14 +34,6 @@ def _groups(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str, int, bool], 
     for row in rows:
         out.setdefault(_group_key(row), []).append(row)
     return out
-
-
-def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 def print_table(rows: list[dict[str, Any]], console: Console | None = None) -> None:
@@ -74,14 +67,14 @@ def print_table(rows: list[dict[str, Any]], console: Console | None = None) -> N
                 str(row["size_B"]),
                 str(row["count"]),
                 row["type"],
-                _fmt(row["time_us_p50"]),
-                _fmt(row["time_us_p99"]),
-                _fmt(row["algbw_GBps"]),
-                _fmt(row["busbw_GBps"]),
+                fmt(row["time_us_p50"]),
+                fmt(row["time_us_p99"]),
+                fmt(row["algbw_GBps"]),
+                fmt(row["busbw_GBps"]),
                 f"[red]{row['wrong']}[/red]" if row["wrong"] else "0",
             ]
             if "floor_us" in row:
-                cells.append(_fmt(row["floor_us"]))
+                cells.append(fmt(row["floor_us"]))
             table.add_row(*cells)
         console.print(table)
     console.print(f"[dim]{UNITS}[/dim]")

@@ -271,68 +271,32 @@ def predict(args: argparse.Namespace) -> dict[str, Any]:
 
 def _print(result: dict[str, Any]) -> None:
     from rich.console import Console
-    from rich.table import Table
+
+    from bench.tables import fmt, table
 
     console = Console()
     if not console.is_terminal:
         console = Console(width=max(console.width, 120))
     if result["scenarios"]:
-        t = Table(title="predicted verify and speculative throughput")
-        t.add_column("scenario", no_wrap=True)
-        for col in (
-            "all-reduce µs",
-            "verify ms",
-            "cycle ms",
-            "spec tok/s",
-            "baseline tok/s",
-            "speed-up",
-            "break-even accept",
-        ):
-            t.add_column(col, justify="right")
-        for s in result["scenarios"]:
-            t.add_row(
-                s["label"],
-                "-" if s["allreduce_us"] is None else f"{s['allreduce_us']:.1f}",
-                f"{s['verify_ms']:.2f}",
-                f"{s['cycle_ms']:.2f}",
-                "-" if s["spec_tokps"] is None else f"{s['spec_tokps']:.1f}",
-                "-" if s["baseline_tokps"] is None else f"{s['baseline_tokps']:.1f}",
-                "-" if s["speedup"] is None else f"{s['speedup']:.2f}x",
-                "-" if s["breakeven_accept_len"] is None else f"{s['breakeven_accept_len']:.2f}",
-            )
-        console.print(t)
+        cols = ("scenario", "all-reduce µs", "verify ms", "cycle ms", "spec tok/s", "baseline tok/s", "speed-up",
+                "break-even accept")
+        rows = [(s["label"], fmt(s["allreduce_us"], 1), fmt(s["verify_ms"]), fmt(s["cycle_ms"]), fmt(s["spec_tokps"], 1),
+                 fmt(s["baseline_tokps"], 1), fmt(s["speedup"], 2, "x"), fmt(s["breakeven_accept_len"]))
+                for s in result["scenarios"]]
+        console.print(table("predicted verify and speculative throughput", cols, rows))
         for s in result["scenarios"]:
             if "target" in s:
                 console.print(
                     f"target {s['target']['target_tokps']:g} tok/s ({s['label']}): {s['target']['answer']}"
                 )
     if "bundle" in result:
-        t = Table(title="predicted vs measured (bundle)")
-        for col in (
-            "profile",
-            "spec",
-            "accept",
-            "measured tok/s",
-            "predicted tok/s",
-            "error %",
-            "measured cycle ms",
-            "predicted cycle ms",
-            "note",
-        ):
-            t.add_column(col, justify="right")
-        for b in result["bundle"]:
-            t.add_row(
-                b["profile"],
-                b["spec"],
-                "-" if b.get("accept_length") is None else f"{b['accept_length']:.2f}",
-                "-" if b.get("measured_tokps") is None else f"{b['measured_tokps']:.1f}",
-                "-" if "predicted_tokps" not in b else f"{b['predicted_tokps']:.1f}",
-                "-" if b.get("error_pct") is None else f"{b['error_pct']:+.1f}",
-                "-" if b.get("measured_cycle_ms") is None else f"{b['measured_cycle_ms']:.2f}",
-                "-" if "predicted_cycle_ms" not in b else f"{b['predicted_cycle_ms']:.2f}",
-                b.get("note", ""),
-            )
-        console.print(t)
+        cols = ("profile", "spec", "accept", "measured tok/s", "predicted tok/s", "error %", "measured cycle ms",
+                "predicted cycle ms", "note")
+        rows = [(b["profile"], b["spec"], fmt(b.get("accept_length")), fmt(b.get("measured_tokps"), 1),
+                 fmt(b.get("predicted_tokps"), 1), fmt(b.get("error_pct"), 1, sign=True),
+                 fmt(b.get("measured_cycle_ms")), fmt(b.get("predicted_cycle_ms")), b.get("note", ""))
+                for b in result["bundle"]]
+        console.print(table("predicted vs measured (bundle)", cols, rows, left=0))
     console.print(
         "[dim]verify = compute + n·all-reduce + overhead; spec tok/s = accept/(draft+verify)·1000; "
         "break-even accept = baseline tok/s·(draft+verify)/1000[/dim]"

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from launcher.errors import UserError
+from launcher.errors import UserError, schema_error
 
 Interconnect = Literal["nvlink", "pcie-switch", "pcie-hostbridge", "pcie-cross-socket"]
 
@@ -58,6 +58,4 @@ def load_host_facts(path: str | Path) -> HostFacts:
     try:
         return HostFacts.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise UserError(f"{p}: key '{loc}': {err['msg']}; regenerate it with `launcher doctor --json`") from exc
+        raise schema_error(p, exc, {}, "regenerate it with `launcher doctor --json`") from exc

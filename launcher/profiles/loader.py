@@ -24,7 +24,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from launcher import settings
-from launcher.errors import UserError
+from launcher.errors import UserError, schema_error
 from launcher.resources import builtin_profiles_dir
 
 Scalar = str | int | float | bool
@@ -116,13 +116,9 @@ def read_file(path: Path) -> ProfileFile:
     try:
         return ProfileFile.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        hint = {
-            "extra_forbidden": "remove it; allowed top-level keys are extends, description, status, "
-            "[requires], [env], [server]",
-        }.get(err["type"], "see the profile format in README.md")
-        raise UserError(f"{path}: key '{loc}': {err['msg']}; {hint}") from exc
+        hints = {"extra_forbidden": "remove it; allowed top-level keys are extends, description, status, "
+                 "[requires], [env], [server]"}
+        raise schema_error(path, exc, hints, "see the profile format in README.md") from exc
 
 
 def _toml_line(exc: tomllib.TOMLDecodeError) -> int:

@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -129,16 +130,9 @@ def evaluate(
     return plan, findings
 
 
-def build_plan(
-    profile: str,
-    spec: str = DEFAULT_SPEC,
-    host_facts: HostFacts | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    use_parser: bool = False,
-) -> Plan:
-    """Plan for `profile` under `spec`; raises UserError listing every error finding."""
-    plan, findings = evaluate(profile, spec, host_facts, environ=environ, use_parser=use_parser)
+def build_plan(profile: str, spec: str = DEFAULT_SPEC, host_facts: HostFacts | None = None, **options: Any) -> Plan:
+    """Plan for `profile` under `spec` (options as for `evaluate`); raises UserError listing every error finding."""
+    plan, findings = evaluate(profile, spec, host_facts, **options)
     blocking = [f for f in findings if f.level in ("error", "ineligible")]
     if blocking:
         raise UserError("; ".join(f.render() for f in blocking))

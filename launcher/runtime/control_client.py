@@ -31,22 +31,13 @@ class ControlClient:
         self.url = url.rstrip("/")
         self.token = token or None
         self.connect_timeout = connect_timeout
-        self._http: httpx.AsyncClient | None = None
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(STATUS_TIMEOUT_S, connect=connect_timeout))
 
     async def __aenter__(self) -> ControlClient:
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(STATUS_TIMEOUT_S, connect=self.connect_timeout))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
-
-    @property
-    def http(self) -> httpx.AsyncClient:
-        if self._http is None:
-            raise RuntimeError("use ControlClient as an async context manager")
-        return self._http
+        await self.http.aclose()
 
     async def _get(self, path: str, timeout: float | None = None) -> Any:
         try:

@@ -9,8 +9,9 @@ same damaged records: a record that is unreadable or of another shape is an erro
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from launcher.errors import RuntimeFailure
 from launcher.settings import PATCH_RECORD_FILE
@@ -23,24 +24,23 @@ def record_path() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / PATCH_RECORD_FILE
 
 
+class Record(BaseModel):
+    """The one shape apply.py writes: {"sglang_version": str, "patches": {name: sha256}}."""
+
+    model_config = ConfigDict(strict=True)
+    sglang_version: str
+    patches: dict[str, str]
+
+
 def parse(path: Path, text: str) -> dict[str, str]:
     """Patch name -> sha256 from the record's text; RuntimeFailure naming the file when malformed."""
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise RuntimeFailure(f"{path}: not a readable patch record: {exc}; rebuild the server image (`make build`)") from None
-    patches = data.get("patches") if isinstance(data, dict) else None
-    version = data.get("sglang_version") if isinstance(data, dict) else None
-    if (
-        not isinstance(version, str)
-        or not isinstance(patches, dict)
-        or not all(isinstance(k, str) and isinstance(v, str) for k, v in patches.items())
-    ):
+        return Record.model_validate_json(text).patches
+    except ValidationError as exc:
         raise RuntimeFailure(
-            f"{path}: expected {{'sglang_version': str, 'patches': {{name: sha256}}}}; "
-            "rebuild the server image (`make build`) so patches/apply.py rewrites it"
-        )
-    return dict(patches)
+            f"{path}: not a patch record of the shape {{'sglang_version': str, 'patches': {{name: sha256}}}} "
+            f"({exc.errors()[0]['msg']}); rebuild the server image (`make build`) so patches/apply.py rewrites it"
+        ) from None
 
 
 def installed() -> dict[str, str]:

@@ -21,16 +21,16 @@ class Supervisor:
     def info(self, name: str = PROGRAM) -> dict:
         return self._proxy().supervisor.getProcessInfo(name)
 
-    def start(self, name: str = PROGRAM) -> None:
+    def _tolerant(self, method: str, name: str, benign: str) -> None:
+        """startProcess returns at once (the health gate waits), stopProcess waits; an "already so" fault is fine."""
         try:
-            self._proxy().supervisor.startProcess(name, False)
+            getattr(self._proxy().supervisor, method)(name, method == "stopProcess")
         except xmlrpc.client.Fault as exc:
-            if "ALREADY_STARTED" not in exc.faultString:
+            if benign not in exc.faultString:
                 raise
 
+    def start(self, name: str = PROGRAM) -> None:
+        self._tolerant("startProcess", name, "ALREADY_STARTED")
+
     def stop(self, name: str = PROGRAM) -> None:
-        try:
-            self._proxy().supervisor.stopProcess(name, True)
-        except xmlrpc.client.Fault as exc:
-            if "NOT_RUNNING" not in exc.faultString:
-                raise
+        self._tolerant("stopProcess", name, "NOT_RUNNING")

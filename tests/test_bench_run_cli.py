@@ -1,4 +1,4 @@
-"""The bench against a bare SIMULATED stand-in server (real HTTP, real subprocesses, --no-switch)."""
+"""bench/run_cli.py and bench/server_client.py against a bare SIMULATED stand-in server (real HTTP, real subprocesses, --no-switch)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from bench.server_client import ServerClient
 from bench.workload import build_workload
-from testsupport.net import free_port
+from testsupport.net import free_port, wait_healthy
 from testsupport.standin import expected_counts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,17 +43,7 @@ class Standin:
             [sys.executable, "-m", "testsupport.standin", *args], cwd=REPO, env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None:
-                raise AssertionError(f"stand-in exited with {self.proc.returncode}")
-            time.sleep(0.05)
-        raise AssertionError("stand-in did not become healthy")
+        wait_healthy(self.url, self.proc)
 
     @property
     def url(self) -> str:
