@@ -99,7 +99,8 @@ def _host_line(host: dict[str, Any]) -> str:
     for g in host.get("gpus", []):
         names[g["name"]] = names.get(g["name"], 0) + 1
     gpus = ", ".join(f"{n}x {name}" for name, n in names.items())
-    return f"{gpus}; driver {host.get('driver')}, CUDA {host.get('cuda')}, NCCL {host.get('nccl') or 'unknown'}"
+    link = f", {host['interconnect']}" if host.get("interconnect") else ""
+    return f"{gpus}{link}; driver {host.get('driver')}, NCCL {host.get('nccl') or 'unknown'}"
 
 
 def correctness_text(r: dict[str, Any]) -> str:

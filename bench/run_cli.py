@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from rich.console import Console
@@ -102,29 +103,11 @@ def settings_from_args(args: argparse.Namespace, argv: list[str]) -> RunSettings
                 raise UserError(f"{flag} is empty; give one or more names")
     url = _url("--url", args.url) if args.url else settings.SERVER_URL.get()
     control = _url("--control", args.control) if args.control else settings.control_url()
-    return RunSettings(
-        url=url,
-        out=args.out,
-        profiles=profiles,
-        specs=specs,
-        control=control,
-        control_given=bool(args.control) or settings.CONTROL_URL.is_set(),
-        repeats=args.repeats,
-        concurrency=concurrency,
-        num_prompts=args.num_prompts,
-        max_tokens=args.max_tokens,
-        workload=args.workload,
-        api=args.api,
-        ignore_eos=args.ignore_eos,
-        warmup=args.warmup,
-        no_switch=args.no_switch,
-        connect_timeout=args.connect_timeout,
-        switch_timeout=args.switch_timeout,
-        health_timeout=args.health_timeout,
-        min_exact_match=args.min_exact_match,
-        seed=args.seed,
-        argv=list(argv),
-    )
+    same = {f.name: getattr(args, f.name) for f in fields(RunSettings) if f.name in vars(args)}
+    return RunSettings(**{
+        **same, "url": url, "profiles": profiles, "specs": specs, "control": control, "concurrency": concurrency,
+        "control_given": bool(args.control) or settings.CONTROL_URL.is_set(), "argv": list(argv),
+    })
 
 
 def main(argv: list[str] | None = None) -> int:
