@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.trace.analyse import analyse_events, step_kind
+from bench.trace.analyse import analyse_events
 from bench.trace.classify import classify_kernel
 from bench.trace.load import load_events
+from bench.trace.step_names import step_kind
 from launcher.errors import UserError
 from testsupport.net import free_port, wait_healthy
 

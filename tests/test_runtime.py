@@ -194,6 +194,16 @@ def test_status_cli(kit_stack):
     st = json.loads(out.stdout)
     assert {"profile", "spec", "state", "since", "health", "restarts", "history"} <= set(st)
     assert st["history"][0]["outcome"] == "started"
+    assert st["patch_check"] == "skip"  # the stack sets KIT_PATCH_CHECK=skip: shown, never silent
+    text = stack.cli("status")
+    assert text.returncode == 0 and "patch check: skip (KIT_PATCH_CHECK)" in text.stdout
+
+
+def test_patch_check_is_enforced_unless_the_setting_says_skip(kit_stack):
+    """fused needs the SM120 patch; the test venv's sglang carries none, so enforce refuses it at start."""
+    stack = kit_stack("fused", "off", extra_env={"KIT_PATCH_CHECK": "enforce"}, start=False)
+    r = stack.cli("serve", "--dry-run")
+    assert r.returncode == 2 and "needs SGLang patch(es) sm120-allreduce-fusion" in r.stderr
 
 
 def test_simultaneous_switches_one_wins(kit_stack):

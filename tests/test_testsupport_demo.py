@@ -1,0 +1,34 @@
+"""testsupport/demo.py: `make demo`, the whole flow against the SIMULATED stand-in."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_demo_runs_simulated_and_stops_its_server(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "testsupport.demo", "--profiles", "baseline,fused", "--num-prompts", "2", "--max-tokens", "12",
+         "--repeats", "1", "--out", str(tmp_path / "demo")],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [line for line in r.stdout.splitlines() if line.strip()]
+    assert lines and all(line.startswith("SIMULATED") for line in lines), r.stdout
+    port = re.search(r"server http://127\.0\.0\.1:(\d+)", r.stdout)
+    assert port
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port.group(1)}/health", timeout=2)
+    run_dir = next((tmp_path / "demo").iterdir())
+    assert json.loads((run_dir / "manifest.json").read_text())["simulated"] is True
+    assert (run_dir / "throughput.png").is_file()
+    assert "baseline | eagle3" in r.stdout and "fused | off" in r.stdout
+    assert Path(run_dir / "summary.md").read_text().startswith("# SIMULATED")
