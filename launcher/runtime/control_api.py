@@ -183,7 +183,7 @@ async def post_switch(request: web.Request) -> web.Response:
     try:
         body = await request.json()
         profile = body["profile"]
-        spec = body.get("spec") or settings.SPEC.get()
+        spec = body.get("spec") or settings.SPEC.default
         timeout_s = body.get("timeout_s")
         if not isinstance(profile, str) or not isinstance(spec, str):
             raise TypeError
