@@ -71,6 +71,7 @@ class MatrixRun:
 
     # ----- lifecycle -----------------------------------------------------------------------------
     def _start_bundle(self, server_status: dict[str, Any] | None) -> None:
+        host = bundle.host_fingerprint()  # before the folder exists: nothing is left behind if it fails
         self.run_dir.mkdir(parents=True, exist_ok=False)
         self.manifest = {
             "run_id": self.run_id,
@@ -80,7 +81,7 @@ class MatrixRun:
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "finished_at": None,
             "kit": bundle.kit_info(),
-            "host": bundle.host_fingerprint(),
+            "host": host,
             "server": {"url": self.s.url, "sglang_version": None, "simulated": False},
             "control": {"url": self.s.control, "status_at_start": server_status},
             "plans": {},  # cell -> the plan the server ran for it, as its control API reported it

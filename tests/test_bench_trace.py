@@ -261,7 +261,7 @@ def test_no_steps_reports_share_of_busy_time():
 
 CAPTURE = textwrap.dedent(
     """
-    import sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+    import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
 
     def rank_main(rank, world, store, out):
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
@@ -275,6 +275,9 @@ CAPTURE = textwrap.dedent(
         if rank == 0:
             prof.export_chrome_trace(out)
         dist.destroy_process_group()
+        # torch's own teardown at process exit sometimes aborts ("terminate called without an active
+        # exception", SIGABRT) after all the work is done; leave without running it.
+        os._exit(0)
 
     if __name__ == "__main__":
         mp.spawn(rank_main, args=(2, sys.argv[1], sys.argv[2]), nprocs=2)

@@ -56,3 +56,13 @@ def test_failing_nvidia_smi_gives_its_message_as_the_reason():
     fp = host_fingerprint(probe)
     assert fp["available"] is False and msg in fp["reason"]
     assert fp["nccl"] is None and fp["nccl_source"] == "not found"
+
+
+def test_outputs_that_disagree_make_an_unavailable_fingerprint_not_an_error():
+    """A GPU that drops off the bus between the queries: the bench records why, and goes on."""
+    probe = live_probe({"topo": HOSTS["pcie8"][0], "p2p": HOSTS["switch4"][1], "gpus": HOSTS["pcie8"][2]})
+    probe.nccl_detect = lambda: ((2, 28, 9), "torch.cuda.nccl.version()")
+    fp = host_fingerprint(probe)
+    assert set(fp) == KEYS
+    assert fp["available"] is False and fp["reason"].startswith("nvidia-smi outputs disagree")
+    assert fp["nccl"] == "2.28.9"

@@ -12,6 +12,7 @@ from launcher import settings
 from launcher.doctor import facts as facts_mod
 from launcher.doctor import nccl
 from launcher.doctor.probe import Probe
+from launcher.errors import UserError
 
 
 def _nccl(probe: Probe) -> tuple[str | None, str]:
@@ -26,8 +27,13 @@ def _nccl(probe: Probe) -> tuple[str | None, str]:
 def host_fingerprint(probe: Probe | None = None) -> dict[str, Any]:
     """GPUs, driver, interconnect, NUMA split, P2P, NCCL; `available: false` with the reason when no GPU is seen."""
     probe = probe or Probe()
-    inp = facts_mod.read_inputs(probe, {})
     nccl_version, nccl_source = _nccl(probe)
+    try:
+        inp = facts_mod.read_inputs(probe, {})
+    except UserError as exc:  # the three nvidia-smi outputs disagree (a GPU fell off the bus between them)
+        return {"available": False, "reason": f"nvidia-smi outputs disagree: {exc}", "gpus": [], "driver": None,
+                "interconnect": None, "numa_nodes": [], "p2p_ok": None, "nvlink_multicast": None,
+                "nccl": nccl_version, "nccl_source": nccl_source, "topology": None, "sources": {}}
     facts, details = facts_mod.build(inp, nccl_version)
     gpus = [g.model_dump() for g in facts.gpus]
     reason = None
