@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from helpers_doctor import files, live_probe, stub_probe
+from helpers_doctor import HOSTS, files, live_probe, stub_probe
 
 from launcher.doctor import facts as facts_mod
 from launcher.doctor.facts import nvlink_multicast
 from launcher.doctor.textfmt import FormatError
-from launcher.errors import UserError
+from launcher.errors import RuntimeFailure, UserError
 
 
 def test_nvlink_multicast_needs_nvswitch_and_sm90():
@@ -86,8 +86,15 @@ def test_unparseable_file_raises_format_error(tmp_path):
 
 def test_outputs_of_two_hosts_disagree(tmp_path):
     mixed = {**files("pcie8"), "p2p": files("switch4")["p2p"]}
-    with pytest.raises(UserError, match="disagree"):
+    with pytest.raises(UserError, match="disagree.*save all three on the same host"):
         facts_mod.read_inputs(stub_probe(tmp_path), mixed)
+
+
+def test_live_outputs_that_disagree_are_a_runtime_failure_not_a_user_mistake():
+    probe = live_probe({"topo": HOSTS["pcie8"][0], "p2p": HOSTS["switch4"][1], "gpus": HOSTS["pcie8"][2]})
+    with pytest.raises(RuntimeFailure, match="disagree.*dropped off the bus") as err:
+        facts_mod.read_inputs(probe, {})
+    assert err.value.exit_code == 1
 
 
 def test_topology_checks_follow_the_inputs(tmp_path):

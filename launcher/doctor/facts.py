@@ -12,7 +12,7 @@ from launcher.doctor import topo as topo_mod
 from launcher.doctor.checks import Check
 from launcher.doctor.probe import SMI_ARGS, Probe
 from launcher.doctor.textfmt import FormatError
-from launcher.errors import UserError
+from launcher.errors import RuntimeFailure, UserError
 from launcher.profiles.hostfacts import GpuFact, HostFacts
 
 PARSERS = {"topo": topo_mod.parse, "p2p": p2p_mod.parse, "gpus": gpus_mod.parse}
@@ -81,7 +81,10 @@ def _agree(inp: Inputs) -> None:
     if inp.gpus is not None:
         seen["gpus"] = sorted(g.index for g in inp.gpus)
     if len({tuple(v) for v in seen.values()}) > 1:
-        desc = ", ".join(f"{inp.sources.get(k, k)} has GPUs {v}" for k, v in seen.items())
+        desc = ", ".join(f"{inp.sources.get(k, k)} ({k}) has GPUs {v}" for k, v in seen.items())
+        if all(inp.sources.get(k) == "nvidia-smi" for k in seen):  # live: the host changed between queries
+            raise RuntimeFailure(f"the nvidia-smi outputs disagree ({desc}); a GPU may have dropped off the bus, "
+                                 "check `nvidia-smi` and run again")
         raise UserError(f"the nvidia-smi outputs disagree ({desc}); save all three on the same host")
 
 

@@ -12,7 +12,7 @@ from launcher import settings
 from launcher.doctor import facts as facts_mod
 from launcher.doctor import nccl
 from launcher.doctor.probe import Probe
-from launcher.errors import UserError
+from launcher.errors import KitError
 
 
 def _nccl(probe: Probe) -> tuple[str | None, str]:
@@ -30,7 +30,7 @@ def host_fingerprint(probe: Probe | None = None) -> dict[str, Any]:
     nccl_version, nccl_source = _nccl(probe)
     try:
         inp = facts_mod.read_inputs(probe, {})
-    except UserError as exc:  # the three nvidia-smi outputs disagree (a GPU fell off the bus between them)
+    except KitError as exc:  # the three nvidia-smi outputs disagree (a GPU fell off the bus between them)
         return {"available": False, "reason": f"nvidia-smi outputs disagree: {exc}", "gpus": [], "driver": None,
                 "interconnect": None, "numa_nodes": [], "p2p_ok": None, "nvlink_multicast": None,
                 "nccl": nccl_version, "nccl_source": nccl_source, "topology": None, "sources": {}}
