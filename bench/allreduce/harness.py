@@ -24,8 +24,9 @@ from typing import Any
 
 from bench.allreduce.backends import Backend, BackendUnavailable, RankContext
 from bench.allreduce.sizes import DTYPES
+from launcher import settings
 
-TEST_HANG_ENV = "KIT_ALLREDUCE_TEST_HANG_RANK"
+TEST_HANG = settings.ALLREDUCE_TEST_HANG_RANK
 """Test hook: the rank with this index stops making progress right after init (exercises --timeout-s)."""
 
 
@@ -265,7 +266,7 @@ def run_rank(spec: RunSpec, rank: int) -> dict[str, Any]:
         return {"rank": rank, "status": "unavailable", "reason": str(exc)}
     device = torch.device("cuda", ctx.local_device) if backend.device_type == "cuda" else torch.device("cpu")
     progress("initialised")
-    if os.environ.get(TEST_HANG_ENV) == str(rank):
+    if TEST_HANG.get() == rank:
         while True:  # test hook: never report progress again
             time.sleep(3600)
     rows = []
