@@ -2,7 +2,7 @@
 #
 # Targets:
 #   server  SGLang 0.5.23 (CUDA 13) + the kit's patches (verified) + MSCCL++ + DeepEP with SM120
-#           kernels + supervisor + the kit. Entry point: `launcher serve`.
+#           kernels + nccl-tests' all_reduce_perf + supervisor + the kit. Entry point: `launcher serve`.
 #   bench   slim Python image with the kit, for `bench` against a running server.
 #
 # Build with BuildKit (`make build` does this): cache mounts keep pip and CMake work between builds.
@@ -69,6 +69,27 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 
 
 # ---------------------------------------------------------------------------------------------
+# nccl-tests' all_reduce_perf, built by docker/build-nccl-tests.sh against the NCCL wheel the SGLang
+# image's torch loads, so `make allreduce` (bench allreduce --with-nccl-tests) compares the kit with
+# nccl-tests on one library. The development GPU machine runs the same script
+# (tools/gpu/calibrate_allreduce.sh).
+FROM ${SGLANG_IMAGE} AS nccl-tests
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# hadolint ignore=DL3008 # package versions follow the distribution release fixed by SGLANG_IMAGE; pin that by digest
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends git \
+    && rm -rf /var/lib/apt/lists/*
+ARG NCCL_TESTS_REPO=https://github.com/NVIDIA/nccl-tests.git
+# A release tag (the clone is shallow). Commit a0b82b2260cf5152b9f8c061bbf7eaf0ba096432 is v2.19.6.
+ARG NCCL_TESTS_REF=v2.19.6
+ARG NCCL_TESTS_ARCHS="90;100;120"
+COPY docker/build-nccl-tests.sh /usr/local/bin/build-nccl-tests
+RUN git clone --quiet --depth 1 --branch "${NCCL_TESTS_REF}" "${NCCL_TESTS_REPO}" /src/nccl-tests \
+    && NCCL_TESTS_ARCHS="${NCCL_TESTS_ARCHS}" build-nccl-tests /src/nccl-tests /opt/nccl-tests \
+    && /opt/nccl-tests/bin/all_reduce_perf -h > /dev/null
+
+
+# ---------------------------------------------------------------------------------------------
 FROM ${SGLANG_IMAGE} AS server
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -102,6 +123,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,from=mscclpp,source=/wheels,target=/tmp/mscclpp-wheels \
     python3 -m pip install /tmp/mscclpp-wheels/mscclpp-*.whl \
     && python3 -c 'import importlib.util as u, pathlib as p; d = p.Path(u.find_spec("mscclpp").origin).parent; assert (d / "ext").is_dir() and (d / "default_algos").is_dir(), d'
+
+# nccl-tests (built above) for `bench allreduce --with-nccl-tests`.
+COPY --from=nccl-tests /opt/nccl-tests /opt/nccl-tests
 
 # DeepEP: install the SM120 build if one was made, then require sm_120 code either way.
 ARG DEEPEP_SM120=ensure
@@ -148,6 +172,7 @@ ENV PYTHONPATH=/opt/kit/sitecustomize${PYTHONPATH:+:${PYTHONPATH}} \
     KIT_STATE_DIR=/var/lib/kit \
     KIT_CONTROL_HOST=0.0.0.0 \
     KIT_CONTROL_PORT=30100 \
+    KIT_NCCL_TESTS_BIN=/opt/nccl-tests/bin/all_reduce_perf \
     FLASHINFER_WORKSPACE_BASE=/var/cache/flashinfer \
     FLASHINFER_AUTOTUNE_DIR=/var/cache/flashinfer/autotune \
     FLASHINFER_AUTOTUNE_CACHE_DIR=/var/cache/flashinfer/autotune-cache

@@ -32,7 +32,7 @@ COMPOSE ?= $(eval COMPOSE := $(shell $(DOCKER) compose version >/dev/null 2>&1 &
 # Seconds `make up` waits for /health (a 1T-parameter load with CUDA-graph capture takes many minutes).
 UP_TIMEOUT ?= 3600
 BENCH_ARGS ?= run
-ALLREDUCE_ARGS ?= --graph
+ALLREDUCE_ARGS ?= --graph --with-nccl-tests
 DOCTOR_ARGS ?=
 RESULTS_DIR ?= $(or $(call dotenv,RESULTS_DIR),results)
 
@@ -148,7 +148,7 @@ bench: ## run the bench container against the server (starts it if needed); BENC
 	mkdir -p $(RESULTS_DIR)
 	KIT_UID=$$(id -u) KIT_GID=$$(id -g) $(COMPOSE) --profile bench run --rm bench $(BENCH_ARGS)
 
-allreduce: ## all-reduce latency on the GPUs for PROFILE's environment, into results/allreduce/
+allreduce: ## all-reduce latency for PROFILE's environment beside nccl-tests, into results/allreduce/
 	$(BUILD_ENV) $(COMPOSE) build $(BUILD_ARGS) server
 	mkdir -p $(RESULTS_DIR)
 	$(COMPOSE) run --rm --no-deps --entrypoint bench server allreduce --profile $(PROFILE) \

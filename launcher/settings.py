@@ -211,6 +211,7 @@ SERVER_URL = _reg("KIT_SERVER_URL", URL, "http://127.0.0.1:30000", "SGLang URL t
 NCCL_VERSION = _reg("KIT_NCCL_VERSION", STR, None, "NCCL version recorded in bench bundles when the bench cannot see the server's (its own container).", "bench and diagnostics", "client")
 GIT_SHA = _reg("KIT_GIT_SHA", STR, None, "Kit revision recorded in bench bundles when git cannot tell (an image).", "bench and diagnostics", "client")
 IMAGE_ID = _reg("KIT_IMAGE_ID", STR, None, "Image id recorded in bench bundles.", "bench and diagnostics", "client")
+NCCL_TESTS_BIN = _reg("KIT_NCCL_TESTS_BIN", PATH, None, "nccl-tests' all_reduce_perf for `bench allreduce --with-nccl-tests` (the server image sets it; elsewhere all_reduce_perf on PATH).", "bench and diagnostics", "client")
 DOCTOR_ROOT = _reg("KIT_DOCTOR_ROOT", PATH, Path("/"), "Prefix of every /proc, /sys and /dev path the doctor reads (a saved copy of another host).", "bench and diagnostics", "client")
 ALLREDUCE_TEST_HANG_RANK = _reg("KIT_ALLREDUCE_TEST_HANG_RANK", _int(0), None, "Test hook: this rank of `bench allreduce` stalls on purpose, to prove the hang detector names it.", "bench and diagnostics", "test")
 

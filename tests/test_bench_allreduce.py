@@ -91,26 +91,28 @@ def _fields(nranks=2, sizes=(4096, 43008)):
     }
 
 
-def test_rows_take_the_slowest_rank_per_iteration_and_sum_wrong():
+def test_rows_average_the_pipelined_time_over_ranks_take_the_slowest_per_call_sample_and_sum_wrong():
     ranks = [
         {
             "rows": [
-                {"count": 2048, "wrong": 0, "samples_us": [10, 10, 10, 10], "method": "m"},
-                {"count": 21504, "wrong": 1, "samples_us": [5, 5, 5, 5], "method": "m"},
+                {"count": 2048, "wrong": 0, "mean_us": 9.0, "samples_us": [10, 10, 10, 10], "method": "m"},
+                {"count": 21504, "wrong": 1, "mean_us": 4.0, "samples_us": [5, 5, 5, 5], "method": "m"},
             ]
         },
         {
             "rows": [
-                {"count": 2048, "wrong": 0, "samples_us": [20, 20, 20, 20], "method": "m"},
-                {"count": 21504, "wrong": 2, "samples_us": [7, 7, 7, 7], "method": "m"},
+                {"count": 2048, "wrong": 0, "mean_us": 11.0, "samples_us": [20, 20, 20, 20], "method": "m"},
+                {"count": 21504, "wrong": 2, "mean_us": 6.0, "samples_us": [7, 7, 7, 7], "method": "m"},
             ]
         },
     ]
     rows = rows_for(_fields(), BackendRun(status="ok", ranks=ranks), 2, PCIE_GEN5)
+    assert [r["time_us"] for r in rows] == [10.0, 5.0]  # nccl-tests -a 1: the mean over ranks
+    assert [r["time_us_per_rank"] for r in rows] == [[9.0, 11.0], [4.0, 6.0]]
     assert [r["time_us_p50"] for r in rows] == [20.0, 7.0]
     assert rows[1]["wrong"] == 3
     assert rows[1]["tokens"] == 3 and rows[0]["tokens"] is None
-    algbw = 43008 / 7e-6 / 1e9
+    algbw = 43008 / 5e-6 / 1e9  # from time_us, as nccl-tests computes it
     assert rows[1]["algbw_GBps"] == pytest.approx(algbw, rel=1e-3)
     assert rows[1]["busbw_GBps"] == pytest.approx(algbw * bus_factor(2), rel=1e-3)
     assert rows[1]["floor_us"] == pytest.approx(floor_us(43008, 2, PCIE_GEN5), abs=1e-3)
@@ -121,7 +123,7 @@ def test_declined_size_and_unavailable_backend_become_skipped_rows():
         {
             "rows": [
                 {"count": 2048, "skipped": "declined"},
-                {"count": 21504, "wrong": 0, "samples_us": [1.0], "method": "m"},
+                {"count": 21504, "wrong": 0, "mean_us": 1.0, "samples_us": [1.0], "method": "m"},
             ]
         }
     ] * 2
@@ -144,8 +146,8 @@ def test_outputs_are_written_for_mixed_rows(tmp_path):
     ranks = [
         {
             "rows": [
-                {"count": 2048, "wrong": 0, "samples_us": [3.0, 4.0], "method": "m"},
-                {"count": 21504, "wrong": 0, "samples_us": [5.0, 6.0], "method": "m"},
+                {"count": 2048, "wrong": 0, "mean_us": 3.5, "samples_us": [3.0, 4.0], "method": "m"},
+                {"count": 21504, "wrong": 0, "mean_us": 5.5, "samples_us": [5.0, 6.0], "method": "m"},
             ]
         }
     ]
@@ -226,6 +228,8 @@ def test_gloo_two_ranks_with_profile_env_and_skipped_backends(tmp_path):
     for r in measured:
         assert r["status"] == "ok" and r["wrong"] == 0 and r["nranks"] == 2
         assert r["time_us_p50"] > 0 and r["time_us_p99"] >= r["time_us_p50"]
+        assert r["time_us"] > 0 and len(r["time_us_per_rank"]) == 2
+        assert r["method"].startswith("time: wall clock over 8 pipelined calls / 8")
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * bus_factor(2), rel=1e-2)
         assert r["profile"] == "nccl-tuned"
         # the worker reports what it found in its own environment after applying the profile

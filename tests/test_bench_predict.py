@@ -153,6 +153,13 @@ def test_allreduce_json_interpolates_at_the_verify_size(tmp_path, capsys):
     assert curves[0].at(1000)[0] == 20.0 and "below" in curves[0].at(1000)[1]
 
 
+def test_allreduce_json_uses_the_nccl_tests_time_when_the_row_has_it(tmp_path):
+    new = {**_row("nccl", 28672, 30.0), "time_us": 12.0}
+    path = _write_allreduce(tmp_path / "ar.json", [new, _row("nccl", 57344, 40.0)])
+    (curve,) = load_allreduce_curves(path)
+    assert curve.points == ((28672, 12.0), (57344, 40.0))  # time_us first; p50 for a row from before it
+
+
 def _bundle(tmp_path, entries):
     d = tmp_path / "bundle"
     d.mkdir()

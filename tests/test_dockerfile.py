@@ -126,8 +126,8 @@ def test_buildkit_syntax_line_and_sglang_base_arg():
 def test_stages(dockerfile):
     froms = [(s, a) for s, w, a in dockerfile if w == "FROM"]
     names = [s for s, _ in froms]
-    assert names == ["mscclpp", "deepep", "server", "bench"]
-    for stage in ("mscclpp", "deepep", "server"):
+    assert names == ["mscclpp", "deepep", "nccl-tests", "server", "bench"]
+    for stage in ("mscclpp", "deepep", "nccl-tests", "server"):
         assert dict(froms)[stage].startswith("${SGLANG_IMAGE}")
     assert dict(froms)["bench"].startswith("${BENCH_BASE_IMAGE}")
     assert re.search(r"^ARG BENCH_BASE_IMAGE=python:3\.12-slim$", DOCKERFILE.read_text(), re.M)
@@ -135,9 +135,22 @@ def test_stages(dockerfile):
 
 def test_heavy_stages_see_neither_kit_nor_patches(dockerfile):
     """Editing the kit or patches/ must not rebuild MSCCL++ or DeepEP."""
-    for stage in ("mscclpp", "deepep"):
+    for stage in ("mscclpp", "deepep", "nccl-tests"):
         copies = [a for w, a in stage_of(dockerfile, stage) if w in ("COPY", "ADD")]
-        assert all(a.split()[0] == "docker/ensure-deepep-sm120.sh" for a in copies), copies
+        assert all(a.split()[0] in ("docker/ensure-deepep-sm120.sh", "docker/build-nccl-tests.sh") for a in copies), copies
+
+
+def test_nccl_tests_stage_builds_the_pinned_tag_with_the_script_and_the_server_points_at_it(dockerfile):
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^ARG NCCL_TESTS_REF=v2\.19\.6$", text, re.M)
+    archs = re.search(r'^ARG NCCL_TESTS_ARCHS="([^"]+)"$', text, re.M)
+    assert archs and "120" in archs.group(1).split(";")
+    run = " ".join(a for w, a in stage_of(dockerfile, "nccl-tests") if w == "RUN")
+    assert '--branch "${NCCL_TESTS_REF}"' in run and "build-nccl-tests /src/nccl-tests /opt/nccl-tests" in run
+    server = stage_of(dockerfile, "server")
+    assert ("COPY", "--from=nccl-tests /opt/nccl-tests /opt/nccl-tests") in server
+    env = " ".join(a for w, a in server if w == "ENV")
+    assert "KIT_NCCL_TESTS_BIN=/opt/nccl-tests/bin/all_reduce_perf" in env
 
 
 def test_mscclpp_build_is_pinned_and_includes_sm120(dockerfile):

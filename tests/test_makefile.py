@@ -159,7 +159,7 @@ DRY_RUN = {
     "logs": r"^docker compose logs -f --tail=200 server$",
     "bench": r"^KIT_UID=\$\(id -u\) KIT_GID=\$\(id -g\) docker compose --profile bench run --rm bench run$",
     "allreduce": r"^docker compose run --rm --no-deps --entrypoint bench server allreduce --profile fused "
-    r"--out /results/allreduce/\$\(date -u \+%Y%m%dT%H%M%SZ\)-fused --graph$",
+    r"--out /results/allreduce/\$\(date -u \+%Y%m%dT%H%M%SZ\)-fused --graph --with-nccl-tests$",
     "doctor": r"^docker compose run --rm --no-deps --entrypoint launcher server doctor $",
 }
 

@@ -1,6 +1,7 @@
 """All-reduce backends: each supplies only probe / init / allreduce / teardown; the harness does the rest.
 
-`gloo` (CPU) and `nccl` (CUDA, through torch.distributed) are the verified backends. The adapters for
+`gloo` (CPU) and `nccl` (CUDA, through torch.distributed) are the verified backends; `nccl-direct` calls
+NCCL without torch.distributed around each call (cupy's binding), to tell NCCL's own time from torch's. The adapters for
 SGLang's and FlashInfer's own kernels live in `experimental.py`: they are thin, unverified wrappers
 that report themselves as skipped wherever their library or hardware is missing.
 """
@@ -159,11 +160,60 @@ class Nccl(Backend):
         dist.barrier(device_ids=[self._device])
 
 
+class NcclDirect(Nccl):
+    """NCCL called directly on the current CUDA stream through cupy's binding, with no torch.distributed
+    bookkeeping around each call: the way nccl-tests calls it, and the way SGLang's PyNcclCommunicator
+    calls it inside CUDA graphs. torch.distributed (gloo) only exchanges the unique id and barriers."""
+
+    name = "nccl-direct"
+    verified = False
+
+    def probe(self) -> str | None:
+        return module_missing("cupy") or super().probe()
+
+    def init(self, ctx: RankContext) -> None:
+        import torch
+        import torch.distributed as dist
+        from cupy.cuda import nccl
+
+        _init_default_group(ctx, "gloo")
+        torch.cuda.set_device(ctx.local_device)
+        box = [nccl.get_unique_id() if ctx.rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        self._nccl = nccl
+        self._comm = nccl.NcclCommunicator(ctx.world, box[0], ctx.rank)
+        # ncclDataType_t: ncclFloat16 = 6, ncclFloat32 = 7, ncclBfloat16 = 9 (nccl.h)
+        self._types = {torch.float16: 6, torch.float32: 7, torch.bfloat16: 9}
+
+    def supports(self, tensor: torch.Tensor) -> str | None:
+        return None if tensor.dtype in self._types else f"dtype {tensor.dtype} has no NCCL type here"
+
+    def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        stream = torch.cuda.current_stream().cuda_stream
+        self._comm.allReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), self._types[tensor.dtype],
+                             self._nccl.NCCL_SUM, stream)
+        return tensor
+
+    def barrier(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        torch.cuda.synchronize()
+        dist.barrier()
+
+    def teardown(self) -> None:
+        self._comm.destroy()
+        super().teardown()
+
+
 def _registry() -> dict[str, Callable[[], Backend]]:
     from bench.allreduce import experimental
 
     return {
         "nccl": Nccl,
+        "nccl-direct": NcclDirect,
         "pcie-ipc": experimental.PcieIpc,
         "custom": experimental.SglangCustom,
         "mscclpp": experimental.Mscclpp,
@@ -172,7 +222,7 @@ def _registry() -> dict[str, Callable[[], Backend]]:
     }
 
 
-KNOWN_BACKENDS: tuple[str, ...] = ("nccl", "pcie-ipc", "custom", "mscclpp", "symm-mem", "gloo")
+KNOWN_BACKENDS: tuple[str, ...] = ("nccl", "nccl-direct", "pcie-ipc", "custom", "mscclpp", "symm-mem", "gloo")
 """Names accepted by --backends, in the order they are run and listed."""
 
 

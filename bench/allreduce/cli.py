@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--backends",
         help=f"comma-separated, from: {', '.join(KNOWN_BACKENDS)} "
-        "(default: nccl,pcie-ipc,custom,mscclpp,symm-mem with a CUDA device, else gloo)",
+        "(default: nccl,nccl-direct,pcie-ipc,custom,mscclpp,symm-mem with a CUDA device, else gloo)",
     )
     p.add_argument(
         "--nranks", type=int, help="local ranks, one per GPU (default: visible GPUs, or 2 for gloo)"
@@ -43,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=200, help="timed iterations per size (default 200)")
     p.add_argument("--warmup", type=int, default=20, help="untimed warm-up iterations per size (default 20)")
     p.add_argument("--graph", action="store_true", help="capture the calls in a CUDA graph and time replays")
-    p.add_argument("--graph-calls", type=int, default=10, help="all-reduces per captured graph (default 10)")
+    p.add_argument("--graph-calls", type=int, default=20,
+                   help="all-reduces per captured graph, as nccl-tests -n in graph mode (default 20)")
+    p.add_argument("--graph-launches", type=int, default=10,
+                   help="back-to-back replays of that graph timed for time_us, as nccl-tests -G (default 10)")
     p.add_argument("--profile", help="apply this kit profile's environment in every rank before init")
     p.add_argument(
         "--timeout-s", type=float, default=120.0, help="stop when no rank progresses for this long"
@@ -51,12 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--host-facts", help="`launcher doctor --json` output; draws the physical floor for its link"
     )
+    p.add_argument("--with-nccl-tests", action="store_true",
+                   help="also run nccl-tests' all_reduce_perf at the same sizes, environment and call counts, "
+                        "and print both side by side (needs CUDA)")
+    p.add_argument("--nccl-tests-bin", help="all_reduce_perf to run (default $KIT_NCCL_TESTS_BIN, else PATH)")
     p.add_argument("--out", required=True, help="directory for allreduce.json/.csv/.png and rank logs")
     return p
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
-    for name, minimum in (("iters", 1), ("warmup", 0), ("hidden", 1), ("graph_calls", 1)):
+    for name, minimum in (("iters", 1), ("warmup", 0), ("hidden", 1), ("graph_calls", 1), ("graph_launches", 1)):
         if getattr(args, name) < minimum:
             raise UserError(
                 f"--{name.replace('_', '-')} must be at least {minimum}, got {getattr(args, name)}"
@@ -133,6 +140,21 @@ def plan_backends(backends: list[Any], nranks: int, cuda_devices: int) -> list[t
     return planned
 
 
+def _nccl_tests_rows(binary: Path, run: dict[str, Any], kit_rows: list[dict[str, Any]], out_dir: Path,
+                     console: Any) -> list[dict[str, Any]]:
+    """nccl-tests under the same profile environment (and NCCL safety settings) as the kit's ranks."""
+    import os
+
+    from bench.allreduce import nccl_tests
+
+    env = {**os.environ, **run["profile_env"]}
+    with console.status(f"nccl-tests: {len(run['sizes'])} sizes"):
+        results = nccl_tests.run_sizes(binary, run, env, out_dir / "logs", run["timeout_s"])
+    rows = nccl_tests.as_rows(results, run)
+    nccl_tests.compare(kit_rows, rows)
+    return rows
+
+
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -148,12 +170,20 @@ def _run(args: argparse.Namespace) -> int:
     profile_env = _profile_env(args.profile)
     cuda_devices = _cuda_device_count()
     if names is None:
-        names = ["nccl", "pcie-ipc", "custom", "mscclpp", "symm-mem"] if cuda_devices else ["gloo"]
+        names = ["nccl", "nccl-direct", "pcie-ipc", "custom", "mscclpp", "symm-mem"] if cuda_devices else ["gloo"]
     backends = list(iter_backends(names))
     uses_cuda = any(b.device_type == "cuda" for b in backends)
     nranks = args.nranks if args.nranks is not None else (max(cuda_devices, 1) if uses_cuda else 2)
 
     planned = plan_backends(backends, nranks, cuda_devices)
+    nccl_tests_bin = None
+    if args.with_nccl_tests:
+        from bench.allreduce import nccl_tests
+
+        if nranks > cuda_devices:
+            raise UserError(f"--with-nccl-tests: nccl-tests needs one CUDA device per rank; {cuda_devices} are "
+                            f"visible for --nranks {nranks}")
+        nccl_tests_bin = nccl_tests.find_binary(args.nccl_tests_bin)
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -161,21 +191,22 @@ def _run(args: argparse.Namespace) -> int:
     if not console.is_terminal:  # files and pipes: wide enough that no column header is cut
         console = Console(width=max(console.width, 140))
     rows: list[dict[str, Any]] = []
+    common = {
+        "nranks": nranks,
+        "sizes": sizes,
+        "dtype": args.dtype,
+        "hidden": args.hidden,
+        "iters": args.iters,
+        "warmup": args.warmup,
+        "graph": args.graph,
+        "graph_calls": args.graph_calls,
+        "graph_launches": args.graph_launches,
+        "timeout_s": args.timeout_s,
+        "profile": args.profile,
+        "profile_env": profile_env,
+    }
     for backend, reason in planned:
-        fields = {
-            "backend": backend.name,
-            "nranks": nranks,
-            "sizes": sizes,
-            "dtype": args.dtype,
-            "hidden": args.hidden,
-            "iters": args.iters,
-            "warmup": args.warmup,
-            "graph": args.graph,
-            "graph_calls": args.graph_calls,
-            "timeout_s": args.timeout_s,
-            "profile": args.profile,
-            "profile_env": profile_env,
-        }
+        fields = {"backend": backend.name, **common}
         if reason is not None:
             outcome = BackendRun(status="unavailable", reason=reason)
         else:
@@ -195,7 +226,11 @@ def _run(args: argparse.Namespace) -> int:
             rows_for({**fields, "device_type": backend.device_type}, outcome, DTYPES[args.dtype], link)
         )
 
+    if nccl_tests_bin is not None:
+        rows.extend(_nccl_tests_rows(nccl_tests_bin, common, rows, out_dir, console))
     output.print_table(rows, console)
+    if nccl_tests_bin is not None:
+        output.print_comparison(rows, console)
     written = output.write_all(out_dir, rows, link)
     console.print("wrote " + ", ".join(str(p) for p in written))
     failed = [r for r in rows if r["status"] == "failed"]

@@ -4,13 +4,15 @@ For each message size a rank: shapes the buffer as (tokens, hidden) when it divi
 backend whether it takes that message, checks correctness (rank-dependent integer values whose sum is
 exact in bf16, compared element by element with the expected sum), warms up, then times.
 
-Timing method (recorded in each row's `method`):
-- CUDA eager: a pair of CUDA events around every call; one sample per call.
-- CUDA graph (`--graph`, like nccl-tests -G): `graph_calls` back-to-back calls are captured in one
-  graph; every replay is timed with CUDA events and one sample is replay time / graph_calls.
-- CPU (gloo): `time.perf_counter_ns` around every call; `--graph` does not apply.
-Ranks are aligned with a barrier before the timed loop; the parent takes, for each iteration, the
-slowest rank's time (a collective is done when its last rank is), then p50/p99 over iterations.
+Two timings per size (recorded in each row's `method`):
+- The headline, nccl-tests' definition: after a barrier, a wall clock around a pipelined loop that is
+  only synchronised at its end, divided by the calls in it. Eager: `iters` back-to-back calls. CUDA
+  graph (`--graph`, like nccl-tests -G): `graph_calls` calls captured in one graph (nccl-tests -n),
+  replayed `graph_launches` times back to back (nccl-tests -G). The parent averages it over ranks
+  (nccl-tests -a 1, its default).
+- Per call, for the spread: CUDA events around every call (eager) or every replay / graph_calls
+  (graph); CPU (gloo): `time.perf_counter_ns` around every call. The parent takes, for each
+  iteration, the slowest rank's sample (a collective is done when its last rank is), then p50/p99.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class RunSpec:
     warmup: int
     graph: bool
     graph_calls: int
+    graph_launches: int
     init_method: str
     timeout_s: float
     workdir: str
@@ -129,9 +132,33 @@ def _time_eager_cpu(backend: Backend, buf: Any, iters: int) -> list[float]:
     return samples
 
 
+def _sync(cuda: bool) -> None:
+    if cuda:
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _pipelined_us(backend: Backend, step: Any, repeats: int, calls: int, cuda: bool) -> tuple[float, float]:
+    """nccl-tests' time: barrier, wall clock around `repeats` unsynchronised steps, / `calls` in them.
+
+    Also the host's share: the time the loop took to enqueue them, / calls. When it is close to the
+    whole time, the host launching the calls, not the collective, is what was measured.
+    """
+    _sync(cuda)
+    backend.barrier()
+    _sync(cuda)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        step()
+    launched = time.perf_counter()
+    _sync(cuda)
+    return (time.perf_counter() - t0) * 1e6 / calls, (launched - t0) * 1e6 / calls
+
+
 def _measure_eager(
     backend: Backend, buf: Any, pattern: Any, expected: Any, spec: RunSpec
-) -> tuple[int, list[float], str]:
+) -> tuple[int, list[float], tuple[float, float], str]:
     import torch
 
     cuda = buf.is_cuda
@@ -145,15 +172,17 @@ def _measure_eager(
         backend.allreduce(buf)
     if cuda:
         torch.cuda.synchronize()
+    mean = _pipelined_us(backend, lambda: backend.allreduce(buf), spec.iters, spec.iters, cuda)
     backend.barrier()
+    how = f"time: wall clock over {spec.iters} pipelined calls / {spec.iters}; p50/p99: "
     if cuda:
-        return wrong, _time_eager_cuda(backend, buf, spec.iters), "cuda-events, one sample per call"
-    return wrong, _time_eager_cpu(backend, buf, spec.iters), "perf_counter, one sample per call"
+        return wrong, _time_eager_cuda(backend, buf, spec.iters), mean, how + "cuda-events around every call"
+    return wrong, _time_eager_cpu(backend, buf, spec.iters), mean, how + "perf_counter around every call"
 
 
 def _measure_graph(
     backend: Backend, buf: Any, pattern: Any, expected: Any, spec: RunSpec
-) -> tuple[int, list[float], str]:
+) -> tuple[int, list[float], tuple[float, float], str]:
     import torch
 
     side = torch.cuda.Stream()
@@ -180,7 +209,8 @@ def _measure_graph(
             backend.allreduce(buf)
     for _ in range(spec.warmup):
         timed.replay()
-    torch.cuda.synchronize()
+    calls = spec.graph_calls * spec.graph_launches
+    mean = _pipelined_us(backend, timed.replay, spec.graph_launches, calls, True)
     backend.barrier()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(spec.iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(spec.iters)]
@@ -194,12 +224,14 @@ def _measure_graph(
     return (
         wrong,
         samples,
-        f"cuda-graph replay of {spec.graph_calls} calls, one sample per replay / {spec.graph_calls}",
+        mean,
+        f"time: wall clock over {spec.graph_launches} pipelined replays of a graph of {spec.graph_calls} calls "
+        f"/ {calls}; p50/p99: cuda-events around every replay / {spec.graph_calls}",
     )
 
 
 def measure_size(backend: Backend, size: int, rank: int, spec: RunSpec, device: Any) -> dict[str, Any]:
-    """One size on this rank: {'size_B', 'count', 'wrong', 'samples_us', 'method'} or a 'skipped' reason."""
+    """One size on this rank: {'size_B', 'count', 'wrong', 'mean_us', 'samples_us', 'method'} or a 'skipped' reason."""
     import torch
 
     dtype = _torch_dtype(spec.dtype)
@@ -215,10 +247,10 @@ def measure_size(backend: Backend, size: int, rank: int, spec: RunSpec, device: 
     expected = _expected(count, spec.nranks, device)
     backend.barrier()
     if spec.graph and buf.is_cuda:
-        wrong, samples, method = _measure_graph(backend, buf, pattern, expected, spec)
+        wrong, samples, (mean, launch), method = _measure_graph(backend, buf, pattern, expected, spec)
     else:
-        wrong, samples, method = _measure_eager(backend, buf, pattern, expected, spec)
-    row.update(wrong=wrong, samples_us=samples, method=method)
+        wrong, samples, (mean, launch), method = _measure_eager(backend, buf, pattern, expected, spec)
+    row.update(wrong=wrong, mean_us=mean, launch_us=launch, samples_us=samples, method=method)
     return row
 
 

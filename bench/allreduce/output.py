@@ -14,13 +14,15 @@ from rich.table import Table
 from bench.allreduce.floor import Link, floor_us
 from bench.allreduce.results import COLUMNS
 from bench.allreduce.sizes import format_size
-from bench.tables import fmt
+from bench.tables import fmt, table
 from launcher.atomic import write_json, write_text
 
-CSV_COLUMNS = ("backend", "profile", "nranks", "graph", "status", *COLUMNS, "floor_us", "reason")
+CSV_COLUMNS = ("backend", "profile", "nranks", "graph", "status", *COLUMNS, "floor_us", "nccl_tests_time_us",
+               "kit_over_nccl_tests", "reason")
 UNITS = (
-    "size_B: bytes; count: elements; time_us_p50/p99: microseconds per all-reduce (slowest rank per "
-    "iteration, then percentiles); algbw_GBps = size/time and busbw_GBps = algbw*2(n-1)/n, in GB/s "
+    "size_B: bytes; count: elements; time_us: microseconds per all-reduce as nccl-tests defines it (wall "
+    "clock over a pipelined loop / calls, mean over ranks); time_us_p50/p99: per-call samples (slowest rank "
+    "per iteration, then percentiles); algbw_GBps = size/time_us and busbw_GBps = algbw*2(n-1)/n, in GB/s "
     "(1e9 B/s); wrong: elements that differ from the exact sum (must be 0)"
 )
 
@@ -57,9 +59,9 @@ def print_table(rows: list[dict[str, Any]], console: Console | None = None) -> N
             if row["status"] != "ok":
                 cells = [
                     str(row["size_B"]),
-                    str(row["count"]),
+                    str(row.get("count", "")),
                     row["type"],
-                    f"skipped: {row.get('reason', '')}",
+                    f"{row['status']}: {row.get('reason', '')}",
                 ]
                 table.add_row(*cells, *[""] * (len(table.columns) - len(cells)))
                 continue
@@ -67,6 +69,7 @@ def print_table(rows: list[dict[str, Any]], console: Console | None = None) -> N
                 str(row["size_B"]),
                 str(row["count"]),
                 row["type"],
+                fmt(row["time_us"]),
                 fmt(row["time_us_p50"]),
                 fmt(row["time_us_p99"]),
                 fmt(row["algbw_GBps"]),
@@ -80,6 +83,26 @@ def print_table(rows: list[dict[str, Any]], console: Console | None = None) -> N
     console.print(f"[dim]{UNITS}[/dim]")
 
 
+def print_comparison(rows: list[dict[str, Any]], console: Console) -> None:
+    """The kit's NCCL times beside nccl-tests' at each size, with the ratio and the host's launch share."""
+    pairs = [r for r in rows if r["status"] == "ok" and "nccl_tests_time_us" in r]
+    if not pairs:
+        console.print("[yellow]no size has both a kit NCCL row and an nccl-tests row to compare[/yellow]")
+        return
+    nt = {r["size_B"]: r for r in rows if r["backend"] == "nccl-tests" and r["status"] == "ok"}
+    first = pairs[0]
+    mode = "cuda graph" if first.get("graph") else "eager"
+    title = f"kit vs nccl-tests · profile {first.get('profile') or '-'} · {first['nranks']} ranks · {mode}"
+    cols = ("backend", "size_B", "kit time_us", "nccl-tests time_us", "kit / nccl-tests", "host launch_us",
+            "kit p50", "kit p99", "kit wrong", "nccl-tests wrong")
+    body = [(r["backend"], r["size_B"], fmt(r["time_us"]), fmt(r["nccl_tests_time_us"]), fmt(r["kit_over_nccl_tests"]),
+             fmt(r.get("host_launch_us")), fmt(r["time_us_p50"]), fmt(r["time_us_p99"]), r["wrong"],
+             nt[r["size_B"]]["wrong"]) for r in pairs]
+    console.print(table(title, cols, body, left=1))
+    console.print("[dim]host launch_us: the time the pipelined loop took to enqueue each call; close to time_us, "
+                  "the host's launch cost, not the collective, is what bounds the kit's number[/dim]")
+
+
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
@@ -90,7 +113,7 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 
 def write_png(path: Path, rows: list[dict[str, Any]], link: Link | None) -> Path:
-    """Latency (p50, with a p50..p99 band) against size per backend, log-log, with the physical floor."""
+    """Latency (time_us, with a per-call p50..p99 band) against size per backend, log-log, with the physical floor."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -112,14 +135,16 @@ def write_png(path: Path, rows: list[dict[str, Any]], link: Link | None) -> Path
             + f", {nranks} rank{'s' if nranks > 1 else ''}"
             + (", graph" if graph else "")
         )
-        (line,) = ax.plot(sizes, [r["time_us_p50"] for r in ok], marker="o", ms=3, label=label + " p50")
-        ax.fill_between(
-            sizes,
-            [r["time_us_p50"] for r in ok],
-            [r["time_us_p99"] for r in ok],
-            color=line.get_color(),
-            alpha=0.15,
-        )
+        (line,) = ax.plot(sizes, [r["time_us"] for r in ok], marker="o", ms=3, label=label)
+        band = [r for r in ok if r.get("time_us_p50") is not None and r.get("time_us_p99") is not None]
+        if band:  # nccl-tests rows have no per-call spread
+            ax.fill_between(
+                [r["size_B"] for r in band],
+                [r["time_us_p50"] for r in band],
+                [r["time_us_p99"] for r in band],
+                color=line.get_color(),
+                alpha=0.15,
+            )
     if link is not None and measured_any:
         all_sizes = sorted({r["size_B"] for r in rows if r["status"] == "ok"})
         for n in sorted(nranks_seen):

@@ -1,9 +1,10 @@
 """Turn per-rank samples into nccl-tests-style rows (one per backend and size).
 
-time: per iteration, the slowest rank's sample (the collective is done when its last rank is), then
-p50 and p99 over iterations. algbw = size / p50 time; busbw = algbw * 2(n-1)/n (nccl-tests' factor,
-which makes busbw comparable with link bandwidth whatever the rank count). wrong = mismatched
-elements summed over ranks.
+time_us, the headline: nccl-tests' definition, each rank's wall clock over a pipelined loop / calls,
+averaged over ranks (nccl-tests -a 1). time_us_p50/p99: per iteration the slowest rank's per-call
+sample (the collective is done when its last rank is), then percentiles over iterations.
+algbw = size / time_us; busbw = algbw * 2(n-1)/n (nccl-tests' factor, which makes busbw comparable
+with link bandwidth whatever the rank count). wrong = mismatched elements summed over ranks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 from bench.allreduce.floor import Link, floor_us
 from bench.allreduce.launch import BackendRun
 
-COLUMNS = ("size_B", "count", "type", "time_us_p50", "time_us_p99", "algbw_GBps", "busbw_GBps", "wrong")
+COLUMNS = ("size_B", "count", "type", "time_us", "time_us_p50", "time_us_p99", "algbw_GBps", "busbw_GBps", "wrong")
 """Table columns, in nccl-tests' order. Units: bytes, elements, microseconds, GB/s (1e9 B/s)."""
 
 
@@ -69,14 +70,17 @@ def rows_for(
             rows.append({**row, "status": "skipped", "reason": skipped})
             continue
         samples = np.max(np.array([r["samples_us"] for r in per_rank], dtype=float), axis=0)
-        p50 = float(np.percentile(samples, 50))
-        algbw = size / (p50 * 1e-6) / 1e9 if p50 > 0 else 0.0
+        time_us = float(np.mean([r["mean_us"] for r in per_rank]))
+        algbw = size / (time_us * 1e-6) / 1e9 if time_us > 0 else 0.0
         row.update(
             status="ok",
-            time_us_p50=round(p50, 3),
+            time_us=round(time_us, 3),
+            time_us_per_rank=[round(float(r["mean_us"]), 3) for r in per_rank],
+            host_launch_us=round(float(np.mean([r.get("launch_us", 0.0) for r in per_rank])), 3),
+            time_us_p50=round(float(np.percentile(samples, 50)), 3),
             time_us_p99=round(float(np.percentile(samples, 99)), 3),
-            time_us_mean=round(float(samples.mean()), 3),
-            time_us_sd=round(float(samples.std(ddof=1)) if len(samples) > 1 else 0.0, 3),
+            time_us_sample_mean=round(float(samples.mean()), 3),
+            time_us_sample_sd=round(float(samples.std(ddof=1)) if len(samples) > 1 else 0.0, 3),
             algbw_GBps=_sig(algbw),
             busbw_GBps=_sig(algbw * bus_factor(run_fields["nranks"])),
             wrong=int(sum(r["wrong"] for r in per_rank)),

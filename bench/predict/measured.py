@@ -40,7 +40,7 @@ class AllreduceCurve:
     nranks: int
     graph: bool
     dtype: str
-    points: tuple[tuple[int, float], ...]  # (size_B, p50 us), sorted by size
+    points: tuple[tuple[int, float], ...]  # (size_B, time_us), sorted by size
 
     @property
     def label(self) -> str:
@@ -88,7 +88,8 @@ def load_allreduce_curves(path: Path) -> list[AllreduceCurve]:
                 bool(row.get("graph")),
                 row["type"],
             )
-            point = (int(row["size_B"]), float(row["time_us_p50"]))
+            # time_us (nccl-tests' definition); files from before it existed carry only the p50
+            point = (int(row["size_B"]), float(row["time_us"] if "time_us" in row else row["time_us_p50"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(
                 f"{path}: row {i}: missing or bad key {exc}; regenerate with `bench allreduce`"
