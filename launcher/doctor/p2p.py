@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from launcher.doctor.textfmt import fields, format_error, table_lines
+from launcher.doctor.textfmt import body_rows, fields, format_error, table_lines
 
 EXPECTED = "output of `nvidia-smi topo -p2p r` (a header row GPU0 GPU1 ..., then one row per GPU of X/OK/NS/...)"
 STATUS_MEANING = {
@@ -55,12 +55,8 @@ def parse(text: str, source: str = "nvidia-smi topo -p2p r") -> P2PMatrix:
         raise format_error(source, idx + 1, lines[idx], "the header must list only GPU0 GPU1 ...", EXPECTED)
     labels = header
     rows: dict[str, list[str]] = {}
-    i = idx + 1
-    while i < len(lines):
-        line = lines[i]
-        if not line.strip() or line.strip().startswith("Legend"):
-            break
-        toks = fields(line)
+    body, end = body_rows(lines, idx + 1)
+    for i, line, toks in body:
         label, entries = toks[0], toks[1:]
         if label not in labels or label in rows:
             raise format_error(source, i + 1, line, f"unexpected row label '{label}'", EXPECTED)
@@ -70,10 +66,9 @@ def parse(text: str, source: str = "nvidia-smi topo -p2p r") -> P2PMatrix:
         if bad is not None:
             raise format_error(source, i + 1, line, f"unknown P2P status '{bad}' (known: {', '.join(STATUS_MEANING)})", EXPECTED)
         rows[label] = entries
-        i += 1
     missing = [g for g in labels if g not in rows]
     if missing:
-        at = min(i, len(lines) - 1)
+        at = min(end, len(lines) - 1)
         raise format_error(source, at + 1, lines[at], f"no row for {missing[0]}", EXPECTED)
     gpus = [int(_GPU.match(h).group(1)) for h in labels]  # type: ignore[union-attr]
     status = {

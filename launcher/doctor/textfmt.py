@@ -40,3 +40,14 @@ def table_lines(text: str, source: str, expected: str) -> tuple[list[str], int]:
     if idx is None:
         raise format_error(source, 1, "", "empty output", expected)
     return lines, idx
+
+
+def body_rows(lines: list[str], start: int) -> tuple[list[tuple[int, str, list[str]]], int]:
+    """(line index, line, fields) of each table row from `start` up to a blank line or the legend,
+    and the index where the body stopped."""
+    rows = []
+    i = start
+    while i < len(lines) and lines[i].strip() and not lines[i].strip().startswith("Legend"):
+        rows.append((i, lines[i], fields(lines[i])))
+        i += 1
+    return rows, i

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from launcher.doctor.textfmt import fields, format_error, table_lines
+from launcher.doctor.textfmt import body_rows, fields, format_error, table_lines
 
 EXPECTED = "output of `nvidia-smi topo -m` (a header row GPU0 GPU1 ... CPU Affinity, then one row per device)"
 _LINK = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
@@ -69,12 +69,8 @@ def parse(text: str, source: str = "nvidia-smi topo -m") -> Topology:
 
     rows: dict[str, list[str]] = {}
     info: dict[int, dict[str, str]] = {}
-    i = idx + 1
-    while i < len(lines):
-        line = lines[i]
-        if not line.strip() or line.strip().startswith("Legend"):
-            break
-        toks = fields(line)
+    body, end = body_rows(lines, idx + 1)
+    for i, line, toks in body:
         label, entries = toks[0], toks[1 : 1 + len(devices)]
         if label not in devices:
             raise format_error(source, i + 1, line, f"row label '{label}' is not a column of the header", EXPECTED)
@@ -94,16 +90,15 @@ def parse(text: str, source: str = "nvidia-smi topo -m") -> Topology:
         m = _GPU.match(label)
         if m:
             info[int(m.group(1))] = dict(zip(info_cols, extra, strict=False))
-        i += 1
 
     gpu_labels = [d for d in devices if _GPU.match(d)]
     missing = [d for d in gpu_labels if d not in rows]
     if missing:
-        at = min(i, len(lines) - 1)
+        at = min(end, len(lines) - 1)
         raise format_error(source, at + 1, lines[at] if lines else "", f"no row for {missing[0]}", EXPECTED)
 
     nics: dict[str, str] = {}
-    for line in lines[i:]:
+    for line in lines[end:]:
         m = _NIC_LEGEND.match(line)
         if m:
             nics[m.group(1)] = m.group(2)
