@@ -16,7 +16,7 @@ import httpx
 from aiohttp import web
 
 from launcher import settings
-from launcher.errors import UserError, run_cli
+from launcher.errors import KitError, UserError, run_cli
 from launcher.runtime import state as runtime_state
 from launcher.runtime.admission import patch_check, validated_plan
 from launcher.runtime.supervisor_rpc import Supervisor
@@ -196,6 +196,8 @@ async def post_switch(request: web.Request) -> web.Response:
         return web.json_response({"error": "another switch is running; retry when /status shows it finished"}, status=409)
     except UserError as exc:
         return web.json_response({"error": str(exc)}, status=400)
+    except KitError as exc:  # e.g. a damaged patch record in the image: nothing was changed
+        return web.json_response({"error": str(exc), "outcome": "failed"}, status=500)
     code = 500 if entry["outcome"] == "failed" else 200
     return web.json_response({**entry, "status": rt.status()}, status=code)
 
