@@ -19,7 +19,8 @@ ARG BENCH_BASE_IMAGE=python:3.12-slim
 # ---------------------------------------------------------------------------------------------
 # MSCCL++ from source. SGLang 0.5.23 imports the external `mscclpp` package (mscclpp.ext,
 # mscclpp.default_algos), which it does not declare as a dependency; v0.9.0 is the first tag with
-# both modules. Builds a wheel for SM 9.0, 10.0 and 12.0 without needing a GPU at build time.
+# both modules. docker/build-mscclpp.sh builds a wheel for SM 9.0, 10.0 and 12.0 without a GPU; the
+# GPU development machine runs the same script.
 FROM ${SGLANG_IMAGE} AS mscclpp
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -31,18 +32,12 @@ ARG MSCCLPP_REPO=https://github.com/microsoft/mscclpp.git
 # A release tag (a tag or branch name: the clone is shallow). Commit 6231b4f3 is v0.10.0.
 ARG MSCCLPP_REF=v0.10.0
 ARG MSCCLPP_CUDA_ARCHS="90;100;120"
+COPY docker/build-mscclpp.sh /usr/local/bin/build-mscclpp
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=cache,target=/var/cache/mscclpp-build \
     git clone --quiet --depth 1 --branch "${MSCCLPP_REF}" "${MSCCLPP_REPO}" /src/mscclpp \
-    && python3 -m pip wheel --no-deps --wheel-dir /wheels \
-        "--config-settings=build-dir=/var/cache/mscclpp-build/{wheel_tag}" \
-        --config-settings=cmake.define.MSCCLPP_USE_CUDA=ON \
-        --config-settings=cmake.define.MSCCLPP_BYPASS_GPU_CHECK=ON \
-        --config-settings=cmake.define.MSCCLPP_USE_IB=OFF \
-        --config-settings=cmake.define.MSCCLPP_GPU_ARCHS="${MSCCLPP_CUDA_ARCHS}" \
-        --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES="${MSCCLPP_CUDA_ARCHS}" \
-        /src/mscclpp \
-    && ls /wheels/mscclpp-*.whl
+    && MSCCLPP_CUDA_ARCHS="${MSCCLPP_CUDA_ARCHS}" MSCCLPP_BUILD_DIR=/var/cache/mscclpp-build \
+        build-mscclpp /src/mscclpp /wheels
 
 
 # ---------------------------------------------------------------------------------------------

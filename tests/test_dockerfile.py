@@ -137,7 +137,8 @@ def test_heavy_stages_see_neither_kit_nor_patches(dockerfile):
     """Editing the kit or patches/ must not rebuild MSCCL++ or DeepEP."""
     for stage in ("mscclpp", "deepep", "nccl-tests"):
         copies = [a for w, a in stage_of(dockerfile, stage) if w in ("COPY", "ADD")]
-        assert all(a.split()[0] in ("docker/ensure-deepep-sm120.sh", "docker/build-nccl-tests.sh") for a in copies), copies
+        assert all(a.split()[0] in ("docker/ensure-deepep-sm120.sh", "docker/build-nccl-tests.sh",
+                                    "docker/build-mscclpp.sh") for a in copies), copies
 
 
 def test_nccl_tests_stage_builds_the_pinned_tag_with_the_script_and_the_server_points_at_it(dockerfile):
@@ -160,8 +161,10 @@ def test_mscclpp_build_is_pinned_and_includes_sm120(dockerfile):
     assert archs and "120" in archs.group(1).split(";")
     run = " ".join(a for w, a in stage_of(dockerfile, "mscclpp") if w == "RUN")
     assert '--branch "${MSCCLPP_REF}"' in run
-    assert 'CMAKE_CUDA_ARCHITECTURES="${MSCCLPP_CUDA_ARCHS}"' in run
+    assert 'MSCCLPP_CUDA_ARCHS="${MSCCLPP_CUDA_ARCHS}"' in run and "build-mscclpp /src/mscclpp /wheels" in run
     assert "--mount=type=cache" in run
+    script = (ROOT / "docker" / "build-mscclpp.sh").read_text()
+    assert "cmake.define.CMAKE_CUDA_ARCHITECTURES=$archs" in script and "MSCCLPP_USE_IB=OFF" in script
 
 
 def test_deepep_stage_uses_the_script_with_a_pinned_ref(dockerfile):
@@ -434,3 +437,37 @@ def test_skip_policy_and_usage_errors(tmp_path):
         script_env(tmp_path, CUOBJDUMP=str(tmp_path / "missing-cuobjdump")),
     )
     assert no_tool.returncode == 2 and "cuobjdump not found" in no_tool.stderr
+
+
+def _checkout(tmp_path: Path, marker: str) -> Path:
+    src = tmp_path / "src"
+    (src / marker).mkdir(parents=True)
+    return src
+
+
+def test_build_mscclpp_refuses_a_folder_that_is_no_checkout(tmp_path):
+    r = subprocess.run(["bash", str(ROOT / "docker" / "build-mscclpp.sh"), str(tmp_path), str(tmp_path / "w")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "is not an MSCCL++ checkout" in r.stderr
+
+
+def test_build_mscclpp_passes_the_archs_and_switches_to_pip(tmp_path):
+    src = _checkout(tmp_path, "python/mscclpp")
+    (src / "pyproject.toml").write_text("[project]\nname = 'mscclpp'\n")
+    stub = tmp_path / "python"  # a stand-in interpreter (test double): records argv, leaves a wheel behind
+    stub.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/argv"\n'
+                    'while [ "$1" != "--wheel-dir" ]; do shift; done; touch "$2/mscclpp-0.10.0-cp312-linux_x86_64.whl"\n')
+    stub.chmod(0o755)
+    r = subprocess.run(["bash", str(ROOT / "docker" / "build-mscclpp.sh"), str(src), str(tmp_path / "wheels")],
+                       env={**os.environ, "PYTHON": str(stub), "MSCCLPP_CUDA_ARCHS": "120"},
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    argv = (tmp_path / "argv").read_text()
+    assert "-m pip wheel --no-deps" in argv and "CMAKE_CUDA_ARCHITECTURES=120" in argv and "MSCCLPP_GPU_ARCHS=120" in argv
+    assert "mscclpp-0.10.0" in r.stdout
+
+
+def test_build_nccl_tests_refuses_a_folder_that_is_no_checkout(tmp_path):
+    r = subprocess.run(["bash", str(ROOT / "docker" / "build-nccl-tests.sh"), str(tmp_path), str(tmp_path / "p")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "is not an nccl-tests checkout" in r.stderr
