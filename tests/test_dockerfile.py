@@ -141,13 +141,20 @@ def test_heavy_stages_see_neither_kit_nor_patches(dockerfile):
                                     "docker/build-mscclpp.sh") for a in copies), copies
 
 
-def test_nccl_tests_stage_builds_the_pinned_tag_with_the_script_and_the_server_points_at_it(dockerfile):
+def _source_stage_run(dockerfile, stage: str, arg: str, ref_pattern: str, archs_arg: str) -> str:
+    """A stage that clones a pinned ref and builds for sm_120: checks both ARGs, returns its RUN text."""
     text = DOCKERFILE.read_text()
-    assert re.search(r"^ARG NCCL_TESTS_REF=v2\.19\.6$", text, re.M)
-    archs = re.search(r'^ARG NCCL_TESTS_ARCHS="([^"]+)"$', text, re.M)
+    assert re.search(rf"^ARG {arg}={ref_pattern}$", text, re.M)
+    archs = re.search(rf'^ARG {archs_arg}="([^"]+)"$', text, re.M)
     assert archs and "120" in archs.group(1).split(";")
-    run = " ".join(a for w, a in stage_of(dockerfile, "nccl-tests") if w == "RUN")
-    assert '--branch "${NCCL_TESTS_REF}"' in run and "build-nccl-tests /src/nccl-tests /opt/nccl-tests" in run
+    run = " ".join(a for w, a in stage_of(dockerfile, stage) if w == "RUN")
+    assert f'--branch "${{{arg}}}"' in run
+    return run
+
+
+def test_nccl_tests_stage_builds_the_pinned_tag_with_the_script_and_the_server_points_at_it(dockerfile):
+    run = _source_stage_run(dockerfile, "nccl-tests", "NCCL_TESTS_REF", r"v2\.19\.6", "NCCL_TESTS_ARCHS")
+    assert "build-nccl-tests /src/nccl-tests /opt/nccl-tests" in run
     server = stage_of(dockerfile, "server")
     assert ("COPY", "--from=nccl-tests /opt/nccl-tests /opt/nccl-tests") in server
     env = " ".join(a for w, a in server if w == "ENV")
@@ -155,12 +162,7 @@ def test_nccl_tests_stage_builds_the_pinned_tag_with_the_script_and_the_server_p
 
 
 def test_mscclpp_build_is_pinned_and_includes_sm120(dockerfile):
-    text = DOCKERFILE.read_text()
-    assert re.search(r"^ARG MSCCLPP_REF=v\d+\.\d+\.\d+$", text, re.M)
-    archs = re.search(r'^ARG MSCCLPP_CUDA_ARCHS="([^"]+)"$', text, re.M)
-    assert archs and "120" in archs.group(1).split(";")
-    run = " ".join(a for w, a in stage_of(dockerfile, "mscclpp") if w == "RUN")
-    assert '--branch "${MSCCLPP_REF}"' in run
+    run = _source_stage_run(dockerfile, "mscclpp", "MSCCLPP_REF", r"v\d+\.\d+\.\d+", "MSCCLPP_CUDA_ARCHS")
     assert 'MSCCLPP_CUDA_ARCHS="${MSCCLPP_CUDA_ARCHS}"' in run and "build-mscclpp /src/mscclpp /wheels" in run
     assert "--mount=type=cache" in run
     script = (ROOT / "docker" / "build-mscclpp.sh").read_text()
