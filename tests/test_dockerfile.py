@@ -285,6 +285,7 @@ def test_dockerignore_excludes_local_state_and_keeps_the_kit():
         ".git",
         "results",
         "tests",
+        "testsupport",  # the SIMULATED stand-in never reaches an image
         ".pytest_cache",
         ".ruff_cache",
         "**/__pycache__",

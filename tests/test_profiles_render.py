@@ -10,9 +10,11 @@ import pytest
 from helpers_profiles import ENV, clean_env
 
 from launcher.profiles.plan import build_plan
-from launcher.profiles.render import CMDLINE_FILE, ENV_FILE, PROFILE_FILE, env_file_text, render, write_plan
+from launcher.profiles.render import env_file_text, render, write_plan
 from launcher.runtime.state import read_json
-from launcher.settings import StatePaths
+from launcher.settings import CMDLINE_FILE, StatePaths
+from launcher.settings import PROFILE_ENV_FILE as ENV_FILE
+from launcher.settings import PROFILE_JSON as PROFILE_FILE
 
 
 @pytest.fixture(autouse=True)

@@ -7,19 +7,20 @@ import json
 import pytest
 
 from launcher.runtime import state as runtime_state
-from launcher.settings import COMMITTED_FILE, HISTORY_FILE, StatePaths
+from launcher.settings import COMMITTED_FILE, HISTORY_FILE, StatePaths, state_paths
 
 
-def test_file_names_come_from_settings():
-    assert runtime_state.COMMITTED == COMMITTED_FILE
-    assert runtime_state.HISTORY == HISTORY_FILE
+def test_file_names_come_from_settings(tmp_path):
+    runtime_state.commit(tmp_path, {"name": "x"})
+    runtime_state.append_history(tmp_path, {"outcome": "started"})
+    assert (tmp_path / COMMITTED_FILE).is_file() and (tmp_path / HISTORY_FILE).is_file()
 
 
 def test_state_dir_from_argument_or_environment(tmp_path, monkeypatch):
-    assert runtime_state.state_dir(str(tmp_path / "given")) == tmp_path / "given"
+    assert state_paths(str(tmp_path / "given")).root == tmp_path / "given"
     monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "env"))
-    assert runtime_state.state_dir() == tmp_path / "env"
-    assert runtime_state.state_dir(None) == tmp_path / "env"
+    assert state_paths().root == tmp_path / "env"
+    assert state_paths(None).root == tmp_path / "env"
 
 
 def test_server_url_from_flags():

@@ -123,8 +123,6 @@ def run_sizes(binary: Path, run: dict[str, Any], env: dict[str, str], log_dir: P
 
 def as_rows(results: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str, Any]]:
     """nccl-tests' in-place results as rows of the kit's table (backend `nccl-tests`)."""
-    from bench.allreduce.results import bus_factor
-
     calls = run["graph_calls"] * run["graph_launches"] if run["graph"] else run["iters"]
     base = {"backend": "nccl-tests", "profile": run.get("profile"), "nranks": run["nranks"], "graph": run["graph"],
             "type": run["dtype"]}
@@ -134,11 +132,9 @@ def as_rows(results: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str
             rows.append({**base, "size_B": r["size_B"], "status": "failed", "reason": r["reason"], "log": r["log"]})
             continue
         ip = r["in_place"]
-        algbw = r["size_B"] / (ip["time_us"] * 1e-6) / 1e9 if ip["time_us"] > 0 else 0.0
         rows.append({
             **base, "status": "ok", "size_B": r["size_B"], "count": r["count"], "time_us": ip["time_us"],
-            "time_us_p50": None, "time_us_p99": None, "algbw_GBps": ip["algbw_GBps"] or round(algbw, 6),
-            "busbw_GBps": ip["busbw_GBps"] or round(algbw * bus_factor(run["nranks"]), 6),
+            "time_us_p50": None, "time_us_p99": None, "algbw_GBps": ip["algbw_GBps"], "busbw_GBps": ip["busbw_GBps"],
             "wrong": ip["wrong"] if ip["wrong"] is not None else 0,
             "out_of_place_time_us": r["out_of_place"]["time_us"], "samples": calls,
             "method": f"nccl-tests {r['nccl_tests_version']} all_reduce_perf, in-place, -a 1: {r['command']}",

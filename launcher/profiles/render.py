@@ -7,9 +7,7 @@ from pathlib import Path
 
 from launcher import atomic, settings
 from launcher.profiles.plan import Plan
-from launcher.settings import CMDLINE_FILE
-from launcher.settings import PROFILE_ENV_FILE as ENV_FILE
-from launcher.settings import PROFILE_JSON as PROFILE_FILE
+from launcher.settings import StatePaths
 
 
 def env_file_text(plan: dict) -> str:
@@ -24,9 +22,10 @@ def write_plan(state_dir: Path, plan: dict) -> Path:
     Takes plan JSON so a stored previous plan (rollback) is rendered exactly as it was.
     """
     state_dir.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(state_dir / CMDLINE_FILE, shlex.join(plan["argv"]) + "\n")
-    atomic.write_text(state_dir / ENV_FILE, env_file_text(plan))
-    return atomic.write_json(state_dir / PROFILE_FILE, plan)
+    paths = StatePaths(state_dir)
+    atomic.write_text(paths.cmdline, shlex.join(plan["argv"]) + "\n")
+    atomic.write_text(paths.profile_env, env_file_text(plan))
+    return atomic.write_json(paths.profile_json, plan)
 
 
 def render(plan: Plan, state_dir: Path) -> Path:

@@ -7,13 +7,8 @@ import os
 import time
 from pathlib import Path
 
-from launcher import atomic, settings
-from launcher.settings import COMMITTED_FILE as COMMITTED
-from launcher.settings import HISTORY_FILE as HISTORY
-
-
-def state_dir(arg: str | None = None) -> Path:
-    return settings.state_paths(arg).root
+from launcher import atomic
+from launcher.settings import StatePaths
 
 
 def read_json(path: Path) -> dict | None:
@@ -26,20 +21,20 @@ def read_json(path: Path) -> dict | None:
 
 def committed(sd: Path) -> dict | None:
     """The last plan that passed the health gate (full plan JSON)."""
-    return read_json(sd / COMMITTED)
+    return read_json(StatePaths(sd).committed)
 
 
 def commit(sd: Path, plan: dict) -> None:
-    atomic.write_json(sd / COMMITTED, {"committed_at": time.time(), "plan": plan})
+    atomic.write_json(StatePaths(sd).committed, {"committed_at": time.time(), "plan": plan})
 
 
 def append_history(sd: Path, entry: dict) -> None:
-    atomic.append_line(sd / HISTORY, json.dumps(entry, sort_keys=True))
+    atomic.append_line(StatePaths(sd).history, json.dumps(entry, sort_keys=True))
 
 
 def history(sd: Path, last: int = 20) -> list[dict]:
     try:
-        lines = (sd / HISTORY).read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = StatePaths(sd).history.read_text(encoding="utf-8", errors="replace").splitlines()
     except FileNotFoundError:
         return []
     out = []
