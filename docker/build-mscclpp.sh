@@ -8,7 +8,9 @@
 #   MSCCLPP_CUDA_ARCHS   CUDA architectures, ';'-separated (default "90;100;120")
 #   MSCCLPP_BUILD_DIR    scikit-build-core's build folder (default: a temporary one; the image keeps
 #                        it in a cache mount so a rebuild reuses the objects)
-#   PIP_NO_BUILD_ISOLATION=1   build with this Python's own scikit-build-core (a machine without PyPI)
+#   MSCCLPP_BUILD_ISOLATION  "on" (default: pip fetches scikit-build-core and setuptools-scm into a
+#                        fresh environment) or "off" (build with this Python's own, on a machine without
+#                        PyPI; pip's PIP_NO_BUILD_ISOLATION=1 does not do this, its boolean is inverted)
 #   PYTHON               the Python that builds (default python3)
 set -euo pipefail
 
@@ -25,11 +27,17 @@ if [ ! -f "$src/pyproject.toml" ] || [ ! -d "$src/python/mscclpp" ]; then
   exit 2
 fi
 build_dir=${MSCCLPP_BUILD_DIR:-$(mktemp -d)}
+isolation=()
+case "${MSCCLPP_BUILD_ISOLATION:-on}" in
+  on) ;;
+  off) isolation=(--no-build-isolation) ;;
+  *) echo "MSCCLPP_BUILD_ISOLATION must be 'on' or 'off', not '${MSCCLPP_BUILD_ISOLATION}'" >&2; exit 2 ;;
+esac
 
 mkdir -p "$wheels"
 # IB off (no RDMA NIC on the target hosts); the GPU check is bypassed because no GPU is present at
 # build time; both the GPU and the CUDA architecture lists name the same archs.
-"$python" -m pip wheel --no-deps --wheel-dir "$wheels" \
+"$python" -m pip wheel --no-deps "${isolation[@]}" --wheel-dir "$wheels" \
   "--config-settings=build-dir=$build_dir/{wheel_tag}" \
   --config-settings=cmake.define.MSCCLPP_USE_CUDA=ON \
   --config-settings=cmake.define.MSCCLPP_BYPASS_GPU_CHECK=ON \

@@ -21,6 +21,11 @@
 #   DEEPEP_REF    commit or tag to build (required for a build; a commit keeps the image reproducible)
 #   DEEPEP_ARCH   TORCH_CUDA_ARCH_LIST for the build (default: 12.0)
 #   DEEPEP_SM120  "ensure" (default) or "skip": skip every step and leave sgl-deep-ep as shipped
+#   DEEPEP_NCCL_MIN  the oldest NCCL whose headers DeepEP at DEEPEP_REF compiles against (default
+#                 2.30.4: DeepEP's README at dd758caf asks for "NCCL 2.30.4 and above"; against
+#                 2.28.9 its backend/nccl.cu fails on ncclCommQueryProperties and the Gin types)
+#   EP_NCCL_ROOT_DIR  the NCCL DeepEP builds against (DeepEP's own variable; default: the
+#                 nvidia-nccl pip package of PYTHON)
 #   DRY_RUN=1     print the build/install commands instead of running them
 #
 # Exit codes: 0 sm_120 code present (or nothing to do); 1 sm_120 code missing, or a build or
@@ -32,6 +37,7 @@ DEEPEP_REPO=${DEEPEP_REPO:-https://github.com/deepseek-ai/DeepEP.git}
 DEEPEP_REF=${DEEPEP_REF:-}
 DEEPEP_ARCH=${DEEPEP_ARCH:-12.0}
 DEEPEP_SM120=${DEEPEP_SM120:-ensure}
+DEEPEP_NCCL_MIN=${DEEPEP_NCCL_MIN:-2.30.4}
 DRY_RUN=${DRY_RUN:-0}
 
 say() { printf 'deepep-sm120: %s\n' "$*" >&2; }
@@ -165,6 +171,30 @@ check_wheel() {
     return 1
 }
 
+# The NCCL DeepEP would build against: EP_NCCL_ROOT_DIR, else the nvidia-nccl pip package.
+nccl_root() {
+    if [ -n "${EP_NCCL_ROOT_DIR:-}" ]; then
+        printf '%s\n' "$EP_NCCL_ROOT_DIR"
+        return
+    fi
+    "$PYTHON" -c 'import importlib.util as u, sys
+s = u.find_spec("nvidia.nccl") if u.find_spec("nvidia") else None
+sys.exit(3) if s is None else print(list(s.submodule_search_locations)[0])' 2>/dev/null
+}
+
+# Refuse, before a long compile, an NCCL older than DeepEP at DEEPEP_REF needs.
+nccl_preflight() {
+    local root header version
+    root=$(nccl_root) || die 1 "no NCCL found for $PYTHON (no nvidia-nccl package): set EP_NCCL_ROOT_DIR to an NCCL >= $DEEPEP_NCCL_MIN"
+    header="$root/include/nccl.h"
+    [ -f "$header" ] || die 1 "no $header: set EP_NCCL_ROOT_DIR to an NCCL installation (include/nccl.h, lib/libnccl.so*)"
+    version=$(awk '/^#define NCCL_(MAJOR|MINOR|PATCH) /{v[$2]=$3} END{print v["NCCL_MAJOR"] "." v["NCCL_MINOR"] "." v["NCCL_PATCH"]}' "$header")
+    if [ "$(printf '%s\n%s\n' "$DEEPEP_NCCL_MIN" "$version" | sort -V | head -1)" != "$DEEPEP_NCCL_MIN" ]; then
+        die 1 "DeepEP $DEEPEP_REF needs NCCL >= $DEEPEP_NCCL_MIN to build; $root has $version. Install nvidia-nccl-cu13>=$DEEPEP_NCCL_MIN, point EP_NCCL_ROOT_DIR at one, or build with DEEPEP_SM120=skip"
+    fi
+    say "NCCL $version at $root (>= $DEEPEP_NCCL_MIN)"
+}
+
 build_if_missing() {
     [ "$#" -ge 1 ] || die 2 "usage: $0 build-if-missing WHEEL_DIR [SO...]"
     local dir=$1 src wheel
@@ -174,6 +204,7 @@ build_if_missing() {
         return 0
     fi
     [ -n "$DEEPEP_REF" ] || die 2 "DEEPEP_REF is not set: pass --build-arg DEEPEP_REF=<commit> (or DEEPEP_SM120=skip)"
+    nccl_preflight
     say "building DeepEP $DEEPEP_REF from $DEEPEP_REPO for TORCH_CUDA_ARCH_LIST=$DEEPEP_ARCH"
     src=${DEEPEP_SRC:-$(mktemp -d)/DeepEP}
     run mkdir -p "$dir" "$src"

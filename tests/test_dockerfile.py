@@ -384,9 +384,18 @@ def test_check_finds_the_installed_deep_ep(tmp_path):
     assert gone.returncode == 1 and "deep_ep is not installed" in gone.stderr
 
 
+def fake_nccl(tmp_path: Path, version: str) -> Path:
+    """An NCCL root holding only the version lines of include/nccl.h."""
+    major, minor, patch = version.split(".")
+    root = tmp_path / f"nccl-{version}"
+    fake_so(root, "include/nccl.h", f"#define NCCL_MAJOR {major}\n#define NCCL_MINOR {minor}\n#define NCCL_PATCH {patch}\n")
+    return root
+
+
 def test_build_if_missing_builds_only_when_sm120_is_absent(tmp_path):
     ref = "0123456789abcdef0123456789abcdef01234567"
-    env = script_env(tmp_path, DRY_RUN="1", DEEPEP_REF=ref, DEEPEP_SRC=str(tmp_path / "src"))
+    env = script_env(tmp_path, DRY_RUN="1", DEEPEP_REF=ref, DEEPEP_SRC=str(tmp_path / "src"),
+                     EP_NCCL_ROOT_DIR=str(fake_nccl(tmp_path, "2.30.10")))
     wheels = tmp_path / "wheels"
     present = run_script(
         ["build-if-missing", str(wheels), str(fake_so(tmp_path, "a.so", LISTING_SM120A))], env
@@ -403,6 +412,20 @@ def test_build_if_missing_builds_only_when_sm120_is_absent(tmp_path):
     )
     assert "TORCH_CUDA_ARCH_LIST=12.0" in missing.stderr and f"-w {wheels}" in missing.stderr
     assert not (tmp_path / "src").exists(), "DRY_RUN must not run anything"
+
+
+@pytest.mark.parametrize(("version", "minimum"), [("2.28.9", None), ("2.30.3", None), ("2.30.4", "2.31.0")])
+def test_build_if_missing_refuses_an_nccl_older_than_deepep_needs_before_compiling(tmp_path, version, minimum):
+    extra = {"DEEPEP_NCCL_MIN": minimum} if minimum else {}
+    env = script_env(tmp_path, DRY_RUN="1", DEEPEP_REF="0123456789abcdef0123456789abcdef01234567",
+                     EP_NCCL_ROOT_DIR=str(fake_nccl(tmp_path, version)), **extra)
+    proc = run_script(["build-if-missing", str(tmp_path / "w"), str(fake_so(tmp_path, "b.so", LISTING_SM90_SM100A))], env)
+    assert proc.returncode == 1
+    assert f"needs NCCL >= {minimum or '2.30.4'} to build" in proc.stderr and f"has {version}" in proc.stderr
+    assert "+ git" not in proc.stderr and not (tmp_path / "w").exists()
+    nowhere = run_script(["build-if-missing", str(tmp_path / "w"), str(tmp_path / "b.so")],
+                         {**env, "EP_NCCL_ROOT_DIR": str(tmp_path / "none")})
+    assert nowhere.returncode == 1 and "include/nccl.h" in nowhere.stderr
 
 
 def test_build_if_missing_needs_a_ref(tmp_path):
@@ -468,6 +491,14 @@ def test_build_mscclpp_passes_the_archs_and_switches_to_pip(tmp_path):
     argv = (tmp_path / "argv").read_text()
     assert "-m pip wheel --no-deps" in argv and "CMAKE_CUDA_ARCHITECTURES=120" in argv and "MSCCLPP_GPU_ARCHS=120" in argv
     assert "mscclpp-0.10.0" in r.stdout
+    assert "--no-build-isolation" not in argv
+    env = {**os.environ, "PYTHON": str(stub), "MSCCLPP_BUILD_ISOLATION": "off"}
+    offline = subprocess.run(["bash", str(ROOT / "docker" / "build-mscclpp.sh"), str(src), str(tmp_path / "wheels")],
+                             env=env, capture_output=True, text=True, timeout=30)
+    assert offline.returncode == 0 and "--no-build-isolation" in (tmp_path / "argv").read_text()
+    bad = subprocess.run(["bash", str(ROOT / "docker" / "build-mscclpp.sh"), str(src), str(tmp_path / "wheels")],
+                         env={**env, "MSCCLPP_BUILD_ISOLATION": "no"}, capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "MSCCLPP_BUILD_ISOLATION must be 'on' or 'off'" in bad.stderr
 
 
 def test_build_nccl_tests_refuses_a_folder_that_is_no_checkout(tmp_path):
