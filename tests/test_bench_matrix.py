@@ -24,7 +24,7 @@ def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench-stack")
     config = tmp / "standin.json"
     config.write_text(json.dumps(STANDIN_CONFIG))
-    s = KitStack(tmp / "stack", "baseline", "off", {"KIT_STANDIN_CONFIG": str(config)})
+    s = KitStack(tmp / "stack", "baseline", "off", {"STANDIN_CONFIG": str(config)})
     try:
         s.start(timeout=60)
         yield s

@@ -38,7 +38,7 @@ class Standin:
         args = ["--port", str(self.port), "--enable-metrics"]
         if spec:
             args += ["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens", "4"]
-        env = clean_env(KIT_STANDIN_STARTUP_DELAY_S="0.1", **{f"KIT_STANDIN_{k.upper()}": v for k, v in settings.items()})
+        env = clean_env(STANDIN_STARTUP_DELAY_S="0.1", **{f"STANDIN_{k.upper()}": v for k, v in settings.items()})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "testsupport.standin", *args], cwd=REPO, env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

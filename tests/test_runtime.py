@@ -138,7 +138,7 @@ def test_server_death_is_restarted_and_counted(kit_stack):
 
 
 def test_drain_waits_for_running_request(kit_stack):
-    stack = kit_stack("baseline", "off", extra_env={"KIT_STANDIN_DECODE_MS": "20"})
+    stack = kit_stack("baseline", "off", extra_env={"STANDIN_DECODE_MS": "20"})
     done: dict = {}
 
     def long_request() -> None:

@@ -45,8 +45,8 @@ SPEC_ARGV = [
     "--cuda-graph-max-bs",
     "8",
 ]
-FAST = {"KIT_STANDIN_STARTUP_DELAY_S": "0", "KIT_STANDIN_TTFT_MS": "5", "KIT_STANDIN_VERIFY_MS": "4"}
-FAST_DECODE = {**FAST, "KIT_STANDIN_DECODE_MS": "2"}
+FAST = {"STANDIN_STARTUP_DELAY_S": "0", "STANDIN_TTFT_MS": "5", "STANDIN_VERIFY_MS": "4"}
+FAST_DECODE = {**FAST, "STANDIN_DECODE_MS": "2"}
 
 
 # ----- helpers -------------------------------------------------------------------------------
@@ -58,7 +58,7 @@ def _free_port() -> int:
 
 def _child_env(env: dict[str, str]) -> dict[str, str]:
     base = {
-        k: v for k, v in os.environ.items() if not k.startswith("KIT_STANDIN_") and k != "KIT_ACTIVE_PROFILE"
+        k: v for k, v in os.environ.items() if not k.startswith("STANDIN_") and k != "KIT_ACTIVE_PROFILE"
     }
     base["PYTHONPATH"] = str(REPO)
     return {**base, **env}
@@ -160,7 +160,7 @@ def metric(text: str, name: str) -> float:
 def spec_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
     """EAGLE3 at accept length 2.5, shared by read-only checks."""
     tmp = tmp_path_factory.mktemp("spec")
-    env = {**FAST, "KIT_STANDIN_ACCEPT_LENGTH": "2.5", "NCCL_MAX_NCHANNELS": "2", "SGLANG_TEST_MARK": "x1"}
+    env = {**FAST, "STANDIN_ACCEPT_LENGTH": "2.5", "NCCL_MAX_NCHANNELS": "2", "SGLANG_TEST_MARK": "x1"}
     with standin(tmp, ["--tp-size", "2", *SPEC_ARGV], env) as server:
         yield server
 
@@ -176,7 +176,7 @@ def test_settings_precedence_file_default_then_profile_then_env(tmp_path: Path) 
             }
         )
     )
-    base = {"KIT_STANDIN_CONFIG": str(cfg)}
+    base = {"STANDIN_CONFIG": str(cfg)}
     assert load_settings({}) == StandinSettings()
     plain = load_settings(base)
     assert (plain.ttft_ms, plain.verify_ms, plain.accept_length) == (11, 21, 1.5)
@@ -188,8 +188,8 @@ def test_settings_precedence_file_default_then_profile_then_env(tmp_path: Path) 
         {
             **base,
             "KIT_ACTIVE_PROFILE": "fused",
-            "KIT_STANDIN_VERIFY_MS": "23",
-            "KIT_STANDIN_CORRUPT_OUTPUT": "true",
+            "STANDIN_VERIFY_MS": "23",
+            "STANDIN_CORRUPT_OUTPUT": "true",
         }
     )
     assert (env.ttft_ms, env.verify_ms, env.accept_length, env.corrupt_output) == (11, 23, 2.5, True)
@@ -202,8 +202,8 @@ def test_settings_precedence_file_default_then_profile_then_env(tmp_path: Path) 
         ('{"default": {"ttft": 5}}', {}, "ttft: unknown setting"),
         ('{"profiles": {"p": {"fault": "explode"}}}', {"KIT_ACTIVE_PROFILE": "p"}, "[profiles.p]: fault"),
         ('{"defaults": {}}', {}, "unknown top-level key"),
-        ("{}", {"KIT_STANDIN_TTFT": "3"}, "KIT_STANDIN_TTFT is not a stand-in setting"),
-        ("{}", {"KIT_STANDIN_ACCEPT_LENGTH": "0.5"}, "KIT_STANDIN_ACCEPT_LENGTH: accept_length"),
+        ("{}", {"STANDIN_TTFT": "3"}, "STANDIN_TTFT is not a stand-in setting"),
+        ("{}", {"STANDIN_ACCEPT_LENGTH": "0.5"}, "STANDIN_ACCEPT_LENGTH: accept_length"),
     ],
 )
 def test_bad_settings_raise_user_error(
@@ -212,7 +212,7 @@ def test_bad_settings_raise_user_error(
     cfg = tmp_path / "bad.json"
     cfg.write_text(content)
     with pytest.raises(UserError) as exc:
-        load_settings({"KIT_STANDIN_CONFIG": str(cfg), **env})
+        load_settings({"STANDIN_CONFIG": str(cfg), **env})
     assert needle in str(exc.value)
 
 
@@ -225,7 +225,7 @@ def test_bad_config_exits_2_with_one_line(tmp_path: Path, content: str, needle: 
     proc = subprocess.run(
         [sys.executable, "-m", "testsupport.standin", "--port", str(_free_port())],
         cwd=REPO,
-        env=_child_env({"KIT_STANDIN_CONFIG": str(cfg)}),
+        env=_child_env({"STANDIN_CONFIG": str(cfg)}),
         capture_output=True,
         text=True,
         timeout=30,
@@ -273,7 +273,7 @@ def test_schedule_without_speculation_and_offsets() -> None:
 
 # ----- the process ---------------------------------------------------------------------------
 def test_health_is_503_during_startup_then_200(tmp_path: Path) -> None:
-    with standin(tmp_path, [], {**FAST, "KIT_STANDIN_STARTUP_DELAY_S": "1.0"}, wait="listening") as server:
+    with standin(tmp_path, [], {**FAST, "STANDIN_STARTUP_DELAY_S": "1.0"}, wait="listening") as server:
         first = server.client.get("/health")
         assert first.status_code == 503 and first.headers["X-Simulated"] == "true"
         assert server.client.get("/health_generate").status_code == 503
@@ -290,7 +290,7 @@ def test_health_is_503_during_startup_then_200(tmp_path: Path) -> None:
 
 
 def test_streaming_generate_reports_exact_accept_length(tmp_path: Path) -> None:
-    env = {**FAST, "KIT_STANDIN_ACCEPT_LENGTH": "2.5"}
+    env = {**FAST, "STANDIN_ACCEPT_LENGTH": "2.5"}
     with standin(tmp_path, SPEC_ARGV, env) as server:
         events, done = stream_generate(server, "The quick brown fox", 65)
         assert done
@@ -316,7 +316,7 @@ def test_streaming_generate_reports_exact_accept_length(tmp_path: Path) -> None:
 
 
 def test_without_speculation_one_token_per_chunk(tmp_path: Path) -> None:
-    with standin(tmp_path, ["--enable-metrics"], {**FAST_DECODE, "KIT_STANDIN_ACCEPT_LENGTH": "3"}) as server:
+    with standin(tmp_path, ["--enable-metrics"], {**FAST_DECODE, "STANDIN_ACCEPT_LENGTH": "3"}) as server:
         events, done = stream_generate(server, "hello", 9)
         assert done and len(events) == 9
         assert [e["meta_info"]["completion_tokens"] for e in events] == list(range(1, 10))
@@ -394,7 +394,7 @@ def test_profile_section_selected_by_active_profile(tmp_path: Path) -> None:
     cfg.write_text(
         json.dumps({"default": {"accept_length": 2.0}, "profiles": {"fused": {"accept_length": 3.0}}})
     )
-    env = {**FAST, "KIT_STANDIN_CONFIG": str(cfg), "KIT_ACTIVE_PROFILE": "fused"}
+    env = {**FAST, "STANDIN_CONFIG": str(cfg), "KIT_ACTIVE_PROFILE": "fused"}
     with standin(tmp_path, SPEC_ARGV, env) as server:
         events, _ = stream_generate(server, "p", 12)
         assert len(events) == 4 and events[-1]["meta_info"]["spec_accept_length"] == 3.0
@@ -403,7 +403,7 @@ def test_profile_section_selected_by_active_profile(tmp_path: Path) -> None:
 
 
 def test_corrupt_output_changes_text_and_collapses_accept_length(tmp_path: Path) -> None:
-    env = {**FAST, "KIT_STANDIN_ACCEPT_LENGTH": "2.0", "KIT_STANDIN_CORRUPT_OUTPUT": "1"}
+    env = {**FAST, "STANDIN_ACCEPT_LENGTH": "2.0", "STANDIN_CORRUPT_OUTPUT": "1"}
     with standin(tmp_path, SPEC_ARGV, env) as server:
         events, done = stream_generate(server, "same prompt", 8)
     assert done and len(events) == 8
@@ -413,7 +413,7 @@ def test_corrupt_output_changes_text_and_collapses_accept_length(tmp_path: Path)
 
 
 def test_fault_crash_at_start_exits_nonzero(tmp_path: Path) -> None:
-    server = Standin([], {"KIT_STANDIN_FAULT": "crash_at_start"}, tmp_path / "crash.log")
+    server = Standin([], {"STANDIN_FAULT": "crash_at_start"}, tmp_path / "crash.log")
     try:
         assert server.proc.wait(timeout=30) == 1
         assert "crash_at_start" in server.stderr() and "SIMULATED SGLang stand-in" in server.stderr()
@@ -422,7 +422,7 @@ def test_fault_crash_at_start_exits_nonzero(tmp_path: Path) -> None:
 
 
 def test_fault_hang_at_start_stays_unhealthy(tmp_path: Path) -> None:
-    env = {**FAST, "KIT_STANDIN_FAULT": "hang_at_start"}
+    env = {**FAST, "STANDIN_FAULT": "hang_at_start"}
     with standin(tmp_path, [], env, wait="listening") as server:
         for _ in range(5):
             assert server.client.get("/health").status_code == 503
@@ -433,9 +433,9 @@ def test_fault_hang_at_start_stays_unhealthy(tmp_path: Path) -> None:
 def test_fault_die_mid_stream_truncates_and_exits(tmp_path: Path) -> None:
     env = {
         **FAST,
-        "KIT_STANDIN_FAULT": "die_mid_stream",
-        "KIT_STANDIN_DIE_ON_REQUEST": "2",
-        "KIT_STANDIN_DIE_AFTER_CHUNKS": "3",
+        "STANDIN_FAULT": "die_mid_stream",
+        "STANDIN_DIE_ON_REQUEST": "2",
+        "STANDIN_DIE_AFTER_CHUNKS": "3",
     }
     with standin(tmp_path, SPEC_ARGV, env) as server:
         accept = server.client.get("/server_info").json()["standin"]["effective_accept_length"]
@@ -496,7 +496,7 @@ def test_profile_num_steps_stops_by_itself_and_follows_env(tmp_path: Path) -> No
 
 
 def test_sigterm_mid_stream_exits_zero(tmp_path: Path) -> None:
-    with standin(tmp_path, [], {**FAST_DECODE, "KIT_STANDIN_DECODE_MS": "50"}) as server:
+    with standin(tmp_path, [], {**FAST_DECODE, "STANDIN_DECODE_MS": "50"}) as server:
         body = {"text": "slow", "sampling_params": {"max_new_tokens": 1000}, "stream": True}
         with server.client.stream("POST", "/generate", json=body) as r:
             assert next(line for line in r.iter_lines() if line.startswith("data: "))

@@ -97,8 +97,8 @@ def test_bench_run_no_switch_against_the_standin(installed, tmp_path):
     """The bench needs neither profiles/ nor MODEL_PATH: the label comes from --profiles, the spec from the server."""
     bindir, env, work = installed
     port = free_port()
-    standin_env = {**env, "PYTHONPATH": str(REPO), "KIT_STANDIN_STARTUP_DELAY_S": "0.1", "KIT_STANDIN_TTFT_MS": "5",
-                   "KIT_STANDIN_VERIFY_MS": "3"}
+    standin_env = {**env, "PYTHONPATH": str(REPO), "STANDIN_STARTUP_DELAY_S": "0.1", "STANDIN_TTFT_MS": "5",
+                   "STANDIN_VERIFY_MS": "3"}
     server = subprocess.Popen([sys.executable, "-m", "testsupport.standin", "--port", str(port),
                                "--speculative-algorithm", "EAGLE3"], cwd=REPO, env=standin_env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

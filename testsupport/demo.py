@@ -45,7 +45,7 @@ def demo_env(state_dir: Path, server_port: int, control_port: int, token: str) -
             "DRAFT_MODEL_PATH": "simulated/eagle3-draft",
             "KIT_SERVER_CMD": f"{sys.executable} -m testsupport.standin",
             "KIT_PATCH_CHECK": "skip",
-            "KIT_STANDIN_CONFIG": str(STANDIN_CONFIG),
+            "STANDIN_CONFIG": str(STANDIN_CONFIG),
             "KIT_SERVER_HOST": "127.0.0.1",
             "KIT_SERVER_PORT": str(server_port),
             "KIT_CONTROL_HOST": "127.0.0.1",

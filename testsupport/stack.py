@@ -17,9 +17,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 FAULT_PROFILES = {
     "crashy": 'description = "test: server crashes at start"\nstatus = "experimental"\nextends = "baseline"\n'
-    '[env]\nKIT_STANDIN_FAULT = "crash_at_start"\n',
+    '[env]\nSTANDIN_FAULT = "crash_at_start"\n',
     "hangs": 'description = "test: server never becomes healthy"\nstatus = "experimental"\nextends = "baseline"\n'
-    '[env]\nKIT_STANDIN_FAULT = "hang_at_start"\n',
+    '[env]\nSTANDIN_FAULT = "hang_at_start"\n',
 }
 
 
@@ -35,7 +35,7 @@ class KitStack:
         self.control_port = free_port()
         self.token = "test-token"
         self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "NCCL_", "SGLANG_"))},
+            **{k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "NCCL_", "SGLANG_", "STANDIN_"))},
             "MODEL_PATH": "/models/sim",
             "DRAFT_MODEL_PATH": "/models/draft",
             "KIT_SERVER_CMD": f"{sys.executable} -m testsupport.standin",
@@ -51,7 +51,7 @@ class KitStack:
             "KIT_START_RETRIES": "1",
             "KIT_HEALTH_TIMEOUT_S": "20",
             "KIT_DRAIN_TIMEOUT_S": "20",
-            "KIT_STANDIN_STARTUP_DELAY_S": "0.3",
+            "STANDIN_STARTUP_DELAY_S": "0.3",
             "PYTHONPATH": str(REPO),
             "PROFILE": profile,
             "SPEC": spec,

@@ -226,10 +226,10 @@ def main() -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_")}
     env.update(
         PYTHONPATH=os.pathsep.join(x for x in (str(REPO), env.get("PYTHONPATH", "")) if x),
-        KIT_STANDIN_STARTUP_DELAY_S="0.2",
-        KIT_STANDIN_TTFT_MS=str(TTFT_MS),
-        KIT_STANDIN_VERIFY_MS=str(VERIFY_MS),
-        KIT_STANDIN_ACCEPT_LENGTH=str(ACCEPT),
+        STANDIN_STARTUP_DELAY_S="0.2",
+        STANDIN_TTFT_MS=str(TTFT_MS),
+        STANDIN_VERIFY_MS=str(VERIFY_MS),
+        STANDIN_ACCEPT_LENGTH=str(ACCEPT),
     )
     server = subprocess.Popen(
         [sys.executable, "-m", "testsupport.standin", "--port", str(port), "--speculative-algorithm", "EAGLE3",

@@ -26,7 +26,7 @@ def main() -> int:
     p.add_argument("--target-s", type=float, default=2.0)
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        stack = KitStack(Path(tmp), "baseline", "off", {"KIT_STANDIN_STARTUP_DELAY_S": str(args.startup_delay)})
+        stack = KitStack(Path(tmp), "baseline", "off", {"STANDIN_STARTUP_DELAY_S": str(args.startup_delay)})
         stack.start(timeout=60)
         try:
             time.sleep(3)  # let the control API finish building SGLang's parser

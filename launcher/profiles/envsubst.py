@@ -26,14 +26,13 @@ class Placeholders(dict):
 def expand(value: str, environ: Mapping[str, str], where: str) -> str:
     """Expand references in one value; `where` names the file and key for the error message."""
 
-    secrets = settings.secret_names()
-
     def repl(m: re.Match[str]) -> str:
         name, default = m.group(1), m.group(2)
-        if name in secrets:
+        refused = settings.reference_refused(name)
+        if refused:
             raise UserError(
-                f"{where}: references the secret {name}; a profile reaches the server's command line, "
-                "files and logs, so it may not read secrets: remove the reference"
+                f"{where}: references {name}, but {refused}; a profile reaches the server's command line, "
+                "files and logs, so it may not read it: remove the reference"
             )
         if name in environ and environ[name] != "":
             return environ[name]

@@ -11,6 +11,9 @@ A profile file is a public contract (users write their own):
 
 Every profile implicitly starts from `base.toml`; speculation modes live in `spec/<mode>.toml`
 in the same format and are laid over the merged profile last.
+
+Profile and spec names match settings.NAME_PATTERN (lowercase letters, digits, '.', '_', '-'; at
+most 64) and resolve only to regular files inside the profile folders.
 """
 
 from __future__ import annotations
@@ -30,6 +33,28 @@ from launcher.resources import builtin_profiles_dir
 Scalar = str | int | float | bool
 BASE_NAME = "base"
 SPEC_DIR = "spec"
+_NAME = re.compile(settings.NAME_PATTERN)
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FLAG_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*")
+_BAD_CHARS = ("\0", "\n", "\r")
+
+
+def check_name(kind: str, name: object) -> str:
+    """A profile or spec name, or UserError: names are file names, never paths."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        shown = repr(name)[:80]
+        raise UserError(
+            f"{kind} name {shown} is not valid: use 1-64 lowercase letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (a name, not a path)"
+        )
+    return name
+
+
+def check_value(value: str, where: str) -> str:
+    """Values reach environ and argv: a NUL or a line break would smuggle in another entry."""
+    if any(c in value for c in _BAD_CHARS):
+        raise UserError(f"{where}: the value contains a NUL byte or a line break; remove it")
+    return value
 
 
 def search_dirs() -> list[Path]:
@@ -64,12 +89,31 @@ class ProfileFile(BaseModel):
             raise ValueError("description must be one non-empty line")
         return v
 
+    @field_validator("env")
+    @classmethod
+    def _env_entries(cls, v: dict[str, object]) -> dict[str, object]:
+        for key, value in v.items():
+            if not _ENV_KEY.fullmatch(key):
+                raise ValueError(f"'{key[:80]}' is not a valid environment variable name (letters, digits, '_'; "
+                                 "not starting with a digit)")
+            reason = settings.reserved_env_reason(key)
+            if reason:
+                raise ValueError(f"a profile may not set {key}: {reason}")
+            if isinstance(value, str) and any(c in value for c in _BAD_CHARS):
+                raise ValueError(f"the value of {key} contains a NUL byte or a line break")
+        return v
+
     @field_validator("server")
     @classmethod
     def _flag_names(cls, v: dict[str, object]) -> dict[str, object]:
-        for key in v:
+        for key, value in v.items():
             if key.startswith("-"):
                 raise ValueError(f"flag '{key}': write it without leading dashes, e.g. '{key.lstrip('-')}'")
+            if not _FLAG_KEY.fullmatch(key):
+                raise ValueError(f"flag '{key[:80]}' is not a flag name (lowercase letters, digits, '-', '_')")
+            values = value if isinstance(value, list) else [value]
+            if any(isinstance(x, str) and any(c in x for c in _BAD_CHARS) for x in values):
+                raise ValueError(f"the value of flag '{key}' contains a NUL byte or a line break")
         return v
 
 
@@ -88,10 +132,29 @@ class Resolved:
     chain: list[Path] = field(default_factory=list)
 
 
+def _regular_inside(path: Path, folder: Path) -> bool:
+    """A regular file (after links) whose real path is inside the folder's; dangling links, loops,
+    FIFOs and names too long for the file system are not profiles."""
+    try:
+        return path.is_file() and path.resolve(strict=True).is_relative_to(folder.resolve(strict=True))
+    except (OSError, RuntimeError):
+        return False
+
+
+def _names_in(folder: Path) -> set[str]:
+    try:
+        candidates = list(folder.glob("*.toml")) if folder.is_dir() else []
+    except OSError:
+        return set()
+    return {p.stem for p in candidates if _NAME.fullmatch(p.stem) and _regular_inside(p, folder)}
+
+
 def find_file(name: str, sub: str = "") -> Path | None:
+    check_name("spec" if sub else "profile", name)
     for d in search_dirs():
-        p = (d / sub / f"{name}.toml") if sub else (d / f"{name}.toml")
-        if p.is_file():
+        folder = d / sub if sub else d
+        p = folder / f"{name}.toml"
+        if _regular_inside(p, folder):
             return p
     return None
 
@@ -99,18 +162,20 @@ def find_file(name: str, sub: str = "") -> Path | None:
 def available_names() -> list[str]:
     names: set[str] = set()
     for d in search_dirs():
-        if d.is_dir():
-            names.update(p.stem for p in d.glob("*.toml") if p.stem != BASE_NAME)
+        names |= _names_in(d)
+    names.discard(BASE_NAME)
     return sorted(names)
 
 
 def spec_modes() -> list[str]:
-    return sorted(p.stem for p in (builtin_profiles_dir() / SPEC_DIR).glob("*.toml"))
+    return sorted(_names_in(builtin_profiles_dir() / SPEC_DIR))
 
 
 def read_file(path: Path) -> ProfileFile:
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read the profile ({exc}); fix or remove the file") from exc
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}:{_toml_line(exc)}: TOML syntax error: {exc}; fix the line and retry") from exc
     try:
@@ -151,6 +216,7 @@ def _merge(into: Resolved, pf: ProfileFile, path: Path) -> None:
 
 def load(name: str) -> Resolved:
     """Resolve `name` through `extends` (base first), raising UserError for cycles or unknown parents."""
+    check_name("profile", name)
     path = find_file(name)
     if path is None or name == BASE_NAME:
         raise unknown_profile(name)
@@ -168,6 +234,8 @@ def load(name: str) -> Resolved:
         lineage.append((cur, cur_path, pf))
         parent = pf.extends
         if parent is not None:
+            if not _NAME.fullmatch(parent):
+                raise UserError(f"{cur_path}: key 'extends': '{parent[:80]}' is not a profile name; name a profile, not a path")
             parent_path = find_file(parent)
             if parent_path is None or parent == BASE_NAME:
                 known = ", ".join(available_names())
@@ -195,8 +263,10 @@ def load(name: str) -> Resolved:
 
 def apply_spec(resolved: Resolved, mode: str) -> None:
     """Lay the speculation overlay `spec/<mode>.toml` over a resolved profile."""
-    path = builtin_profiles_dir() / SPEC_DIR / f"{mode}.toml"
-    if not path.is_file():
+    check_name("spec", mode)
+    folder = builtin_profiles_dir() / SPEC_DIR
+    path = folder / f"{mode}.toml"
+    if not _regular_inside(path, folder):
         raise UserError(f"unknown spec mode '{mode}'; known: {', '.join(spec_modes())}")
     _merge(resolved, read_file(path), path)
 
@@ -206,8 +276,13 @@ def describe_all() -> list[dict[str, str]]:
     out = []
     for name in available_names():
         path = find_file(name)
-        assert path is not None
-        pf = read_file(path)
+        if path is None:  # removed since the listing
+            continue
+        try:
+            pf = read_file(path)
+        except UserError as exc:  # one broken file must not hide the others
+            out.append({"name": name, "description": "", "status": "invalid", "path": str(path), "error": str(exc)})
+            continue
         out.append(
             {
                 "name": name,

@@ -66,14 +66,15 @@ def resolve(profile: str, spec: str, environ: Mapping[str, str]) -> tuple[profil
     env: dict[str, str] = {}
     for key, value in res.env.items():
         where = f"{res.origin[f'env.{key}']}: key 'env.{key}'"
-        env[key] = expand(value, environ, where) if isinstance(value, str) else _scalar_str(value)
+        env[key] = profiles.check_value(expand(value, environ, where), where) if isinstance(value, str) else _scalar_str(value)
     server: dict = {}
     for key, value in res.server.items():
         where = f"{res.origin[f'server.{key}']}: key 'server.{key}'"
         if isinstance(value, list):
-            server[key] = [expand(v, environ, where) if isinstance(v, str) else _scalar_str(v) for v in value]
+            server[key] = [profiles.check_value(expand(v, environ, where), where) if isinstance(v, str) else _scalar_str(v)
+                           for v in value]
         elif isinstance(value, str):
-            server[key] = expand(value, environ, where)
+            server[key] = profiles.check_value(expand(value, environ, where), where)
         elif value is True:
             server[key] = True
         else:

@@ -2,16 +2,16 @@
 
 Precedence, lowest first:
 1. the field defaults below (a fast demo that reproduces the PCIe problem: spec slower than none);
-2. the "default" section of the JSON file named by ``KIT_STANDIN_CONFIG``;
+2. the "default" section of the JSON file named by ``STANDIN_CONFIG``;
 3. the ``profiles.<KIT_ACTIVE_PROFILE>`` section of that file, when both exist;
-4. environment variables ``KIT_STANDIN_<FIELD>`` (for example ``KIT_STANDIN_TTFT_MS=25``).
+4. environment variables ``STANDIN_<FIELD>`` (for example ``STANDIN_TTFT_MS=25``).
 
 File shape::
 
     {"default": {"ttft_ms": 40, "verify_ms": 30},
      "profiles": {"custom-ar": {"verify_ms": 14}, "broken": {"corrupt_output": true}}}
 
-Unknown keys and unknown ``KIT_STANDIN_*`` variables are errors, so a typo never passes silently.
+Unknown keys and unknown ``STANDIN_*`` variables are errors, so a typo never passes silently.
 
 Faults:
 - ``crash_at_start``: print the banner and an error, exit 1 before listening.
@@ -34,9 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from launcher.errors import UserError
 
-CONFIG_ENV = "KIT_STANDIN_CONFIG"
+CONFIG_ENV = "STANDIN_CONFIG"
 PROFILE_ENV = "KIT_ACTIVE_PROFILE"
-ENV_PREFIX = "KIT_STANDIN_"
+ENV_PREFIX = "STANDIN_"
 
 Fault = Literal["none", "crash_at_start", "hang_at_start", "die_mid_stream"]
 
