@@ -196,7 +196,7 @@ STATE_DIR = _reg("KIT_STATE_DIR", PATH, Path("/var/lib/kit"), "Rendered plan, co
 SERVER_CMD = _reg("KIT_SERVER_CMD", STR, None, "Replaces `python -m sglang.launch_server` (a custom build, or the test stand-in).", "server runtime", "server client")
 PATCH_CHECK = _reg("KIT_PATCH_CHECK", _choice("enforce", "skip"), "enforce", "enforce: refuse a profile whose SGLang patches the installed sglang lacks; skip: do not look (a KIT_SERVER_CMD without sglang). /status shows it.", "server runtime", "server")
 SITECUSTOMIZE_DIR = _reg("KIT_SITECUSTOMIZE_DIR", PATH, None, "Folder holding the kit's sitecustomize.py; unset: the one shipped in the package (or sitecustomize/ of a checkout).", "server runtime", "server")
-PROFILE_ENV = _reg("KIT_PROFILE_ENV", PATH, None, "sitecustomize reads this plan JSON instead of KIT_STATE_DIR's files (debugging one process by hand).", "server runtime", "server")
+PROFILE_ENV = _reg("KIT_PROFILE_ENV", PATH, None, "The env file sitecustomize applies; supervisord.conf sets it on the server program only. A name ending in .json reads a plan JSON (one process by hand).", "server runtime", "server")
 ACTIVE_PROFILE = _reg("KIT_ACTIVE_PROFILE", STR, None, "Set by sitecustomize in every process it configured: the applied profile's name. Never set it yourself.", "server runtime", "server")
 ACTIVE_SPEC = _reg("KIT_ACTIVE_SPEC", STR, None, "Set by sitecustomize beside KIT_ACTIVE_PROFILE: the applied spec mode.", "server runtime", "server")
 STOP_WAIT_S = _reg("KIT_STOP_WAIT_S", _int(1), 120, "Seconds supervisord waits after SIGTERM before it kills the server's process group.", "server runtime", "server")
@@ -298,8 +298,8 @@ def control_url(environ: Mapping[str, str] | None = None) -> str:
 
 
 # ----- state files and log paths -------------------------------------------------------------------
-PROFILE_JSON = "profile.json"  # the rendered plan; sitecustomize's fallback
-PROFILE_ENV_FILE = "profile.env"  # NUL-separated NAME=value: sitecustomize reads it without importing json
+PROFILE_JSON = "profile.json"  # the rendered plan: argv for server_exec, /plan for clients
+PROFILE_ENV_FILE = "profile.env"  # NUL-separated NAME=value: what KIT_PROFILE_ENV names for the server
 CMDLINE_FILE = "cmdline"
 COMMITTED_FILE = "committed.json"
 BOOT_FILE = "boot.json"

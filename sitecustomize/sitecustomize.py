@@ -1,20 +1,40 @@
 """Apply the kit's active profile environment at interpreter start-up (stdlib only).
 
-Every Python process in the server container (the SGLang launcher and each tensor-parallel worker)
-starts with this directory on PYTHONPATH, so all of them see the same NCCL/SGLang environment.
-Reads $KIT_PROFILE_ENV (JSON), else $KIT_STATE_DIR/profile.env (NUL-separated NAME=value, no imports),
-else $KIT_STATE_DIR/profile.json. All or nothing; never raises.
+Every Python process of the server program (the SGLang launcher and each tensor-parallel worker)
+starts with this directory on PYTHONPATH and KIT_PROFILE_ENV naming the rendered plan's env file, so
+all of them see the same NCCL/SGLang environment. Only the server program's environment names that
+file: supervisord, the control API and the log tailer never apply a profile.
+
+$KIT_PROFILE_ENV is NUL-separated NAME=value entries (the state dir's profile.env, read without
+imports), or a plan JSON when the name ends in .json. Only a regular file of at most 1 MiB is read,
+without blocking (a FIFO is refused, not waited on). All or nothing; never raises.
 
 The names below are the settings registry's (launcher/settings.py); a test pins them to it, since
 this file may import nothing of the kit.
 """
 
 _KIT_PROFILE_ENV = "KIT_PROFILE_ENV"
-_KIT_STATE_DIR = "KIT_STATE_DIR"
 _KIT_ACTIVE_PROFILE = "KIT_ACTIVE_PROFILE"
 _KIT_ACTIVE_SPEC = "KIT_ACTIVE_SPEC"
-_PROFILE_ENV_FILE = "profile.env"
-_PROFILE_JSON = "profile.json"
+_MAX_BYTES = 1 << 20
+
+
+def _kit_read(path):
+    """The file's text: a regular file, opened without blocking, at most _MAX_BYTES."""
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError("not a regular file")
+        if st.st_size > _MAX_BYTES:
+            raise OSError(f"larger than {_MAX_BYTES} bytes")
+        data = os.read(fd, _MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    return data.decode("utf-8")
 
 
 def _kit_apply():
@@ -23,55 +43,53 @@ def _kit_apply():
 
     path = os.environ.get(_KIT_PROFILE_ENV)
     if not path:
-        state = os.environ.get(_KIT_STATE_DIR)
-        if not state:
-            return
-        if _kit_apply_env_file(os.path.join(state, _PROFILE_ENV_FILE)):
-            return
-        path = os.path.join(state, _PROFILE_JSON)
+        return
     try:
-        import json
-
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        text = _kit_read(path)
     except FileNotFoundError:
         return
-    except Exception as exc:  # malformed or unreadable: say so once, apply nothing
+    except Exception as exc:  # unreadable, not a file, too big: say so once, apply nothing
         sys.stderr.write(f"kit sitecustomize: ignoring {path}: {exc.__class__.__name__}: {exc}\n")
         return
+    env = _kit_env_json(text) if path.endswith(".json") else _kit_env_entries(text)
+    if isinstance(env, str):
+        sys.stderr.write(f"kit sitecustomize: ignoring {path}: {env}\n")
+        return
+    os.environ.update(env)
+
+
+def _kit_valid(key, value):
+    return key.isidentifier() and key.isascii() and "\0" not in value and "\n" not in value and "\r" not in value
+
+
+def _kit_env_entries(text):
+    """NUL-separated NAME=value entries; a string says what is wrong."""
+    entries = [e.partition("=") for e in text.split("\0") if e]
+    if not entries or any(not sep or not _kit_valid(key, value) for key, sep, value in entries):
+        return "expected NUL-separated NAME=value entries"
+    return {key: value for key, _, value in entries}
+
+
+def _kit_env_json(text):
+    """A plan JSON's env plus its name and spec; a string says what is wrong."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return f"{exc.__class__.__name__}: {exc}"
     env = data.get("env") if isinstance(data, dict) else None
     name = data.get("name") if isinstance(data, dict) else None
     if not isinstance(env, dict) or not isinstance(name, str) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        isinstance(k, str) and isinstance(v, str) and _kit_valid(k, v) for k, v in env.items()
     ):
-        sys.stderr.write(f"kit sitecustomize: ignoring {path}: expected {{'name': str, 'env': {{str: str}}}}\n")
-        return
-    os.environ.update(env)
-    os.environ[_KIT_ACTIVE_PROFILE] = name
+        return "expected {'name': str, 'env': {str: str}}"
+    out = dict(env)
+    out[_KIT_ACTIVE_PROFILE] = name
     spec = data.get("spec")
     if isinstance(spec, str):
-        os.environ[_KIT_ACTIVE_SPEC] = spec
-
-
-def _kit_apply_env_file(path):
-    """The fast path: NUL-separated NAME=value entries, no imports. False when the file is absent."""
-    import os
-    import sys
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            entries = [e.partition("=") for e in fh.read().split("\0") if e]
-    except FileNotFoundError:
-        return False
-    except Exception as exc:
-        sys.stderr.write(f"kit sitecustomize: ignoring {path}: {exc.__class__.__name__}: {exc}\n")
-        return True
-    if not entries or any(not sep or not key for key, sep, _ in entries):
-        sys.stderr.write(f"kit sitecustomize: ignoring {path}: expected NUL-separated NAME=value entries\n")
-        return True
-    for key, _, value in entries:
-        os.environ[key] = value
-    return True
+        out[_KIT_ACTIVE_SPEC] = spec
+    return out
 
 
 def _kit_chain():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,7 @@ def write_json(path: Path, data) -> Path:
 
 
 def test_child_sees_profile_env(tmp_path, state):
-    proc = run_child(tmp_path, KIT_STATE_DIR=str(state))
+    proc = run_child(tmp_path, KIT_PROFILE_ENV=str(state / "profile.env"))
     got = seen(proc)
     assert got["NCCL_PROTO"] == "LL" and got["NCCL_ALGO"] == "Ring"
     assert got["KIT_ACTIVE_PROFILE"] == "nccl-tuned"
@@ -69,12 +70,12 @@ def test_child_sees_profile_env(tmp_path, state):
 
 
 def test_without_the_dir_on_pythonpath_nothing_is_applied(tmp_path, state):
-    got = seen(run_child(tmp_path, pythonpath=[], KIT_STATE_DIR=str(state)))
+    got = seen(run_child(tmp_path, pythonpath=[], KIT_PROFILE_ENV=str(state / "profile.env")))
     assert got["NCCL_PROTO"] is None and got["KIT_ACTIVE_PROFILE"] is None
 
 
 def test_profile_env_overrides_the_inherited_value(tmp_path, state):
-    got = seen(run_child(tmp_path, KIT_STATE_DIR=str(state), NCCL_PROTO="LL128"))
+    got = seen(run_child(tmp_path, KIT_PROFILE_ENV=str(state / "profile.env"), NCCL_PROTO="LL128"))
     assert got["NCCL_PROTO"] == "LL"
 
 
@@ -83,25 +84,57 @@ def test_grandchildren_inherit_the_profile_env(tmp_path, state):
         "import subprocess, sys; sys.stdout.write(subprocess.run([sys.executable, '-S', '-c', "
         "'import os; print(os.environ.get(\"NCCL_PROTO\"))'], capture_output=True, text=True).stdout)"
     )
-    proc = run_child(tmp_path, code=code, KIT_STATE_DIR=str(state))
+    proc = run_child(tmp_path, code=code, KIT_PROFILE_ENV=str(state / "profile.env"))
     assert proc.stdout.strip() == "LL"  # -S: the grandchild runs no sitecustomize of its own
 
 
-def test_kit_profile_env_takes_precedence(tmp_path, state):
+def test_a_plan_json_applies_its_env_name_and_spec(tmp_path, state):
     other = write_json(tmp_path / "other.json", {"name": "other", "env": {"NCCL_PROTO": "Simple", "A": "x"}})
-    got = seen(run_child(tmp_path, KIT_STATE_DIR=str(state), KIT_PROFILE_ENV=str(other)))
+    got = seen(run_child(tmp_path, KIT_PROFILE_ENV=str(other)))
     assert got["NCCL_PROTO"] == "Simple" and got["A"] == "x"
     assert got["KIT_ACTIVE_PROFILE"] == "other"
-    assert got["NCCL_ALGO"] is None  # nothing from the state dir's file
     assert got["KIT_ACTIVE_SPEC"] is None  # no spec in that file
+    got = seen(run_child(tmp_path, KIT_PROFILE_ENV=str(state / "profile.json")))
+    assert (got["KIT_ACTIVE_PROFILE"], got["KIT_ACTIVE_SPEC"], got["NCCL_PROTO"]) == ("nccl-tuned", "eagle3", "LL")
 
 
-@pytest.mark.parametrize("where", ["state", "profile_env"])
-def test_missing_file_applies_nothing_silently(tmp_path, where):
+def test_bug_the_state_dir_alone_applies_nothing(tmp_path, state):
+    """supervisord and the control API have KIT_STATE_DIR but no KIT_PROFILE_ENV: a profile's env
+    (once, KIT_CONTROL_TOKEN) must never reach them."""
+    proc = run_child(tmp_path, KIT_STATE_DIR=str(state))
+    got = seen(proc)
+    assert got["KIT_ACTIVE_PROFILE"] is None and got["NCCL_PROTO"] is None and proc.stderr == ""
+
+
+def test_bug_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "profile.env"
+    os.mkfifo(fifo)
+    proc = run_child(tmp_path, KIT_PROFILE_ENV=str(fifo))  # run_child's timeout fails the test on a hang
+    assert seen(proc)["KIT_ACTIVE_PROFILE"] is None
+    assert "not a regular file" in proc.stderr
+
+
+def test_an_oversized_file_is_refused(tmp_path):
+    big = tmp_path / "profile.env"
+    big.write_text("A=" + "x" * (1 << 20) + "\0")
+    proc = run_child(tmp_path, KIT_PROFILE_ENV=str(big))
+    assert seen(proc)["A"] is None and "larger than" in proc.stderr
+
+
+@pytest.mark.parametrize("entries", ["A=1\0B C=2\0", "=1\0", "A=1\nNCCL_ALGO=Tree\0", "A\0"])
+def test_bug_a_malformed_entry_applies_nothing(tmp_path, entries):
+    bad = tmp_path / "profile.env"
+    bad.write_text(entries)
+    proc = run_child(tmp_path, KIT_PROFILE_ENV=str(bad))
+    got = seen(proc)
+    assert got["A"] is None and got["NCCL_ALGO"] is None and "NAME=value" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["nope.json", "profile.env"])
+def test_missing_file_applies_nothing_silently(tmp_path, name):
     empty = tmp_path / "empty"
     empty.mkdir()
-    env = {"KIT_STATE_DIR": str(empty)} if where == "state" else {"KIT_PROFILE_ENV": str(empty / "nope.json")}
-    proc = run_child(tmp_path, **env)
+    proc = run_child(tmp_path, KIT_PROFILE_ENV=str(empty / name))
     got = seen(proc)
     assert got["KIT_ACTIVE_PROFILE"] is None and got["NCCL_PROTO"] is None
     assert proc.stderr == ""
@@ -149,11 +182,11 @@ def chained_dir(tmp_path: Path, body: str) -> Path:
 
 def test_chained_sitecustomize_also_runs(tmp_path, state):
     other = chained_dir(tmp_path, "import os\nos.environ['CHAIN_MARKER'] = 'ran'\n")
-    got = seen(run_child(tmp_path, pythonpath=[SITECUSTOMIZE_DIR, other], KIT_STATE_DIR=str(state)))
+    got = seen(run_child(tmp_path, pythonpath=[SITECUSTOMIZE_DIR, other], KIT_PROFILE_ENV=str(state / "profile.env")))
     assert got["CHAIN_MARKER"] == "ran"
     assert got["KIT_ACTIVE_PROFILE"] == "nccl-tuned"
     # Python itself imports only the first sitecustomize on the path: the marker above came from chaining.
-    got = seen(run_child(tmp_path, pythonpath=[other], KIT_STATE_DIR=str(state)))
+    got = seen(run_child(tmp_path, pythonpath=[other], KIT_PROFILE_ENV=str(state / "profile.env")))
     assert got["CHAIN_MARKER"] == "ran" and got["KIT_ACTIVE_PROFILE"] is None
 
 
@@ -161,13 +194,13 @@ def test_chained_sitecustomize_sees_the_profile_env(tmp_path, state):
     other = chained_dir(
         tmp_path, "import os\nos.environ['CHAIN_MARKER'] = os.environ.get('NCCL_PROTO', 'unset')\n"
     )
-    got = seen(run_child(tmp_path, pythonpath=[SITECUSTOMIZE_DIR, other], KIT_STATE_DIR=str(state)))
+    got = seen(run_child(tmp_path, pythonpath=[SITECUSTOMIZE_DIR, other], KIT_PROFILE_ENV=str(state / "profile.env")))
     assert got["CHAIN_MARKER"] == "LL"
 
 
 def test_crash_in_chained_sitecustomize_does_not_stop_the_interpreter(tmp_path, state):
     other = chained_dir(tmp_path, "raise RuntimeError('boom from the other sitecustomize')\n")
-    proc = run_child(tmp_path, pythonpath=[SITECUSTOMIZE_DIR, other], KIT_STATE_DIR=str(state))
+    proc = run_child(tmp_path, pythonpath=[SITECUSTOMIZE_DIR, other], KIT_PROFILE_ENV=str(state / "profile.env"))
     got = seen(proc)
     assert got["KIT_ACTIVE_PROFILE"] == "nccl-tuned" and got["NCCL_PROTO"] == "LL"
     lines = proc.stderr.splitlines()
@@ -179,7 +212,7 @@ def test_bug_sitecustomize_adds_no_imports_to_python_startup(tmp_path, state):
     modules a bare interpreter does not load; `json` alone pulls in re/enum/collections, about 10 ms."""
     code = "import sys; print(' '.join(sorted(sys.modules)))"
     bare = set(run_child(tmp_path, pythonpath=[], code=code).stdout.split())
-    proc = run_child(tmp_path, code=code, KIT_STATE_DIR=str(state))
+    proc = run_child(tmp_path, code=code, KIT_PROFILE_ENV=str(state / "profile.env"))
     with_kit = set(proc.stdout.split())
-    assert seen(run_child(tmp_path, KIT_STATE_DIR=str(state)))["KIT_ACTIVE_PROFILE"] == "nccl-tuned"
+    assert seen(run_child(tmp_path, KIT_PROFILE_ENV=str(state / "profile.env")))["KIT_ACTIVE_PROFILE"] == "nccl-tuned"
     assert sorted(with_kit - bare - {"sitecustomize"}) == []

@@ -117,7 +117,7 @@ def measure(args: argparse.Namespace) -> dict:
         render_state(py, state)
         cwd = tmp_path  # an empty folder: only PYTHONPATH decides which sitecustomize runs
         bare_env = base_env()
-        kit_env = {**bare_env, "PYTHONPATH": str(SITE_DIR), "KIT_STATE_DIR": str(state)}
+        kit_env = {**bare_env, "PYTHONPATH": str(SITE_DIR), "KIT_PROFILE_ENV": str(state / "profile.env")}
         check_applied(py, kit_env, cwd)
         pass_cmd = [py, "-c", "pass"]
         show_cmd = [py, "-m", "launcher", "show", PROFILE]

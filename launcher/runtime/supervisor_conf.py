@@ -54,7 +54,7 @@ serverurl=unix://{paths.socket}
 [program:sglang]
 ; Runs the rendered plan's argv; sitecustomize applies the plan's env in every Python process.
 command={_cmd(py, '-m', 'launcher.runtime.server_exec', '--state-dir', state)}
-environment=PYTHONPATH={_q(pythonpath)},{settings.STATE_DIR.name}={_q(state)},PYTHONUNBUFFERED="1"
+environment=PYTHONPATH={_q(pythonpath)},{settings.STATE_DIR.name}={_q(state)},{settings.PROFILE_ENV.name}={_q(str(paths.profile_env))},PYTHONUNBUFFERED="1"
 priority=100
 autostart=true
 autorestart=true

@@ -1,6 +1,6 @@
 """On a CUDA machine: prove that the rendered profile env reaches NCCL through sitecustomize alone.
 
-Run with sitecustomize/ on PYTHONPATH and KIT_STATE_DIR pointing at a state dir written by
+Run with sitecustomize/ on PYTHONPATH and KIT_PROFILE_ENV naming DIR/profile.env, written by
 `launcher render PROFILE --state-dir DIR` (no kit code is imported here). The parent and a
 multiprocessing 'spawn' child (how SGLang starts TP workers) each initialise NCCL with
 NCCL_DEBUG=INFO, all-reduce inside a captured CUDA graph, and check the result; NCCL's own log
