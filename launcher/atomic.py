@@ -21,6 +21,7 @@ def write_text(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> Pa
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, target)
+        fsync_dir(target.parent)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -30,17 +31,53 @@ def write_text(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> Pa
     return target
 
 
+def json_text(data: Any) -> str:
+    """The one JSON layout of state files."""
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
 def write_json(path: str | os.PathLike[str], data: Any, mode: int = 0o644) -> Path:
-    return write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode)
+    return write_text(path, json_text(data), mode)
 
 
-def append_line(path: str | os.PathLike[str], line: str) -> None:
-    """Append one line with a single write (O_APPEND), so concurrent readers see whole lines."""
+def fsync_dir(folder: Path) -> None:
+    """Make a rename or unlink in `folder` durable."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove(path: str | os.PathLike[str]) -> None:
+    """Unlink durably; a file already gone is fine."""
+    target = Path(path)
+    try:
+        target.unlink()
+    except FileNotFoundError:
+        return
+    fsync_dir(target.parent)
+
+
+def append_line(path: str | os.PathLike[str], line: str, mode: int = 0o644) -> None:
+    """Append one whole line with a single write (O_APPEND), so concurrent readers see whole lines.
+
+    A file whose last line was cut short (a crash mid-write, a full disk) gets a line break first,
+    so the new entry never fuses with the broken one."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT, mode)
     try:
-        os.write(fd, (line.rstrip("\n") + "\n").encode())
+        size = os.fstat(fd).st_size
+        lead = b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
+        data = lead + (line.rstrip("\n") + "\n").encode()
+        if os.write(fd, data) != len(data):
+            raise OSError(f"short write to {target}")
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -205,6 +205,8 @@ START_RETRIES = _reg("KIT_START_RETRIES", _int(0), 3, "Restarts supervisord trie
 DRAIN_TIMEOUT_S = _reg("KIT_DRAIN_TIMEOUT_S", SECONDS, 300.0, "Longest a switch waits for running requests to finish; then the switch is aborted and nothing changes.", "server runtime", "server")
 HEALTH_TIMEOUT_S = _reg("KIT_HEALTH_TIMEOUT_S", SECONDS, 1800.0, "Health-gate timeout of a switch's new profile, when the request names none.", "server runtime", "server")
 ROLLBACK_TIMEOUT_S = _reg("KIT_ROLLBACK_TIMEOUT_S", SECONDS, 1800.0, "Health-gate timeout when a failed switch brings the previous profile back.", "server runtime", "server")
+RETRY_BACKOFF_S = _reg("KIT_RETRY_BACKOFF_S", SECONDS, 5.0, "After supervisord gives up on a crash-looping server (FATAL), the control API starts it again after this wait, doubling each time.", "server runtime", "server")
+RETRY_BACKOFF_MAX_S = _reg("KIT_RETRY_BACKOFF_MAX_S", SECONDS, 300.0, "The longest wait between those automatic restarts.", "server runtime", "server")
 
 # Bench and diagnostics
 SERVER_URL = _reg("KIT_SERVER_URL", URL, "http://127.0.0.1:30000", "SGLang URL the bench measures (the bench container sets http://server:30000).", "bench and diagnostics", "client")
@@ -236,6 +238,12 @@ GROUP_ORDER = ("models", "what runs", "profile knobs", "control API", "server ru
 
 def secret_names() -> frozenset[str]:
     return frozenset(n for n, s in REGISTRY.items() if s.secret)
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The secrets set in this process (at least 4 characters: shorter ones would blank common text)."""
+    env = os.environ if environ is None else environ
+    return [env[n] for n in sorted(secret_names()) if len(env.get(n) or "") >= 4]
 
 
 # ----- what a profile may set and reference --------------------------------------------------------
@@ -304,6 +312,7 @@ CMDLINE_FILE = "cmdline"
 COMMITTED_FILE = "committed.json"
 BOOT_FILE = "boot.json"
 HISTORY_FILE = "history.jsonl"
+JOURNAL_FILE = "switch.json"  # the switch in progress; present only while one runs or was cut short
 PATCH_RECORD_FILE = "kit_patches.json"  # in the installed sglang package, written by patches/apply.py
 
 
@@ -315,6 +324,7 @@ STATE_LAYOUT = {
     "committed": COMMITTED_FILE,
     "boot": BOOT_FILE,
     "history": HISTORY_FILE,
+    "journal": JOURNAL_FILE,
     "supervisord_conf": "supervisord.conf",
     "supervisord_pid": "supervisord.pid",
     "socket": "supervisor.sock",
@@ -333,6 +343,7 @@ class StatePaths:
     committed: Path
     boot: Path
     history: Path
+    journal: Path
     supervisord_conf: Path
     supervisord_pid: Path
     socket: Path

@@ -29,24 +29,66 @@ def test_server_url_from_flags():
     assert runtime_state.server_url(["--model-path", "/m"]) == "http://127.0.0.1:30000"
 
 
-def test_history_keeps_last_entries_and_skips_torn_lines(tmp_path):
-    assert runtime_state.history(tmp_path) == []  # no file yet
+PLAN = {"name": "fused", "spec": "eagle3", "digest": "0123456789abcdef", "env": {"NCCL_PROTO": "LL"},
+        "argv": ["python", "-m", "sglang.launch_server"], "flags": [], "description": "d"}
+
+
+def test_history_keeps_last_entries_and_counts_broken_lines(tmp_path):
+    assert runtime_state.read_history(tmp_path) == ([], 0)  # no file yet
     for i in range(25):
         runtime_state.append_history(tmp_path, {"i": i})
     with open(StatePaths(tmp_path).history, "a") as fh:
         fh.write('{"torn": ')
-    hist = runtime_state.history(tmp_path, 20)
-    assert [h["i"] for h in hist] == list(range(6, 25))  # last 20 lines, the torn one dropped
+    hist, skipped = runtime_state.read_history(tmp_path, 20)
+    assert [h["i"] for h in hist] == list(range(5, 25)) and skipped == 1
+
+
+def test_bug_a_torn_last_line_does_not_swallow_the_next_entry(tmp_path):
+    runtime_state.append_history(tmp_path, {"i": 1})
+    with open(StatePaths(tmp_path).history, "a") as fh:
+        fh.write('{"i": 2, "outc')  # a crash mid-append
+    runtime_state.append_history(tmp_path, {"i": 3})
+    hist, skipped = runtime_state.read_history(tmp_path)
+    assert [h["i"] for h in hist] == [1, 3] and skipped == 1
+
+
+@pytest.mark.parametrize("junk", [b"\xff\xfe not utf-8\n", b"[1, 2]\n", b"null\n", b"[" * 100000 + b"\n"])
+def test_bug_damaged_history_lines_are_skipped_and_counted(tmp_path, junk):
+    runtime_state.append_history(tmp_path, {"i": 1})
+    with open(StatePaths(tmp_path).history, "ab") as fh:
+        fh.write(junk)
+    runtime_state.append_history(tmp_path, {"i": 2})
+    hist, skipped = runtime_state.read_history(tmp_path)
+    assert [h["i"] for h in hist] == [1, 2] and skipped == 1
+    assert oct(StatePaths(tmp_path).history.stat().st_mode & 0o777) == "0o600"
 
 
 def test_commit_is_atomic_json(tmp_path):
     assert runtime_state.committed(tmp_path) is None
-    runtime_state.commit(tmp_path, {"name": "fused", "spec": "eagle3"})
+    runtime_state.commit(tmp_path, PLAN)
     data = json.loads(StatePaths(tmp_path).committed.read_text())
     assert data["plan"]["name"] == "fused"
     assert isinstance(data["committed_at"], float)
     assert runtime_state.committed(tmp_path) == data
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert oct(StatePaths(tmp_path).committed.stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize(
+    ("record", "key"),
+    [
+        ({"plan": None, "committed_at": 1.0}, "plan"),
+        ({"plan": {**PLAN, "argv": []}, "committed_at": 1.0}, "plan.argv"),
+        ({"plan": {**PLAN, "env": {"A": 1}}, "committed_at": 1.0}, "plan.env.A"),
+        ({"plan": PLAN}, "committed_at"),
+        ([PLAN], "(top level)"),
+    ],
+)
+def test_bug_a_wrongly_shaped_commit_record_is_ignored_with_a_warning(tmp_path, capsys, record, key):
+    StatePaths(tmp_path).committed.write_text(json.dumps(record))
+    assert runtime_state.committed(tmp_path) is None
+    err = capsys.readouterr().err
+    assert "warning: ignoring" in err and f"key '{key}'" in err
 
 
 def test_read_json_of_a_rendered_plan(tmp_path):

@@ -16,16 +16,35 @@ def env_file_text(plan: dict) -> str:
     return "".join(f"{k}={v}\0" for k, v in items)
 
 
+PLAN_FILE_MODE = 0o600  # the env may hold values the operator exported; only the kit's user reads it
+
+
 def write_plan(state_dir: Path, plan: dict) -> Path:
     """Atomic per file; profile.json goes last because it is what a starting server reads.
 
-    Takes plan JSON so a stored previous plan (rollback) is rendered exactly as it was.
+    Takes plan JSON so a stored previous plan (rollback) is rendered exactly as it was. A file that
+    already holds the right text is not rewritten, so a rollback on a full disk rewrites only what the
+    failed render changed.
     """
     state_dir.mkdir(parents=True, exist_ok=True)
     paths = StatePaths(state_dir)
-    atomic.write_text(paths.cmdline, shlex.join(plan["argv"]) + "\n")
-    atomic.write_text(paths.profile_env, env_file_text(plan))
-    return atomic.write_json(paths.profile_json, plan)
+    texts = (
+        (paths.cmdline, shlex.join(plan["argv"]) + "\n"),
+        (paths.profile_env, env_file_text(plan)),
+        (paths.profile_json, atomic.json_text(plan)),
+    )
+    for path, text in texts:
+        if _holds(path, text):
+            continue
+        atomic.write_text(path, text, PLAN_FILE_MODE)
+    return paths.profile_json
+
+
+def _holds(path: Path, text: str) -> bool:
+    try:
+        return path.is_file() and path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def render(plan: Plan, state_dir: Path) -> Path:

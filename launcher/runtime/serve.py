@@ -44,6 +44,20 @@ def initial_plan(paths: StatePaths, profile: str | None, spec: str | None) -> Pl
     return plan
 
 
+def writable_state_dir(paths: StatePaths) -> None:
+    """The state dir must take files before anything starts; say which and why when it does not."""
+    probe = paths.root / ".write-test"
+    try:
+        paths.root.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(probe, "ok\n")
+        atomic.remove(probe)
+    except OSError as exc:
+        raise UserError(
+            f"{settings.STATE_DIR.name}={paths.root}: cannot write there ({exc.strerror or exc}); "
+            f"mount it writable for the server's user, or set {settings.STATE_DIR.name} (or --state-dir) to a writable folder"
+        ) from exc
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="launcher serve", description="run SGLang and the control API under supervisord")
     p.add_argument("--state-dir", default=None, help=f"default ${settings.STATE_DIR.name} or {settings.STATE_DIR.default}")
@@ -60,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             raise unknown_profile(profile)
         paths = settings.state_paths(args.state_dir)
         paths = StatePaths(paths.root.resolve())
-        paths.root.mkdir(parents=True, exist_ok=True)
+        writable_state_dir(paths)
         plan = initial_plan(paths, profile, spec)
         conf = supervisor_conf.render(paths)
         render.render(plan, paths.root)

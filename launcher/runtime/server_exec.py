@@ -1,7 +1,10 @@
-"""supervisord's `sglang` program: exec the argv of the currently rendered plan.
+"""supervisord's `sglang` program: run the argv of the currently rendered plan, and end its whole tree.
 
 Indirection lets a switch re-render profile.json and restart the program without touching
-supervisord.conf. Its own interpreter already ran sitecustomize, so the env is in place; exec keeps it.
+supervisord.conf. Its own interpreter already ran sitecustomize, so the env is in place and the
+server inherits it. This process stays as the server's parent: it passes signals on, and when the
+server exits (or is stopped) it ends every process the server left behind, also those that left
+the process group (launcher/runtime/containment.py).
 """
 
 from __future__ import annotations
@@ -9,11 +12,54 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from launcher import settings
 from launcher.resources import sitecustomize_dir
+from launcher.runtime.containment import Containment
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+LEFTOVER_GRACE_S = 2.0  # SIGTERM to SIGKILL for processes still there after the server exited
+
+
+def supervise(cmd: list[str], stop_grace_s: float) -> int:
+    """Run `cmd` inside a containment, pass signals on, end everything left; the server's exit status."""
+    box = Containment.enter()
+    try:
+        child = subprocess.Popen(cmd)
+    except OSError as exc:
+        print(f"server_exec: cannot start {cmd[0]}: {exc}", file=sys.stderr)
+        box.release()
+        return 1
+    stop_at: list[float] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+        if signum in STOPPING and not stop_at:
+            stop_at.append(time.monotonic() + stop_grace_s)
+
+    for sig in FORWARDED:
+        signal.signal(sig, on_signal)
+    while True:
+        try:
+            rc = child.wait(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            if stop_at and time.monotonic() > stop_at[0]:
+                child.kill()
+    ended = box.end_all(LEFTOVER_GRACE_S)
+    if ended:
+        print(f"server_exec: ended {ended} process(es) the server left behind ({box.kind})", flush=True)
+    box.release()
+    return rc if rc >= 0 else 128 - rc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,12 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     os.environ.pop(settings.CONTROL_TOKEN.name, None)  # the server has no business holding the control secret
     print(f"server_exec: profile {plan.get('name')} spec {plan.get('spec')} digest {plan.get('digest')}: {' '.join(cmd)}", flush=True)
-    try:
-        os.execvp(cmd[0], cmd)
-    except OSError as exc:
-        print(f"server_exec: cannot start {cmd[0]}: {exc}", file=sys.stderr)
-        return 1
-    return 0  # unreachable
+    # supervisord kills the group after KIT_STOP_WAIT_S: end the tree well before that.
+    return supervise(cmd, max(1.0, settings.STOP_WAIT_S.get() - LEFTOVER_GRACE_S - 1))
 
 
 if __name__ == "__main__":

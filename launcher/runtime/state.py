@@ -1,49 +1,124 @@
-"""Runtime state files in KIT_STATE_DIR: the committed plan, the boot request, the switch history."""
+"""Runtime state files in KIT_STATE_DIR: the committed plan, the boot request, the switch history.
+
+Written atomically (or as whole appended lines) with mode 0600, and read defensively: a damaged file
+is reported and ignored, never a crash.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
-from launcher import atomic
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from launcher import atomic, settings
 from launcher.settings import StatePaths
+
+STATE_FILE_MODE = 0o600
+MAX_STATE_FILE_BYTES = 4 << 20
+HISTORY_TAIL_BYTES = 256 << 10
+
+
+class PlanRecord(BaseModel):
+    """What the runtime needs of a stored plan (profile.json, committed.json's plan)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    name: str
+    spec: str
+    digest: str
+    env: dict[str, str]
+    argv: list[str] = Field(min_length=1)
+    flags: list[str]
+
+
+class CommittedRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+    committed_at: float
+    plan: PlanRecord
 
 
 def read_json(path: Path) -> dict | None:
+    """A JSON object from a regular file of bounded size, or None (absent, damaged, not a file)."""
     try:
-        data = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
+        if not path.is_file() or path.stat().st_size > MAX_STATE_FILE_BYTES:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
 
+def plan_or_none(data: object) -> dict | None:
+    """A stored plan when it has the shape the runtime relies on, else None."""
+    try:
+        return PlanRecord.model_validate(data).model_dump()
+    except ValidationError:
+        return None
+
+
 def committed(sd: Path) -> dict | None:
-    """The last plan that passed the health gate (full plan JSON)."""
-    return read_json(StatePaths(sd).committed)
+    """The last plan that passed the health gate ({"committed_at", "plan"}); a damaged record is ignored
+    with a warning on stderr, as if there were none."""
+    path = StatePaths(sd).committed
+    if not path.exists():
+        return None
+    data = read_json(path)
+    try:
+        return CommittedRecord.model_validate(data).model_dump()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        print(f"warning: ignoring {path}: key '{where}': {first['msg']}; starting from PROFILE/SPEC", file=sys.stderr)
+        return None
 
 
 def commit(sd: Path, plan: dict) -> None:
-    atomic.write_json(StatePaths(sd).committed, {"committed_at": time.time(), "plan": plan})
+    atomic.write_json(StatePaths(sd).committed, {"committed_at": time.time(), "plan": plan}, mode=STATE_FILE_MODE)
 
 
 def append_history(sd: Path, entry: dict) -> None:
-    atomic.append_line(StatePaths(sd).history, json.dumps(entry, sort_keys=True))
+    atomic.append_line(StatePaths(sd).history, json.dumps(entry, sort_keys=True), mode=STATE_FILE_MODE)
+
+
+def read_history(sd: Path, last: int = 20) -> tuple[list[dict], int]:
+    """The last `last` entries of history.jsonl, and how many lines of its tail were skipped as broken
+    (not UTF-8, not JSON, not an object)."""
+    path = StatePaths(sd).history
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            start = max(0, size - HISTORY_TAIL_BYTES)
+            fh.seek(start)
+            data = fh.read()
+    except (FileNotFoundError, IsADirectoryError):
+        return [], 0
+    except OSError:
+        return [], 1
+    lines = data.split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # the first line of the tail may start mid-line
+    out: list[dict] = []
+    skipped = 0
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            entry = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            skipped += 1
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
+        else:
+            skipped += 1
+    return out[-last:], skipped
 
 
 def history(sd: Path, last: int = 20) -> list[dict]:
-    try:
-        lines = StatePaths(sd).history.read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in lines[-last:]:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+    return read_history(sd, last)[0]
 
 
 def server_url(flags: list[str]) -> str:
@@ -60,12 +135,19 @@ def server_url(flags: list[str]) -> str:
 
 
 def tail(path: Path, lines: int = 50) -> list[str]:
+    """The log's last lines with every secret's value replaced: they reach the unauthenticated /status."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - 64 * 1024))
             data = fh.read().decode("utf-8", "replace")
-    except FileNotFoundError:
+    except OSError:
         return []
-    return data.splitlines()[-lines:]
+    return [redact(line) for line in data.splitlines()[-lines:]]
+
+
+def redact(text: str) -> str:
+    for value in settings.secret_values():
+        text = text.replace(value, "<hidden>")
+    return text

@@ -1,5 +1,9 @@
 """Production profile switch on a host whose GPUs one server holds: drain, stop, start, health gate,
-and roll back to the last plan that worked when the new one fails."""
+and roll back to the last plan that worked when the new one fails.
+
+Every switch is journaled (launcher/runtime/journal.py) before the old server is touched, and any
+failure after that point, not only a failed health gate, takes the rollback path: the server is
+never left stopped without an outcome in the history."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import httpx
 
 from launcher import settings
 from launcher.profiles.render import write_plan
+from launcher.runtime import journal
 from launcher.runtime import state as runtime_state
 from launcher.runtime.metrics_text import running_requests
 from launcher.runtime.supervisor_rpc import Supervisor
@@ -36,6 +41,11 @@ class GateFailed(Exception):
     pass
 
 
+def describe(exc: BaseException) -> str:
+    """One line for the history: a gate failure says itself, anything else names its type."""
+    return str(exc) if isinstance(exc, GateFailed) else f"{type(exc).__name__}: {exc}"
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -54,6 +64,7 @@ class Switcher:
         self.sup = supervisor
         self.timeouts = timeouts or Timeouts()
         self.phase: str | None = None
+        self.active: dict | None = None  # the plan last rendered and started: what health is probed on
 
     async def _call(self, fn, *args):
         return await asyncio.to_thread(fn, *args)
@@ -94,6 +105,7 @@ class Switcher:
 
     async def start(self, plan: dict) -> None:
         self.phase = "starting"
+        self.active = plan
         write_plan(self.sd, plan)
         await self._call(self.sup.start)
 
@@ -121,11 +133,15 @@ class Switcher:
         await self.health_gate(runtime_state.server_url(plan["flags"]), timeout_s)
 
     async def run(self, current: dict | None, new: dict, timeout_s: float | None) -> dict:
-        """Full switch; returns the history entry (outcome switched / rolled_back / failed / aborted)."""
+        """Full switch; returns the history entry (outcome switched / rolled_back / failed / aborted).
+
+        OSError from writing the journal means nothing was changed; it propagates."""
         t0 = time.monotonic()
         durations: dict[str, float] = {}
+        j = journal.begin(self.sd, _label(current), _label(new))
         entry: dict = {
             "ts": time.time(),
+            "id": j.id,
             "from": _label(current),
             "to": _label(new),
             "durations": durations,
@@ -142,43 +158,74 @@ class Switcher:
             if current is not None:
                 await self.drain(runtime_state.server_url(current["flags"]), self.timeouts.drain_s)
             t = lap("drain", t)
-        except GateFailed as exc:
+        except Exception as exc:  # nothing was stopped: the old server keeps serving
             lap("drain", t)
-            entry.update(outcome="aborted", error=str(exc))
-            return self._finish(entry, t0)
-        await self.stop()
-        t = lap("stop", t)
+            entry.update(outcome="aborted", error=describe(exc))
+            return self._finish(entry, j, t0)
+        step = "stop"
         try:
+            journal.advance(self.sd, j, "stopping")
+            await self.stop()
+            t = lap("stop", t)
+            step = "start"
+            journal.advance(self.sd, j, "starting")
             await self.start(new)
             t = lap("start", t)
+            step = "health"
+            journal.advance(self.sd, j, "health")
             await self.health_gate(runtime_state.server_url(new["flags"]), timeout_s or self.timeouts.health_s)
             lap("health", t)
             runtime_state.commit(self.sd, new)
             entry["outcome"] = "switched"
-            return self._finish(entry, t0)
-        except GateFailed as exc:
-            lap("health", t)
-            entry["error"] = str(exc)
+            return self._finish(entry, j, t0)
+        except Exception as exc:  # the gate, a full disk, a supervisord fault: all take the rollback path
+            lap(step, t)
+            entry["error"] = describe(exc)
+            entry["failed_step"] = step
             entry["log_tail"] = runtime_state.tail(settings.StatePaths(self.sd).server_log, 50)
         if current is None:
             entry["outcome"] = "failed"
-            return self._finish(entry, t0)
+            return self._finish(entry, j, t0)
+        entry.update(await self.roll_back(current, j))
+        return self._finish(entry, j, t0)
+
+    async def roll_back(self, plan: dict, j: journal.Journal | None) -> dict:
+        """Stop whatever runs and bring `plan` back; the outcome and its time, never an exception."""
         self.phase = "rolling_back"
         t = time.monotonic()
-        await self.stop()
+        out: dict = {"outcome": "rolled_back"}
         try:
-            await self.bring_up(current, self.timeouts.rollback_s)
-            entry["outcome"] = "rolled_back"
-        except GateFailed as exc:
-            entry["outcome"] = "failed"
-            entry["rollback_error"] = str(exc)
-        lap("rollback", t)
-        return self._finish(entry, t0)
+            if j is not None:
+                try:
+                    journal.advance(self.sd, j, "rolling_back")
+                except OSError:
+                    pass  # the journal still says a switch is open, which is what recovery needs
+            await self.stop()
+            await self.bring_up(plan, self.timeouts.rollback_s)
+        except Exception as exc:
+            out = {"outcome": "failed", "rollback_error": describe(exc)}
+        out["rollback_s"] = round(time.monotonic() - t, 3)
+        return out
 
-    def _finish(self, entry: dict, t0: float) -> dict:
+    def _finish(self, entry: dict, j: journal.Journal, t0: float) -> dict:
+        """History first, then the journal goes: a crash in between leaves a journal, never a lost outcome."""
+        if "rollback_s" in entry:
+            entry["durations"]["rollback_s"] = entry.pop("rollback_s")
         entry["durations"]["total_s"] = round(time.monotonic() - t0, 3)
-        runtime_state.append_history(self.sd, entry)
         self.phase = None
+        try:
+            runtime_state.append_history(self.sd, entry)
+        except OSError as exc:
+            entry["history_error"] = describe(exc)
+            try:  # keep the journal, marked with the outcome, for the next start to record
+                journal.advance(self.sd, j, f"done:{entry['outcome']}")
+            except OSError:
+                pass
+            return entry
+        try:
+            journal.clear(self.sd)
+        except OSError:
+            pass
         return entry
 
 

@@ -1,0 +1,76 @@
+"""The switch journal: the intent of a switch, durable before the server is touched.
+
+Written (and fsynced) before the old server is stopped and updated at every phase; removed once the
+outcome is in the history. A journal found when the control API starts means a switch was cut short
+(the control API crashed or the container restarted): the control API resolves it before anything
+else (control_api.Runtime.recover).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from launcher import atomic
+from launcher.runtime.state import STATE_FILE_MODE, read_json
+from launcher.settings import StatePaths
+
+PHASES = ("draining", "stopping", "starting", "health", "rolling_back")
+
+
+class Label(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    profile: str
+    spec: str
+    digest: str | None = None
+
+
+class Journal(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    id: str
+    started_at: float
+    updated_at: float
+    phase: str
+    from_: Label | None = Field(default=None, alias="from")
+    to: Label | None = None
+
+    def record(self) -> dict:
+        return self.model_dump(by_alias=True)
+
+
+def begin(sd: Path, from_: dict | None, to: dict, phase: str = PHASES[0]) -> Journal:
+    """Write the intent; an OSError here means nothing was changed yet."""
+    now = time.time()
+    j = Journal(id=uuid.uuid4().hex[:12], started_at=now, updated_at=now, phase=phase,
+                **{"from": from_, "to": to})
+    _write(sd, j)
+    return j
+
+
+def advance(sd: Path, j: Journal, phase: str) -> None:
+    j.phase, j.updated_at = phase, time.time()
+    _write(sd, j)
+
+
+def _write(sd: Path, j: Journal) -> None:
+    atomic.write_json(StatePaths(sd).journal, j.record(), mode=STATE_FILE_MODE)
+
+
+def read(sd: Path) -> Journal | None:
+    """The unfinished switch, if any. A damaged journal still says that a switch was cut short."""
+    path = StatePaths(sd).journal
+    if not path.exists():
+        return None
+    data = read_json(path)
+    try:
+        return Journal.model_validate(data)
+    except ValidationError:
+        now = time.time()
+        return Journal(id="damaged", started_at=now, updated_at=now, phase="unknown")
+
+
+def clear(sd: Path) -> None:
+    atomic.remove(StatePaths(sd).journal)
