@@ -89,32 +89,29 @@ class ProfileFile(BaseModel):
             raise ValueError("description must be one non-empty line")
         return v
 
-    @field_validator("env")
-    @classmethod
-    def _env_entries(cls, v: dict[str, object]) -> dict[str, object]:
-        for key, value in v.items():
-            if not _ENV_KEY.fullmatch(key):
-                raise ValueError(f"'{key[:80]}' is not a valid environment variable name (letters, digits, '_'; "
-                                 "not starting with a digit)")
-            reason = settings.reserved_env_reason(key)
-            if reason:
-                raise ValueError(f"a profile may not set {key}: {reason}")
-            if isinstance(value, str) and any(c in value for c in _BAD_CHARS):
-                raise ValueError(f"the value of {key} contains a NUL byte or a line break")
-        return v
 
-    @field_validator("server")
-    @classmethod
-    def _flag_names(cls, v: dict[str, object]) -> dict[str, object]:
-        for key, value in v.items():
-            if key.startswith("-"):
-                raise ValueError(f"flag '{key}': write it without leading dashes, e.g. '{key.lstrip('-')}'")
-            if not _FLAG_KEY.fullmatch(key):
-                raise ValueError(f"flag '{key[:80]}' is not a flag name (lowercase letters, digits, '-', '_')")
-            values = value if isinstance(value, list) else [value]
-            if any(isinstance(x, str) and any(c in x for c in _BAD_CHARS) for x in values):
-                raise ValueError(f"the value of flag '{key}' contains a NUL byte or a line break")
-        return v
+
+def _check_entries(path: Path, pf: ProfileFile) -> None:
+    """[env] names and [server] flags, and what their values may hold; the error names the exact key."""
+    for key, value in pf.env.items():
+        where = f"{path}: key 'env.{key[:80]}'"
+        if not _ENV_KEY.fullmatch(key):
+            raise UserError(f"{where}: not a valid environment variable name; use letters, digits and '_', "
+                            "not starting with a digit")
+        reason = settings.reserved_env_reason(key)
+        if reason:
+            raise UserError(f"{where}: a profile may not set it: {reason}; remove the key")
+        if isinstance(value, str):
+            check_value(value, where)
+    for key, value in pf.server.items():
+        where = f"{path}: key 'server.{key[:80]}'"
+        if key.startswith("-"):
+            raise UserError(f"{where}: write the flag without leading dashes, e.g. '{key.lstrip('-')}'")
+        if not _FLAG_KEY.fullmatch(key):
+            raise UserError(f"{where}: not a flag name; use lowercase letters, digits, '-' and '_'")
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                check_value(item, where)
 
 
 @dataclass
@@ -179,11 +176,13 @@ def read_file(path: Path) -> ProfileFile:
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}:{_toml_line(exc)}: TOML syntax error: {exc}; fix the line and retry") from exc
     try:
-        return ProfileFile.model_validate(raw)
+        pf = ProfileFile.model_validate(raw)
     except ValidationError as exc:
         hints = {"extra_forbidden": "remove it; allowed top-level keys are extends, description, status, "
                  "[requires], [env], [server]"}
         raise schema_error(path, exc, hints, "see the profile format in README.md") from exc
+    _check_entries(path, pf)
+    return pf
 
 
 def _toml_line(exc: tomllib.TOMLDecodeError) -> int:

@@ -78,6 +78,9 @@ class Runtime:
     def status(self) -> dict:
         cur = self.current or {}
         hist, skipped = runtime_state.read_history(self.sd, 20)
+        health = self.health
+        if self.health_at is None or self.health_at < self.switcher.server_changed_at:
+            health = "unknown"  # no reading of the server that runs now yet
         return {
             "profile": cur.get("name"),
             "spec": cur.get("spec"),
@@ -86,7 +89,7 @@ class Runtime:
             "phase": self.switcher.phase,
             "since": self.since,
             "since_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since)),
-            "health": self.health,
+            "health": health,
             "health_age_s": None if self.health_at is None else round(time.time() - self.health_at, 3),
             "restarts": self.restarts,
             "retry": {"attempts": self.retries, "next_at": self.retry_at},

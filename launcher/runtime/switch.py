@@ -65,6 +65,7 @@ class Switcher:
         self.timeouts = timeouts or Timeouts()
         self.phase: str | None = None
         self.active: dict | None = None  # the plan last rendered and started: what health is probed on
+        self.server_changed_at = 0.0  # a health reading older than this describes a server that is gone
 
     async def _call(self, fn, *args):
         return await asyncio.to_thread(fn, *args)
@@ -88,6 +89,7 @@ class Switcher:
     async def stop(self) -> None:
         """Stop the program, then wait until its whole process group (TP workers too) is gone."""
         self.phase = "stopping"
+        self.server_changed_at = time.time()
         info = await self._call(self.sup.info)
         pgid = int(info.get("pid") or 0)
         await self._call(self.sup.stop)
@@ -105,6 +107,7 @@ class Switcher:
 
     async def start(self, plan: dict) -> None:
         self.phase = "starting"
+        self.server_changed_at = time.time()
         self.active = plan
         write_plan(self.sd, plan)
         await self._call(self.sup.start)

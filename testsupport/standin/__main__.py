@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 
 from launcher.errors import RuntimeFailure, run_cli
@@ -39,7 +40,18 @@ def _run(argv: list[str]) -> int:
         )
     if engine.settings.fault == "crash_at_start":
         raise RuntimeFailure("SIMULATED fault crash_at_start: the server failed during start-up")
+    if engine.settings.crash_while and os.path.exists(engine.settings.crash_while):
+        raise RuntimeFailure(f"SIMULATED crash loop: {engine.settings.crash_while} exists")
+    if engine.settings.spawn_orphan:
+        _spawn_orphan(engine.settings.spawn_orphan)
     return asyncio.run(serve(engine))
+
+
+def _spawn_orphan(pid_file: str) -> None:
+    """SIMULATED: a helper in its own session, as a server's stray worker would be; only containment ends it."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
+    with open(pid_file, "a", encoding="utf-8") as fh:
+        fh.write(f"{child.pid}\n")
 
 
 def main(argv: list[str] | None = None) -> int:

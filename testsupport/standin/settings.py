@@ -55,6 +55,10 @@ class StandinSettings(BaseModel):
     fault: Fault = "none"
     die_on_request: int = Field(1, ge=1, description="die_mid_stream: which generation request (1-based).")
     die_after_chunks: int = Field(3, ge=0, description="die_mid_stream: chunks sent before the exit.")
+    crash_while: str = Field("", description="Crash at start while this file exists (a crash loop the test ends).")
+    spawn_orphan: str = Field(
+        "", description="Start a process in its own session (it leaves the process group) and write its pid here."
+    )
     corrupt_output: bool = Field(
         False, description="Different text and accept length 1.0 (wrong all-reduce)."
     )

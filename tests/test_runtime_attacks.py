@@ -1,0 +1,382 @@
+"""Integration: the switch attacked as a hostile operator or a broken disk would attack it.
+
+Each test names the defect it pins (numbers as in the README's reliability section). Real
+supervisord, real control API, the stand-in server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from testsupport.stack import KitStack
+
+
+def _history(stack: KitStack) -> list[dict]:
+    return [json.loads(line) for line in (stack.state_dir / "history.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _profile(stack: KitStack, name: str, body: str) -> None:
+    (stack.profiles_dir / f"{name}.toml").write_text(
+        f'description = "test {name}"\nstatus = "experimental"\nextends = "baseline"\n{body}'
+    )
+
+
+def _control_pid(stack: KitStack) -> int:
+    for p in psutil.Process(stack.proc.pid).children(recursive=True):
+        if "launcher.runtime.control_api" in " ".join(p.cmdline()):
+            return p.pid
+    raise AssertionError("no control API process")
+
+
+def _wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except (httpx.HTTPError, OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not reached in {timeout}s (last: {last})")
+
+
+def _post(stack: KitStack, body: bytes | str, headers: dict | None = None) -> httpx.Response:
+    return httpx.post(f"{stack.control_url}/switch", content=body,
+                      headers={"Authorization": f"Bearer {stack.token}", **(headers or {})}, timeout=60)
+
+
+def _state_texts(stack: KitStack) -> str:
+    out = []
+    for p in stack.state_dir.rglob("*"):
+        if p.is_file() and p.suffix != ".sock":
+            out.append(p.read_bytes().decode("utf-8", "replace"))
+    return "\n".join(out)
+
+
+# 1 ------------------------------------------------------------------------------------------------
+def test_bug_1_a_profile_cannot_replace_the_control_token(kit_stack):
+    stack = kit_stack()
+    _profile(stack, "evil", '[env]\nKIT_CONTROL_TOKEN = "attacker"\n')
+    r = stack.switch("evil", "off")
+    assert r.status_code == 400
+    assert "evil.toml" in r.json()["error"] and "env.KIT_CONTROL_TOKEN" in r.json()["error"]
+    cli = stack.cli("check", "evil", "--spec", "off")
+    assert cli.returncode == 2 and "env.KIT_CONTROL_TOKEN" in cli.stderr
+    os.kill(_control_pid(stack), signal.SIGKILL)  # the control API restarts: the token must be the real one
+    _wait(lambda: stack.status()["state"] == "serving", 20, "control API back")
+    assert stack.switch("nccl-tuned", "off", token="attacker").status_code == 401
+    assert stack.switch("nccl-tuned", "off").json()["outcome"] == "switched"
+
+
+# 2 ------------------------------------------------------------------------------------------------
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_bug_2_disk_full_while_rendering_rolls_back(kit_stack, tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], check=True)
+    try:
+        stack = kit_stack(extra_env={"KIT_STATE_DIR": str(mnt / "state")})
+        pad = "x" * 100_000
+        _profile(stack, "padded", f'[env]\nPAD_A = "{pad}"\nPAD_B = "{pad}"\n')
+        filler = mnt / "filler"
+        with open(filler, "wb") as fh:  # fill the disk, then give back 64 KiB: room for the journal, not the plan
+            try:
+                while True:
+                    fh.write(b"\0" * 65536)
+                    fh.flush()
+            except OSError:
+                pass
+        os.truncate(filler, max(0, filler.stat().st_size - 65536))
+        r = stack.switch("padded", "off")
+        body = r.json()
+        assert r.status_code == 200, body
+        assert body["outcome"] == "rolled_back" and body["failed_step"] == "start"
+        assert "No space left on device" in body["error"]
+        assert httpx.get(f"{stack.server_url}/health", timeout=5).status_code == 200
+        assert stack.debug_env()["env"]["KIT_ACTIVE_PROFILE"] == "baseline"
+        hist = [json.loads(x) for x in (mnt / "state" / "history.jsonl").read_text().splitlines()]
+        assert hist[-1]["outcome"] == "rolled_back"
+        assert not (mnt / "state" / "switch.json").exists()
+        stack.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+# 3 ------------------------------------------------------------------------------------------------
+def test_bug_3_control_api_death_mid_switch_is_resolved_and_recorded(kit_stack):
+    stack = kit_stack(extra_env={"STANDIN_STARTUP_DELAY_S": "2"})
+    control = _control_pid(stack)
+    result: dict = {}
+
+    import threading
+
+    def fire() -> None:
+        try:
+            result["r"] = stack.switch("nccl-tuned", "off")
+        except httpx.HTTPError as exc:
+            result["err"] = exc
+
+    t = threading.Thread(target=fire)
+    t.start()
+    _wait(lambda: stack.status()["phase"] == "health", 20, "health phase")
+    journal = json.loads((stack.state_dir / "switch.json").read_text())
+    assert journal["phase"] == "health" and journal["to"]["profile"] == "nccl-tuned"
+    os.kill(control, signal.SIGKILL)
+    t0 = time.monotonic()
+    t.join()
+    assert "err" in result  # the client lost its answer with the process
+    st = _wait(lambda: (s := stack.status())["state"] == "serving" and s["health"] == "ok" and s, 30, "recovered")
+    elapsed = time.monotonic() - t0
+    hist = _history(stack)
+    assert hist[-1]["outcome"] == "interrupted" and hist[-1]["resolution"] == "kept"
+    assert hist[-1]["interrupted_phase"] == "health" and hist[-1]["id"] == journal["id"]
+    assert st["profile"] == "nccl-tuned"
+    assert json.loads((stack.state_dir / "committed.json").read_text())["plan"]["name"] == "nccl-tuned"
+    assert not (stack.state_dir / "switch.json").exists()
+    assert elapsed < 30
+
+
+def test_bug_3_an_unhealthy_target_left_by_a_dead_control_api_is_rolled_back(kit_stack):
+    stack = kit_stack(extra_env={"KIT_HEALTH_TIMEOUT_S": "4"})
+    control = _control_pid(stack)
+    import threading
+
+    t = threading.Thread(target=lambda: _swallow(lambda: stack.switch("hangs", "off", timeout_s=60)))
+    t.start()
+    _wait(lambda: stack.status()["phase"] == "health", 20, "health phase")
+    os.kill(control, signal.SIGKILL)
+    t.join()
+    _wait(lambda: stack.status()["state"] == "rolled_back", 40, "rolled back")
+    hist = _history(stack)
+    assert (hist[-1]["outcome"], hist[-1]["resolution"]) == ("interrupted", "rolled_back")
+    assert "health timeout" in hist[-1]["gate_error"]
+    assert stack.debug_env()["env"]["KIT_ACTIVE_PROFILE"] == "baseline"
+
+
+def _swallow(fn):
+    try:
+        fn()
+    except httpx.HTTPError:
+        pass
+
+
+# 4 ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "-1", "0", "true", '"5"', "1e9", "[]"])
+def test_bug_4_a_bad_timeout_is_400_and_blocks_nothing(kit_stack, value):
+    stack = kit_stack()
+    r = _post(stack, f'{{"profile": "nccl-tuned", "spec": "off", "timeout_s": {value}}}')
+    assert r.status_code == 400, r.text
+    assert "timeout_s" in r.json()["error"]
+    assert stack.status()["state"] == "serving" and not (stack.state_dir / "switch.json").exists()
+    assert stack.switch("nccl-tuned", "off", timeout_s=30).json()["outcome"] == "switched"
+
+
+# 5 ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("profile", "spec"),
+    [("/tmp/x/evil", "off"), ("../../x", "off"), ("baseline", "../spec/off"), ("baseline", "spec/off"),
+     ("Baseline", "off"), ("x" * 300, "off"), ("baseline", "o" * 300), ("", "off")],
+)
+def test_bug_5_names_are_not_paths(kit_stack, profile, spec):
+    stack = kit_stack()
+    evil = Path("/tmp/x")
+    evil.mkdir(exist_ok=True)
+    (evil / "evil.toml").write_text('description = "outside"\n')
+    r = stack.switch(profile, spec)
+    assert r.status_code == 400, r.text
+    assert "not valid" in r.json()["error"] and "a name, not a path" in r.json()["error"]
+    assert _history(stack)[-1]["outcome"] == "started"
+
+
+def test_bug_5_extends_cannot_name_a_path(kit_stack):
+    stack = kit_stack()
+    _profile(stack, "climber", "")
+    (stack.profiles_dir / "climber.toml").write_text('description = "x"\nextends = "../../tmp/x/evil"\n')
+    r = stack.switch("climber", "off")
+    assert r.status_code == 400 and "key 'extends'" in r.json()["error"]
+
+
+# 6 ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [('[env]\nA = "a\\u0000NCCL_ALGO=Tree"\n', "env"), ('[env]\n"A=B" = "1"\n', "env"),
+     ('[env]\nA = "line\\nNCCL_ALGO=Tree"\n', "env"), ('[server]\nserved-model-name = "a\\u0000b"\n', "server")],
+)
+def test_bug_6_nul_newline_and_equals_cannot_smuggle_variables(kit_stack, body, key):
+    stack = kit_stack()
+    _profile(stack, "smuggler", body)
+    r = stack.switch("smuggler", "off")
+    assert r.status_code == 400, r.text
+    assert "smuggler.toml" in r.json()["error"] and f"key '{key}" in r.json()["error"]
+    assert "NCCL_ALGO" not in stack.debug_env()["env"]
+
+
+# 7 ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("ref", ["${KIT_CONTROL_TOKEN}", "${KIT_CONTROL_TOKEN:-x}", "${HF_TOKEN}", "${KIT_STATE_DIR}"])
+def test_bug_7_a_profile_cannot_read_the_token_or_the_kits_settings(kit_stack, ref):
+    stack = kit_stack(extra_env={"HF_TOKEN": "hf-secret-value"})
+    _profile(stack, "leak", f'[server]\nserved-model-name = "{ref}"\n')
+    r = stack.switch("leak", "off")
+    assert r.status_code == 400 and "may not read it" in r.json()["error"]
+    texts = _state_texts(stack) + json.dumps(stack.status())
+    texts += httpx.get(f"{stack.server_url}/v1/models", timeout=5).text
+    assert stack.token not in texts and "hf-secret-value" not in texts
+
+
+def test_bug_7_secrets_in_the_server_log_never_reach_status(kit_stack):
+    stack = kit_stack(extra_env={"HF_TOKEN": "hf-secret-value"})
+    log = stack.state_dir / "logs" / "sglang.log"
+    with open(log, "a") as fh:
+        fh.write("downloading with token hf-secret-value and test-token\n")
+    r = stack.switch("crashy", "off")
+    body = json.dumps(r.json()) + json.dumps(stack.status())
+    assert r.json()["outcome"] == "rolled_back"
+    assert "hf-secret-value" not in body and stack.token not in body and "<hidden>" in body
+    for name in ("committed.json", "profile.json", "cmdline", "history.jsonl"):
+        assert oct((stack.state_dir / name).stat().st_mode & 0o777) == "0o600", name
+
+
+# 8 ------------------------------------------------------------------------------------------------
+def test_bug_8_damaged_history_never_breaks_status(kit_stack):
+    stack = kit_stack()
+    with open(stack.state_dir / "history.jsonl", "ab") as fh:
+        fh.write(b"\xff\xfe\x00 broken\n[1]\n{\"torn\": ")
+    st = stack.status()
+    assert st["history_skipped"] == 3 and st["history"][0]["outcome"] == "started"
+    assert stack.switch("nccl-tuned", "off").json()["outcome"] == "switched"
+    st = stack.status()
+    assert [h["outcome"] for h in st["history"]] == ["started", "switched"] and st["history_skipped"] == 3
+
+
+# 9 ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("record", ['{"plan": null}', '{"committed_at": 1, "plan": {"name": "fused"}}', "[]", "\xff"])
+def test_bug_9_a_wrongly_shaped_commit_record_does_not_stop_startup(kit_stack, record):
+    stack = kit_stack(start=False)
+    stack.state_dir.mkdir(parents=True)
+    (stack.state_dir / "committed.json").write_text(record, encoding="latin-1")
+    stack.start()
+    assert stack.status()["profile"] == "baseline"
+    assert "warning: ignoring" in stack.log.read_text()
+
+
+# 10 -----------------------------------------------------------------------------------------------
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _orphans(path: Path) -> list[int]:
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def test_bug_10_grandchildren_in_their_own_session_do_not_survive(kit_stack, tmp_path):
+    pids = tmp_path / "orphans"
+    stack = kit_stack(extra_env={"STANDIN_SPAWN_ORPHAN": str(pids)})
+    first = _wait(lambda: _orphans(pids), 10, "orphan started")[0]
+    assert os.getsid(first) != os.getsid(stack.debug_env()["pid"])  # it really left the session
+    os.kill(stack.debug_env()["pid"], signal.SIGKILL)  # the server dies: supervisord restarts it
+    _wait(lambda: len(_orphans(pids)) >= 2 and stack.status()["health"] == "ok", 20, "restart")
+    _wait(lambda: not _alive(first), 10, "first orphan ended after the restart")
+    assert stack.switch("nccl-tuned", "off").json()["outcome"] == "switched"  # a switch
+    second = _orphans(pids)[1]
+    _wait(lambda: not _alive(second), 10, "second orphan ended after the switch")
+    third = _wait(lambda: _orphans(pids)[2:], 10, "orphan of the new server")[0]
+    os.kill(stack.proc.pid, signal.SIGTERM)  # serve's SIGTERM
+    stack.proc.wait(timeout=30)
+    _wait(lambda: not _alive(third), 10, "third orphan ended after SIGTERM")
+
+
+# 11 -----------------------------------------------------------------------------------------------
+def test_bug_11_bad_requests_are_400_or_401_never_500(kit_stack):
+    stack = kit_stack()
+    r = httpx.post(f"{stack.control_url}/switch", json={"profile": "nccl-tuned"},
+                   headers=[(b"Authorization", b"Bearer \xff\xfe\xc3")], timeout=10)
+    assert r.status_code == 401 and "Traceback" not in r.text
+    deep = "[" * 100_000 + "]" * 100_000
+    r = _post(stack, f'{{"profile": {deep}}}')
+    assert r.status_code in (400, 413) and "Traceback" not in r.text
+    r = _post(stack, "[" * 5000 + "]" * 5000)
+    assert r.status_code == 400 and "Traceback" not in r.text
+    for body in ("not json", '{"profile": 1}', '{"spec": "off"}', '{"profile": "baseline", "extra": 1}', "null"):
+        r = _post(stack, body)
+        assert r.status_code == 400, (body, r.text)
+    assert stack.status()["state"] == "serving"
+
+
+def test_bug_11_a_broken_entry_in_a_profiles_folder_hides_nothing(kit_stack, tmp_path):
+    stack = kit_stack()
+    (tmp_path / "elsewhere.toml").write_text('description = "outside the folder"\n')
+    (stack.profiles_dir / "loop.toml").symlink_to(stack.profiles_dir / "loop.toml")
+    (stack.profiles_dir / "dangling.toml").symlink_to(stack.profiles_dir / "missing")
+    (stack.profiles_dir / "outside.toml").symlink_to(tmp_path / "elsewhere.toml")
+    os.mkfifo(stack.profiles_dir / "fifo.toml")
+    (stack.profiles_dir / "bad.toml").write_bytes(b"\xff\xfe")
+    r = httpx.get(f"{stack.control_url}/profiles", timeout=10)
+    assert r.status_code == 200
+    names = {p["name"]: p for p in r.json()}
+    assert "baseline" in names and not {"loop", "dangling", "outside", "fifo"} & set(names)
+    assert names["bad"]["status"] == "invalid"
+    cli = stack.cli("profiles")
+    assert cli.returncode == 0 and "AssertionError" not in cli.stderr and "baseline" in cli.stdout
+
+
+def test_bug_11_a_read_only_state_dir_is_a_clear_error(kit_stack, tmp_path):
+    stack = kit_stack(start=False)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    mounted = False
+    if os.geteuid() == 0:  # root writes through permissions: make it truly read-only
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)]).returncode == 0
+    else:
+        ro.chmod(0o500)
+    try:
+        r = stack.cli("serve", "--dry-run", env={"KIT_STATE_DIR": str(ro / "state") if not mounted else str(ro)})
+        assert r.returncode == 2, r.stderr
+        assert "KIT_STATE_DIR" in r.stderr and "cannot write there" in r.stderr and "Traceback" not in r.stderr
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(ro)], check=False)
+
+
+def test_bug_11_a_crash_loop_is_reported_and_recovered(kit_stack, tmp_path):
+    flag = tmp_path / "crash"
+    stack = kit_stack(extra_env={"STANDIN_CRASH_WHILE": str(flag), "KIT_RETRY_BACKOFF_S": "1"})
+    flag.write_text("1")
+    os.kill(stack.debug_env()["pid"], signal.SIGKILL)
+    st = _wait(lambda: (s := stack.status())["state"] == "failed" and s, 30, "failed")
+    assert "crash loop" in st["last_error"] and "FATAL" in st["last_error"]
+    flag.unlink()
+    st = _wait(lambda: (s := stack.status())["state"] == "serving" and s["health"] == "ok" and s, 30, "serving again")
+    assert st["retry"]["attempts"] >= 1 and st["last_error"] is None
+
+
+# 12 -----------------------------------------------------------------------------------------------
+def test_bug_12_status_health_is_fresh_during_a_switch(kit_stack):
+    stack = kit_stack(extra_env={"KIT_HEALTH_TIMEOUT_S": "4"})
+    import threading
+
+    t = threading.Thread(target=lambda: stack.switch("hangs", "off"))
+    t.start()
+    _wait(lambda: stack.status()["phase"] == "health", 20, "health phase")
+    seen = []
+    for _ in range(10):
+        st = stack.status()
+        if st["phase"] == "health":
+            seen.append((st["health"], st["health_age_s"]))
+        time.sleep(0.2)
+    t.join()
+    assert seen and all(h != "ok" for h, _ in seen), seen  # the new server answers 503
+    assert all(age is not None and age < 3 for _, age in seen), seen
