@@ -380,3 +380,26 @@ def test_bug_12_status_health_is_fresh_during_a_switch(kit_stack):
     t.join()
     assert seen and all(h != "ok" for h, _ in seen), seen  # the new server answers 503
     assert all(age is not None and age < 3 for _, age in seen), seen
+
+
+def test_bug_3_a_container_restart_mid_switch_is_resolved_and_recorded(kit_stack):
+    """The whole container dies during a switch (every process SIGKILLed); `serve` starts again."""
+    stack = kit_stack(extra_env={"STANDIN_STARTUP_DELAY_S": "2"})
+    import threading
+
+    t = threading.Thread(target=lambda: _swallow(lambda: stack.switch("nccl-tuned", "off")))
+    t.start()
+    _wait(lambda: stack.status()["phase"] == "health", 20, "health phase")
+    procs = [stack.proc.pid, *(p.pid for p in psutil.Process(stack.proc.pid).children(recursive=True))]
+    for pid in procs:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    stack.proc.wait(timeout=10)
+    t.join()
+    assert (stack.state_dir / "switch.json").exists()
+    stack.start(timeout=40)  # same PROFILE/SPEC: serve resumes the committed plan, the control API resolves
+    hist = _wait(lambda: (h := _history(stack))[-1]["outcome"] == "interrupted" and h, 30, "recorded")
+    assert hist[-1]["resolution"] == "kept" and hist[-1]["running"]["profile"] == "baseline"
+    assert stack.status()["profile"] == "baseline" and not (stack.state_dir / "switch.json").exists()

@@ -13,6 +13,7 @@ import psutil
 
 from launcher.runtime.containment import Containment
 
+
 def orphan_then(last: str) -> str:
     """A server that starts a sleeper in its own session, prints its pid, then runs `last`."""
     return (
