@@ -86,7 +86,7 @@ listing() { # listing NAME FILE...: cuobjdump --list-elf of each file, and the v
 
   echo "=== cuobjdump --list-elf"
   for name in mscclpp deepep; do
-    wheel=$(ls "$WORK/$name-wheels"/*.whl 2>/dev/null | head -1)
+    wheel=$(find "$WORK/$name-wheels" -name '*.whl' -print -quit 2>/dev/null)
     if [ -z "$wheel" ]; then
       echo "$name: no wheel"
       continue
@@ -99,7 +99,8 @@ listing() { # listing NAME FILE...: cuobjdump --list-elf of each file, and the v
     echo "$name: $(listing "$name" "${sos[@]}")"
   done
   echo "=== wheel check by the image's own rule (ensure-deepep-sm120.sh check)"
-  bash docker/ensure-deepep-sm120.sh check $(find "$WORK/deepep-unpacked" -name '*.so' -type f) 2>&1
+  mapfile -t deepep_sos < <(find "$WORK/deepep-unpacked" -name '*.so' -type f 2>/dev/null)
+  bash docker/ensure-deepep-sm120.sh check "${deepep_sos[@]}" 2>&1
   echo "check exit=$?"
 } 2>&1 | tee "$OUT/build-gpu-stages.log"
 tar -czf "$OUT/build-logs.tgz" -C "$OUT" mscclpp-build.log deepep-build.log 2>/dev/null
