@@ -10,6 +10,8 @@
 #   CUDA_HOME         toolkit with nvcc (default /usr/local/cuda)
 #   NCCL_HOME         NCCL with include/ and lib/ (default: the nvidia-nccl wheel torch uses)
 #   PYTHON            the Python whose NCCL wheel is used (default python3)
+#   NCCL_TESTS_MPI    1: build with MPI, one process per GPU under mpirun (needs MPI_HOME with
+#                     include/mpi.h and lib/libmpi.so); default 0, one process for all GPUs
 set -euo pipefail
 
 if [ "$#" -ne 2 ]; then
@@ -54,7 +56,14 @@ done
 
 build=$(mktemp -d)
 # LD_RUN_PATH: the linker records the wheel's lib/ as the binary's run path, so it loads that NCCL.
-LD_RUN_PATH="$nccl_home/lib" make -C "$src/src" -j"$(nproc)" MPI=0 CUDA_HOME="$cuda_home" NCCL_HOME="$view" NVCC_GENCODE="$gencode" \
+mpi=${NCCL_TESTS_MPI:-0}
+case "$mpi" in
+  0) mpi_args=(MPI=0) ;;
+  1) [ -f "${MPI_HOME:-}/include/mpi.h" ] || { echo "NCCL_TESTS_MPI=1 needs MPI_HOME with include/mpi.h (MPI_HOME='${MPI_HOME:-}')" >&2; exit 2; }
+     mpi_args=(MPI=1 "MPI_HOME=$MPI_HOME") ;;
+  *) echo "NCCL_TESTS_MPI must be 0 or 1, not '$mpi'" >&2; exit 2 ;;
+esac
+LD_RUN_PATH="$nccl_home/lib" make -C "$src/src" -j"$(nproc)" "${mpi_args[@]}" CUDA_HOME="$cuda_home" NCCL_HOME="$view" NVCC_GENCODE="$gencode" \
   BUILDDIR="$build" "$build/all_reduce_perf"
 mkdir -p "$prefix/bin"
 install -m 0755 "$build/all_reduce_perf" "$prefix/bin/all_reduce_perf"

@@ -24,13 +24,26 @@ mkdir -p "$OUT"
     done
   done
   if command -v mpirun >/dev/null && command -v mpicc >/dev/null; then
-    MPI_HOME=$(dirname "$(dirname "$(command -v mpicc)")")
-    sed -i 's/^MPI ?= 0/MPI ?= 1/' "$SRC/src/Makefile"
-    MPI_HOME=$MPI_HOME NCCL_TESTS_ARCHS=90 bash docker/build-nccl-tests.sh "$SRC" "$WORK/mpi" >/dev/null 2>&1; echo "build MPI exit=$?"
+    # The first run linked one MPI's header with another's library and every process came up as a
+    # singleton (busbw 0). Take the include and lib dirs from the mpicc wrapper that matches mpirun.
+    mpirun --version 2>&1 | head -1
+    inc=$(mpicc -showme:incdirs 2>/dev/null | awk '{print $1}')
+    lib=$(mpicc -showme:libdirs 2>/dev/null | awk '{print $1}')
+    echo "mpicc include: ${inc:-?} lib: ${lib:-?}"
+    mpi_home="$WORK/mpi-home"
+    mkdir -p "$mpi_home" && ln -sfn "$inc" "$mpi_home/include" && ln -sfn "$lib" "$mpi_home/lib"
+    NCCL_TESTS_MPI=1 MPI_HOME=$mpi_home NCCL_TESTS_ARCHS=90 bash docker/build-nccl-tests.sh "$SRC" "$WORK/mpi" >"$OUT/mpi_build.log" 2>&1
+    echo "build MPI exit=$?"
+    ldd "$WORK/mpi/bin/all_reduce_perf" | grep -i -E "mpi|nccl"
     for size in 14336 43008 229376 1048576; do
-      line=$(mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE "$WORK/mpi/bin/all_reduce_perf" -b $size -e $size -g 1 \
-        -d bfloat16 -o sum -c 1 -a 1 -w 20 -n 20 -G 10 2>&1 | grep -E "^ +$size ")
+      line=$(mpirun --allow-run-as-root --oversubscribe -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x PATH \
+        "$WORK/mpi/bin/all_reduce_perf" -b $size -e $size -g 1 -d bfloat16 -o sum -c 1 -a 1 -w 20 -n 20 -G 10 2>&1 \
+        | grep -E "^ +$size |nranks|Rank")
       echo "layout [mpirun -np 2 -g 1] $line"
     done
+  fi
+  if [ -n "${KIT_TOO:-}" ]; then  # the kit at the same sizes, same machine, same minute
+    python3 -m bench.allreduce.cli --backends nccl-direct --nranks 2 --graph --sizes 14336,43008,229376,1048576 \
+      --out "$WORK/kit" 2>&1 | tail -12
   fi
 } 2>&1 | tee "$OUT/layout.log"
