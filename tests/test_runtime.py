@@ -12,11 +12,6 @@ import httpx
 import psutil
 
 
-def _history(stack) -> list[dict]:
-    path = stack.state_dir / "history.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
 def test_switch_a_to_b_reaches_new_env_and_argv(kit_stack):
     stack = kit_stack("baseline", "off")
     before = stack.debug_env()
@@ -34,7 +29,7 @@ def test_switch_a_to_b_reaches_new_env_and_argv(kit_stack):
     assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3"
     st = stack.status()
     assert (st["profile"], st["spec"], st["state"]) == ("nccl-tuned", "eagle3", "serving")
-    hist = _history(stack)
+    hist = stack.history()
     assert hist[-1]["outcome"] == "switched"
     assert hist[-1]["from"]["profile"] == "baseline" and hist[-1]["to"]["profile"] == "nccl-tuned"
     assert set(hist[-1]["durations"]) >= {"drain_s", "stop_s", "start_s", "health_s", "total_s"}
@@ -54,7 +49,7 @@ def test_crash_at_start_rolls_back(kit_stack):
     assert st["profile"] == "baseline" and "exited" in st["last_error"]
     assert httpx.get(f"{stack.server_url}/health_generate", timeout=5).status_code == 200
     assert stack.debug_env()["env"]["KIT_ACTIVE_PROFILE"] == "baseline"
-    assert _history(stack)[-1]["outcome"] == "rolled_back"
+    assert stack.history()[-1]["outcome"] == "rolled_back"
     # The CLI reports it as a failure with the reason.
     cli = stack.cli("switch", "crashy", "--spec", "off")
     assert cli.returncode == 1 and "rolled_back" in cli.stdout and "reason" in cli.stdout
@@ -118,7 +113,7 @@ def test_invalid_profile_400_and_nothing_changes(kit_stack, tmp_path):
     assert r.status_code == 400 and "spec" in r.json()["error"]
     assert stack.debug_env()["pid"] == pid
     assert stack.status()["state"] == "serving"
-    assert [h["outcome"] for h in _history(stack)] == ["started"]
+    assert [h["outcome"] for h in stack.history()] == ["started"]
     cli = stack.cli("switch", "nope")
     assert cli.returncode == 2 and "known profiles" in cli.stderr and "Traceback" not in cli.stderr
 
@@ -221,4 +216,4 @@ def test_simultaneous_switches_one_wins(kit_stack):
     for t in threads:
         t.join()
     assert sorted(codes) == [200, 409]
-    assert [h["outcome"] for h in _history(stack)] == ["started", "switched"]
+    assert [h["outcome"] for h in stack.history()] == ["started", "switched"]

@@ -17,38 +17,14 @@ import httpx
 import psutil
 import pytest
 
+from testsupport.net import ignore_http_errors, until
 from testsupport.stack import KitStack
-
-
-def _history(stack: KitStack) -> list[dict]:
-    return [json.loads(line) for line in (stack.state_dir / "history.jsonl").read_text().splitlines() if line.strip()]
 
 
 def _profile(stack: KitStack, name: str, body: str) -> None:
     (stack.profiles_dir / f"{name}.toml").write_text(
         f'description = "test {name}"\nstatus = "experimental"\nextends = "baseline"\n{body}'
     )
-
-
-def _control_pid(stack: KitStack) -> int:
-    for p in psutil.Process(stack.proc.pid).children(recursive=True):
-        if "launcher.runtime.control_api" in " ".join(p.cmdline()):
-            return p.pid
-    raise AssertionError("no control API process")
-
-
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except (httpx.HTTPError, OSError, ValueError):
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached in {timeout}s (last: {last})")
 
 
 def _post(stack: KitStack, body: bytes | str, headers: dict | None = None) -> httpx.Response:
@@ -73,10 +49,18 @@ def test_bug_1_a_profile_cannot_replace_the_control_token(kit_stack):
     assert "evil.toml" in r.json()["error"] and "env.KIT_CONTROL_TOKEN" in r.json()["error"]
     cli = stack.cli("check", "evil", "--spec", "off")
     assert cli.returncode == 2 and "env.KIT_CONTROL_TOKEN" in cli.stderr
-    os.kill(_control_pid(stack), signal.SIGKILL)  # the control API restarts: the token must be the real one
-    _wait(lambda: stack.status()["state"] == "serving", 20, "control API back")
+    os.kill(stack.control_pid(), signal.SIGKILL)  # the control API restarts: the token must be the real one
+    until(lambda: stack.status()["state"] == "serving", 20, "control API back")
     assert stack.switch("nccl-tuned", "off", token="attacker").status_code == 401
     assert stack.switch("nccl-tuned", "off").json()["outcome"] == "switched"
+    assert stack.debug_env()["env"]["NCCL_PROTO"] == "LL"  # the server has the profile's env ...
+    others = [psutil.Process(stack.proc.pid), *(p for p in psutil.Process(stack.proc.pid).children(recursive=True)
+                                               if "server_exec" not in " ".join(p.cmdline())
+                                               and "testsupport.standin" not in " ".join(p.cmdline()))]
+    assert len(others) == 3  # supervisord, the control API, the log tailer ... and none of these
+    for proc in others:
+        env = proc.environ()
+        assert "NCCL_PROTO" not in env and "KIT_ACTIVE_PROFILE" not in env, proc.cmdline()
 
 
 # 2 ------------------------------------------------------------------------------------------------
@@ -116,7 +100,7 @@ def test_bug_2_disk_full_while_rendering_rolls_back(kit_stack, tmp_path):
 # 3 ------------------------------------------------------------------------------------------------
 def test_bug_3_control_api_death_mid_switch_is_resolved_and_recorded(kit_stack):
     stack = kit_stack(extra_env={"STANDIN_STARTUP_DELAY_S": "2"})
-    control = _control_pid(stack)
+    control = stack.control_pid()
     result: dict = {}
 
     import threading
@@ -129,16 +113,16 @@ def test_bug_3_control_api_death_mid_switch_is_resolved_and_recorded(kit_stack):
 
     t = threading.Thread(target=fire)
     t.start()
-    _wait(lambda: stack.status()["phase"] == "health", 20, "health phase")
+    until(lambda: stack.status()["phase"] == "health", 20, "health phase")
     journal = json.loads((stack.state_dir / "switch.json").read_text())
     assert journal["phase"] == "health" and journal["to"]["profile"] == "nccl-tuned"
     os.kill(control, signal.SIGKILL)
     t0 = time.monotonic()
     t.join()
     assert "err" in result  # the client lost its answer with the process
-    st = _wait(lambda: (s := stack.status())["state"] == "serving" and s["health"] == "ok" and s, 30, "recovered")
+    st = until(lambda: (s := stack.status())["state"] == "serving" and s["health"] == "ok" and s, 30, "recovered")
     elapsed = time.monotonic() - t0
-    hist = _history(stack)
+    hist = stack.history()
     assert hist[-1]["outcome"] == "interrupted" and hist[-1]["resolution"] == "kept"
     assert hist[-1]["interrupted_phase"] == "health" and hist[-1]["id"] == journal["id"]
     assert st["profile"] == "nccl-tuned"
@@ -149,26 +133,19 @@ def test_bug_3_control_api_death_mid_switch_is_resolved_and_recorded(kit_stack):
 
 def test_bug_3_an_unhealthy_target_left_by_a_dead_control_api_is_rolled_back(kit_stack):
     stack = kit_stack(extra_env={"KIT_HEALTH_TIMEOUT_S": "4"})
-    control = _control_pid(stack)
+    control = stack.control_pid()
     import threading
 
-    t = threading.Thread(target=lambda: _swallow(lambda: stack.switch("hangs", "off", timeout_s=60)))
+    t = threading.Thread(target=lambda: ignore_http_errors(lambda: stack.switch("hangs", "off", timeout_s=60)))
     t.start()
-    _wait(lambda: stack.status()["phase"] == "health", 20, "health phase")
+    until(lambda: stack.status()["phase"] == "health", 20, "health phase")
     os.kill(control, signal.SIGKILL)
     t.join()
-    _wait(lambda: stack.status()["state"] == "rolled_back", 40, "rolled back")
-    hist = _history(stack)
+    until(lambda: stack.status()["state"] == "rolled_back", 40, "rolled back")
+    hist = stack.history()
     assert (hist[-1]["outcome"], hist[-1]["resolution"]) == ("interrupted", "rolled_back")
     assert "health timeout" in hist[-1]["gate_error"]
     assert stack.debug_env()["env"]["KIT_ACTIVE_PROFILE"] == "baseline"
-
-
-def _swallow(fn):
-    try:
-        fn()
-    except httpx.HTTPError:
-        pass
 
 
 # 4 ------------------------------------------------------------------------------------------------
@@ -196,7 +173,7 @@ def test_bug_5_names_are_not_paths(kit_stack, profile, spec):
     r = stack.switch(profile, spec)
     assert r.status_code == 400, r.text
     assert "not valid" in r.json()["error"] and "a name, not a path" in r.json()["error"]
-    assert _history(stack)[-1]["outcome"] == "started"
+    assert stack.history()[-1]["outcome"] == "started"
 
 
 def test_bug_5_extends_cannot_name_a_path(kit_stack):
@@ -285,18 +262,18 @@ def _orphans(path: Path) -> list[int]:
 def test_bug_10_grandchildren_in_their_own_session_do_not_survive(kit_stack, tmp_path):
     pids = tmp_path / "orphans"
     stack = kit_stack(extra_env={"STANDIN_SPAWN_ORPHAN": str(pids)})
-    first = _wait(lambda: _orphans(pids), 10, "orphan started")[0]
+    first = until(lambda: _orphans(pids), 10, "orphan started")[0]
     assert os.getsid(first) != os.getsid(stack.debug_env()["pid"])  # it really left the session
     os.kill(stack.debug_env()["pid"], signal.SIGKILL)  # the server dies: supervisord restarts it
-    _wait(lambda: len(_orphans(pids)) >= 2 and stack.status()["health"] == "ok", 20, "restart")
-    _wait(lambda: not _alive(first), 10, "first orphan ended after the restart")
+    until(lambda: len(_orphans(pids)) >= 2 and stack.status()["health"] == "ok", 20, "restart")
+    until(lambda: not _alive(first), 10, "first orphan ended after the restart")
     assert stack.switch("nccl-tuned", "off").json()["outcome"] == "switched"  # a switch
     second = _orphans(pids)[1]
-    _wait(lambda: not _alive(second), 10, "second orphan ended after the switch")
-    third = _wait(lambda: _orphans(pids)[2:], 10, "orphan of the new server")[0]
+    until(lambda: not _alive(second), 10, "second orphan ended after the switch")
+    third = until(lambda: _orphans(pids)[2:], 10, "orphan of the new server")[0]
     os.kill(stack.proc.pid, signal.SIGTERM)  # serve's SIGTERM
     stack.proc.wait(timeout=30)
-    _wait(lambda: not _alive(third), 10, "third orphan ended after SIGTERM")
+    until(lambda: not _alive(third), 10, "third orphan ended after SIGTERM")
 
 
 # 11 -----------------------------------------------------------------------------------------------
@@ -356,10 +333,10 @@ def test_bug_11_a_crash_loop_is_reported_and_recovered(kit_stack, tmp_path):
     stack = kit_stack(extra_env={"STANDIN_CRASH_WHILE": str(flag), "KIT_RETRY_BACKOFF_S": "1"})
     flag.write_text("1")
     os.kill(stack.debug_env()["pid"], signal.SIGKILL)
-    st = _wait(lambda: (s := stack.status())["state"] == "failed" and s, 30, "failed")
+    st = until(lambda: (s := stack.status())["state"] == "failed" and s, 30, "failed")
     assert "crash loop" in st["last_error"] and "FATAL" in st["last_error"]
     flag.unlink()
-    st = _wait(lambda: (s := stack.status())["state"] == "serving" and s["health"] == "ok" and s, 30, "serving again")
+    st = until(lambda: (s := stack.status())["state"] == "serving" and s["health"] == "ok" and s, 30, "serving again")
     assert st["retry"]["attempts"] >= 1 and st["last_error"] is None
 
 
@@ -370,7 +347,7 @@ def test_bug_12_status_health_is_fresh_during_a_switch(kit_stack):
 
     t = threading.Thread(target=lambda: stack.switch("hangs", "off"))
     t.start()
-    _wait(lambda: stack.status()["phase"] == "health", 20, "health phase")
+    until(lambda: stack.status()["phase"] == "health", 20, "health phase")
     seen = []
     for _ in range(10):
         st = stack.status()
@@ -387,9 +364,9 @@ def test_bug_3_a_container_restart_mid_switch_is_resolved_and_recorded(kit_stack
     stack = kit_stack(extra_env={"STANDIN_STARTUP_DELAY_S": "2"})
     import threading
 
-    t = threading.Thread(target=lambda: _swallow(lambda: stack.switch("nccl-tuned", "off")))
+    t = threading.Thread(target=lambda: ignore_http_errors(lambda: stack.switch("nccl-tuned", "off")))
     t.start()
-    _wait(lambda: stack.status()["phase"] == "health", 20, "health phase")
+    until(lambda: stack.status()["phase"] == "health", 20, "health phase")
     procs = [stack.proc.pid, *(p.pid for p in psutil.Process(stack.proc.pid).children(recursive=True))]
     for pid in procs:
         try:
@@ -400,6 +377,6 @@ def test_bug_3_a_container_restart_mid_switch_is_resolved_and_recorded(kit_stack
     t.join()
     assert (stack.state_dir / "switch.json").exists()
     stack.start(timeout=40)  # same PROFILE/SPEC: serve resumes the committed plan, the control API resolves
-    hist = _wait(lambda: (h := _history(stack))[-1]["outcome"] == "interrupted" and h, 30, "recorded")
+    hist = until(lambda: (h := stack.history())[-1]["outcome"] == "interrupted" and h, 30, "recorded")
     assert hist[-1]["resolution"] == "kept" and hist[-1]["running"]["profile"] == "baseline"
     assert stack.status()["profile"] == "baseline" and not (stack.state_dir / "switch.json").exists()

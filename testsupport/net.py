@@ -29,3 +29,27 @@ def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float 
             raise AssertionError(f"server at {url} exited with {proc.returncode}")
         time.sleep(0.05)
     raise AssertionError(f"server at {url} did not become healthy within {timeout:.0f} s")
+
+
+def until(predicate, timeout: float, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy, and return that; HTTP and file errors
+    while polling count as not yet. AssertionError naming `what` when time runs out."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except (httpx.HTTPError, OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not reached within {timeout:.0f} s (last: {last})")
+
+
+def ignore_http_errors(fn) -> None:
+    """Call `fn`, dropping an HTTP error (a request whose server was killed under it)."""
+    try:
+        fn()
+    except httpx.HTTPError:
+        pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 from testsupport.net import free_port
 
@@ -109,6 +111,19 @@ class KitStack:
             headers=headers,
             timeout=120,
         )
+
+    def history(self) -> list[dict]:
+        """history.jsonl's entries (blank lines skipped)."""
+        path = self.state_dir / "history.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def control_pid(self) -> int:
+        """The control API's pid, found among serve's descendants."""
+        assert self.proc is not None
+        for p in psutil.Process(self.proc.pid).children(recursive=True):
+            if "launcher.runtime.control_api" in " ".join(p.cmdline()):
+                return p.pid
+        raise AssertionError("no control API process")
 
     def debug_env(self) -> dict:
         return httpx.get(f"{self.server_url}/debug/env", timeout=5).json()

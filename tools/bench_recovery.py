@@ -30,51 +30,21 @@ import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from testsupport.net import ignore_http_errors, until  # noqa: E402
 from testsupport.stack import KitStack  # noqa: E402
 
 
-def control_pid(stack: KitStack) -> int:
-    for p in psutil.Process(stack.proc.pid).children(recursive=True):
-        if "launcher.runtime.control_api" in " ".join(p.cmdline()):
-            return p.pid
-    raise RuntimeError("no control API process")
-
-
-def history(stack: KitStack) -> list[dict]:
-    return [json.loads(x) for x in (stack.state_dir / "history.jsonl").read_text().splitlines() if x.strip()]
-
-
-def until(pred, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            got = pred()
-            if got:
-                return got
-        except (httpx.HTTPError, OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.02)
-    raise TimeoutError
-
-
 def trial(stack: KitStack, target: str) -> tuple[float, dict]:
-    before = len(history(stack))
-    t = threading.Thread(target=lambda: _quiet(lambda: stack.switch(target, "off", timeout_s=120)))
+    before = len(stack.history())
+    t = threading.Thread(target=lambda: ignore_http_errors(lambda: stack.switch(target, "off", timeout_s=120)))
     t.start()
     until(lambda: json.loads((stack.state_dir / "switch.json").read_text())["phase"] == "health", 60)
-    os.kill(control_pid(stack), signal.SIGKILL)
+    os.kill(stack.control_pid(), signal.SIGKILL)
     t0 = time.monotonic()
     t.join()
-    entry = until(lambda: len(h := history(stack)) > before and h[-1], 120)
+    entry = until(lambda: len(h := stack.history()) > before and h[-1], 120)
     until(lambda: (s := stack.status())["state"] in ("serving", "rolled_back") and s["health"] == "ok", 120)
     return time.monotonic() - t0, entry
-
-
-def _quiet(fn) -> None:
-    try:
-        fn()
-    except httpx.HTTPError:
-        pass  # the control API died under the request: expected
 
 
 def main() -> int:
@@ -99,7 +69,7 @@ def main() -> int:
                       f"recorded and healthy {secs:6.2f} s after the kill")
                 if target != "hangs":  # go back to baseline for the next trial, a normal switch
                     stack.switch("baseline", "off")
-            hist = history(stack)
+            hist = stack.history()
             st = stack.status()
             committed = json.loads((stack.state_dir / "committed.json").read_text())["plan"]
             served = stack.debug_env()["env"]["KIT_ACTIVE_PROFILE"]

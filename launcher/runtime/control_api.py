@@ -27,7 +27,7 @@ from launcher.runtime import journal
 from launcher.runtime import state as runtime_state
 from launcher.runtime.admission import patch_check, validated_plan
 from launcher.runtime.supervisor_rpc import Supervisor
-from launcher.runtime.switch import DEAD_STATES, GateFailed, Switcher, describe
+from launcher.runtime.switch import DEAD_STATES, GateFailed, Switcher, describe, label
 
 LIVE_STATES = {"RUNNING", "STARTING", "BACKOFF"}
 HEALTH_PERIOD_S = 0.25
@@ -156,7 +156,7 @@ class Runtime:
             if not self.last_good or self.last_good.get("digest") != cur.get("digest"):
                 runtime_state.commit(self.sd, cur)
                 runtime_state.append_history(
-                    self.sd, {"ts": time.time(), "from": None, "to": _label(cur), "outcome": "started", "durations": {}, "error": None}
+                    self.sd, {"ts": time.time(), "from": None, "to": label(cur), "outcome": "started", "durations": {}, "error": None}
                 )
                 self.last_good = cur
         elif self.state == "starting" and statename in DEAD_STATES:
@@ -215,7 +215,7 @@ class Runtime:
             runtime_state.commit(self.sd, rendered)
             self.current = self.last_good = rendered
             self.last_error = None
-            entry.update(resolution="kept", running=_label(rendered))
+            entry.update(resolution="kept", running=label(rendered))
             self.set_state("serving")
         except Exception as exc:
             entry["gate_error"] = describe(exc)
@@ -228,7 +228,7 @@ class Runtime:
                 entry.update(await self.switcher.roll_back(good, None))
                 entry["durations"]["rollback_s"] = entry.pop("rollback_s")
                 ok = entry["outcome"] == "rolled_back"
-                entry.update(outcome="interrupted", resolution="rolled_back" if ok else "failed", running=_label(good))
+                entry.update(outcome="interrupted", resolution="rolled_back" if ok else "failed", running=label(good))
                 self.current = good
                 self.last_error = entry["gate_error"] if ok else entry.get("rollback_error")
                 self.set_state("rolled_back" if ok else "failed")
@@ -366,10 +366,6 @@ async def no_tracebacks(request: web.Request, handler):
     except Exception as exc:
         traceback.print_exc()
         return web.json_response({"error": f"internal error: {type(exc).__name__}"}, status=500)
-
-
-def _label(plan: dict) -> dict:
-    return {"profile": plan["name"], "spec": plan["spec"], "digest": plan.get("digest")}
 
 
 def make_app(state_dir: Path, token: str | None) -> web.Application:

@@ -141,12 +141,12 @@ class Switcher:
         OSError from writing the journal means nothing was changed; it propagates."""
         t0 = time.monotonic()
         durations: dict[str, float] = {}
-        j = journal.begin(self.sd, _label(current), _label(new))
+        j = journal.begin(self.sd, label(current), label(new))
         entry: dict = {
             "ts": time.time(),
             "id": j.id,
-            "from": _label(current),
-            "to": _label(new),
+            "from": label(current),
+            "to": label(new),
             "durations": durations,
             "error": None,
         }
@@ -232,7 +232,8 @@ class Switcher:
         return entry
 
 
-def _label(plan: dict | None) -> dict | None:
+def label(plan: dict | None) -> dict | None:
+    """A plan as history and the journal name it."""
     if plan is None:
         return None
     return {"profile": plan["name"], "spec": plan["spec"], "digest": plan.get("digest")}
