@@ -70,6 +70,10 @@ class Backend:
         """Sum `tensor` across ranks; returns the tensor holding the result (may be a new one)."""
         raise NotImplementedError
 
+    def describe(self) -> dict[str, str]:
+        """Facts about what ran (library version, tuning), copied into every row of this backend."""
+        return {}
+
     def capture(self) -> contextlib.AbstractContextManager[None]:
         """Context entered around CUDA-graph capture (some backends register buffers on exit)."""
         return contextlib.nullcontext()
@@ -215,6 +219,7 @@ def _registry() -> dict[str, Callable[[], Backend]]:
         "nccl": Nccl,
         "nccl-direct": NcclDirect,
         "pcie-ipc": experimental.PcieIpc,
+        "fused-ar": experimental.FusedAr,
         "custom": experimental.SglangCustom,
         "mscclpp": experimental.Mscclpp,
         "symm-mem": experimental.SymmMem,
@@ -222,7 +227,16 @@ def _registry() -> dict[str, Callable[[], Backend]]:
     }
 
 
-KNOWN_BACKENDS: tuple[str, ...] = ("nccl", "nccl-direct", "pcie-ipc", "custom", "mscclpp", "symm-mem", "gloo")
+KNOWN_BACKENDS: tuple[str, ...] = (
+    "nccl",
+    "nccl-direct",
+    "pcie-ipc",
+    "fused-ar",
+    "custom",
+    "mscclpp",
+    "symm-mem",
+    "gloo",
+)
 """Names accepted by --backends, in the order they are run and listed."""
 
 

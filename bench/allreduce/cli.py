@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--backends",
         help=f"comma-separated, from: {', '.join(KNOWN_BACKENDS)} "
-        "(default: nccl,nccl-direct,pcie-ipc,custom,mscclpp,symm-mem with a CUDA device, else gloo)",
+        "(default: all but gloo with a CUDA device, else gloo)",
     )
     p.add_argument(
         "--nranks", type=int, help="local ranks, one per GPU (default: visible GPUs, or 2 for gloo)"
@@ -159,7 +159,7 @@ def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from bench.allreduce import output
-    from bench.allreduce.backends import iter_backends
+    from bench.allreduce.backends import KNOWN_BACKENDS, iter_backends
     from bench.allreduce.launch import BackendRun, run_backend
     from bench.allreduce.results import rows_for
 
@@ -170,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
     profile_env = _profile_env(args.profile)
     cuda_devices = _cuda_device_count()
     if names is None:
-        names = ["nccl", "nccl-direct", "pcie-ipc", "custom", "mscclpp", "symm-mem"] if cuda_devices else ["gloo"]
+        names = [n for n in KNOWN_BACKENDS if n != "gloo"] if cuda_devices else ["gloo"]
     backends = list(iter_backends(names))
     uses_cuda = any(b.device_type == "cuda" for b in backends)
     nranks = args.nranks if args.nranks is not None else (max(cuda_devices, 1) if uses_cuda else 2)

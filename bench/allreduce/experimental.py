@@ -1,15 +1,19 @@
-"""Unverified adapters for the non-NCCL all-reduce kernels a profile can switch on.
+"""Adapters for the non-NCCL all-reduce kernels a profile can switch on.
 
-None of these has been run by the kit's own tests: they need multi-GPU CUDA hosts and libraries
-(sgl_kernel, flashinfer with pcie_ipc_comm, mscclpp) that CI does not have. Each is kept small and
-mirrors how SGLang 0.5.23 constructs the same object, so a failure here points at the library, not
-the harness. Every failure to construct becomes a skipped row with the library's own message;
-a size the kernel declines becomes a skipped row too (SGLang would send it to NCCL).
+CI cannot run them: they need multi-GPU CUDA hosts and libraries (sgl_kernel, flashinfer with
+pcie_ipc_comm, mscclpp). Which of them has run on real GPUs, with what result, is recorded under
+docs/evidence/ (see docs/diagnose.md). Each is kept small and mirrors how SGLang 0.5.23 constructs
+the same object, so a failure here points at the library, not the harness. Every failure to
+construct becomes a skipped row with the library's own message (for SGLang's communicators, the
+warning it logged when it disabled itself); a size the kernel declines becomes a skipped row too
+(SGLang would send it to NCCL).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from bench.allreduce.backends import (
@@ -22,6 +26,44 @@ from bench.allreduce.backends import (
 
 if TYPE_CHECKING:
     import torch
+
+
+@contextlib.contextmanager
+def logged_warnings(logger_name: str) -> Iterator[list[str]]:
+    """Collect what a library logs at WARNING or above while constructing its communicator.
+
+    SGLang's communicators do not raise when they turn themselves off: they log why and set a flag.
+    That message is the reason a skipped row should show, not a generic "disabled itself".
+    """
+    said: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    handler = _Keep(level=logging.WARNING)
+    logger = logging.getLogger(logger_name)
+    logger.addHandler(handler)
+    try:
+        yield said
+    finally:
+        logger.removeHandler(handler)
+
+
+def _version(dist_name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist_name)
+    except PackageNotFoundError:
+        return "unknown (no package metadata)"
+
+
+def disabled_reason(what: str, said: list[str]) -> str:
+    """The skipped-row reason for a communicator that turned itself off, in the library's words."""
+    if said:
+        return f"{what} disabled itself: " + " | ".join(" ".join(m.split()) for m in said)
+    return f"{what} disabled itself without logging why (see the rank log)"
 
 
 class _NcclPlusGloo(Backend):
@@ -65,11 +107,42 @@ class PcieIpc(_NcclPlusGloo):
         return None
 
     def _setup(self, ctx: RankContext) -> None:
+        import torch.distributed as dist
         from flashinfer.comm import PcieIpcAllReduceWorkspace
 
         max_numel = ctx.max_bytes // ctx.dtype.itemsize
         max_numel += -max_numel % 8  # the kernels address 16-byte packs
-        self.ws = PcieIpcAllReduceWorkspace(group=self.cpu_group, max_numel=max_numel, dtype=ctx.dtype)
+        # As SGLang's PcieIpcCommunicator: the device group builds the workspace, the CPU group tunes.
+        self.ws = PcieIpcAllReduceWorkspace(
+            group=dist.group.WORLD,
+            max_numel=max_numel,
+            dtype=ctx.dtype,
+            tune_batches=tune_batches(max_numel // ctx.hidden),
+        )
+        self.tuned = self._tune(ctx)
+
+    def _tune(self, ctx: RankContext) -> str:
+        """Measure launch tactics for the verify shapes, as the server does at start-up.
+
+        Without it the kernels run FlashInfer's seed policy, which is what a server started with
+        --disable-flashinfer-autotune runs; the outcome is logged so a row says which it measured.
+        """
+        import logging as _logging
+
+        log = _logging.getLogger("bench.allreduce")
+        if ctx.max_bytes // ctx.dtype.itemsize < ctx.hidden:
+            log.warning("pcie-ipc: sizes are smaller than one row of hidden=%d; seed policy", ctx.hidden)
+            return "seed policy (no full row to tune)"
+        try:
+            tuned = self.ws.tune([ctx.hidden], dtype=ctx.dtype, tune_group=self.cpu_group)
+        except Exception as exc:  # SGLang keeps the seed policy when tuning fails; so does the bench
+            log.warning("pcie-ipc: FlashInfer autotune failed (%s: %s); seed policy", type(exc).__name__, exc)
+            return f"seed policy (autotune failed: {type(exc).__name__})"
+        log.warning("pcie-ipc: FlashInfer autotuned %d shape(s) for hidden=%d", len(tuned or ()), ctx.hidden)
+        return f"autotuned {len(tuned or ())} shape(s)"
+
+    def describe(self) -> dict[str, str]:
+        return {"flashinfer": _version("flashinfer-python"), "pcie_ipc_launch": self.tuned}
 
     def supports(self, tensor: torch.Tensor) -> str | None:
         if not self.ws.supports(tensor):
@@ -78,6 +151,99 @@ class PcieIpc(_NcclPlusGloo):
 
     def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.ws.all_reduce(tensor)
+
+    def teardown(self) -> None:
+        with contextlib.suppress(Exception):
+            self.ws.destroy()
+        super().teardown()
+
+
+def tune_batches(max_rows: int) -> tuple[int, ...]:
+    """Row counts to tune, as SGLang 0.5.23 picks them: powers of two up to 512 that fit, then max_rows."""
+    rows = [r for r in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if r <= max_rows]
+    if max_rows >= 1 and max_rows not in rows:
+        rows.append(max_rows)
+    return tuple(rows)
+
+
+class FusedAr(_NcclPlusGloo):
+    """FlashInfer's TRT-LLM all-reduce fusion kernel, pattern kAllReduce, as SGLang's flashinfer_allreduce.
+
+    The `fused` profile runs the same kernel with the residual-add and RMSNorm fused in
+    (kARResidualRMSNorm); kAllReduce is the same launch with the norm epilogue off, so its time is
+    the communication part of that kernel and its sums can be checked exactly.
+    """
+
+    name = "fused-ar"
+
+    def probe(self) -> str | None:
+        missing = module_missing("flashinfer")
+        if missing:
+            return missing
+        try:
+            from flashinfer.comm import allreduce_fusion, create_allreduce_fusion_workspace  # noqa: F401
+        except Exception as exc:
+            return f"flashinfer.comm has no allreduce_fusion API ({type(exc).__name__}: {exc})"
+        return None
+
+    def _setup(self, ctx: RankContext) -> None:
+        import inspect
+
+        import torch.distributed as dist
+        from flashinfer import comm
+
+        self.comm = comm
+        max_tokens = -(-ctx.max_bytes // (ctx.hidden * ctx.dtype.itemsize))
+        # backend="trtllm" as SGLang resolves it on a single node; never "mnnvl" (multicast).
+        self.ws = comm.create_allreduce_fusion_workspace(
+            backend="trtllm",
+            world_size=ctx.world,
+            rank=ctx.rank,
+            max_token_num=max_tokens,
+            hidden_dim=ctx.hidden,
+            dtype=ctx.dtype,
+            gpus_per_node=ctx.world,
+            group=dist.group.WORLD,
+        )
+        self.world = ctx.world
+        self.max_elems = max_tokens * ctx.hidden
+        self.extra = (
+            {"trigger_completion_at_end": False}
+            if "trigger_completion_at_end" in inspect.signature(comm.allreduce_fusion).parameters
+            else {}
+        )
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "flashinfer": _version("flashinfer-python"),
+            "fusion": f"backend={getattr(self.ws, 'backend', '?')}, pattern=kAllReduce, fp32_acc, pdl",
+        }
+
+    def supports(self, tensor: torch.Tensor) -> str | None:
+        # SGLang's can_use_flashinfer_allreduce, for the trtllm backend.
+        if tensor.ndim != 2 or not tensor.is_contiguous():
+            return "not a contiguous (tokens, hidden) tensor (SGLang would use NCCL)"
+        tokens, hidden = tensor.shape
+        if tokens * hidden > self.max_elems or not self.ws.is_buffer_size_sufficient(
+            self.world, tokens, hidden, tensor.dtype
+        ):
+            return "larger than the fusion workspace (SGLang would use NCCL)"
+        return None
+
+    def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        out = torch.empty_like(tensor)
+        self.comm.allreduce_fusion(
+            input=tensor,
+            workspace=self.ws,
+            pattern=self.comm.AllReduceFusionPattern.kAllReduce,
+            launch_with_pdl=True,
+            output=out,
+            fp32_acc=True,
+            **self.extra,
+        )
+        return out
 
     def teardown(self) -> None:
         with contextlib.suppress(Exception):
@@ -97,12 +263,10 @@ class SglangCustom(_NcclPlusGloo):
         import torch
         from sglang.srt.distributed.device_communicators.custom_all_reduce import CustomAllreduce
 
-        self.ca = CustomAllreduce(group=self.cpu_group, device=torch.device("cuda", ctx.local_device))
+        with logged_warnings("sglang") as said:
+            self.ca = CustomAllreduce(group=self.cpu_group, device=torch.device("cuda", ctx.local_device))
         if self.ca.disabled:
-            raise BackendUnavailable(
-                "SGLang disabled its custom all-reduce here (it needs NVLink, or exactly 2 PCIe GPUs); "
-                "the rank log has its warning"
-            )
+            raise BackendUnavailable(disabled_reason("SGLang's custom all-reduce", said))
 
     def supports(self, tensor: torch.Tensor) -> str | None:
         if not self.ca.should_custom_ar(tensor):
@@ -136,11 +300,16 @@ class Mscclpp(_NcclPlusGloo):
         import torch
         from sglang.srt.distributed.device_communicators.pymscclpp import PyMscclppCommunicator
 
-        self.comm = PyMscclppCommunicator(
-            group=self.cpu_group, device=torch.device("cuda", ctx.local_device), collectives={"allreduce"}
-        )
+        # SGLang 0.5.23 enables it only at world sizes 4, 8, 16, 32 and 64: at 2 it logs why and stays off.
+        with logged_warnings("sglang") as said:
+            self.comm = PyMscclppCommunicator(
+                group=self.cpu_group, device=torch.device("cuda", ctx.local_device), collectives={"allreduce"}
+            )
         if not self.comm.available:
-            raise BackendUnavailable("SGLang's MSCCL++ communicator disabled itself (see the rank log)")
+            raise BackendUnavailable(disabled_reason("SGLang's MSCCL++ communicator", said))
+
+    def describe(self) -> dict[str, str]:
+        return {"mscclpp": _version("mscclpp"), "sglang": _version("sglang")}
 
     def supports(self, tensor: torch.Tensor) -> str | None:
         with self.comm.change_state(enable=True):

@@ -312,6 +312,6 @@ def run_rank(spec: RunSpec, rank: int) -> dict[str, Any]:
         "rank": rank,
         "status": "ok",
         "rows": rows,
-        "versions": _versions(device),
+        "versions": {**_versions(device), **backend.describe()},
         "env_applied": env_seen,
     }

@@ -6,6 +6,8 @@
 #   docker/build-mscclpp.sh          MSCCL++ at the Dockerfile's pin, for $ARCHS (default 120)
 #   docker/ensure-deepep-sm120.sh    build-if-missing: DeepEP at the Dockerfile's pin, for 12.0
 #
+# STAGES (default "mscclpp deepep") picks which to build; WHEEL_DEST, if set, receives the wheels.
+#
 # Sources come from $GPU_SRC (default .src/gpu-build), assembled on a machine with the mirrors by
 # tools/gpu/gpu_build_sources.sh:
 #   mscclpp/            the MSCCL++ tree at the pin (git archive)
@@ -24,6 +26,14 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 OUT=${OUT:-$PWD/gpu-out}
 GPU_SRC=$(cd "${GPU_SRC:-.src/gpu-build}" && pwd)
 ARCHS=${ARCHS:-120}
+STAGES=${STAGES:-mscclpp deepep}
+for stage in $STAGES; do
+  case $stage in
+    mscclpp | deepep) ;;
+    *) echo "STAGES: unknown stage '$stage' (known: mscclpp deepep)" >&2; exit 2 ;;
+  esac
+done
+wants() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 JOBS=${JOBS:-$(nproc)}
 WORK=$(mktemp -d)
 mkdir -p "$OUT"
@@ -57,6 +67,8 @@ listing() { # listing NAME FILE...: cuobjdump --list-elf of each file, and the v
   python3 -c 'import sys, torch; print("python", sys.version.split()[0], "| torch", torch.__version__, "| CUDA", torch.version.cuda)'
   echo "cores: $(nproc); jobs: $JOBS; MSCCL++ $MSCCLPP_REF; DeepEP $DEEPEP_REF; archs $ARCHS"
 
+  mscclpp_pid=
+  if wants mscclpp; then
   echo "=== MSCCL++ (docker/build-mscclpp.sh), in the background"
   (
     export MSCCLPP_BUILD_ISOLATION=off SETUPTOOLS_SCM_PRETEND_VERSION=${MSCCLPP_REF#v}
@@ -67,7 +79,9 @@ listing() { # listing NAME FILE...: cuobjdump --list-elf of each file, and the v
     echo "mscclpp build exit=$? in $(($(date +%s) - t0)) s"
   ) >"$OUT/mscclpp-build.log" 2>&1 &
   mscclpp_pid=$!
+  fi
 
+  if wants deepep; then
   echo "=== DeepEP (docker/ensure-deepep-sm120.sh build-if-missing)"
   if [ -d "$GPU_SRC/nccl/include" ]; then
     machine_nccl=$(python3 -c 'import importlib.util as u; print(list(u.find_spec("nvidia.nccl").submodule_search_locations)[0])')
@@ -81,11 +95,14 @@ listing() { # listing NAME FILE...: cuobjdump --list-elf of each file, and the v
     >"$OUT/deepep-build.log" 2>&1
   echo "deepep build-if-missing exit=$? in $(($(date +%s) - t0)) s"
   tail -3 "$OUT/deepep-build.log"
-  wait "$mscclpp_pid"
-  tail -3 "$OUT/mscclpp-build.log"
+  fi
+  if [ -n "$mscclpp_pid" ]; then
+    wait "$mscclpp_pid"
+    tail -3 "$OUT/mscclpp-build.log"
+  fi
 
   echo "=== cuobjdump --list-elf"
-  for name in mscclpp deepep; do
+  for name in $STAGES; do
     wheel=$(find "$WORK/$name-wheels" -name '*.whl' -print -quit 2>/dev/null)
     if [ -z "$wheel" ]; then
       echo "$name: no wheel"
@@ -97,10 +114,17 @@ listing() { # listing NAME FILE...: cuobjdump --list-elf of each file, and the v
     mapfile -t sos < <(find "$WORK/$name-unpacked" -name '*.so*' -type f | sort)
     printf '%s\n' "${sos[@]#"$WORK/$name-unpacked/"}"
     echo "$name: $(listing "$name" "${sos[@]}")"
+    if [ -n "${WHEEL_DEST:-}" ]; then
+      mkdir -p "$WHEEL_DEST" && cp "$wheel" "$WHEEL_DEST/"
+    fi
   done
-  echo "=== wheel check by the image's own rule (ensure-deepep-sm120.sh check)"
-  mapfile -t deepep_sos < <(find "$WORK/deepep-unpacked" -name '*.so' -type f 2>/dev/null)
-  bash docker/ensure-deepep-sm120.sh check "${deepep_sos[@]}" 2>&1
-  echo "check exit=$?"
+  if wants deepep; then
+    echo "=== wheel check by the image's own rule (ensure-deepep-sm120.sh check)"
+    mapfile -t deepep_sos < <(find "$WORK/deepep-unpacked" -name '*.so' -type f 2>/dev/null)
+    bash docker/ensure-deepep-sm120.sh check "${deepep_sos[@]}" 2>&1
+    echo "check exit=$?"
+  fi
 } 2>&1 | tee "$OUT/build-gpu-stages.log"
-tar -czf "$OUT/build-logs.tgz" -C "$OUT" mscclpp-build.log deepep-build.log 2>/dev/null
+logs=()
+for stage in $STAGES; do logs+=("$stage-build.log"); done
+tar -czf "$OUT/build-logs.tgz" -C "$OUT" "${logs[@]}" 2>/dev/null

@@ -1,0 +1,69 @@
+"""The adapters for SGLang's and FlashInfer's kernels: what can be shown without a GPU.
+
+Their CUDA paths run only on GPU hosts (docs/evidence/); here: that a communicator SGLang turns off
+is reported in SGLang's own words, and that the adapters size and gate as SGLang 0.5.23 does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import socket
+
+import pytest
+
+from bench.allreduce import experimental
+from bench.allreduce.backends import KNOWN_BACKENDS, make_backend
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture()
+def gloo_world_of_one():
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+def test_sglang_mscclpp_refusal_is_reported_in_sglangs_words(gloo_world_of_one):
+    """The real PyMscclppCommunicator, without the mscclpp package: it logs why and stays off."""
+    import torch
+    from sglang.srt.distributed.device_communicators.pymscclpp import PyMscclppCommunicator
+
+    with experimental.logged_warnings("sglang") as said:
+        comm = PyMscclppCommunicator(group=gloo_world_of_one, device=torch.device("cpu"), collectives={"allreduce"})
+    assert comm.available is False
+    reason = experimental.disabled_reason("SGLang's MSCCL++ communicator", said)
+    assert reason.startswith("SGLang's MSCCL++ communicator disabled itself: ")
+    assert "No module named 'mscclpp'" in reason
+
+
+def test_logged_warnings_keeps_only_warnings_and_detaches():
+    log = logging.getLogger("sglang.srt.some.module")
+    with experimental.logged_warnings("sglang") as said:
+        log.info("not kept")
+        log.warning("world size %d\n  is not supported", 2)
+    log.warning("after the block")
+    assert said == ["world size 2\n  is not supported"]
+    assert experimental.disabled_reason("X", said) == "X disabled itself: world size 2 is not supported"
+    assert "without logging why" in experimental.disabled_reason("X", [])
+
+
+def test_pcie_ipc_tune_batches_match_sglangs():
+    from sglang.srt.distributed.device_communicators.pcie_ipc_ar import _tune_batches
+
+    for rows in (0, 1, 3, 7, 8, 24, 511, 512, 513, 1000):
+        assert experimental.tune_batches(rows) == _tune_batches(rows)
+
+
+def test_fused_ar_is_a_known_backend_that_names_a_missing_flashinfer():
+    assert "fused-ar" in KNOWN_BACKENDS
+    assert importlib.util.find_spec("flashinfer") is None  # the test environment has no FlashInfer
+    assert make_backend("fused-ar").probe() == "python package 'flashinfer' is not installed"
+    assert make_backend("pcie-ipc").probe() == "python package 'flashinfer' is not installed"
