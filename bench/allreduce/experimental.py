@@ -150,6 +150,15 @@ class PcieIpc(_NcclPlusGloo):
         return None
 
     def allreduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        # As SGLang's pcie_ipc_all_reduce: one workspace serves one stream, and the binding moves
+        # with the caller at phase boundaries (warm-up, capture, replay), which never overlap here:
+        # the harness synchronises between them.
+        stream = torch.cuda.current_stream()
+        if stream != getattr(self, "_bound_stream", None):
+            self.ws.rebind_stream()
+            self._bound_stream = stream
         return self.ws.all_reduce(tensor)
 
     def teardown(self) -> None:
@@ -206,6 +215,7 @@ class FusedAr(_NcclPlusGloo):
             group=dist.group.WORLD,
         )
         self.world = ctx.world
+        self.hidden = ctx.hidden
         self.max_elems = max_tokens * ctx.hidden
         self.extra = (
             {"trigger_completion_at_end": False}
@@ -224,6 +234,11 @@ class FusedAr(_NcclPlusGloo):
         if tensor.ndim != 2 or not tensor.is_contiguous():
             return "not a contiguous (tokens, hidden) tensor (SGLang would use NCCL)"
         tokens, hidden = tensor.shape
+        if hidden != self.hidden:
+            # The server calls it with (tokens, model hidden) only. Other widths are not a shape it
+            # sees; and a row wider than 65536 bf16 elements (8 per thread, clusters of at most 8
+            # blocks of 1024 threads) makes the launcher refuse ("block_size > 1024").
+            return f"not a (tokens, {self.hidden}) message: the server sends only those to this kernel"
         if tokens * hidden > self.max_elems or not self.ws.is_buffer_size_sufficient(
             self.world, tokens, hidden, tensor.dtype
         ):

@@ -28,7 +28,9 @@ git init -q --bare "$DEST/deepep.git" && git -C "$M/deepseek-ai+DeepEP/repo" pus
 git init -q --bare "$DEST/fmt.git" && git -C "$M/fmtlib+fmt/repo" push -q "$DEST/fmt.git" "$fmt:refs/heads/pin"
 for r in deepep.git fmt.git; do git -C "$DEST/$r" config uploadpack.allowAnySHA1InWant true; done
 (cd "$DEST/numa" && apt-get download libnuma-dev libnuma1 && for f in *.deb; do dpkg -x "$f" root; done && rm -f ./*.deb)
-python3 -m pip download -q --no-deps --only-binary=:all: -d "$DEST/wheels" setuptools-scm==8.3.1
+# 9.x: MSCCL++'s __init__ imports __commit_id__ from the _version.py that setuptools-scm writes, and
+# 8.x's template has no such name (the wheel builds, then `import mscclpp` fails).
+python3 -m pip download -q --no-deps --only-binary=:all: -d "$DEST/wheels" setuptools-scm==9.2.2
 # DeepEP at its pin compiles only against NCCL >= 2.30.4 headers; the GPU machine has 2.28.9 and the
 # 212 MB wheel is over the carry limit, so only its headers travel (NCCL_WHEEL_DIR: a folder that
 # already holds the wheel).

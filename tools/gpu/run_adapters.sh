@@ -13,19 +13,22 @@
 #   .src/sglang-carry/         the SGLang modules the mscclpp adapter imports (tools/gpu/sglang_carry.sh)
 #   .src/gpu-build/{mscclpp,deps,numa,wheels}   MSCCL++ sources (tools/gpu/gpu_build_sources.sh)
 # Environment: NRANKS (default 2), ARCHS for MSCCL++ (default: the GPUs' own, e.g. 90 on H200),
-# SIZES (default: the bench's verify shapes and 4K..1M), BACKENDS (default "pcie-ipc fused-ar").
+# SIZES (default: the bench's verify shapes and 4K..1M), RUNS (default: each of pcie-ipc and fused-ar
+# eager and in a CUDA graph, as "backend:mode" pairs), FLASHINFER_AUTOTUNE_DIR (default: per run).
 # NVLink multicast stays off in every process; the fusion workspace is built with backend=trtllm
 # (never mnnvl, which would create multicast objects).
 set -u -o pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/gpu-out}
 NRANKS=${NRANKS:-2}
-BACKENDS=${BACKENDS:-pcie-ipc fused-ar}
+RUNS=${RUNS:-pcie-ipc:eager pcie-ipc:graph fused-ar:eager fused-ar:graph}
 SIZES=${SIZES:-}
 WORK=$(mktemp -d)
 mkdir -p "$OUT"
 ARCHS=${ARCHS:-$(python3 -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}{n}")')}
 export FLASHINFER_WORKSPACE_BASE="$WORK/flashinfer" FLASHINFER_CUDA_ARCH_LIST="${ARCHS:0:-1}.${ARCHS: -1}"
+# trtllm_allreduce_fusion.cu alone takes minutes in one nvcc; split its device compilation over the cores.
+export FLASHINFER_EXTRA_CUDAFLAGS=${FLASHINFER_EXTRA_CUDAFLAGS:---split-compile=0}
 export HOME="$WORK/home"
 mkdir -p "$HOME" "$FLASHINFER_WORKSPACE_BASE"
 
@@ -36,6 +39,12 @@ export PYTHONPATH="$site:$PWD/.src/fi-carry/site:$PWD/.src/sglang-carry/site:$PW
 size_args=()
 [ -n "$SIZES" ] && size_args=(--sizes "$SIZES")
 
+keep() { # the runs so far (JSON, CSV, rank logs) in one archive: the machine returns few files
+  local runs
+  mapfile -t runs < <(cd "$WORK" && find . -maxdepth 1 \( -name '*-eager' -o -name '*-graph' \) | sort)
+  tar -czf "$OUT/adapters.tgz" -C "$WORK" --exclude='*.png' "${runs[@]}"
+}
+
 bench() { # bench LABEL ARGS...: one `bench allreduce` run, its table on stdout, its folder in $WORK/LABEL
   local label=$1
   shift
@@ -44,6 +53,7 @@ bench() { # bench LABEL ARGS...: one `bench allreduce` run, its table on stdout,
   t0=$(date +%s)
   python3 -m bench allreduce --nranks "$NRANKS" "${size_args[@]}" --timeout-s 900 --out "$WORK/$label" "$@"
   echo "exit=$? in $(($(date +%s) - t0)) s"
+  keep
 }
 
 {
@@ -75,9 +85,12 @@ for gen in (gen_pcie_ipc_comm_module, gen_trtllm_comm_module):
 EOF
   echo "jit exit=$? in $(($(date +%s) - t0)) s"
 
-  for backend in $BACKENDS; do
-    bench "$backend-eager" --backends "nccl,$backend"
-    bench "$backend-graph" --backends "nccl,$backend" --graph
+  for run in $RUNS; do
+    case ${run#*:} in
+      eager) bench "${run%:*}-eager" --backends "nccl,${run%:*}" ;;
+      graph) bench "${run%:*}-graph" --backends "nccl,${run%:*}" --graph ;;
+      *) echo "RUNS: '$run' is not backend:eager or backend:graph" ;;
+    esac
   done
 
   echo "=== mscclpp: waiting for the build"
@@ -92,6 +105,3 @@ EOF
   fi
 } 2>&1 | tee "$OUT/run-adapters.log"
 
-# Both tools' JSON and the rank logs, in one archive (the machine returns few files).
-mapfile -t runs < <(cd "$WORK" && find . -maxdepth 1 \( -name '*-eager' -o -name '*-graph' \) | sort)
-tar -czf "$OUT/adapters.tgz" -C "$WORK" --exclude='*.png' "${runs[@]}"
