@@ -37,6 +37,7 @@ from bench.server_client import ServerClient
 from bench.server_identity import PROBE_ERRORS, is_simulated, restart_reasons
 from bench.workload import Prompt, build_workload
 from launcher.errors import RuntimeFailure, UserError
+from launcher.runtime import activation
 from launcher.runtime.control_client import ControlClient
 
 OK_SWITCH = ("switched", "unchanged")
@@ -210,6 +211,20 @@ class MatrixRun:
         prefix = "SIMULATED " if self.simulated else ""
         self.console.print(f"{prefix}{text}", highlight=False, soft_wrap=True)
 
+    async def _check_backends(self, control: ControlClient | None, cell: dict[str, Any]) -> str:
+        """The profile's expected backends, as /status reads them off the server's log; "" when all run.
+
+        A cell whose backend fell back to NCCL would report NCCL's tok/s under the profile's name."""
+        if control is None:
+            cell["backends"] = None
+            return ""
+        try:
+            cell["backends"] = (await control.status()).get("backends") or []
+        except RuntimeFailure:
+            cell["backends"] = None
+            return ""
+        return activation.summary(cell["backends"])
+
     async def _identity(self, server: ServerClient, control: ControlClient | None) -> dict[str, Any] | None:
         try:
             info = await server.server_info()
@@ -275,6 +290,12 @@ class MatrixRun:
                 self._close_cell(cell)
                 return
         await self._record_plan(control, cell)
+        missing = await self._check_backends(control, cell)
+        if missing:
+            cell["invalid_reason"] = f"expected backend not active: {missing}"
+            self._say(f"{profile} + {spec}: INVALID ({cell['invalid_reason']}); going on with the next profile")
+            self._close_cell(cell)
+            return
         try:
             await server.wait_healthy(s.health_timeout)
             info = await server.server_info()

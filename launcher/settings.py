@@ -181,7 +181,6 @@ HOST_FACTS = _reg("KIT_HOST_FACTS", PATH, None, "JSON from `launcher doctor --js
 # Knobs the built-in profiles read as ${NAME:-default}
 TP_SIZE = _reg("KIT_TP_SIZE", _int(1), 8, "Tensor-parallel size; also the EP size of the ep profiles.", "profile knobs", "profile compose", example="")
 NCCL_P2P_LEVEL = _reg("KIT_NCCL_P2P_LEVEL", _choice("LOC", "NVL", "PIX", "PXB", "PHB", "SYS"), "SYS", "NCCL_P2P_LEVEL of nccl-tuned and the profiles built on it; lower it (PXB, PHB) if `make doctor` reports P2P problems across PCIe roots.", "profile knobs", "profile compose", example="")
-PCIE_IPC_MAX_NUMEL = _reg("KIT_PCIE_IPC_MAX_NUMEL", _int(1), 917504, "custom-ar: SGLANG_PCIE_IPC_MAX_NUMEL, the one-shot workspace in bf16 elements (32 requests x 4 draft tokens x hidden 7168).", "profile knobs", "profile compose", example="")
 SERVER_HOST = _reg("KIT_SERVER_HOST", STR, "0.0.0.0", "Address SGLang listens on inside the container; set it only to run `launcher` directly on a host.", "profile knobs", "profile", example="")
 SERVER_PORT = _reg("KIT_SERVER_PORT", PORT, 30000, "Port SGLang listens on inside the container; set it only to run `launcher` directly on a host.", "profile knobs", "profile", example="")
 
@@ -205,6 +204,7 @@ START_RETRIES = _reg("KIT_START_RETRIES", _int(0), 3, "Restarts supervisord trie
 DRAIN_TIMEOUT_S = _reg("KIT_DRAIN_TIMEOUT_S", SECONDS, 300.0, "Longest a switch waits for running requests to finish; then the switch is aborted and nothing changes.", "server runtime", "server")
 HEALTH_TIMEOUT_S = _reg("KIT_HEALTH_TIMEOUT_S", SECONDS, 1800.0, "Health-gate timeout of a switch's new profile, when the request names none.", "server runtime", "server")
 ROLLBACK_TIMEOUT_S = _reg("KIT_ROLLBACK_TIMEOUT_S", SECONDS, 1800.0, "Health-gate timeout when a failed switch brings the previous profile back.", "server runtime", "server")
+ACTIVATION_FAILURE = _reg("KIT_ACTIVATION_FAILURE", _choice("rollback", "degraded"), "rollback", "When a switch's new server is healthy but a backend its profile expects ([expects]) is not running: roll back, or keep it with outcome 'degraded'.", "server runtime", "server")
 RETRY_BACKOFF_S = _reg("KIT_RETRY_BACKOFF_S", SECONDS, 5.0, "After supervisord gives up on a crash-looping server (FATAL), the control API starts it again after this wait, doubling each time.", "server runtime", "server")
 RETRY_BACKOFF_MAX_S = _reg("KIT_RETRY_BACKOFF_MAX_S", SECONDS, 300.0, "The longest wait between those automatic restarts.", "server runtime", "server")
 

@@ -120,3 +120,20 @@ def test_plans_come_from_the_server_and_no_switch_labels_from_its_status(stack, 
     wrong = bench(stack, "--no-switch", "--profiles", "fused", "--out", str(tmp_path / "b"))
     assert wrong.returncode == 2 and f"but the control API's /status says it runs {status['profile']}" in wrong.stderr
     assert not (tmp_path / "b").exists() or list((tmp_path / "b").iterdir()) == []
+
+
+def test_a_cell_whose_expected_backend_is_not_active_is_invalid(kit_stack, tmp_path):
+    """Degraded switch, then --no-switch on that server: both cells INVALID, no tok/s under the name."""
+    stack = kit_stack("baseline", "off", extra_env={"KIT_ACTIVATION_FAILURE": "degraded"})
+    common = ("--repeats", "1", "--num-prompts", "2", "--max-tokens", "8", "--warmup", "0")
+    r = bench(stack, "--profiles", "ipc-quiet", "--spec", "off", *common, "--out", str(tmp_path / "a"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    cell = json.loads((next((tmp_path / "a").iterdir()) / "ipc-quiet__off.json").read_text())
+    assert cell["valid"] is False and cell["switch"]["outcome"] == "degraded"
+    assert "pcie-ipc" in cell["invalid_reason"] and cell["per_repeat"] == []
+    assert stack.status()["state"] == "degraded"
+    r = bench(stack, "--no-switch", *common, "--out", str(tmp_path / "b"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    cell = json.loads((next((tmp_path / "b").iterdir()) / "ipc-quiet__off.json").read_text())
+    assert cell["valid"] is False and cell["invalid_reason"].startswith("expected backend not active: pcie-ipc")
+    assert cell["backends"][0]["active"] is False and cell["per_repeat"] == []

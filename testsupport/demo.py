@@ -2,7 +2,8 @@
 
 Starts `launcher serve` (real supervisord, real control API) with the SGLang stand-in as the
 server (KIT_SERVER_CMD, with KIT_PATCH_CHECK=skip since the stand-in carries no SGLang patches)
-and demo/standin.json as its timings. Then runs a short `bench run` over every stable profile x
+and demo/standin.json as its timings. Then runs a short `bench run` over baseline and every profile
+that file times x
 {eagle3, off} into results/demo/ as its own process, with nothing of the server's environment but
 the control token and URLs, as the bench container runs; prints where the bundle is, and always
 stops the server (SIGTERM to serve, which stops supervisord and its programs).
@@ -105,10 +106,20 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
+def demo_profiles() -> str:
+    """baseline plus the profiles demo/standin.json gives timings for (most are experimental now)."""
+    import json
+
+    timed = json.loads(STANDIN_CONFIG.read_text()).get("profiles", {})
+    return ",".join(["baseline", *(n for n in timed if not n.startswith("_"))])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m testsupport.demo", description="SIMULATED end-to-end demo (no GPU, no Docker).")
     p.add_argument("--out", default="results/demo", help="results folder (default results/demo)")
-    p.add_argument("--profiles", default="stable", help="profiles to bench (default: every stable profile)")
+    p.add_argument(
+        "--profiles", default=demo_profiles(), help="profiles to bench (default: baseline and those demo/standin.json times)"
+    )
     p.add_argument("--spec", default="eagle3,off")
     p.add_argument("--max-tokens", type=int, default=24)
     p.add_argument("--num-prompts", type=int, default=3)

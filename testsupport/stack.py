@@ -22,6 +22,8 @@ FAULT_PROFILES = {
     '[env]\nSTANDIN_FAULT = "crash_at_start"\n',
     "hangs": 'description = "test: server never becomes healthy"\nstatus = "experimental"\nextends = "baseline"\n'
     '[env]\nSTANDIN_FAULT = "hang_at_start"\n',
+    "ipc-quiet": 'description = "test: healthy, but PCIe-IPC fell back to NCCL"\nstatus = "experimental"\n'
+    'extends = "custom-ar"\n[env]\nSTANDIN_WITHHOLD_ACTIVATION = "pcie-ipc"\n',
 }
 
 

@@ -6,6 +6,7 @@ A profile file is a public contract (users write their own):
     description = "one line"
     status = "stable"        # or "experimental"
     [requires]               # sm, interconnect, p2p, nvlink_multicast, patches
+    [expects]                # what must be running once it is healthy: allreduce, fusion, a2a
     [env]                    # NAME = scalar; false unsets an inherited value
     [server]                 # SGLang flag without dashes = value; true -> bare flag, false -> omitted
 
@@ -71,6 +72,29 @@ class Requires(BaseModel):
     patches: list[str] | None = None
 
 
+class Expects(BaseModel):
+    """The backends the server must show running (launcher/runtime/activation.py reads its log).
+
+    allreduce: which all-reduce carries the TP reductions ("nccl" needs no proof); fusion: the
+    FlashInfer all-reduce + RMSNorm fusion kernel; a2a: the MoE all-to-all."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    allreduce: Literal["nccl", "pcie-ipc", "mscclpp"] | None = None
+    fusion: bool | None = None
+    a2a: Literal["none", "deepep"] | None = None
+
+    def backends(self) -> list[str]:
+        """Names in activation.DETECTORS, in a fixed order."""
+        out = []
+        if self.allreduce in ("pcie-ipc", "mscclpp"):
+            out.append(self.allreduce)
+        if self.fusion:
+            out.append("fusion")
+        if self.a2a == "deepep":
+            out.append("deepep")
+        return out
+
+
 class ProfileFile(BaseModel):
     """One TOML file exactly as written; unknown keys are errors."""
 
@@ -79,6 +103,7 @@ class ProfileFile(BaseModel):
     description: str | None = None
     status: Literal["stable", "experimental"] | None = None
     requires: Requires = Requires()
+    expects: Expects = Expects()
     env: dict[str, Scalar] = {}
     server: dict[str, Scalar | list[Scalar]] = {}
 
@@ -123,6 +148,7 @@ class Resolved:
     status: str
     path: Path
     requires: Requires
+    expects: Expects = field(default_factory=Expects)
     env: dict[str, Scalar] = field(default_factory=dict)
     server: dict[str, Scalar | list[Scalar]] = field(default_factory=dict)
     origin: dict[str, Path] = field(default_factory=dict)  # "env.NAME" / "server.flag" -> file
@@ -179,7 +205,7 @@ def read_file(path: Path) -> ProfileFile:
         pf = ProfileFile.model_validate(raw)
     except ValidationError as exc:
         hints = {"extra_forbidden": "remove it; allowed top-level keys are extends, description, status, "
-                 "[requires], [env], [server]"}
+                 "[requires], [expects], [env], [server]"}
         raise schema_error(path, exc, hints, "see the profile format in README.md") from exc
     _check_entries(path, pf)
     return pf
@@ -210,6 +236,9 @@ def _merge(into: Resolved, pf: ProfileFile, path: Path) -> None:
     req = into.requires.model_dump()
     req.update(pf.requires.model_dump(exclude_none=True))
     into.requires = Requires.model_validate(req)
+    exp = into.expects.model_dump()
+    exp.update(pf.expects.model_dump(exclude_none=True))
+    into.expects = Expects.model_validate(exp)
     into.chain.append(path)
 
 

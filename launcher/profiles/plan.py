@@ -34,6 +34,7 @@ class Plan(BaseModel):
     flags: list[str]
     patches: list[str]
     requires: dict
+    expects: list[str] = []  # backends the server must show running (launcher/runtime/activation.py)
     warnings: list[str]
     sources: list[str]
 
@@ -125,6 +126,7 @@ def evaluate(
         flags=flags,
         patches=list(res.requires.patches or []),
         requires=requires,
+        expects=res.expects.backends(),
         warnings=[f.message for f in findings if f.level == "warning"],
         sources=[str(p) for p in res.chain],
     )

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from launcher import settings
 from launcher.errors import KitError, RuntimeFailure, UserError, run_cli
 from launcher.profiles.loader import check_name
-from launcher.runtime import journal
+from launcher.runtime import activation, journal
 from launcher.runtime import state as runtime_state
 from launcher.runtime.admission import patch_check, validated_plan
 from launcher.runtime.supervisor_rpc import Supervisor
@@ -69,6 +69,8 @@ class Runtime:
         self.retry_at: float | None = None
         self.retries = 0
         self.recovery: asyncio.Task | None = None
+        self.backends: list[dict] = []  # activation of the running plan's expected backends
+        self.backends_of: tuple[int, str | None] | None = None  # (pid, digest) they were read for
 
     def set_state(self, state: str) -> None:
         if state != self.state:
@@ -96,9 +98,16 @@ class Runtime:
             "server_url": runtime_state.server_url(cur["flags"]) if cur.get("flags") else None,
             "last_error": self.last_error,
             "patch_check": patch_check(),
+            "backends": self.backends,
             "history": hist,
             "history_skipped": skipped,
         }
+
+    def check_backends(self, plan: dict) -> list[dict]:
+        """Read the running server's activation lines (activation.py) and keep them for /status."""
+        self.backends = activation.check_server(plan.get("expects") or [], settings.StatePaths(self.sd).server_log)
+        self.backends_of = (self.pid, plan.get("digest"))
+        return self.backends
 
     async def monitor(self) -> None:
         """Resolve a switch cut short, then watch: health (always, during a switch too), unplanned
@@ -146,6 +155,8 @@ class Runtime:
         if not cur:
             return
         statename = info.get("statename")
+        if self.health == "ok" and self.backends_of != (self.pid, cur.get("digest")):
+            self.check_backends(cur)  # a server started by serve, or restarted after a crash
         if statename == "FATAL":
             await self._crash_loop(info)
         elif self.health == "ok" and self.state in ("starting", "failed"):
@@ -154,9 +165,14 @@ class Runtime:
             self.retry_at, self.backoff_s = None, settings.RETRY_BACKOFF_S.get()
             if not self.last_good or self.last_good.get("digest") != cur.get("digest"):
                 runtime_state.commit(self.sd, cur)
+                missing = activation.summary(self.backends)
                 runtime_state.append_history(
-                    self.sd, {"ts": time.time(), "from": None, "to": label(cur), "outcome": "started", "durations": {}, "error": None}
+                    self.sd,
+                    {"ts": time.time(), "from": None, "to": label(cur), "outcome": "started", "durations": {},
+                     "backends": self.backends, "error": f"expected backend not active: {missing}" if missing else None},
                 )
+                if missing:
+                    self.last_error = f"expected backend not active: {missing}"
                 self.last_good = cur
         elif self.state == "starting" and statename in DEAD_STATES:
             self.last_error = f"server did not start ({statename})"
@@ -265,10 +281,11 @@ class Runtime:
                     "nothing was changed: free space in KIT_STATE_DIR and retry"
                 ) from exc
             outcome = entry["outcome"]
-            if outcome == "switched":
+            if outcome in ("switched", "degraded"):
                 self.current = self.last_good = plan
-                self.last_error = None
-                self.set_state("serving")
+                self.last_error = entry["error"]
+                self.set_state("serving" if outcome == "switched" else "degraded")
+                self.backends, self.backends_of = entry.get("backends", []), None
             elif outcome == "rolled_back":
                 self.current = previous
                 self.last_error = entry["error"]

@@ -55,7 +55,15 @@ def _switch(args: argparse.Namespace) -> int:
             print(f"reason: {body['error']}")
         if body.get("rollback_error"):
             print(f"rollback: {body['rollback_error']}")
+        _print_backends(body.get("backends") or [])
     return 0 if outcome in OK_OUTCOMES else 1
+
+
+def _print_backends(backends: list[dict]) -> None:
+    """What the profile expects to run, and the server log's word on it."""
+    shown = {True: "active", False: "NOT ACTIVE", None: "unknown"}
+    for b in backends:
+        print(f"backend {b.get('name')}: {shown.get(b.get('active'), '?')} ({b.get('evidence')})")
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -69,6 +77,7 @@ def _status(args: argparse.Namespace) -> int:
         print(f"patch check: {st['patch_check']} ({settings.PATCH_CHECK.name})")
     if st.get("last_error"):
         print(f"last error: {st['last_error']}")
+    _print_backends(st.get("backends") or [])
     for h in st.get("history", [])[-5:]:
         frm = (h.get("from") or {}).get("profile")
         to = (h.get("to") or {}).get("profile")

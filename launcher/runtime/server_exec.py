@@ -25,6 +25,8 @@ from launcher.runtime.containment import Containment
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 LEFTOVER_GRACE_S = 2.0  # SIGTERM to SIGKILL for processes still there after the server exited
+START_MARKER = "server_exec: profile "
+"""Starts the line written before each server start: the activation check reads the log after the last one."""
 
 
 def supervise(cmd: list[str], stop_grace_s: float) -> int:
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"server_exec: sitecustomize did not apply {path}; is {sitecustomize_dir()} on PYTHONPATH?", file=sys.stderr)
         return 1
     os.environ.pop(settings.CONTROL_TOKEN.name, None)  # the server has no business holding the control secret
-    print(f"server_exec: profile {plan.get('name')} spec {plan.get('spec')} digest {plan.get('digest')}: {' '.join(cmd)}", flush=True)
+    print(f"{START_MARKER}{plan.get('name')} spec {plan.get('spec')} digest {plan.get('digest')}: {' '.join(cmd)}", flush=True)
     # supervisord kills the group after KIT_STOP_WAIT_S: end the tree well before that.
     return supervise(cmd, max(1.0, settings.STOP_WAIT_S.get() - LEFTOVER_GRACE_S - 1))
 

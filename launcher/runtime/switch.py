@@ -18,13 +18,14 @@ import httpx
 
 from launcher import settings
 from launcher.profiles.render import write_plan
-from launcher.runtime import journal
+from launcher.runtime import activation, journal
 from launcher.runtime import state as runtime_state
 from launcher.runtime.metrics_text import running_requests
 from launcher.runtime.supervisor_rpc import Supervisor
 
 DEAD_STATES = {"FATAL", "EXITED", "STOPPED", "UNKNOWN"}
 STOP_MARGIN_S = 30  # beyond supervisord's own stop wait, before the group is killed
+LOG_GRACE_S = 3.0  # the server logged its line before answering; supervisord may not have written it yet
 
 
 @dataclass
@@ -66,6 +67,7 @@ class Switcher:
         self.phase: str | None = None
         self.active: dict | None = None  # the plan last rendered and started: what health is probed on
         self.server_changed_at = 0.0  # a health reading older than this describes a server that is gone
+        self.backends: list[dict] = []  # the last activation check of a switch's new server
 
     async def _call(self, fn, *args):
         return await asyncio.to_thread(fn, *args)
@@ -131,6 +133,18 @@ class Switcher:
                     raise GateFailed(f"health timeout: {url}/health_generate not 200 after {timeout_s:.0f}s")
                 await asyncio.sleep(0.2)
 
+    async def activation_check(self, plan: dict) -> list[dict]:
+        """The expected backends of the healthy new server, from its log (activation.py)."""
+        self.phase = "activation"
+        log = settings.StatePaths(self.sd).server_log
+        deadline = time.monotonic() + LOG_GRACE_S
+        while True:
+            statuses = activation.check_server(plan.get("expects") or [], log)
+            if not activation.inactive(statuses) or time.monotonic() > deadline:
+                self.backends = statuses
+                return statuses
+            await asyncio.sleep(0.25)
+
     async def bring_up(self, plan: dict, timeout_s: float) -> None:
         await self.start(plan)
         await self.health_gate(runtime_state.server_url(plan["flags"]), timeout_s)
@@ -177,9 +191,17 @@ class Switcher:
             step = "health"
             journal.advance(self.sd, j, "health")
             await self.health_gate(runtime_state.server_url(new["flags"]), timeout_s or self.timeouts.health_s)
-            lap("health", t)
+            t = lap("health", t)
+            step = "activation"
+            entry["backends"] = await self.activation_check(new)
+            lap("activation", t)
+            missing = activation.summary(entry["backends"])
+            if missing and settings.ACTIVATION_FAILURE.get() == "rollback":
+                raise GateFailed(f"expected backend not active: {missing}")
             runtime_state.commit(self.sd, new)
-            entry["outcome"] = "switched"
+            entry["outcome"] = "degraded" if missing else "switched"
+            if missing:
+                entry["error"] = f"expected backend not active, kept ({settings.ACTIVATION_FAILURE.name}=degraded): {missing}"
             return self._finish(entry, j, t0)
         except Exception as exc:  # the gate, a full disk, a supervisord fault: all take the rollback path
             lap(step, t)

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from launcher.errors import RuntimeFailure
 from testsupport.standin import simulation
+from testsupport.standin.activation import startup_lines
 from testsupport.standin.engine import VERSION, Engine, ProfilingError
 from testsupport.standin.metrics import render_metrics
 
@@ -314,6 +315,9 @@ async def _announce_ready(engine: Engine) -> None:
         print("SIMULATED fault hang_at_start: /health will answer 503 forever", file=sys.stderr, flush=True)
         return
     await asyncio.sleep(engine.settings.startup_delay_s)
+    withhold = {n.strip() for n in engine.settings.withhold_activation.split(",") if n.strip()}
+    for line in startup_lines(engine.args, os.environ, withhold):  # logged before ready, as SGLang does
+        print(line, file=sys.stderr, flush=True)
     print("SIMULATED: The server is fired up and ready to roll!", file=sys.stderr, flush=True)
 
 

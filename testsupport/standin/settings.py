@@ -59,6 +59,10 @@ class StandinSettings(BaseModel):
     spawn_orphan: str = Field(
         "", description="Start a process in its own session (it leaves the process group) and write its pid here."
     )
+    withhold_activation: str = Field(
+        "", description="Comma-separated backends (fusion, pcie-ipc, mscclpp) whose start-up line is replaced "
+        "by SGLang's fallback warning: healthy, but running NCCL."
+    )
     corrupt_output: bool = Field(
         False, description="Different text and accept length 1.0 (wrong all-reduce)."
     )
