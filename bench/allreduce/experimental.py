@@ -59,6 +59,19 @@ def _version(dist_name: str) -> str:
         return "unknown (no package metadata)"
 
 
+def flashinfer_comm_missing(*names: str) -> str | None:
+    """Why FlashInfer's comm module cannot give these names here, or None (checked in the parent)."""
+    missing = module_missing("flashinfer")
+    if missing:
+        return missing
+    try:
+        import flashinfer.comm as comm
+    except Exception as exc:
+        return f"flashinfer.comm does not import ({type(exc).__name__}: {exc})"
+    absent = [n for n in names if not hasattr(comm, n)]
+    return f"flashinfer.comm has no {', '.join(absent)}" if absent else None
+
+
 def disabled_reason(what: str, said: list[str]) -> str:
     """The skipped-row reason for a communicator that turned itself off, in the library's words."""
     if said:
@@ -97,14 +110,7 @@ class PcieIpc(_NcclPlusGloo):
     name = "pcie-ipc"
 
     def probe(self) -> str | None:
-        missing = module_missing("flashinfer")
-        if missing:
-            return missing
-        try:
-            from flashinfer.comm import PcieIpcAllReduceWorkspace  # noqa: F401
-        except Exception as exc:
-            return f"flashinfer.comm has no PcieIpcAllReduceWorkspace ({type(exc).__name__}: {exc})"
-        return None
+        return flashinfer_comm_missing("PcieIpcAllReduceWorkspace")
 
     def _setup(self, ctx: RankContext) -> None:
         import torch.distributed as dist
@@ -120,6 +126,7 @@ class PcieIpc(_NcclPlusGloo):
             tune_batches=tune_batches(max_numel // ctx.hidden),
         )
         self.tuned = self._tune(ctx)
+        self._bound_stream = None  # the stream the workspace serves (see allreduce)
 
     def _tune(self, ctx: RankContext) -> str:
         """Measure launch tactics for the verify shapes, as the server does at start-up.
@@ -127,9 +134,7 @@ class PcieIpc(_NcclPlusGloo):
         Without it the kernels run FlashInfer's seed policy, which is what a server started with
         --disable-flashinfer-autotune runs; the outcome is logged so a row says which it measured.
         """
-        import logging as _logging
-
-        log = _logging.getLogger("bench.allreduce")
+        log = logging.getLogger("bench.allreduce")
         if ctx.max_bytes // ctx.dtype.itemsize < ctx.hidden:
             log.warning("pcie-ipc: sizes are smaller than one row of hidden=%d; seed policy", ctx.hidden)
             return "seed policy (no full row to tune)"
@@ -156,7 +161,7 @@ class PcieIpc(_NcclPlusGloo):
         # with the caller at phase boundaries (warm-up, capture, replay), which never overlap here:
         # the harness synchronises between them.
         stream = torch.cuda.current_stream()
-        if stream != getattr(self, "_bound_stream", None):
+        if stream != self._bound_stream:
             self.ws.rebind_stream()
             self._bound_stream = stream
         return self.ws.all_reduce(tensor)
@@ -186,14 +191,7 @@ class FusedAr(_NcclPlusGloo):
     name = "fused-ar"
 
     def probe(self) -> str | None:
-        missing = module_missing("flashinfer")
-        if missing:
-            return missing
-        try:
-            from flashinfer.comm import allreduce_fusion, create_allreduce_fusion_workspace  # noqa: F401
-        except Exception as exc:
-            return f"flashinfer.comm has no allreduce_fusion API ({type(exc).__name__}: {exc})"
-        return None
+        return flashinfer_comm_missing("allreduce_fusion", "create_allreduce_fusion_workspace")
 
     def _setup(self, ctx: RankContext) -> None:
         import inspect

@@ -67,7 +67,6 @@ class Switcher:
         self.phase: str | None = None
         self.active: dict | None = None  # the plan last rendered and started: what health is probed on
         self.server_changed_at = 0.0  # a health reading older than this describes a server that is gone
-        self.backends: list[dict] = []  # the last activation check of a switch's new server
 
     async def _call(self, fn, *args):
         return await asyncio.to_thread(fn, *args)
@@ -141,7 +140,6 @@ class Switcher:
         while True:
             statuses = activation.check_server(plan.get("expects") or [], log)
             if not activation.inactive(statuses) or time.monotonic() > deadline:
-                self.backends = statuses
                 return statuses
             await asyncio.sleep(0.25)
 
