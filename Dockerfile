@@ -113,11 +113,17 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && python3 -m pip install -r /tmp/kit-requirements.txt \
     && rm /tmp/kit-requirements.txt
 
-# MSCCL++ (built above). Checked without importing it: its extension needs the GPU driver.
+# MSCCL++ (built above) with cupy, which `import mscclpp` needs (mscclpp/_core/algorithm.py) and
+# which neither sglang nor flashinfer declares: without it SGLang logs "PyMscclpp is unavailable"
+# and runs NCCL. The build fails unless MSCCL++ imports as SGLang imports it; with no GPU driver
+# at build time, the CUDA toolkit's stub libcuda stands in (docker/check-mscclpp-import.sh).
+ARG CUPY_SPEC="cupy-cuda13x>=14.2,<15"
+COPY docker/check-mscclpp-import.sh /usr/local/bin/check-mscclpp-import
+# hadolint ignore=DL3013 # the MSCCL++ wheel is the one built above and cupy's range is the CUPY_SPEC argument
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,from=mscclpp,source=/wheels,target=/tmp/mscclpp-wheels \
-    python3 -m pip install /tmp/mscclpp-wheels/mscclpp-*.whl \
-    && python3 -c 'import importlib.util as u, pathlib as p; d = p.Path(u.find_spec("mscclpp").origin).parent; assert (d / "ext").is_dir() and (d / "default_algos").is_dir(), d'
+    python3 -m pip install /tmp/mscclpp-wheels/mscclpp-*.whl "${CUPY_SPEC}" \
+    && check-mscclpp-import
 
 # nccl-tests (built above) for `bench allreduce --with-nccl-tests`.
 COPY --from=nccl-tests /opt/nccl-tests /opt/nccl-tests

@@ -99,6 +99,7 @@ def facts(
     p2p_ok: bool | None = None,
     bad_pairs: list[tuple[int, int]] | None = None,
     nvlink_multicast: bool | None = None,
+    rdma_nics: list[str] | None = None,
 ) -> HostFacts:
     gpus = [GpuFact(index=i, name="GPU", compute_cap=sm) for i in range(n)] if sm else []
     return HostFacts(
@@ -107,6 +108,7 @@ def facts(
         p2p_ok=p2p_ok,
         p2p_bad_pairs=bad_pairs or [],
         nvlink_multicast=nvlink_multicast,
+        rdma_nics=rdma_nics,
     )
 
 

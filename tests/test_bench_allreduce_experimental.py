@@ -67,3 +67,20 @@ def test_fused_ar_is_a_known_backend_that_names_a_missing_flashinfer():
     assert importlib.util.find_spec("flashinfer") is None  # the test environment has no FlashInfer
     assert make_backend("fused-ar").probe() == "python package 'flashinfer' is not installed"
     assert make_backend("pcie-ipc").probe() == "python package 'flashinfer' is not installed"
+
+
+def test_pcie_ipc_rebinds_on_the_first_call_and_on_every_stream_change():
+    """torch's Stream says False to `!= None`: the first call on a new stream must still rebind
+    (seen on 2 H200s: "this workspace is already bound to ..." in CUDA-graph mode)."""
+    import torch
+
+    a = torch.Stream("cpu")
+    assert (a != None) is False  # noqa: E711 - the trap itself
+    assert experimental.stream_changed(a, None) is True
+    assert experimental.stream_changed(a, a) is False
+
+    class Side:  # a second stream, compared by id as torch does
+        def __eq__(self, other):
+            return isinstance(other, Side)
+
+    assert experimental.stream_changed(Side(), a) is True

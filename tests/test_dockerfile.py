@@ -169,6 +169,57 @@ def test_mscclpp_build_is_pinned_and_includes_sm120(dockerfile):
     assert "cmake.define.CMAKE_CUDA_ARCHITECTURES=$archs" in script and "MSCCLPP_USE_IB=OFF" in script
 
 
+def test_server_installs_cupy_with_mscclpp_and_fails_unless_mscclpp_imports(dockerfile):
+    """`import mscclpp` needs cupy, which nothing else brings: without it SGLang silently runs NCCL."""
+    assert re.search(r'^ARG CUPY_SPEC="cupy-cuda13x>=[\d.]+,<\d+"$', DOCKERFILE.read_text(), re.M)
+    server = stage_of(dockerfile, "server")
+    assert ("COPY", "docker/check-mscclpp-import.sh /usr/local/bin/check-mscclpp-import") in server
+    [run] = [a for w, a in server if w == "RUN" and "mscclpp-wheels" in a]
+    install, check = run.index('mscclpp-*.whl "${CUPY_SPEC}"'), run.index("&& check-mscclpp-import")
+    assert install < check  # one layer: installed together, refused together
+
+
+def _fake_site(root: Path, *, mscclpp: bool = True) -> Path:
+    """mscclpp (with ext, default_algos) and cupy as tiny packages that report the loader path."""
+    site = root / "site"
+    report = ("import os; first = os.environ.get('LD_LIBRARY_PATH', '').split(':')[0]\n"
+              "print('LD', first, os.path.realpath(os.path.join(first, 'libcuda.so.1')))\n")
+    names = ["cupy"] + (["mscclpp", "mscclpp/ext", "mscclpp/default_algos"] if mscclpp else [])
+    for name in names:
+        (site / name).mkdir(parents=True, exist_ok=True)
+        (site / name / "__init__.py").write_text("__version__ = '9.9'\n" + (report if name == "mscclpp" else ""))
+    return site
+
+
+def _check_import(site: Path, cuda_home: Path, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": str(site), "CUDA_HOME": str(cuda_home), "PYTHON": sys.executable, **env}
+    return subprocess.run(["bash", str(ROOT / "docker" / "check-mscclpp-import.sh")], env=full,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_mscclpp_import_check_uses_the_stub_when_no_driver_loads(tmp_path):
+    cuda = tmp_path / "cuda"
+    (cuda / "lib64" / "stubs").mkdir(parents=True)
+    (cuda / "lib64" / "stubs" / "libcuda.so").write_bytes(b"stub")
+    r = _check_import(_fake_site(tmp_path), cuda, CHECK_WITH_STUB="1")
+    assert r.returncode == 0, r.stderr
+    assert "the stub" in r.stdout and "check-mscclpp-import: ok: mscclpp 9.9 cupy 9.9" in r.stdout
+    _, first, target = next(line for line in r.stdout.splitlines() if line.startswith("LD ")).split()
+    assert Path(target) == (cuda / "lib64" / "stubs" / "libcuda.so").resolve()  # first on the loader path
+    first = Path(first)
+    assert not first.exists()  # the link folder is removed after the check
+
+
+def test_mscclpp_import_check_fails_without_mscclpp_or_without_a_stub(tmp_path):
+    cuda = tmp_path / "cuda"
+    (cuda / "lib64" / "stubs").mkdir(parents=True)
+    (cuda / "lib64" / "stubs" / "libcuda.so").write_bytes(b"stub")
+    r = _check_import(_fake_site(tmp_path, mscclpp=False), cuda, CHECK_WITH_STUB="1")
+    assert r.returncode == 1 and "No module named 'mscclpp'" in r.stderr
+    r = _check_import(_fake_site(tmp_path / "b"), tmp_path / "no-cuda", CHECK_WITH_STUB="1")
+    assert r.returncode == 1 and "no stub libcuda.so" in r.stderr and "set CUDA_HOME" in r.stderr
+
+
 def test_deepep_stage_uses_the_script_with_a_pinned_ref(dockerfile):
     text = DOCKERFILE.read_text()
     assert re.search(r"^ARG DEEPEP_REF=[0-9a-f]{40}$", text, re.M)

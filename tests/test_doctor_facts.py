@@ -31,6 +31,7 @@ def test_files_give_facts_and_details(tmp_path):
     assert len(facts.gpus) == 8
     assert details["topology"]["links"]["GPU2"]["GPU5"] == "SYS" and details["topology"]["links"]["GPU0"]["GPU0"] == "X"
     assert details["topology"]["nics"] == {"NIC0": "mlx5_0", "NIC1": "mlx5_1"}
+    assert facts.rdma_nics == ["mlx5_0", "mlx5_1"]  # what the DeepEP rule reads
     assert [b["pair"] for b in details["p2p_bad"]] == [[0, 7], [2, 5]]
     assert details["p2p_bad"][1]["status"] == "NS" and details["p2p_bad"][1]["meaning"]
 
@@ -41,6 +42,14 @@ def test_nvlink_sm90_host_from_live_nvidia_smi():
     facts, details = facts_mod.build(inp, None)
     assert facts.interconnect == "nvlink" and facts.nvlink_multicast is True
     assert details["topology"]["nvswitch"] is True
+
+
+def test_rdma_nics_are_none_without_a_topology_and_empty_when_it_shows_none(tmp_path):
+    probe = stub_probe(tmp_path)
+    inp = facts_mod.read_inputs(probe, {"gpus": files("switch4")["gpus"]})
+    assert facts_mod.build(inp, None)[0].rdma_nics is None  # not read: unknown, not "none"
+    inp = facts_mod.read_inputs(probe, files("switch4"))
+    assert facts_mod.build(inp, None)[0].rdma_nics == []
 
 
 def test_files_win_over_nvidia_smi():

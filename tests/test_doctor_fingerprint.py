@@ -7,7 +7,7 @@ from helpers_doctor import HOSTS, live_probe, stub_probe
 from launcher.doctor.fingerprint import host_fingerprint
 
 KEYS = {"available", "reason", "gpus", "driver", "interconnect", "numa_nodes", "p2p_ok", "nvlink_multicast",
-        "nccl", "nccl_source", "topology", "sources"}
+        "rdma_nics", "nccl", "nccl_source", "topology", "sources"}
 
 
 def _host(name: str) -> dict[str, str]:
@@ -26,6 +26,7 @@ def test_fingerprint_of_a_live_pcie_host():
     assert fp["driver"] == "580.95.05"
     assert fp["interconnect"] == "pcie-cross-socket" and fp["numa_nodes"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert fp["p2p_ok"] is False and fp["nvlink_multicast"] is False
+    assert fp["rdma_nics"] == ["mlx5_0", "mlx5_1"]
     assert fp["nccl"] == "2.27.7" and fp["nccl_source"] == "torch.cuda.nccl.version()"
     assert fp["topology"]["links"]["GPU0"]["GPU7"] == "SYS"
     assert fp["sources"] == {"topo": "nvidia-smi", "p2p": "nvidia-smi", "gpus": "nvidia-smi"}
@@ -46,6 +47,7 @@ def test_no_nvidia_smi_is_unavailable_with_the_reason(tmp_path):
     assert fp["available"] is False and fp["gpus"] == [] and fp["driver"] is None
     assert fp["reason"].startswith("nvidia-smi not found")
     assert fp["interconnect"] is None and fp["topology"] is None and fp["sources"] == {}
+    assert fp["rdma_nics"] is None
     assert (fp["nccl"], fp["nccl_source"]) == ("2.31.2", "stub")  # still detected without GPUs
 
 

@@ -35,6 +35,7 @@ def test_pcie_dual_socket_is_cross_socket_with_two_numa_nodes_and_nics():
     assert topo.numa_split(t) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert t.nics == {"NIC0": "mlx5_0", "NIC1": "mlx5_1"}
     assert t.devices[-2:] == ["NIC0", "NIC1"]
+    assert t.nic_names() == ["mlx5_0", "mlx5_1"]
     assert t.info[5]["CPU Affinity"] == "48-95,144-191"
     assert topo.nvswitch_likely(t) is False
 
@@ -90,6 +91,18 @@ def test_space_aligned_copy_parses_like_tabs():
     t = topo.parse(text)
     assert topo.classify(t) == "pcie-cross-socket"
     assert topo.numa_split(t) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_nics_named_in_their_own_column_on_old_drivers():
+    text = (
+        "\tGPU0\tGPU1\tmlx5_0\tCPU Affinity\n"
+        "GPU0\t X \tSOC\tPHB\t0-15\n"
+        "GPU1\tSOC\t X \tSOC\t16-31\n"
+        "mlx5_0\tPHB\tSOC\t X \n"
+    )
+    t = topo.parse(text)
+    assert t.nic_names() == ["mlx5_0"] and t.gpus == [0, 1]
+    assert topo.parse(_matrix({}, 2)).nic_names() == []
 
 
 def test_old_driver_soc_means_sys():

@@ -69,11 +69,20 @@ def test_tree_rule_passes_without_tree(make, algo):
 
 
 @pytest.mark.parametrize(
+    "config", ['{"decode": {"backend": "full"}}', '{"prefill": {"backend": "disabled"}}', "not json", "[]"]
+)
+def test_tree_with_a_graph_config_that_keeps_decode_graphs_is_an_error(make, config):
+    _, findings = make(env={"NCCL_ALGO": "Tree"}, server={"cuda-graph-config": config})
+    assert len(by_rule(findings, "tree_with_cuda_graphs", "error")) == 1
+
+
+@pytest.mark.parametrize(
     "graphs_off",
     [
         {"cuda-graph-backend-decode": "disabled"},
         {"disable-decode-cuda-graph": True},
         {"disable-cuda-graph": True},
+        {"cuda-graph-config": '{"decode": {"backend": "disabled"}}'},
     ],
 )
 def test_tree_allowed_when_cuda_graphs_are_off(make, graphs_off):
@@ -144,17 +153,76 @@ def test_bug_per_collective_ll128_is_missed_on_pcie(make):
 # ---- (c) CUDA_DEVICE_MAX_CONNECTIONS ------------------------------------------------------------
 
 
-def test_cuda_device_max_connections_warns(make):
+def test_cuda_device_max_connections_warns_that_it_wins_in_every_worker(make):
     plan, findings = make(env={"CUDA_DEVICE_MAX_CONNECTIONS": 1})
     [f] = by_rule(findings, "cuda_device_max_connections", "warning")
     assert f.message in plan.warnings
-    assert "overwritten with 8" in f.message
+    # true to what happens (tests/test_sitecustomize.py runs it): the profile's 1 replaces SGLang's 8
+    assert f.message.startswith("CUDA_DEVICE_MAX_CONNECTIONS=1 replaces the 8 SGLang sets")
+    assert "every TP worker" in f.message
 
 
-def test_no_cuda_device_max_connections_no_warning(make):
-    plan, findings = make(env={"NCCL_PROTO": "LL"})
+@pytest.mark.parametrize("env", [{"NCCL_PROTO": "LL,Simple"}, {"CUDA_DEVICE_MAX_CONNECTIONS": 8}])
+def test_no_cuda_device_max_connections_no_warning(make, env):
+    plan, findings = make(env=env)
     assert by_rule(findings, "cuda_device_max_connections") == []
     assert plan.warnings == []
+
+
+# ---- variables SGLang sets in its parent ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "server", "key"),
+    [
+        ({"NCCL_CUMEM_ENABLE": 0}, {"enable-symm-mem": True}, "env.NCCL_CUMEM_ENABLE"),
+        ({"NCCL_NVLS_ENABLE": 0}, {"enable-nccl-nvls": True}, "env.NCCL_NVLS_ENABLE"),
+        ({"NCCL_NVLS_ENABLE": "0"}, {"enable-symm-mem": True}, "env.NCCL_NVLS_ENABLE"),
+    ],
+)
+def test_a_profile_value_that_undoes_a_flags_need_is_an_error(make, env, server, key):
+    _, findings = make(env=env, server=server)
+    [f] = by_rule(findings, "parent_set_env_conflict", "error")
+    assert f.key == key and "every TP worker" in f.message and "engine.py" in f.message
+
+
+@pytest.mark.parametrize(
+    ("env", "server"),
+    [({"NCCL_CUMEM_ENABLE": 0}, {}), ({"NCCL_CUMEM_ENABLE": 1}, {"enable-symm-mem": True}), ({}, {"enable-nccl-nvls": True})],
+)
+def test_parent_set_values_without_a_conflict_pass(make, env, server):
+    _, findings = make(env=env, server=server)
+    assert by_rule(findings, "parent_set_env_conflict") == []
+
+
+# ---- NCCL_PROTO without Simple ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("proto", ["LL", "ll", "LL,LL128", "^Simple", "allreduce:LL"])
+def test_proto_without_simple_warns_about_prefill(make, proto):
+    plan, findings = make(env={"NCCL_PROTO": proto})
+    [f] = by_rule(findings, "nccl_proto_without_simple", "warning")
+    assert f.key == "env.NCCL_PROTO" and "prefill" in f.message and f.message in plan.warnings
+
+
+def test_buffsize_with_ll_only_is_a_no_op_warning(make):
+    _, findings = make(env={"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": 1048576})
+    found = by_rule(findings, "nccl_proto_without_simple", "warning")
+    assert [f.key for f in found] == ["env.NCCL_PROTO", "env.NCCL_BUFFSIZE"]
+    assert "does nothing" in found[1].message
+
+
+@pytest.mark.parametrize(
+    "env", [{"NCCL_PROTO": "LL,Simple", "NCCL_BUFFSIZE": 1048576}, {"NCCL_PROTO": "^LL128"}, {"NCCL_BUFFSIZE": 1048576}]
+)
+def test_proto_with_simple_passes(make, env):
+    _, findings = make(env=env)
+    assert by_rule(findings, "nccl_proto_without_simple") == []
+
+
+def test_nccl_tuned_warns_about_prefill_but_sets_no_dead_buffsize():
+    _, findings = evaluate("nccl-tuned", "eagle3", PCIE, environ=ENV)
+    assert [f.key for f in by_rule(findings, "nccl_proto_without_simple")] == ["env.NCCL_PROTO"]
 
 
 # ---- (d) expandable segments + PCIe IPC all-reduce ----------------------------------------------
@@ -281,9 +349,89 @@ def test_deepep_rule_passes(make, server):
     assert by_rule(findings, "deepep_normal_mode") == []
 
 
+# ---- DeepEP needs an RDMA NIC -------------------------------------------------------------------
+
+
+def test_deepep_without_an_rdma_nic_is_ineligible(make):
+    _, findings = make(server={"moe-a2a-backend": "deepep"}, facts=facts("pcie-switch", "12.0", rdma_nics=[]))
+    [f] = by_rule(findings, "deepep_needs_rdma_nic", "ineligible")
+    assert f.key == "server.moe-a2a-backend" and "IBGDA" in f.message and "legacy.py" in f.message
+    with pytest.raises(UserError, match="no RDMA NIC"):
+        build_plan("ep-deepep", "eagle3", facts("pcie-switch", "12.0", p2p_ok=True, rdma_nics=[]), environ=ENV)
+
+
+def test_deepep_nic_unknown_is_a_condition(make):
+    plan, findings = make(server={"moe-a2a-backend": "deepep"})
+    assert [f.level for f in by_rule(findings, "deepep_needs_rdma_nic")] == ["requires"]
+    assert any("RDMA NIC" in c for c in plan.requires["conditions"])
+
+
+def test_deepep_with_a_nic_over_pcie_warns_about_memory_ordering(make):
+    _, findings = make(server={"moe-a2a-backend": "deepep"}, facts=facts("pcie-switch", "12.0", rdma_nics=["mlx5_0"]))
+    [f] = by_rule(findings, "deepep_needs_rdma_nic")
+    assert f.level == "warning" and "memory-ordering" in f.message
+
+
+@pytest.mark.parametrize(
+    ("server", "host"),
+    [({"moe-a2a-backend": "deepep"}, facts("nvlink", "9.0", rdma_nics=["mlx5_0"])), ({"moe-a2a-backend": "none"}, facts("pcie-switch", rdma_nics=[]))],
+)
+def test_deepep_nic_rule_passes(make, server, host):
+    _, findings = make(server=server, facts=host)
+    assert by_rule(findings, "deepep_needs_rdma_nic") == []
+
+
 def test_ep_deepep_profile_passes_on_pcie():
     plan = build_plan("ep-deepep", "eagle3", facts("pcie-switch", "12.0", p2p_ok=True), environ=ENV)
     assert plan.flags[plan.flags.index("--deepep-mode") + 1] == "low_latency"
+
+
+# ---- PCIe-IPC fallback conditions ---------------------------------------------------------------
+
+IPC = {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": 1}
+
+
+@pytest.mark.parametrize(("server", "key"), [({"tp-size": 3}, "server.tp-size"), ({"tp-size": "16"}, "server.tp-size"),
+                                            ({"dtype": "float16"}, "server.dtype"), ({"dtype": "half"}, "server.dtype")])
+def test_pcie_ipc_outside_its_world_sizes_or_dtype_is_an_error(make, server, key):
+    _, findings = make(env=IPC, server=server)
+    [f] = by_rule(findings, "pcie_ipc_fallback", "error")
+    assert f.key == key and "stays on NCCL" in f.message and "pcie_ipc_ar.py" in f.message
+
+
+def test_pcie_ipc_under_deterministic_inference_is_an_error(make):
+    _, findings = make(env=IPC, server={"enable-deterministic-inference": True, "dtype": "bfloat16"})
+    [f] = by_rule(findings, "pcie_ipc_fallback", "error")
+    assert "deterministic" in f.message
+
+
+def test_pcie_ipc_with_dtype_auto_requires_a_bf16_model(make):
+    plan, findings = make(env=IPC)
+    assert [f.level for f in by_rule(findings, "pcie_ipc_fallback")] == ["requires"]
+    assert any("bf16" in c for c in plan.requires["conditions"])
+
+
+@pytest.mark.parametrize(("env", "server"), [(IPC, {"dtype": "bfloat16", "tp-size": 4}), ({}, {"dtype": "float16", "tp-size": 3})])
+def test_pcie_ipc_rule_passes(make, env, server):
+    _, findings = make(env=env, server=server)
+    assert by_rule(findings, "pcie_ipc_fallback") == []
+
+
+# ---- fusion over PCIe at TP > 2 -----------------------------------------------------------------
+
+FUSION = {"flashinfer-allreduce-fusion-backend": "trtllm", "enforce-disable-flashinfer-allreduce-fusion": False}
+
+
+def test_fusion_over_pcie_at_tp8_warns_with_the_upstream_evidence(make):
+    plan, findings = make(server=FUSION, facts=PCIE, requires={"patches": ["sm120-allreduce-fusion"]})
+    [f] = by_rule(findings, "fusion_over_pcie", "warning")
+    assert "sglang#32330" in f.message and "vllm#48075" in f.message and f.message in plan.warnings
+
+
+@pytest.mark.parametrize(("host", "tp"), [(PCIE, 2), (NVLINK, 8), (None, 8)])
+def test_fusion_at_tp2_on_nvlink_or_unknown_host_passes(make, host, tp):
+    _, findings = make(server={**FUSION, "tp-size": tp}, facts=host, requires={"patches": ["sm120-allreduce-fusion"]})
+    assert by_rule(findings, "fusion_over_pcie") == []
 
 
 # ---- (g) torch symm-mem -------------------------------------------------------------------------

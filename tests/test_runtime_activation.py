@@ -40,8 +40,12 @@ def test_each_detector_reads_active_inactive_or_unknown():
 
 def test_the_up_line_wins_over_an_unrelated_fallback():
     """pcie_ipc_ar.py warns 'reductions stay on NCCL' for fp16 too, while the bf16 workspace is up."""
-    log = "FlashInfer PCIe-IPC all-reduce serves bf16 only; fp16 reductions stay on NCCL.\n" + LINE + "\n"
-    assert activation.check(["pcie-ipc"], log)[0]["active"] is True
+    warning = "FlashInfer PCIe-IPC all-reduce serves bf16 only; torch.float16 reductions stay on NCCL."
+    (ipc,) = activation.check(["pcie-ipc"], f"{warning}\n{LINE}\n")
+    assert ipc["active"] is True
+    # ... but the evidence says that some reductions (here: every fp16 one) skip it
+    assert ipc["evidence"] == f"{LINE}; but also: {warning}"
+    assert activation.check(["pcie-ipc"], f"{LINE}\n")[0]["evidence"] == LINE
 
 
 def test_only_the_running_servers_part_of_the_log_counts(tmp_path):

@@ -216,3 +216,46 @@ def test_bug_sitecustomize_adds_no_imports_to_python_startup(tmp_path, state):
     with_kit = set(proc.stdout.split())
     assert seen(run_child(tmp_path, KIT_PROFILE_ENV=str(state / "profile.env")))["KIT_ACTIVE_PROFILE"] == "nccl-tuned"
     assert sorted(with_kit - bare - {"sitecustomize"}) == []
+
+
+# SGLang's parent writes these after start-up and then spawns its TP workers
+# (engine.py:_set_envs_and_config, mp.set_start_method("spawn")); this does the same with multiprocessing.
+SPAWNING_PARENT = """
+import json, multiprocessing as mp, os, sys
+
+def worker(q):
+    q.put({k: os.environ.get(k) for k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_CUMEM_ENABLE")})
+
+if __name__ == "__main__":
+    parent = {k: os.environ.get(k) for k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_CUMEM_ENABLE")}
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
+    os.environ["NCCL_CUMEM_ENABLE"] = "1"
+    mp.set_start_method("spawn", force=True)
+    q = mp.Queue()
+    p = mp.Process(target=worker, args=(q,))
+    p.start()
+    print(json.dumps({"parent_at_start": parent, "worker": q.get(timeout=60)}))
+    p.join()
+"""
+
+
+@pytest.mark.parametrize(
+    ("profile_env", "worker"),
+    [
+        # the profile sets them: its values win in every spawned worker
+        ({"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_CUMEM_ENABLE": "0"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_CUMEM_ENABLE": "0"}),
+        # the profile leaves them alone: what SGLang's parent set reaches the workers untouched
+        ({"NCCL_PROTO": "LL"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "8", "NCCL_CUMEM_ENABLE": "1"}),
+    ],
+)
+def test_contract_for_variables_sglang_sets_in_its_parent(tmp_path, profile_env, worker):
+    """docs/deployment.md, "Variables SGLang sets itself": the profile wins in the workers, else SGLang does."""
+    plan = write_json(tmp_path / "plan.json", {"name": "p", "env": profile_env})
+    script = tmp_path / "parent.py"
+    script.write_text(SPAWNING_PARENT)
+    proc = run_child(tmp_path, code=f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')",
+                     KIT_PROFILE_ENV=str(plan))
+    got = seen(proc)
+    assert got["worker"] == worker
+    expected_parent = {k: profile_env.get(k) for k in worker}
+    assert got["parent_at_start"] == expected_parent  # sitecustomize ran before SGLang's own code

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bench.allreduce.backends import (
     Backend,
@@ -161,7 +161,7 @@ class PcieIpc(_NcclPlusGloo):
         # with the caller at phase boundaries (warm-up, capture, replay), which never overlap here:
         # the harness synchronises between them.
         stream = torch.cuda.current_stream()
-        if stream != self._bound_stream:
+        if stream_changed(stream, self._bound_stream):
             self.ws.rebind_stream()
             self._bound_stream = stream
         return self.ws.all_reduce(tensor)
@@ -170,6 +170,14 @@ class PcieIpc(_NcclPlusGloo):
         with contextlib.suppress(Exception):
             self.ws.destroy()
         super().teardown()
+
+
+def stream_changed(current: Any, bound: Any) -> bool:
+    """Whether a call comes from another stream than the bound one (or none is bound yet).
+
+    None is tested first: torch's Stream answers False to both `== None` and `!= None`
+    (THPStream_richcompare), so `current != None` would never rebind the first time."""
+    return bound is None or current != bound
 
 
 def tune_batches(max_rows: int) -> tuple[int, ...]:

@@ -118,6 +118,7 @@ def build(inp: Inputs, nccl_version: str | None) -> tuple[HostFacts, dict]:
             {g.compute_cap for g in gpus if g.compute_cap},
         ),
         nccl_version=nccl_version,
+        rdma_nics=inp.topo.nic_names() if inp.topo else None,
     )
     details: dict = {"sources": dict(inp.sources)}
     if inp.topo is not None:

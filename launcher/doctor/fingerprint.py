@@ -32,7 +32,7 @@ def host_fingerprint(probe: Probe | None = None) -> dict[str, Any]:
         inp = facts_mod.read_inputs(probe, {})
     except KitError as exc:  # the three nvidia-smi outputs disagree (a GPU fell off the bus between them)
         return {"available": False, "reason": f"nvidia-smi outputs disagree: {exc}", "gpus": [], "driver": None,
-                "interconnect": None, "numa_nodes": [], "p2p_ok": None, "nvlink_multicast": None,
+                "interconnect": None, "numa_nodes": [], "p2p_ok": None, "nvlink_multicast": None, "rdma_nics": None,
                 "nccl": nccl_version, "nccl_source": nccl_source, "topology": None, "sources": {}}
     facts, details = facts_mod.build(inp, nccl_version)
     gpus = [g.model_dump() for g in facts.gpus]
@@ -49,6 +49,7 @@ def host_fingerprint(probe: Probe | None = None) -> dict[str, Any]:
         "numa_nodes": facts.numa_nodes,
         "p2p_ok": facts.p2p_ok,
         "nvlink_multicast": facts.nvlink_multicast,
+        "rdma_nics": facts.rdma_nics,
         "nccl": nccl_version,
         "nccl_source": nccl_source,
         "topology": details.get("topology"),

@@ -39,6 +39,15 @@ class Topology:
     def link(self, a: int, b: int) -> str:
         return self.links[(a, b)]
 
+    def nic_names(self) -> list[str]:
+        """Every NIC the matrix shows, by device name: the legend's (NIC0 -> mlx5_0) and, on old
+        drivers, columns named after the device itself."""
+        names = set(self.nics.values())
+        for label in self.devices:
+            if not _GPU.match(label) and not re.fullmatch(r"NIC\d+", label):
+                names.add(label)
+        return sorted(names)
+
     def gpu_pairs(self) -> list[tuple[int, int]]:
         return [(a, b) for i, a in enumerate(self.gpus) for b in self.gpus[i + 1 :]]
 

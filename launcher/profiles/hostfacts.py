@@ -35,6 +35,8 @@ class HostFacts(BaseModel):
     p2p_bad_pairs: list[tuple[int, int]] = []  # GPU index pairs whose P2P status is not OK
     nvlink_multicast: bool | None = None
     nccl_version: str | None = None
+    # NICs in `nvidia-smi topo -m` (its NIC legend: RDMA devices such as mlx5_0); None: not read
+    rdma_nics: list[str] | None = None
 
     @property
     def sm_versions(self) -> set[str]:

@@ -7,6 +7,7 @@ requires (depends on host facts that were not given; shown under the plan's `req
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,11 +62,38 @@ class Context:
         return set(self.resolved.requires.sm) if self.resolved.requires.sm else None
 
     def cuda_graphs_on(self) -> bool:
+        """Decode/verify CUDA graphs, from every flag that can turn them off (cuda_graph_config.py)."""
         return not (
             self.server.get("disable-cuda-graph") is True
             or self.server.get("disable-decode-cuda-graph") is True
             or self.server.get("cuda-graph-backend-decode") == "disabled"
+            or _graph_config_backend(self.server.get("cuda-graph-config"), "decode") == "disabled"
         )
+
+    def tp_size(self) -> int | None:
+        return _as_int(self.server.get("tp-size"))
+
+
+def _as_int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else None
+
+
+def _graph_config_backend(raw: object, phase: str) -> str | None:
+    """`backend` of one phase in --cuda-graph-config's JSON; None when absent or not parseable
+    (the parser rule reports a malformed value)."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return None
+    settings = parsed.get(phase) if isinstance(parsed, dict) else None
+    backend = settings.get("backend") if isinstance(settings, dict) else None
+    return backend if isinstance(backend, str) else None
 
 
 Rule = Callable[[Context], Iterator[Finding]]
@@ -103,6 +131,11 @@ def _sections(value: str) -> list[tuple[bool, set[str]]]:
     return out
 
 
+def _allows(value: str, proto: str) -> bool:
+    """True when some collective may use `proto` (lower case) under this NCCL_PROTO value."""
+    return any((proto not in toks) if exclude else (proto in toks) for exclude, toks in _sections(value))
+
+
 def _algo_has_tree(value: str) -> bool:
     """True when some collective is told to use Tree (an exclusion list never selects it by name)."""
     return any(not exclude and "tree" in toks for exclude, toks in _sections(value))
@@ -128,8 +161,7 @@ def ll128_on_pcie(ctx: Context) -> Iterator[Finding]:
     proto = ctx.env.get("NCCL_PROTO")
     if not proto:
         return
-    allows = any(("ll128" not in toks) if exclude else ("ll128" in toks) for exclude, toks in _sections(proto))
-    if not allows:
+    if not _allows(proto, "ll128"):
         return
     pcie = ctx.is_pcie()
     msg = (
@@ -142,15 +174,72 @@ def ll128_on_pcie(ctx: Context) -> Iterator[Finding]:
         yield ctx.finding("requires", "ll128_on_pcie", "env.NCCL_PROTO", "an NVLink host (NCCL_PROTO allows LL128)")
 
 
+# What SGLang's parent process writes into its own environment before it spawns the TP workers
+# (sglang/srt/entrypoints/engine.py, _set_envs_and_config, docs/evidence.md "Parent-set variables").
+# The workers are fresh interpreters (spawn, engine.py:1995), so sitecustomize re-applies the profile
+# in each of them: a profile value wins over SGLang's in every worker, where the kernels run.
+PARENT_SET_ENV = {
+    "CUDA_DEVICE_MAX_CONNECTIONS": "always 8 (engine.py:1921)",
+    "NCCL_CUMEM_ENABLE": "0 when unset, 1 under --enable-symm-mem (engine.py:1898-1907)",
+    "NCCL_NVLS_ENABLE": "0 when unset, 1 under --enable-nccl-nvls or --enable-symm-mem (engine.py:1908-1915)",
+    "TRTLLM_ENABLE_PDL": "1 unless set to 0 (engine.py:1923-1925)",
+}
+
+
 @rule()
 def cuda_device_max_connections(ctx: Context) -> Iterator[Finding]:
-    """(c) SGLang's engine overwrites it with 8 (engine.py:_set_envs_and_config)."""
-    if "CUDA_DEVICE_MAX_CONNECTIONS" in ctx.env:
+    """(c) SGLang sets 8 in its parent; the profile's value replaces it in every TP worker."""
+    value = ctx.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    if value is not None and str(value) != "8":
         yield ctx.finding(
             "warning",
             "cuda_device_max_connections",
             "env.CUDA_DEVICE_MAX_CONNECTIONS",
-            "CUDA_DEVICE_MAX_CONNECTIONS is overwritten with 8 by SGLang at start-up; remove it from the profile",
+            f"CUDA_DEVICE_MAX_CONNECTIONS={value} replaces the 8 SGLang sets (engine.py:1921) in every TP worker "
+            "(sitecustomize re-applies the profile in each); keep it only with a measurement behind it, "
+            "else remove it from [env]",
+        )
+
+
+@rule()
+def parent_set_env_conflict(ctx: Context) -> Iterator[Finding]:
+    """A profile value that wins in the workers must not undo what a server flag needs."""
+    needs = {
+        "NCCL_CUMEM_ENABLE": [f for f in ("enable-symm-mem",) if ctx.server.get(f) is True],
+        "NCCL_NVLS_ENABLE": [f for f in ("enable-symm-mem", "enable-nccl-nvls") if ctx.server.get(f) is True],
+    }
+    for name, flags in needs.items():
+        if flags and str(ctx.env.get(name, "")) == "0":
+            yield ctx.finding(
+                "error",
+                "parent_set_env_conflict",
+                f"env.{name}",
+                f"{name}=0 wins in every TP worker over the 1 SGLang sets for --{flags[0]} "
+                f"({PARENT_SET_ENV[name]}), so that flag would run without it; remove {name} from [env]",
+            )
+
+
+@rule()
+def nccl_proto_without_simple(ctx: Context) -> Iterator[Finding]:
+    """LL/LL128 alone also carry prefill; NCCL_BUFFSIZE sizes only Simple's buffers (init.cc)."""
+    proto = ctx.env.get("NCCL_PROTO")
+    if not proto or _allows(str(proto), "simple"):
+        return
+    yield ctx.finding(
+        "warning",
+        "nccl_proto_without_simple",
+        "env.NCCL_PROTO",
+        f"NCCL_PROTO={proto} keeps Simple off for prefill all-reduces too, where LL moves half its bytes "
+        "as flags (at most half the bus bandwidth): expect a longer TTFT; compare TTFT with `make bench`, "
+        "or add Simple (NCCL_PROTO=LL,Simple) to let NCCL pick it for large messages",
+    )
+    if "NCCL_BUFFSIZE" in ctx.env:
+        yield ctx.finding(
+            "warning",
+            "nccl_proto_without_simple",
+            "env.NCCL_BUFFSIZE",
+            f"NCCL_BUFFSIZE sizes only the Simple protocol's buffers, which NCCL_PROTO={proto} never uses, so it "
+            "does nothing; remove it (NCCL_LL_BUFFSIZE sizes LL's)",
         )
 
 
@@ -165,6 +254,83 @@ def expandable_segments_with_pcie_ipc(ctx: Context) -> Iterator[Finding]:
             "env.PYTORCH_CUDA_ALLOC_CONF",
             "expandable_segments:True cannot be combined with SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 (IPC handles "
             "of expandable segments crash the PCIe all-reduce); set PYTORCH_CUDA_ALLOC_CONF = false in [env]",
+        )
+
+
+PCIE_IPC_WORLD_SIZES = (2, 4, 8)  # pcie_ipc_ar.py:77 _SUPPORTED_WORLD_SIZES
+_NOT_BF16 = {"half", "float16", "float", "float32"}
+
+
+@rule()
+def pcie_ipc_fallback(ctx: Context) -> Iterator[Finding]:
+    """PCIe-IPC silently stays on NCCL outside world size 2/4/8, bf16, non-deterministic (pcie_ipc_ar.py)."""
+    if str(ctx.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")) != "1":
+        return
+    key = "env.SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
+    tp = ctx.tp_size()
+    if tp is not None and tp not in PCIE_IPC_WORLD_SIZES:
+        yield ctx.finding(
+            "error", "pcie_ipc_fallback", "server.tp-size",
+            f"PCIe-IPC builds its channels for TP 2, 4 or 8 only (pcie_ipc_ar.py:77); at --tp-size {tp} every "
+            "all-reduce stays on NCCL; set KIT_TP_SIZE to 2, 4 or 8, or use nccl-tuned",
+        )
+    dtype = str(ctx.server.get("dtype", "auto"))
+    if dtype in _NOT_BF16:
+        yield ctx.finding(
+            "error", "pcie_ipc_fallback", "server.dtype",
+            f"PCIe-IPC serves bf16 only (pcie_ipc_ar.py:118-123, 396-398); with --dtype {dtype} every "
+            "all-reduce stays on NCCL; use dtype = \"bfloat16\" or another profile",
+        )
+    elif dtype == "auto":
+        yield ctx.finding(
+            "requires", "pcie_ipc_fallback", "server.dtype",
+            "a bf16 model (PCIe-IPC serves bf16 only; --dtype auto follows the checkpoint's torch_dtype)",
+        )
+    if ctx.server.get("enable-deterministic-inference") is True:
+        yield ctx.finding(
+            "error", "pcie_ipc_fallback", key,
+            "deterministic inference leaves PCIe-IPC off (pcie_ipc_ar.py:90-115), so every all-reduce stays on "
+            "NCCL; remove enable-deterministic-inference or use nccl-tuned",
+        )
+
+
+@rule()
+def fusion_over_pcie(ctx: Context) -> Iterator[Finding]:
+    """trtllm fusion at TP > 2 over PCIe regressed upstream (sglang#32330; vllm#48075 without full NVLink)."""
+    if not ctx.server.get("flashinfer-allreduce-fusion-backend"):
+        return
+    tp = ctx.tp_size()
+    if ctx.is_pcie() and tp is not None and tp > 2:
+        yield ctx.finding(
+            "warning", "fusion_over_pcie", "server.flashinfer-allreduce-fusion-backend",
+            f"trtllm all-reduce fusion over PCIe at TP {tp} is unproven: upstream SGLang closed SM12X fusion "
+            "after a substantial TP4 PCIe regression (sglang#32330), and vLLM measured forced trtllm fusion "
+            "about 10x slower without full NVLink (vllm#48075); compare it with baseline on this host "
+            "(`make bench`) before using it",
+        )
+
+
+@rule()
+def deepep_needs_rdma_nic(ctx: Context) -> Iterator[Finding]:
+    """DeepEP low-latency kernels reach every rank through IBGDA, within one host too (DeepEP legacy.py)."""
+    if not str(ctx.server.get("moe-a2a-backend", "none")).startswith("deepep"):
+        return
+    key = "server.moe-a2a-backend"
+    nics = ctx.facts.rdma_nics if ctx.facts is not None else None
+    if nics == []:
+        yield ctx.finding(
+            "ineligible", "deepep_needs_rdma_nic", key,
+            "DeepEP's low-latency mode sends tokens through RDMA (IBGDA) even between GPUs of one host "
+            "(DeepEP deep_ep/buffers/legacy.py:104-110, 561-563), and `launcher doctor` found no RDMA NIC; "
+            "use the ep profile (NCCL all-to-all) instead",
+        )
+    elif nics is None:
+        yield ctx.finding("requires", "deepep_needs_rdma_nic", key, "an RDMA NIC (mlx5 / InfiniBand) for DeepEP's IBGDA")
+    if ctx.is_pcie():
+        yield ctx.finding(
+            "warning", "deepep_needs_rdma_nic", key,
+            "DeepEP warns that PCIe peer connections may give memory-ordering errors in low-latency mode "
+            "(deep_ep/buffers/legacy.py:56); check answers with `make bench` (correctness) before trusting it",
         )
 
 

@@ -25,6 +25,7 @@ class Detector:
     line: str | None  # what SGLang logs when the backend is up; None: it logs nothing that tells
     source: str  # where SGLang 0.5.23 logs it (file:line in the wheel)
     fallbacks: tuple[str, ...] = ()  # what it logs when it gives the backend up
+    caveats: tuple[str, ...] = ()  # what it logs when some reductions skip a backend that is up
     unknown_reason: str = ""
 
 
@@ -49,6 +50,7 @@ DETECTORS: dict[str, Detector] = {
                 "reductions stay on NCCL",
                 "no pcie_ipc_comm; falling back to NCCL all-reduce",
             ),
+            caveats=("serves bf16 only",),
         ),
         Detector(
             "mscclpp",
@@ -82,7 +84,9 @@ def check(expected: list[str], log_text: str) -> list[dict]:
             continue
         seen = _line_with(log_text, det.line)
         if seen:
-            out.append({"name": name, "expected": True, "active": True, "evidence": seen})
+            caveat = next((s for s in (_line_with(log_text, c) for c in det.caveats) if s), None)
+            evidence = f"{seen}; but also: {caveat}" if caveat else seen
+            out.append({"name": name, "expected": True, "active": True, "evidence": evidence})
             continue
         gave_up = next((s for s in (_line_with(log_text, f) for f in det.fallbacks) if s), None)
         evidence = gave_up or f"no '{det.line}' in the server log since it started ({det.source})"

@@ -99,6 +99,17 @@ EOF
   if ls "$WORK"/mscclpp-wheel/mscclpp-*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$WORK"/mscclpp-wheel/mscclpp-*.whl
     python3 -c 'import mscclpp; print("mscclpp", mscclpp.__version__, mscclpp.__file__)'
+    echo "=== the image's import check (docker/check-mscclpp-import.sh), with the driver and with the stub"
+    find / -xdev -path '*/stubs/libcuda.so' 2>/dev/null | head -3
+    for so in "$site"/mscclpp/_mscclpp*.so "$site"/mscclpp/lib/libmscclpp.so.0; do
+      echo "$(basename "$so"): $(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
+    done
+    bash docker/check-mscclpp-import.sh
+    echo "import check exit=$?"
+    CHECK_WITH_STUB=1 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")} bash docker/check-mscclpp-import.sh
+    echo "import check with the stub exit=$?"
+    # the wheel comes back when it fits, for the same check on a machine without any driver
+    find "$WORK"/mscclpp-wheel -name 'mscclpp-*.whl' -size -16M -exec cp {} "$OUT"/ \;
     bench mscclpp-graph --backends mscclpp --graph
   else
     echo "no MSCCL++ wheel: see mscclpp-build/"
