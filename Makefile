@@ -19,7 +19,7 @@ VENV ?= .venv
 PY ?= $(VENV)/bin/python
 HADOLINT ?= $(if $(wildcard $(VENV)/bin/hadolint),$(VENV)/bin/hadolint,hadolint)
 # The test environment: SGLang's real argument parser needs torch (CPU is enough) and sglang without
-# its GPU dependencies (design.md). Off this project's CI, add the CPU wheel index to avoid a CUDA build:
+# its GPU dependencies. Off this project's CI, add the CPU wheel index to avoid a CUDA build:
 #   make test TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 PYTHON ?= python3
 TORCH_SPEC ?= torch==2.13.0

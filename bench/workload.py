@@ -1,7 +1,7 @@
 """What the bench sends: the bundled chat prompts or a seeded random workload.
 
 Chat-templated prompts matter: a raw random prompt can show twice the accept length of chat
-output (pcie-field-reports.md §3), so `chat` is the default workload.
+output (docs/evidence.md, "Serving and measurement"), so `chat` is the default workload.
 
 `/generate` takes raw text, and the client cannot know the served model's own chat template, so
 for `--api generate` the messages are rendered with one fixed, documented ChatML-style template:

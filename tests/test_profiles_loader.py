@@ -326,3 +326,18 @@ def test_every_builtin_profile_loads_with_description_and_status():
         assert res.description and "\n" not in res.description
         assert res.status in ("stable", "experimental")
         assert res.chain[0] == BUILTIN / "base.toml"
+
+
+def test_every_file_and_evidence_section_the_profiles_cite_is_in_the_repo():
+    """Profile values cite their evidence; a citation must lead somewhere inside this repository."""
+    repo = BUILTIN.parent
+    sections = set(re.findall(r"^## (.+)$", (repo / "docs" / "evidence.md").read_text(), re.M))
+    cited_sections = 0
+    for path in sorted(BUILTIN.rglob("*.toml")):
+        text = path.read_text()
+        for name in re.findall(r"[\w./-]+\.md\b", text):
+            assert (repo / name).is_file(), f"{path.name} cites {name}, which is not a file of this repository"
+        for section in re.findall(r'docs/evidence\.md, "([^"]+)"', text.replace("\n# ", " ")):
+            assert section in sections, f'{path.name} cites docs/evidence.md, "{section}", which has no such section'
+            cited_sections += 1
+    assert cited_sections >= 10

@@ -113,6 +113,27 @@ def test_switch_proves_the_backend_then_rolls_back_when_it_is_missing(kit_stack)
     assert httpx.get(f"{stack.server_url}/health_generate", timeout=5).status_code == 200
 
 
+def test_switch_to_each_profile_with_and_without_its_line(kit_stack):
+    """fused and mscclpp are proven or rolled back like custom-ar; ep-deepep's DeepEP stays unknown."""
+    stack = kit_stack("baseline", "off")
+    for profile, quiet, name, fallback in (
+        ("fused", "fusion-quiet", "fusion", "Disabling flashinfer allreduce fusion permanently"),
+        ("mscclpp", "mscclpp-quiet", "mscclpp", "PyMscclpp is unavailable"),
+    ):
+        body = stack.switch(profile, "off").json()
+        assert body["outcome"] == "switched", body
+        assert [(b["name"], b["active"]) for b in body["backends"]] == [(name, True)]
+        body = stack.switch(quiet, "off").json()
+        assert body["outcome"] == "rolled_back" and body["failed_step"] == "activation", body
+        assert f"expected backend not active: {name}" in body["error"] and fallback in body["error"]
+        assert stack.wait_state({"rolled_back"}, 20)["profile"] == profile
+    body = stack.switch("ep-deepep", "off").json()
+    assert body["outcome"] == "switched", body  # unknown is not proof of absence
+    (deepep,) = body["backends"]
+    assert deepep["name"] == "deepep" and deepep["active"] is None and "no line" in deepep["evidence"]
+    assert "backend deepep: unknown" in stack.cli("status").stdout
+
+
 def test_degraded_setting_keeps_the_server_and_says_so(kit_stack):
     stack = kit_stack("baseline", "off", extra_env={"KIT_ACTIVATION_FAILURE": "degraded"})
     cli = stack.cli("switch", "ipc-quiet", "--spec", "off")

@@ -24,6 +24,10 @@ FAULT_PROFILES = {
     '[env]\nSTANDIN_FAULT = "hang_at_start"\n',
     "ipc-quiet": 'description = "test: healthy, but PCIe-IPC fell back to NCCL"\nstatus = "experimental"\n'
     'extends = "custom-ar"\n[env]\nSTANDIN_WITHHOLD_ACTIVATION = "pcie-ipc"\n',
+    "fusion-quiet": 'description = "test: healthy, but fusion was given up"\nstatus = "experimental"\n'
+    'extends = "fused"\n[env]\nSTANDIN_WITHHOLD_ACTIVATION = "fusion"\n',
+    "mscclpp-quiet": 'description = "test: healthy, but MSCCL++ did not import"\nstatus = "experimental"\n'
+    'extends = "mscclpp"\n[env]\nSTANDIN_WITHHOLD_ACTIVATION = "mscclpp"\n',
 }
 
 

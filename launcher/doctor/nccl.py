@@ -16,7 +16,7 @@ class KnownBad:
     what: str
 
 
-# pcie-field-reports.md §4. Releases after `reported` and before `fixed` were never reported on
+# docs/evidence.md, "NCCL on 8× PCIe". Releases after `reported` and before `fixed` were never reported on
 # but carry the same code, so they get a warning; the reported release itself fails.
 KNOWN_BAD = (
     KnownBad((2, 26, 2), (2, 31, 2), "nccl#2418", "illegal memory access in all-reduces of 512 KiB or more (2x RTX PRO 6000)"),

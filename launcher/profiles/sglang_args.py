@@ -28,7 +28,7 @@ class _RaisingParser(argparse.ArgumentParser):
 
 @functools.lru_cache(maxsize=1)
 def parser() -> argparse.ArgumentParser:
-    # allow_abbrev=False: otherwise argparse accepts `--tp` for `--tp-size` (design.md).
+    # allow_abbrev=False: otherwise argparse accepts `--tp` for `--tp-size` (docs/evidence.md, "Serving and measurement").
     from sglang.srt.server_args import ServerArgs
 
     p = _RaisingParser(prog="sglang.launch_server", allow_abbrev=False, add_help=False)
