@@ -51,7 +51,7 @@ KNOWN_SPECS = $(or $(sort $(basename $(notdir $(foreach d,$(PROFILE_DIRS),$(wild
 
 # ---- checks, before any recipe runs --------------------------------------------------------------
 PROFILE_GOALS := up switch show allreduce
-MODEL_GOALS := up bench doctor allreduce
+MODEL_GOALS := up bench allreduce
 
 ifneq ($(filter $(PROFILE_GOALS),$(MAKECMDGOALS)),)
 ifneq ($(words $(PROFILE))$(filter $(PROFILE),$(KNOWN_PROFILES)),1$(PROFILE))
@@ -62,23 +62,16 @@ $(error unknown SPEC '$(SPEC)'. Known spec modes: $(KNOWN_SPECS))
 endif
 endif
 
+# Every missing or wrong model path in one message, so a new user fixes them in one go.
 ifneq ($(filter $(MODEL_GOALS),$(MAKECMDGOALS)),)
-ifeq ($(ENV_MODEL_PATH),)
-$(error MODEL_PATH is not set: put MODEL_PATH=/absolute/path/to/model in .env (cp .env.example .env) or pass MODEL_PATH=... to make)
-endif
-ifeq ($(wildcard $(ENV_MODEL_PATH)),)
-$(error MODEL_PATH=$(ENV_MODEL_PATH) does not exist on this host; it must be the model directory's absolute path)
-endif
-endif
-
+MODEL_PROBLEMS := $(if $(ENV_MODEL_PATH),$(if $(wildcard $(ENV_MODEL_PATH)),,MODEL_PATH=$(ENV_MODEL_PATH) does not exist on this host (it must be the model directory's absolute path).),MODEL_PATH is not set: put MODEL_PATH=/absolute/path/to/model in .env (cp .env.example .env) or pass MODEL_PATH=... to make.)
 ifneq ($(filter up,$(MAKECMDGOALS)),)
 ifeq ($(SPEC),eagle3)
-ifeq ($(ENV_DRAFT_MODEL_PATH),)
-$(error SPEC=eagle3 needs DRAFT_MODEL_PATH (the EAGLE-3 draft model directory) in .env or on the command line; or use SPEC=ngram or SPEC=off)
+MODEL_PROBLEMS += $(if $(ENV_DRAFT_MODEL_PATH),$(if $(wildcard $(ENV_DRAFT_MODEL_PATH)),,DRAFT_MODEL_PATH=$(ENV_DRAFT_MODEL_PATH) does not exist on this host (it must be the draft model directory's absolute path).),SPEC=eagle3 needs DRAFT_MODEL_PATH (the EAGLE-3 draft model directory) in .env or on the command line; or use SPEC=ngram or SPEC=off.)
 endif
-ifeq ($(wildcard $(ENV_DRAFT_MODEL_PATH)),)
-$(error DRAFT_MODEL_PATH=$(ENV_DRAFT_MODEL_PATH) does not exist on this host; it must be the draft model directory's absolute path)
 endif
+ifneq ($(strip $(MODEL_PROBLEMS)),)
+$(error $(strip $(MODEL_PROBLEMS)))
 endif
 endif
 
@@ -96,6 +89,8 @@ BUILD_ARGS = --build-arg KIT_VERSION=$(KIT_VERSION) --build-arg KIT_PATCHES_SHA2
 	--build-arg KIT_REVISION=$$(git describe --always --dirty --abbrev=40 2>/dev/null || echo unknown) \
 	--build-arg KIT_CREATED=$$(git log -1 --format=%cI 2>/dev/null || echo unknown) \
 	$(strip $(foreach v,$(PIN_VARS),$(if $(or $($(v)),$(call dotenv,$(v))),--build-arg $(v)=$(or $($(v)),$(call dotenv,$(v))))))
+# First line of every docker verb: without an engine, one clear line instead of a compose traceback.
+ENGINE_CHECK = @$(DOCKER) info >/dev/null 2>&1 || { echo "make $@: no Docker engine answers ($(DOCKER) info failed): start it (sudo systemctl start docker) or set DOCKER_HOST" >&2; exit 1; }
 # -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
 EXEC_T = $(shell [ -t 0 ] || echo -T)
 
@@ -108,9 +103,11 @@ help: ## list the verbs (this text)
 		'$(KNOWN_PROFILES)' '$(KNOWN_SPECS)' '$(PROFILE)' '$(SPEC)' '$(PY)'
 
 build: ## build the server and bench images (labels carry the patch-set hash and git revision)
+	$(ENGINE_CHECK)
 	$(BUILD_ENV) $(COMPOSE_ANY) --profile bench build $(BUILD_ARGS) server bench
 
 up: ## build if needed, start SGLang with PROFILE and SPEC, wait until /health answers
+	$(ENGINE_CHECK)
 	$(BUILD_ENV) $(COMPOSE) build $(BUILD_ARGS) server
 	mkdir -p $(RESULTS_DIR)
 	PROFILE=$(PROFILE) SPEC=$(SPEC) $(COMPOSE) up -d server
@@ -131,32 +128,39 @@ up: ## build if needed, start SGLang with PROFILE and SPEC, wait until /health a
 	done
 
 switch: ## switch the running server to PROFILE/SPEC via its control API (drain, restart, health gate, roll back)
+	$(ENGINE_CHECK)
 	$(COMPOSE_ANY) exec $(EXEC_T) server launcher switch $(PROFILE) --spec $(SPEC)
 
 status: ## container state, then the control API's view of the running profile
+	$(ENGINE_CHECK)
 	$(COMPOSE_ANY) ps server
 	$(COMPOSE_ANY) exec $(EXEC_T) server launcher status
 
 down: ## stop and remove the containers (caches and kit state stay in their volumes)
+	$(ENGINE_CHECK)
 	$(COMPOSE_ANY) --profile bench down
 
 logs: ## follow the server log
+	$(ENGINE_CHECK)
 	$(COMPOSE_ANY) logs -f --tail=200 server
 
 bench: ## run the bench container against the server (starts it if needed); BENCH_ARGS="run ..."
+	$(ENGINE_CHECK)
 	$(BUILD_ENV) $(COMPOSE) --profile bench build $(BUILD_ARGS) bench
 	mkdir -p $(RESULTS_DIR)
 	KIT_UID=$$(id -u) KIT_GID=$$(id -g) $(COMPOSE) --profile bench run --rm bench $(BENCH_ARGS)
 
 allreduce: ## all-reduce latency for PROFILE's environment beside nccl-tests, into results/allreduce/
+	$(ENGINE_CHECK)
 	$(BUILD_ENV) $(COMPOSE) build $(BUILD_ARGS) server
 	mkdir -p $(RESULTS_DIR)
 	$(COMPOSE) run --rm --no-deps --entrypoint bench server allreduce --profile $(PROFILE) \
 		--out /results/allreduce/$$(date -u +%Y%m%dT%H%M%SZ)-$(PROFILE) $(ALLREDUCE_ARGS)
 
 doctor: ## check this host (driver, toolkit, P2P, IOMMU/ACS, /dev/shm, NCCL) in the server container
-	$(BUILD_ENV) $(COMPOSE) build $(BUILD_ARGS) server
-	$(COMPOSE) run --rm --no-deps --entrypoint launcher server doctor $(DOCTOR_ARGS)
+	$(ENGINE_CHECK)
+	$(BUILD_ENV) $(COMPOSE_ANY) build $(BUILD_ARGS) server
+	$(COMPOSE_ANY) run --rm --no-deps --entrypoint launcher server doctor $(DOCTOR_ARGS)
 
 # Host-side verbs create the virtualenv on first use; PY=... on the command line uses that Python as is.
 ifeq ($(origin PY),command line)
@@ -173,10 +177,13 @@ $(VENV)/.kit-installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
 
+# SGLang's light dependencies first, SGLang itself last with --no-deps: pip then has nothing to
+# resolve against SGLang's GPU pins, so it prints no dependency-conflict block.
 $(VENV)/.test-installed: $(VENV)/.kit-installed
 	$(VENV)/bin/pip install -q $(TORCH_PIP_ARGS) $(TORCH_SPEC)
-	$(VENV)/bin/pip install -q --no-deps sglang==$(SGLANG_VERSION)
 	$(VENV)/bin/pip install -q -e '.[sglang-cpu]'
+	$(VENV)/bin/pip install -q --no-deps sglang==$(SGLANG_VERSION)
+	@echo "sglang $(SGLANG_VERSION) installed without its GPU dependencies (CUDA torch, sgl-kernel, flashinfer): the tests use only its argument parser"
 	touch $@
 
 venv: $(VENV_TEST_STAMP) ## create .venv with the kit, the test tools and SGLang's CPU-only parser
@@ -202,7 +209,7 @@ check: ## validate every profile: schema, rules, SGLang's own argument parser wh
 
 show: $(VENV_KIT_STAMP)
 show: ## print the resolved plan (env and SGLang command line) for PROFILE and SPEC
-	$(PY) -m launcher show $(PROFILE) --spec $(SPEC)
+	$(PY) -m launcher show $(PROFILE) --spec $(SPEC)$(if $(wildcard .env), --env-file .env)
 
 docs: $(VENV_KIT_STAMP)
 docs: ## regenerate .env.example and docs/settings.md from the settings registry (launcher/settings.py)

@@ -54,6 +54,7 @@ def throughput(path: Path, rows: list[dict[str, Any]], simulated: bool, concurre
         ax.legend(title="spec")
     ax.set_xticks(range(len(profiles)), profiles, rotation=20, ha="right")
     ax.set_ylabel("output tok/s (mean ± sd over repeats)")
+    ax.set_ylim(bottom=0)  # a cut axis exaggerates small differences
     ax.set_title(f"{SIM_TITLE if simulated else ''}throughput per profile, concurrency {concurrency}")
     return _save(fig, path, simulated)
 
@@ -86,6 +87,7 @@ def tpot(path: Path, run_dir: Path, cells: list[dict[str, Any]], simulated: bool
     else:
         ax.text(0.5, 0.5, "no valid requests", ha="center", va="center", transform=ax.transAxes)
     ax.set_ylabel("TPOT per request (ms)")
+    ax.set_ylim(bottom=0)  # a cut axis exaggerates small differences
     ax.set_title(f"{SIM_TITLE if simulated else ''}TPOT distribution, concurrency {concurrency}")
     return _save(fig, path, simulated)
 

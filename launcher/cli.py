@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,21 @@ def _facts(path: str | None):
     from launcher.profiles.hostfacts import load_host_facts
 
     return load_host_facts(path)
+
+
+def _load_env_file(path: str | None) -> None:
+    """Values from a docker-compose style .env, for names the environment does not set (it wins,
+    as with compose), so `make show` sees what `make up` will run."""
+    if not path:
+        return
+    from dotenv import dotenv_values
+
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{p}: no such env file; create it with `cp .env.example .env` or drop --env-file")
+    for key, value in dotenv_values(p).items():
+        if value is not None and key not in os.environ:
+            os.environ[key] = value
 
 
 def _spec_arg(p: argparse.ArgumentParser) -> None:
@@ -47,9 +63,12 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from launcher.profiles import sglang_args
     from launcher.profiles.plan import build_plan
 
-    plan = build_plan(args.profile, _spec(args), _facts(args.host_facts))
+    _load_env_file(args.env_file)
+    # The real parser as `check` and `render` use it: show never prints flags SGLang would refuse.
+    plan = build_plan(args.profile, _spec(args), _facts(args.host_facts), use_parser=sglang_args.available())
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
         return 0
@@ -132,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("profile")
     _spec_arg(s)
     s.add_argument("--host-facts", help="JSON from `launcher doctor --json`")
+    s.add_argument("--env-file", help="docker-compose style .env whose values fill unset variables")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_show)
 

@@ -218,3 +218,14 @@ def test_bad_kit_tp_size_exits_2_naming_the_setting(tmp_path, monkeypatch, capsy
     out, err = capsys.readouterr()
     assert rc == 2 and out == ""
     assert "KIT_TP_SIZE='x' is not a whole number >= 1" in err
+
+
+def test_text_report_loses_nothing_at_80_columns(tmp_path):
+    """Fix texts are commands to copy: at 80 columns they wrap whole, never end in '…'."""
+    proc = run_subprocess([*file_args("pcie8-broken"), "--root", str(healthy_root(tmp_path))], [Path(sys.executable).parent],
+                          {"COLUMNS": "80"})
+    assert proc.stdout, proc.stderr
+    assert "…" not in proc.stdout
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 80
+    joined = "".join(line.strip("│ ") for line in proc.stdout.splitlines())
+    assert "p2p" in proc.stdout and "Resizable BAR" in joined.replace("│", "")

@@ -112,6 +112,31 @@ def test_show_toml_syntax_error_has_file_and_line(bad_user_dir):
     assert_user_error(proc, f"{bad_user_dir / 'broken.toml'}:4:")
 
 
+@pytest.mark.parametrize(("extra", "needle"), [('tp = 8\n', "--tp"), ('mem-fraction-static = "lots"\n', "lots")])
+def test_show_refuses_what_sglangs_parser_refuses(tmp_path, extra, needle):
+    """show prints a runnable command line, so it runs the same parser as check and render."""
+    (tmp_path / "p.toml").write_text('extends = "baseline"\ndescription = "x"\n[server]\n' + extra)
+    proc = run_launcher("show", "p", "--spec", "off", env=child_env(KIT_PROFILES_DIR=str(tmp_path)))
+    assert_user_error(proc, str(tmp_path / "p.toml"), needle)
+
+
+def test_show_env_file_fills_what_the_environment_leaves_unset(tmp_path):
+    envfile = tmp_path / ".env"
+    envfile.write_text('MODEL_PATH="/from/dotenv"\nKIT_TP_SIZE=4\n# comment\nSPEC=off\n')
+    env = child_env()
+    del env["MODEL_PATH"]
+    proc = run_launcher("show", "baseline", "--json", "--env-file", str(envfile), env=env)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["spec"] == "off" and plan["flags"][plan["flags"].index("--model-path") + 1] == "/from/dotenv"
+    assert plan["flags"][plan["flags"].index("--tp-size") + 1] == "4"
+    # the environment wins over the file, as with docker compose
+    proc = run_launcher("show", "baseline", "--json", "--env-file", str(envfile), env=child_env(KIT_TP_SIZE="2"))
+    assert json.loads(proc.stdout)["flags"][json.loads(proc.stdout)["flags"].index("--tp-size") + 1] == "2"
+    proc = run_launcher("show", "baseline", "--env-file", str(tmp_path / "absent.env"))
+    assert_user_error(proc, "absent.env", "cp .env.example .env")
+
+
 def test_show_without_model_path_names_the_variable():
     env = child_env()
     del env["MODEL_PATH"]

@@ -55,6 +55,7 @@ if [ "$me" = docker-compose ]; then
     exit 0
 fi
 case "$1" in
+info) [ -z "$FAKE_NO_ENGINE" ]; exit $? ;;
 inspect) echo "${FAKE_STATE:-running/healthy}" ;;
 logs) echo "Load weight end. type=DeepseekV3ForCausalLM" ;;
 esac
@@ -90,8 +91,8 @@ class Kit:
         return self.calls.read_text().splitlines() if self.calls.exists() else []
 
     def compose_calls(self) -> list[str]:
-        """Calls other than the `compose version` probe."""
-        return [c for c in self.docker_calls() if " version |" not in c]
+        """Calls other than the `compose version` and `docker info` probes."""
+        return [c for c in self.docker_calls() if " version |" not in c and not c.startswith("docker info |")]
 
 
 @pytest.fixture()
@@ -160,7 +161,7 @@ DRY_RUN = {
     "bench": r"^KIT_UID=\$\(id -u\) KIT_GID=\$\(id -g\) docker compose --profile bench run --rm bench run$",
     "allreduce": r"^docker compose run --rm --no-deps --entrypoint bench server allreduce --profile fused "
     r"--out /results/allreduce/\$\(date -u \+%Y%m%dT%H%M%SZ\)-fused --graph --with-nccl-tests$",
-    "doctor": r"^docker compose run --rm --no-deps --entrypoint launcher server doctor $",
+    "doctor": r"^docker compose run --rm --no-deps --entrypoint launcher server doctor $",  # models given
 }
 
 
@@ -254,12 +255,48 @@ def test_unknown_spec_stops_before_docker(kit, verb):
     assert kit.docker_calls() == []
 
 
-@pytest.mark.parametrize("verb", ["up", "bench", "doctor", "allreduce"])
+@pytest.mark.parametrize("verb", ["up", "bench", "allreduce"])
 def test_missing_model_path_stops_before_docker(kit, verb):
     proc = kit.make(verb)
     assert proc.returncode != 0
     assert "MODEL_PATH is not set" in proc.stderr and ".env" in proc.stderr
     assert kit.docker_calls() == []
+
+
+def test_both_missing_model_paths_are_reported_together(kit, tmp_path):
+    proc = kit.make("up", "SPEC=eagle3")
+    assert proc.returncode != 0
+    assert "MODEL_PATH is not set" in proc.stderr and "needs DRAFT_MODEL_PATH" in proc.stderr
+    proc = kit.make("up", MODEL_PATH=str(tmp_path / "m"), DRAFT_MODEL_PATH=str(tmp_path / "d"))
+    assert f"MODEL_PATH={tmp_path / 'm'} does not exist" in proc.stderr
+    assert f"DRAFT_MODEL_PATH={tmp_path / 'd'} does not exist" in proc.stderr
+    assert kit.docker_calls() == []
+
+
+def test_show_reads_dotenv_like_up(kit):
+    (kit.root / ".env").write_text(f"MODEL_PATH={kit.model}\n")
+    proc = kit.make("-n", "show", "PY=/opt/py/bin/python", "PROFILE=fused", "SPEC=off")
+    assert "/opt/py/bin/python -m launcher show fused --spec off --env-file .env" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("verb", ["up", "build", "status", "down", "bench", "doctor"])
+def test_without_an_engine_one_clear_line_and_no_compose(kit, verb):
+    proc = kit.make(verb, "SPEC=off", FAKE_NO_ENGINE="1", **kit.with_models())
+    assert proc.returncode != 0
+    assert proc.stderr.splitlines()[0] == (
+        f"make {verb}: no Docker engine answers (docker info failed): start it (sudo systemctl start docker) "
+        "or set DOCKER_HOST"
+    ), proc.stderr
+    assert kit.compose_calls() == []
+
+
+def test_doctor_needs_no_model(kit):
+    """The doctor checks the host; a new user runs it before any model is downloaded."""
+    proc = kit.make("-n", "doctor")
+    assert proc.returncode == 0, proc.stderr
+    assert "MODEL_PATH=/nonexistent docker compose run --rm --no-deps --entrypoint launcher server doctor" in (
+        proc.stdout.replace("\\\n\t", "")
+    )
 
 
 def test_model_path_must_exist(kit, tmp_path):

@@ -199,6 +199,15 @@ def test_unset_model_path_names_base_toml():
     assert "server.model-path" in str(exc.value)
 
 
+def test_every_unset_variable_is_named_in_one_error():
+    """A new user learns of MODEL_PATH and DRAFT_MODEL_PATH together, not one fix at a time."""
+    with pytest.raises(UserError) as exc:
+        plans.build_plan("baseline", "eagle3", environ={})
+    msg = str(exc.value)
+    assert "MODEL_PATH is not set" in msg and "DRAFT_MODEL_PATH is not set" in msg
+    assert str(BUILTIN / "spec" / "eagle3.toml") in msg and "server.speculative-draft-model-path" in msg
+
+
 # ---- digest -------------------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ def facts_table(r: Report) -> Table:
     f, topo = r.facts, r.details.get("topology", {})
     t = Table(title="Host facts", show_header=False, title_justify="left")
     t.add_column("fact", style="bold")
-    t.add_column("value")
+    t.add_column("value", overflow="fold")
     t.add_row("GPUs", f"{len(f.gpus)}" + (f" x {f.gpus[0].name}" if f.gpus and len({g.name for g in f.gpus}) == 1 else ""))
     t.add_row("compute capability", ", ".join(sorted(f.sm_versions)) or "unknown")
     t.add_row("interconnect", f.interconnect or ("single GPU" if len(f.gpus) == 1 else "unknown"))
@@ -70,8 +70,9 @@ def checks_table(r: Report) -> Table:
     t = Table(title="Checks", title_justify="left")
     t.add_column("check", style="bold")
     t.add_column("status")
-    t.add_column("detail", ratio=3)
-    t.add_column("fix", ratio=2)
+    # fold, never "…": a fix text is a command to copy, so a long path or word wraps whole
+    t.add_column("detail", ratio=3, overflow="fold")
+    t.add_column("fix", ratio=2, overflow="fold")
     for c in r.checks:
         t.add_row(c.name, Text(c.status.upper(), style=STATUS_STYLE[c.status]), c.detail, Text(c.fix, style="dim"))
     return t
@@ -82,7 +83,7 @@ def eligibility_table(r: Report) -> Table:
     t.add_column("profile", style="bold")
     t.add_column("runs here")
     t.add_column("status")
-    t.add_column("why not / notes")
+    t.add_column("why not / notes", overflow="fold")
     for name, e in r.eligibility.items():
         notes = list(e.messages) if not e.ok else [*(f"warning: {w}" for w in e.warnings), *(f"depends on: {q}" for q in e.requires)]
         t.add_row(name, Text("yes", style="green") if e.ok else Text("no", style="red"), e.status, "\n".join(notes))

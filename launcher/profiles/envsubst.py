@@ -11,6 +11,10 @@ from launcher.errors import UserError
 _PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
+class UnsetVariable(UserError):
+    """A reference to an unset variable without a default; `resolve` reports all of them at once."""
+
+
 class Placeholders(dict):
     """Environment stand-in for `check`: every unset variable expands to `<NAME>`."""
 
@@ -40,7 +44,7 @@ def expand(value: str, environ: Mapping[str, str], where: str) -> str:
             return default
         if isinstance(environ, Placeholders):
             return environ[name]
-        raise UserError(
+        raise UnsetVariable(
             f"{where}: environment variable {name} is not set; export {name}=... "
             f"(or write ${{{name}:-default}} in the profile)"
         )

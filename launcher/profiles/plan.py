@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from launcher import settings
 from launcher.errors import UserError
 from launcher.profiles import loader as profiles
-from launcher.profiles.envsubst import Placeholders, expand
+from launcher.profiles.envsubst import Placeholders, UnsetVariable, expand
 from launcher.profiles.hostfacts import HostFacts
 
 DEFAULT_SERVER_CMD = ("python", "-m", "sglang.launch_server")
@@ -64,22 +64,32 @@ def resolve(profile: str, spec: str, environ: Mapping[str, str]) -> tuple[profil
     """Load, lay the spec overlay, and expand `${VAR}` references in every value."""
     res = profiles.load(profile)
     profiles.apply_spec(res, spec)
+    unset: list[str] = []  # every unset variable is named in one error, not one per attempt
+
+    def value_of(value: str, where: str) -> str:
+        try:
+            return profiles.check_value(expand(value, environ, where), where)
+        except UnsetVariable as exc:
+            unset.append(str(exc))
+            return ""
+
     env: dict[str, str] = {}
     for key, value in res.env.items():
         where = f"{res.origin[f'env.{key}']}: key 'env.{key}'"
-        env[key] = profiles.check_value(expand(value, environ, where), where) if isinstance(value, str) else _scalar_str(value)
+        env[key] = value_of(value, where) if isinstance(value, str) else _scalar_str(value)
     server: dict = {}
     for key, value in res.server.items():
         where = f"{res.origin[f'server.{key}']}: key 'server.{key}'"
         if isinstance(value, list):
-            server[key] = [profiles.check_value(expand(v, environ, where), where) if isinstance(v, str) else _scalar_str(v)
-                           for v in value]
+            server[key] = [value_of(v, where) if isinstance(v, str) else _scalar_str(v) for v in value]
         elif isinstance(value, str):
-            server[key] = profiles.check_value(expand(value, environ, where), where)
+            server[key] = value_of(value, where)
         elif value is True:
             server[key] = True
         else:
             server[key] = _scalar_str(value)
+    if unset:
+        raise UserError("; ".join(unset))
     return res, env, server
 
 

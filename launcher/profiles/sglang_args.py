@@ -10,6 +10,7 @@ import contextlib
 import functools
 import importlib.util
 import io
+import re
 
 
 class ParserError(Exception):
@@ -79,5 +80,11 @@ def flag_problems(flags: list[str]) -> list[tuple[str, str]]:
             with contextlib.redirect_stderr(io.StringIO()):
                 parser().parse_args(flags)
         except ParserError as exc:
-            problems.append(("", f"SGLang's parser rejects the command line: {exc}"))
+            # argparse names the flag ("argument --mem-fraction-static: invalid float value"): the
+            # finding then points at the profile file and key that set it
+            named = re.match(r"argument (--[\w-]+)", str(exc))
+            flag = named.group(1) if named and named.group(1) in table else ""
+            if flag:
+                flag = table[flag].option_strings[0]
+            problems.append((flag, f"SGLang's parser rejects the command line: {exc}"))
     return problems

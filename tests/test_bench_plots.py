@@ -1,0 +1,42 @@
+"""bench/plots.py: the bundle's PNGs; axes start at 0 so a 2% difference does not look like 2x."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import bundle, plots
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every figure the module closes, kept for inspection."""
+    kept = []
+    real_close = plots.plt.close
+    monkeypatch.setattr(plots.plt, "close", lambda fig: kept.append(fig))
+    yield kept
+    for fig in kept:
+        real_close(fig)
+
+
+def _row(profile: str, tok_s: float) -> dict:
+    return {"profile": profile, "spec": "eagle3", "concurrency": 1, "valid": True, "status": "PASS",
+            "output_throughput_mean": tok_s, "output_throughput_sd": 0.4}
+
+
+def test_throughput_axis_starts_at_zero_even_for_close_values(tmp_path, figures):
+    path = plots.throughput(tmp_path / "t.png", [_row("baseline", 80.0), _row("fused", 82.0)], False, 1)
+    assert path.is_file() and path.stat().st_size > 0
+    (ax,) = figures[0].axes
+    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 82.0
+
+
+def test_tpot_axis_starts_at_zero(tmp_path, figures):
+    for profile, base in (("baseline", 16.0), ("fused", 15.5)):
+        lines = [json.dumps({"ok": True, "concurrency": 1, "tpot_s": (base + i * 0.01) / 1000}) for i in range(20)]
+        (tmp_path / f"{bundle.cell_name(profile, 'eagle3')}{bundle.REQUESTS_SUFFIX}").write_text("\n".join(lines))
+    cells = [{"profile": p, "spec": "eagle3", "valid": True} for p in ("baseline", "fused")]
+    plots.tpot(tmp_path / "tpot.png", tmp_path, cells, False, 1)
+    (ax,) = figures[0].axes
+    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 16.0
