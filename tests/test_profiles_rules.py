@@ -276,7 +276,7 @@ def test_expandable_segments_in_a_custom_ar_child(make):
         ({"disable-cuda-graph": True}, "server.disable-cuda-graph", "deprecated"),
         ({"cuda-graph-max-bs": 8}, "server.cuda-graph-max-bs", "ambiguous"),
         ({"no-such-flag-anywhere": 1}, "server.no-such-flag-anywhere", "has no flag --no-such-flag-anywhere"),
-        ({"deepep-mode": "fast"}, "server", "invalid choice: 'fast'"),
+        ({"deepep-mode": "fast"}, "server.deepep-mode", "invalid choice: 'fast'"),
     ],
 )
 def test_sglang_parser_rule_rejects(make, sglang_parser, server, key, expect):
