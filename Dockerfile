@@ -32,10 +32,14 @@ ARG MSCCLPP_REPO=https://github.com/microsoft/mscclpp.git
 # A release tag (a tag or branch name: the clone is shallow). Commit 6231b4f3 is v0.10.0.
 ARG MSCCLPP_REF=v0.10.0
 ARG MSCCLPP_CUDA_ARCHS="90;100;120"
+# KIT_GPU_STAGES=skip exists for `make e2e` alone (a CPU test base has no CUDA toolkit): the GPU
+# stages then build nothing and the image is labelled so. `make build` and compose never pass it.
+ARG KIT_GPU_STAGES=build
 COPY docker/build-mscclpp.sh /usr/local/bin/build-mscclpp
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=cache,target=/var/cache/mscclpp-build \
-    git clone --quiet --depth 1 --branch "${MSCCLPP_REF}" "${MSCCLPP_REPO}" /src/mscclpp \
+    if [ "${KIT_GPU_STAGES}" = skip ]; then mkdir -p /wheels && echo "KIT_GPU_STAGES=skip: MSCCL++ not built"; exit 0; fi \
+    && git clone --quiet --depth 1 --branch "${MSCCLPP_REF}" "${MSCCLPP_REPO}" /src/mscclpp \
     && MSCCLPP_CUDA_ARCHS="${MSCCLPP_CUDA_ARCHS}" MSCCLPP_BUILD_DIR=/var/cache/mscclpp-build \
         build-mscclpp /src/mscclpp /wheels
 
@@ -78,8 +82,10 @@ ARG NCCL_TESTS_REPO=https://github.com/NVIDIA/nccl-tests.git
 # A release tag (the clone is shallow). Commit a0b82b2260cf5152b9f8c061bbf7eaf0ba096432 is v2.19.6.
 ARG NCCL_TESTS_REF=v2.19.6
 ARG NCCL_TESTS_ARCHS="90;100;120"
+ARG KIT_GPU_STAGES=build
 COPY docker/build-nccl-tests.sh /usr/local/bin/build-nccl-tests
-RUN git clone --quiet --depth 1 --branch "${NCCL_TESTS_REF}" "${NCCL_TESTS_REPO}" /src/nccl-tests \
+RUN if [ "${KIT_GPU_STAGES}" = skip ]; then mkdir -p /opt/nccl-tests/bin && echo "KIT_GPU_STAGES=skip: nccl-tests not built"; exit 0; fi \
+    && git clone --quiet --depth 1 --branch "${NCCL_TESTS_REF}" "${NCCL_TESTS_REPO}" /src/nccl-tests \
     && NCCL_TESTS_ARCHS="${NCCL_TESTS_ARCHS}" build-nccl-tests /src/nccl-tests /opt/nccl-tests \
     && /opt/nccl-tests/bin/all_reduce_perf -h > /dev/null
 
@@ -118,11 +124,13 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # and runs NCCL. The build fails unless MSCCL++ imports as SGLang imports it; with no GPU driver
 # at build time, the CUDA toolkit's stub libcuda stands in (docker/check-mscclpp-import.sh).
 ARG CUPY_SPEC="cupy-cuda13x>=14.2,<15"
+ARG KIT_GPU_STAGES=build
 COPY docker/check-mscclpp-import.sh /usr/local/bin/check-mscclpp-import
 # hadolint ignore=DL3013 # the MSCCL++ wheel is the one built above and cupy's range is the CUPY_SPEC argument
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,from=mscclpp,source=/wheels,target=/tmp/mscclpp-wheels \
-    python3 -m pip install /tmp/mscclpp-wheels/mscclpp-*.whl "${CUPY_SPEC}" \
+    if [ "${KIT_GPU_STAGES}" = skip ]; then echo "KIT_GPU_STAGES=skip: no MSCCL++ in this image"; exit 0; fi \
+    && python3 -m pip install /tmp/mscclpp-wheels/mscclpp-*.whl "${CUPY_SPEC}" \
     && check-mscclpp-import
 
 # nccl-tests (built above) for `bench allreduce --with-nccl-tests`.
@@ -194,7 +202,8 @@ LABEL org.opencontainers.image.title="pcie-spec-kit server" \
       pcie-spec-kit.patches.sha256="${KIT_PATCHES_SHA256}" \
       pcie-spec-kit.mscclpp.ref="${MSCCLPP_REF}" \
       pcie-spec-kit.deepep.ref="${DEEPEP_REF}" \
-      pcie-spec-kit.deepep.sm120="${DEEPEP_SM120}"
+      pcie-spec-kit.deepep.sm120="${DEEPEP_SM120}" \
+      pcie-spec-kit.gpu-stages="${KIT_GPU_STAGES}"
 
 EXPOSE 30000 30100
 # /health answers 503 until the model is loaded, then generates one token; a 1T-parameter load

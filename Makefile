@@ -94,7 +94,7 @@ ENGINE_CHECK = @$(DOCKER) info >/dev/null 2>&1 || { echo "make $@: no Docker eng
 # -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
 EXEC_T = $(shell [ -t 0 ] || echo -T)
 
-.PHONY: help build up switch status down logs bench allreduce doctor demo test lint check show profiles venv docs
+.PHONY: help build up switch status down logs bench allreduce doctor demo test e2e lint check show profiles venv docs
 
 help: ## list the verbs (this text)
 	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>]\n\nVerbs:\n'
@@ -193,6 +193,9 @@ demo: $(VENV_KIT_STAMP) ## the whole flow against a simulated server (no GPU, no
 
 test: $(VENV_TEST_STAMP) ## run the test suite (creates .venv on first use)
 	$(PY) -m pytest -q
+
+e2e: $(VENV_TEST_STAMP) ## both images from the real Dockerfile and the compose stack, on a CPU machine (root: may start a private dockerd)
+	PY=$(PY) bash tools/e2e/run.sh
 
 lint: $(VENV_KIT_STAMP)
 lint: ## ruff, hadolint, shellcheck (if installed), compose file check (if compose is installed)

@@ -179,6 +179,20 @@ def test_server_installs_cupy_with_mscclpp_and_fails_unless_mscclpp_imports(dock
     assert install < check  # one layer: installed together, refused together
 
 
+def test_gpu_stages_are_built_unless_the_e2e_test_says_skip(dockerfile):
+    """KIT_GPU_STAGES=skip exists for `make e2e` on a CPU base; nothing a user runs passes it."""
+    text = DOCKERFILE.read_text()
+    assert re.findall(r"^ARG KIT_GPU_STAGES=(\w+)$", text, re.M) == ["build"] * 3
+    for stage in ("mscclpp", "nccl-tests", "server"):
+        run = " ".join(a for w, a in stage_of(dockerfile, stage) if w == "RUN")
+        assert 'if [ "${KIT_GPU_STAGES}" = skip ]' in run, stage
+    labels = " ".join(a for w, a in stage_of(dockerfile, "server") if w == "LABEL")
+    assert 'pcie-spec-kit.gpu-stages="${KIT_GPU_STAGES}"' in labels  # a skipped image says so
+    for path in ("Makefile", "docker-compose.yml", ".env.example"):
+        assert "KIT_GPU_STAGES" not in (ROOT / path).read_text(), path
+    assert "KIT_GPU_STAGES: skip" in (ROOT / "tools" / "e2e" / "compose.e2e.yml").read_text()
+
+
 def _fake_site(root: Path, *, mscclpp: bool = True) -> Path:
     """mscclpp (with ext, default_algos) and cupy as tiny packages that report the loader path."""
     site = root / "site"
