@@ -119,6 +119,18 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && python3 -m pip install -r /tmp/kit-requirements.txt \
     && rm /tmp/kit-requirements.txt
 
+# NCCL over the base's: SGLang 0.5.23's torch pins nvidia-nccl-cu13 2.30.7, and NCCL before 2.31.2
+# has the illegal memory access in all-reduces of 512 KiB or more on 2x RTX PRO 6000 (nccl#2418;
+# prefill all-reduces are that large). CUDA torch loads the wheel's libnccl.so.2 through its RPATH,
+# so replacing the wheel replaces what torch runs; the last step below proves it.
+# NCCL_WHEEL=base keeps the base image's NCCL.
+ARG NCCL_WHEEL="nvidia-nccl-cu13>=2.31.2,<3"
+ARG NCCL_MIN=2.31.2
+# hadolint ignore=DL3013 # the version range is the NCCL_WHEEL argument
+RUN --mount=type=cache,target=/root/.cache/pip \
+    if [ "${NCCL_WHEEL}" = base ]; then echo "NCCL_WHEEL=base: the base image's NCCL stays"; exit 0; fi \
+    && python3 -m pip install "${NCCL_WHEEL}"
+
 # MSCCL++ (built above) with cupy, which `import mscclpp` needs (mscclpp/_core/algorithm.py) and
 # which neither sglang nor flashinfer declares: without it SGLang logs "PyMscclpp is unavailable"
 # and runs NCCL. The build fails unless MSCCL++ imports as SGLang imports it; with no GPU driver
@@ -171,7 +183,9 @@ COPY . /opt/kit/
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m pip install --no-deps /opt/kit \
     && python3 -m compileall -q /opt/kit/sitecustomize \
-    && launcher --help > /dev/null
+    && launcher --help > /dev/null \
+    && if [ "${NCCL_WHEEL}" = base ]; then python3 -m launcher.doctor.nccl; \
+       else python3 -m launcher.doctor.nccl --require "${NCCL_MIN}"; fi
 
 # sitecustomize first on the path, so every Python process (TP workers included) applies the active
 # profile's environment before anything else imports.
@@ -203,7 +217,8 @@ LABEL org.opencontainers.image.title="pcie-spec-kit server" \
       pcie-spec-kit.mscclpp.ref="${MSCCLPP_REF}" \
       pcie-spec-kit.deepep.ref="${DEEPEP_REF}" \
       pcie-spec-kit.deepep.sm120="${DEEPEP_SM120}" \
-      pcie-spec-kit.gpu-stages="${KIT_GPU_STAGES}"
+      pcie-spec-kit.gpu-stages="${KIT_GPU_STAGES}" \
+      pcie-spec-kit.nccl-wheel="${NCCL_WHEEL}"
 
 EXPOSE 30000 30100
 # /health answers 503 until the model is loaded, then generates one token; a 1T-parameter load

@@ -25,6 +25,12 @@ PYTHON ?= python3
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 SGLANG_VERSION ?= 0.5.23
+# docker-compose v1 for the compose-file tests and `make e2e`, in a venv of its own (its pins clash
+# with the kit's: python-dotenv<1, PyYAML<6; it runs with PyYAML 6), so no system package is needed.
+COMPOSE_V1 ?= docker-compose==1.29.2
+COMPOSE_V1_DEPS ?= "PyYAML>=6,<7" "docker>=5,<7" "dockerpty>=0.4.1,<1" "docopt>=0.6.1,<1" "jsonschema>=2.5.1,<4" \
+	"requests>=2.20,<3" "texttable>=0.9,<2" "websocket-client>=0.32,<1" "python-dotenv>=0.13,<1" "distro>=1.5,<2" \
+	"setuptools<81"
 DOCKER ?= docker
 # `docker compose` (v2 plugin) when it is installed, else docker-compose (v1). Worked out on first use
 # only, so verbs that never reach docker never run it.
@@ -179,7 +185,13 @@ $(VENV)/.kit-installed: pyproject.toml
 
 # SGLang's light dependencies first, SGLang itself last with --no-deps: pip then has nothing to
 # resolve against SGLang's GPU pins, so it prints no dependency-conflict block.
-$(VENV)/.test-installed: $(VENV)/.kit-installed
+$(VENV)/.compose-installed:
+	$(PYTHON) -m venv $(VENV)/compose
+	$(VENV)/compose/bin/pip install -q $(COMPOSE_V1_DEPS)
+	$(VENV)/compose/bin/pip install -q --no-deps $(COMPOSE_V1)
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.kit-installed $(VENV)/.compose-installed
 	$(VENV)/bin/pip install -q $(TORCH_PIP_ARGS) $(TORCH_SPEC)
 	$(VENV)/bin/pip install -q -e '.[sglang-cpu]'
 	$(VENV)/bin/pip install -q --no-deps sglang==$(SGLANG_VERSION)
@@ -195,7 +207,7 @@ test: $(VENV_TEST_STAMP) ## run the test suite (creates .venv on first use)
 	$(PY) -m pytest -q
 
 e2e: $(VENV_TEST_STAMP) ## both images from the real Dockerfile and the compose stack, on a CPU machine (root: may start a private dockerd)
-	PY=$(PY) bash tools/e2e/run.sh
+	PY=$(PY) COMPOSE_BIN=$(VENV)/compose/bin/docker-compose bash tools/e2e/run.sh
 
 lint: $(VENV_KIT_STAMP)
 lint: ## ruff, hadolint, shellcheck (if installed), compose file check (if compose is installed)

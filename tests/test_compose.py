@@ -1,6 +1,6 @@
 """docker-compose.yml, checked by docker-compose itself (`config` needs no Docker engine).
 
-CI installs Debian's docker-compose (v1.29); these tests fail, never skip, without it.
+`make test` installs docker-compose 1.29.2 in .venv/compose; these tests fail, never skip, without it.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,10 @@ NOT_PASSED = {"KIT_SERVER_HOST", "KIT_SERVER_PORT"}
 
 
 def compose_bin() -> str:
-    found = shutil.which("docker-compose")
-    assert found, "docker-compose is not installed: apt-get install -y docker-compose (Debian package, v1.29)"
+    """The docker-compose v1 that `make test` installs in a venv of its own (.venv/compose), else PATH's."""
+    own = Path(sys.prefix) / "compose" / "bin" / "docker-compose"
+    found = str(own) if own.exists() else shutil.which("docker-compose")
+    assert found, "docker-compose is not installed: `make test` puts it in .venv/compose (or apt-get install docker-compose)"
     return found
 
 

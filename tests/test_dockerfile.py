@@ -193,6 +193,17 @@ def test_gpu_stages_are_built_unless_the_e2e_test_says_skip(dockerfile):
     assert "KIT_GPU_STAGES: skip" in (ROOT / "tools" / "e2e" / "compose.e2e.yml").read_text()
 
 
+def test_server_carries_a_fixed_nccl_and_proves_torch_loads_it(dockerfile):
+    """nccl#2418 is fixed in 2.31.2; the build fails unless what this Python runs is at least that."""
+    text = DOCKERFILE.read_text()
+    assert re.search(r'^ARG NCCL_WHEEL="nvidia-nccl-cu13>=2\.31\.2,<3"$', text, re.M)
+    assert re.search(r"^ARG NCCL_MIN=2\.31\.2$", text, re.M)
+    runs = [a for w, a in stage_of(dockerfile, "server") if w == "RUN"]
+    install = next(i for i, a in enumerate(runs) if 'pip install "${NCCL_WHEEL}"' in a)
+    check = next(i for i, a in enumerate(runs) if 'launcher.doctor.nccl --require "${NCCL_MIN}"' in a)
+    assert install < check and 'if [ "${NCCL_WHEEL}" = base ]' in runs[install]
+
+
 def _fake_site(root: Path, *, mscclpp: bool = True) -> Path:
     """mscclpp (with ext, default_algos) and cupy as tiny packages that report the loader path."""
     site = root / "site"

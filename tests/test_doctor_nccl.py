@@ -34,3 +34,35 @@ def test_nccl_detect_prefers_torch_then_the_library(monkeypatch):
     monkeypatch.setattr(nccl, "from_library", lambda: None)
     version, source = nccl.detect()
     assert version is None and "not found" in source
+
+
+def test_nccl_detect_reads_the_nvidia_nccl_wheel_before_the_loader_path(monkeypatch, tmp_path):
+    """The image installs a newer nvidia-nccl wheel: that file, not the loader's, is what CUDA torch loads."""
+    lib = tmp_path / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"\x7fELF")
+    monkeypatch.setattr(nccl.sys, "path", ["", str(tmp_path / "elsewhere"), str(tmp_path)])
+    assert nccl.wheel_library() == lib
+    asked = []
+    monkeypatch.setattr(nccl, "from_torch", lambda: None)
+    monkeypatch.setattr(nccl, "from_library", lambda names=("libnccl.so.2",): asked.append(names) or (2, 32, 3))
+    assert nccl.detect() == ((2, 32, 3), f"{lib} ncclGetVersion")
+    assert asked == [(str(lib),)]
+    monkeypatch.setattr(nccl.sys, "path", [str(tmp_path / "elsewhere")])
+    assert nccl.wheel_library() is None
+
+
+def test_require_passes_only_when_every_answering_source_is_new_enough(monkeypatch, capsys):
+    monkeypatch.setattr(nccl, "wheel_library", lambda: None)
+    monkeypatch.setattr(nccl, "from_torch", lambda: (2, 32, 3))
+    monkeypatch.setattr(nccl, "from_library", lambda names=("libnccl.so.2",): None)
+    assert nccl.main(["--require", "2.31.2"]) == 0
+    assert "torch.cuda.nccl.version(): 2.32.3" in capsys.readouterr().out
+    monkeypatch.setattr(nccl, "from_library", lambda names=("libnccl.so.2",): (2, 30, 7))  # the base's, still loaded
+    assert nccl.main(["--require", "2.31.2"]) == 1
+    assert "NCCL 2.30.7 found where 2.31.2 or newer is required" in capsys.readouterr().err
+    monkeypatch.setattr(nccl, "from_torch", lambda: None)
+    monkeypatch.setattr(nccl, "from_library", lambda names=("libnccl.so.2",): None)
+    assert nccl.main(["--require", "2.31.2"]) == 1
+    assert nccl.main(["--require", "two"]) == 2
+    assert nccl.main([]) == 0  # report only

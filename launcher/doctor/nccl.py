@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ctypes
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 Version = tuple[int, int, int]
 
@@ -75,15 +77,30 @@ def from_library(names: tuple[str, ...] = ("libnccl.so.2", "libnccl.so")) -> Ver
     return None
 
 
+def wheel_library() -> Path | None:
+    """libnccl.so.2 of the nvidia-nccl wheel (nvidia/nccl/lib), the file CUDA torch loads through its
+    RPATH; the server image installs a newer one there over the base's."""
+    for entry in sys.path:
+        candidate = Path(entry or ".") / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def detect() -> tuple[Version | None, str]:
-    """(version, where it came from): torch first, then libnccl via ctypes."""
+    """(version, where it came from): torch first, then the nvidia-nccl wheel's library, then
+    whatever libnccl the dynamic loader finds."""
     v = from_torch()
     if v is not None:
         return v, "torch.cuda.nccl.version()"
+    wheel = wheel_library()
+    v = from_library((str(wheel),)) if wheel else None
+    if v is not None:
+        return v, f"{wheel} ncclGetVersion"
     v = from_library()
     if v is not None:
         return v, "libnccl.so ncclGetVersion"
-    return None, "not found (no torch with NCCL, no libnccl.so.2 on the loader path)"
+    return None, "not found (no torch with NCCL, no nvidia-nccl wheel, no libnccl.so.2 on the loader path)"
 
 
 def problems(v: Version) -> list[tuple[str, KnownBad]]:
@@ -95,3 +112,40 @@ def problems(v: Version) -> list[tuple[str, KnownBad]]:
         elif bad.reported < v < bad.fixed:
             out.append(("warn", bad))
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m launcher.doctor.nccl [--require X.Y.Z]`: what NCCL this Python would run, from each
+    source; the image build calls it to prove the NCCL it installed is the one torch loads."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m launcher.doctor.nccl")
+    p.add_argument("--require", help="exit 1 unless every source that answers reports at least this version")
+    args = p.parse_args(argv)
+    need = parse_version(args.require) if args.require else None
+    if args.require and need is None:
+        print(f"--require {args.require!r}: not a version; write it as X.Y.Z", file=sys.stderr)
+        return 2
+    wheel = wheel_library()
+    found = {
+        "torch.cuda.nccl.version()": from_torch(),
+        f"nvidia-nccl wheel ({wheel or 'not installed'})": from_library((str(wheel),)) if wheel else None,
+        "libnccl.so.2 as this process resolves it": from_library(),
+    }
+    for source, v in found.items():
+        print(f"{source}: {fmt(v) if v else 'no answer'}")
+    answered = [v for v in found.values() if v]
+    if need is None:
+        return 0
+    if not answered:
+        print(f"no source reports an NCCL version; {fmt(need)} or newer is required", file=sys.stderr)
+        return 1
+    low = sorted({fmt(v) for v in answered if v < need})
+    if low:
+        print(f"NCCL {', '.join(low)} found where {fmt(need)} or newer is required", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

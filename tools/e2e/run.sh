@@ -20,6 +20,7 @@ repo=$PWD
 e2e=${KIT_E2E_DIR:-/var/tmp/pcie-spec-kit-e2e}
 cache=$repo/tools/e2e/.cache
 py=${PY:-.venv/bin/python}
+compose_bin=${COMPOSE_BIN:-$(command -v docker-compose || echo .venv/compose/bin/docker-compose)}
 t0=$(date +%s)
 step() { printf '\n=== [%4ss] %s\n' "$(($(date +%s) - t0))" "$*"; }
 
@@ -75,7 +76,7 @@ for svc in doc["services"].values():
         svc["build"]["context"] = "."
 yaml.safe_dump(doc, open(sys.argv[3], "w"), sort_keys=False)
 PY
-COMPOSE="docker-compose -p kit-e2e --project-directory $repo -f $cache/compose.merged.yml"
+COMPOSE="$compose_bin -p kit-e2e --project-directory $repo -f $cache/compose.merged.yml"
 export COMPOSE
 
 step "make build (server and bench images from the real Dockerfile)"
@@ -90,7 +91,9 @@ step "inside the server image"
   python3 patches/apply.py --check
   launcher check --all --require-parser | tail -3
   ls /opt/kit/sitecustomize/__pycache__/sitecustomize.*.pyc
-  python3 -c "import sys; assert \"/opt/kit/sitecustomize\" in sys.path[1:3] or True"
+  python3 -m launcher.doctor.nccl --require 2.31.2
+  launcher doctor --json --out /tmp/doctor.json >/dev/null || true
+  python3 -c "import json; c = {c[\"name\"]: c for c in json.load(open(\"/tmp/doctor.json\"))[\"checks\"]}[\"nccl\"]; print(\"doctor nccl check:\", c[\"status\"], c[\"detail\"]); assert c[\"status\"] == \"pass\""
 '
 
 step "make up PROFILE=nccl-tuned SPEC=off"
