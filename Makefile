@@ -88,7 +88,7 @@ COMPOSE_ANY = $(if $(ENV_MODEL_PATH),,MODEL_PATH=/nonexistent )$(COMPOSE)
 BUILD_ENV = DOCKER_BUILDKIT=1 COMPOSE_DOCKER_CLI_BUILD=1
 # Image labels, and base-image/source pins from the environment or .env when set. KIT_CREATED is the
 # commit time, so an unchanged tree rebuilds to the same image and `make up` does not recreate it.
-PIN_VARS := SGLANG_IMAGE BENCH_BASE_IMAGE MSCCLPP_REF DEEPEP_REF DEEPEP_SM120
+PIN_VARS := SGLANG_IMAGE BENCH_BASE_IMAGE MSCCLPP_REF DEEPEP_REF DEEPEP_SM120 NCCL_WHEEL
 # The version lives in launcher/__init__.py alone (pyproject reads it too).
 KIT_VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' launcher/__init__.py)
 BUILD_ARGS = --build-arg KIT_VERSION=$(KIT_VERSION) --build-arg KIT_PATCHES_SHA256=$$(docker/patch-set-hash.sh patches) \

@@ -231,6 +231,7 @@ BENCH_BASE_IMAGE = _reg("BENCH_BASE_IMAGE", STR, None, "Bench base image; unset:
 MSCCLPP_REF = _reg("MSCCLPP_REF", STR, None, "MSCCL++ release tag the server image builds (Dockerfile default v0.10.0).", "images", "build", example="")
 DEEPEP_REF = _reg("DEEPEP_REF", STR, None, "DeepEP commit, built for SM120 only when the shipped sgl-deep-ep has no sm_120 code.", "images", "build", example="")
 DEEPEP_SM120 = _reg("DEEPEP_SM120", _choice("ensure", "skip"), "ensure", "ensure: the build fails if DeepEP ends up without sm_120 code; skip: do not check.", "images", "build", example="")
+NCCL_WHEEL = _reg("NCCL_WHEEL", STR, None, "NCCL the server image installs over the base's (Dockerfile default nvidia-nccl-cu13>=2.31.2,<3, nccl#2418); base: keep the base image's.", "images", "build", example="")
 
 GROUP_ORDER = ("models", "what runs", "profile knobs", "control API", "server runtime", "bench and diagnostics",
                "ports and results", "images")
