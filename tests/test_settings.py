@@ -15,7 +15,6 @@ from launcher import settings, settings_docs
 from launcher.settings import REGISTRY, SettingError
 
 REPO = Path(__file__).resolve().parent.parent
-# Docker build arguments the Makefile passes to `docker build` (labels), not environment settings.
 # Dockerfile build arguments that are not environment settings: labels `make build` fills in, and
 # KIT_GPU_STAGES, which only `make e2e` passes (tools/e2e/compose.e2e.yml).
 BUILD_LABELS = {"KIT_PATCHES_SHA256", "KIT_REVISION", "KIT_CREATED", "KIT_VERSION", "KIT_GPU_STAGES"}
