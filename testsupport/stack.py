@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -155,3 +156,55 @@ class KitStack:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+class FleetStack:
+    """Several KitStacks on loopback behind a real sglang-router started by `launcher fleet router`."""
+
+    def __init__(self, tmp: Path, stacks: list[KitStack]):
+        self.tmp, self.stacks = tmp, stacks
+        self.router_port, self.prom_port = free_port(), free_port()
+        self.file = tmp / "fleet.toml"
+        lines = [f'[router]\nurl = "http://127.0.0.1:{self.router_port}"\nprometheus = "127.0.0.1:{self.prom_port}"\n']
+        for i, s in enumerate(stacks):
+            lines.append(f'[[host]]\nname = "host-{i}"\nserver = "{s.server_url}"\ncontrol = "{s.control_url}"\n')
+        self.file.write_text("\n".join(lines))
+        self.env = {**os.environ, "KIT_CONTROL_TOKEN": stacks[0].token, "PYTHONPATH": str(REPO)}
+        self.proc: subprocess.Popen | None = None
+        self.log = tmp / "router.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.router_port}"
+
+    def start(self, timeout: float = 60) -> FleetStack:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "launcher", "fleet", "router", "--fleet", str(self.file)],
+            cwd=REPO, env=self.env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"router exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                workers = httpx.get(f"{self.url}/workers", timeout=2).json().get("workers", [])
+                if len([w for w in workers if w.get("is_healthy")]) == len(self.stacks):
+                    return self
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.3)
+        raise AssertionError(f"router not ready with {len(self.stacks)} healthy workers: {self.log.read_text()[-2000:]}")
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "launcher", "fleet", *args, "--fleet", str(self.file)],
+                              cwd=REPO, env=self.env, capture_output=True, text=True, timeout=600)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)

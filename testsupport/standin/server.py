@@ -228,6 +228,14 @@ async def models(request: web.Request) -> web.Response:
 
 
 # ----- reports -------------------------------------------------------------------------------
+async def model_info(request: web.Request) -> web.Response:
+    """SGLang's /model_info fields that sglang-router reads when a worker is added (model_path)."""
+    engine = request.app[ENGINE_KEY]
+    path = engine.args.as_dict().get("model_path")
+    return _json({"model_path": path, "served_model_name": path, "tokenizer_path": path,
+                  "is_generation": True, "simulated": True})
+
+
 async def server_info(request: web.Request) -> web.Response:
     """SGLang's server-args fields plus ``simulated``, ``start_time`` (unix s) and the stand-in truth."""
     engine = request.app[ENGINE_KEY]
@@ -300,6 +308,8 @@ def build_app(engine: Engine) -> web.Application:
         r.add_route(method, "/generate", generate)
     r.add_post("/v1/chat/completions", chat_completions)
     r.add_get("/v1/models", models)
+    r.add_get("/model_info", model_info)
+    r.add_get("/get_model_info", model_info)
     r.add_get("/server_info", server_info)
     r.add_get("/get_server_info", server_info)
     r.add_get("/metrics", metrics)

@@ -1,0 +1,1 @@
+"""Several hosts behind sglang-router: the fleet file, the router, status and the rolling switch."""

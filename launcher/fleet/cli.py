@@ -1,0 +1,129 @@
+"""`launcher fleet router|status|switch --fleet FILE`: several hosts behind sglang-router."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+from launcher import settings
+from launcher.errors import RuntimeFailure, UserError, run_cli
+from launcher.fleet import fleetfile, rolling
+from launcher.fleet import router as router_mod
+from launcher.runtime.control_client import SyncControlClient
+
+
+def cmd_router(args: argparse.Namespace) -> int:
+    fleet = fleetfile.load(args.fleet)
+    cmd = router_mod.argv(fleet, args.extra)
+    if args.print:
+        print(" ".join(cmd))
+        return 0
+    if importlib.util.find_spec("sglang_router") is None:
+        raise UserError("sglang-router is not installed; pip install 'sglang-router>=0.3.2,<0.4'")
+    prom_host, _, prom_port = fleet.router.prometheus.rpartition(":")
+    for host, port, what in ((fleet.router.host, fleet.router.port, "router.url"),
+                             (prom_host, int(prom_port), "router.prometheus")):
+        _port_free(host, port, f"{args.fleet}: key '{what}'")
+    print(f"sglang-router on {fleet.router.url} for {len(fleet.host)} host(s): {' '.join(cmd)}", flush=True)
+    os.execvp(cmd[0], cmd)  # the router is this process from here on (supervisord/compose manage it)
+    return 1
+
+
+def _port_free(host: str, port: int, where: str) -> None:
+    """The router exits with a Rust panic when a port is taken; say it in one line first."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise RuntimeFailure(f"{where}: {host}:{port} is not free ({exc.strerror}); stop what holds it or "
+                                 "choose another port in the fleet file") from exc
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    fleet = fleetfile.load(args.fleet)
+    try:
+        with router_mod.RouterClient(fleet.router.url) as r:
+            listed = {w["url"]: w for w in r.workers()}
+        router_error = None
+    except RuntimeFailure as exc:
+        listed, router_error = {}, str(exc)
+    rows = []
+    for h in fleet.host:
+        try:
+            st = SyncControlClient(h.control, h.token()).status()
+            error = None
+        except RuntimeFailure as exc:
+            st, error = {}, str(exc)
+        w = next((w for u, w in listed.items() if _same(u, h.server)), None)
+        rows.append({
+            "name": h.name, "server": h.server, "control": h.control,
+            "profile": st.get("profile"), "spec": st.get("spec"), "state": st.get("state"),
+            "backends": st.get("backends") or [], "error": error,
+            "router": None if router_error else {"listed": w is not None, "healthy": bool(w and w.get("is_healthy"))},
+        })
+    report = {"router": {"url": fleet.router.url, "error": router_error}, "hosts": rows}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"router {fleet.router.url}: {'unreachable: ' + router_error if router_error else 'up'}")
+        for row in rows:
+            where = "-" if row["router"] is None else ("in router, healthy" if row["router"]["healthy"]
+                                                        else "in router, unhealthy" if row["router"]["listed"]
+                                                        else "not in router")
+            what = row["error"] or f"{row['profile']} + {row['spec']} {row['state']}"
+            print(f"  {row['name']:<16} {what:<40} {where}")
+            for b in row["backends"]:
+                active = {True: "active", False: "NOT ACTIVE", None: "unknown"}[b.get("active")]
+                print(f"  {'':<16}   backend {b.get('name')}: {active}")
+    bad = router_error or any(r["error"] for r in rows)
+    return 1 if bad else 0
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return fleetfile.normalise_url(a) == fleetfile.normalise_url(b)
+    except ValueError:
+        return False
+
+
+def cmd_switch(args: argparse.Namespace) -> int:
+    fleet = fleetfile.load(args.fleet)
+    spec = args.spec or settings.SPEC.get()
+    history = Path(args.history) if args.history else rolling.default_history(Path(args.fleet))
+    return rolling.switch(fleet, args.profile, spec, history, timeout_s=args.timeout)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="launcher fleet", description="several hosts behind sglang-router")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("router", help="run sglang-router in front of every host's server (foreground)")
+    s.add_argument("--fleet", required=True)
+    s.add_argument("--print", action="store_true", help="print the router's command line and exit")
+    s.add_argument("extra", nargs="*", help="more sglang-router flags, after --")
+    s.set_defaults(fn=cmd_router)
+    s = sub.add_parser("status", help="each host's profile, spec, state and backends, and the router's view")
+    s.add_argument("--fleet", required=True)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_status)
+    s = sub.add_parser("switch", help="switch every host to PROFILE, one at a time, out of the router")
+    s.add_argument("--fleet", required=True)
+    s.add_argument("profile")
+    s.add_argument("--spec", default=None, help="spec mode (default $SPEC, else eagle3)")
+    s.add_argument("--timeout", type=float, default=None, help="seconds each host's switch may take")
+    s.add_argument("--history", default=None, help="fleet history file (default: <fleet file>.history.jsonl)")
+    s.set_defaults(fn=cmd_switch)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return run_cli(lambda: args.fn(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

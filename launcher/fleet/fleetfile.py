@@ -1,0 +1,160 @@
+"""The fleet file (TOML): the router in front, and each host's server and control API.
+
+    [router]
+    url = "http://127.0.0.1:30080"          # where clients reach the fleet
+    prometheus = "127.0.0.1:29000"          # optional; the router's own exporter (loopback by default)
+
+    [[host]]
+    name = "gpu-a"
+    server = "http://10.0.0.11:30000"       # the SGLang server, as the router reaches it
+    control = "http://10.0.0.11:30100"      # the kit's control API on that host
+    token_env = "KIT_CONTROL_TOKEN_GPU_A"   # optional; default KIT_CONTROL_TOKEN
+
+Validated like a profile: a bad file exits 2 naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from launcher import settings
+from launcher.errors import UserError, schema_error
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def normalise_url(value: str) -> str:
+    """scheme://host:port with nothing after it: the router stores worker URLs as given, so one
+    spelling per server is what makes add, remove and lookup agree."""
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http(s) URL with a host, e.g. http://10.0.0.11:30000")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"{value!r} has a path or query; give scheme://host:port only")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"{value!r} has an invalid port") from exc
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    return f"{parts.scheme}://{host}:{port or (443 if parts.scheme == 'https' else 80)}"
+
+
+Url = Annotated[str, Field(min_length=1)]
+
+
+class Router(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: Url
+    prometheus: str = "127.0.0.1:29000"
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return normalise_url(v)
+
+    @field_validator("prometheus")
+    @classmethod
+    def _hostport(cls, v: str) -> str:
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{v!r} is not host:port, e.g. 127.0.0.1:29000")
+        return v
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).hostname or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return urlsplit(self.url).port or 80
+
+
+class Host(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    server: Url
+    control: Url
+    token_env: str = settings.CONTROL_TOKEN.name
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.fullmatch(v):
+            raise ValueError(f"{v!r}: use 1-64 of a-z 0-9 . _ -, starting with a letter or digit")
+        return v
+
+    @field_validator("server", "control")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return normalise_url(v)
+
+    @field_validator("token_env")
+    @classmethod
+    def _env(cls, v: str) -> str:
+        if not _ENV.fullmatch(v):
+            raise ValueError(f"{v!r} is not an environment variable name")
+        return v
+
+    def token(self) -> str | None:
+        return os.environ.get(self.token_env) or None
+
+
+class Fleet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    router: Router
+    host: list[Host] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Fleet:
+        for attr in ("name", "server", "control"):
+            seen: set[str] = set()
+            for i, h in enumerate(self.host):
+                value = getattr(h, attr)
+                if value in seen:
+                    raise ValueError(f"host[{i}].{attr} {value!r} appears twice; each host needs its own")
+                seen.add(value)
+        if self.router.url in {h.server for h in self.host}:
+            raise ValueError(f"router.url {self.router.url!r} is also a host's server")
+        return self
+
+    def by_name(self, name: str) -> Host:
+        for h in self.host:
+            if h.name == name:
+                return h
+        raise UserError(f"no host named {name!r} in the fleet; hosts: {', '.join(h.name for h in self.host)}")
+
+
+def load(path: str | Path) -> Fleet:
+    """Read and validate a fleet file; UserError (exit 2) names the file, the key and the fix."""
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise UserError(f"{p}: fleet file not found; write one as in docs/fleet.md") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{p}: cannot read the fleet file ({exc})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{p}: TOML syntax error: {exc}; fix the line and retry") from exc
+    try:
+        return Fleet.model_validate(raw)
+    except ValidationError as exc:
+        hints = {"extra_forbidden": "remove it; a fleet file has [router] (url, prometheus) and [[host]] "
+                 "tables (name, server, control, token_env)", "missing": "add it (see docs/fleet.md)"}
+        raise schema_error(p, exc, hints, "see docs/fleet.md") from exc
+
+
+def require_tokens(fleet: Fleet, hosts: list[Host] | None = None) -> None:
+    """Every host's control token must be set before anything is switched (exit 2 names the variable)."""
+    missing = sorted({h.token_env for h in (hosts or fleet.host) if not h.token()})
+    if missing:
+        raise UserError(f"{', '.join(missing)} not set: the control API token of "
+                        f"{', '.join(h.name for h in (hosts or fleet.host) if h.token_env in missing)}; "
+                        "export it (or name another variable with token_env)")

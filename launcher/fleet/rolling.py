@@ -1,0 +1,119 @@
+"""The rolling switch: one host at a time, never in the router while its server is being stopped.
+
+For each host: take it out of the router (and wait until the router no longer lists it), switch it
+through its control API (drain, restart, health gate, backend check; rollback on failure), put it
+back, and wait until the router reports it healthy. The first host that fails stops the run: it has
+rolled back (its control API did that) and, if it serves again, goes back into the router; the hosts
+not reached yet are left as they were. Every step is a line in the fleet history.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from launcher import atomic
+from launcher.errors import RuntimeFailure
+from launcher.fleet.fleetfile import Fleet, Host, require_tokens
+from launcher.fleet.router import RouterClient
+from launcher.runtime.control_client import SyncControlClient
+
+OK = {"switched", "unchanged"}
+
+
+class History:
+    """Append-only JSON lines next to the fleet file; each line stands alone (a crash loses nothing
+    written before it)."""
+
+    def __init__(self, path: Path, run: str, target: dict[str, str]):
+        self.path, self.run, self.target = path, run, target
+
+    def step(self, host: str | None, step: str, **detail: object) -> None:
+        entry = {"at": time.time(), "run": self.run, "host": host, "step": step, **self.target, **detail}
+        atomic.append_line(self.path, json.dumps(entry, sort_keys=True))
+
+
+def default_history(fleet_file: Path) -> Path:
+    return fleet_file.with_name(f"{fleet_file.stem}.history.jsonl")
+
+
+def switch(
+    fleet: Fleet,
+    profile: str,
+    spec: str,
+    history: Path,
+    *,
+    timeout_s: float | None = None,
+    add_timeout_s: float = 120.0,
+    say: Callable[[str], None] = print,
+) -> int:
+    """0 when every host ends on the new plan; 1 at the first host that does not (named, with why)."""
+    require_tokens(fleet)
+    log = History(history, run=f"{int(time.time())}", target={"profile": profile, "spec": spec})
+    log.step(None, "begin", hosts=[h.name for h in fleet.host])
+    with RouterClient(fleet.router.url) as router:
+        router.workers()  # the router must answer before any host is touched
+        for host in fleet.host:
+            rc = _one(host, profile, spec, router, log, timeout_s, add_timeout_s, say)
+            if rc:
+                left = [h.name for h in fleet.host[fleet.host.index(host) + 1 :]]
+                log.step(None, "stopped", failed_host=host.name, untouched=left)
+                if left:
+                    say(f"stopped: {', '.join(left)} left on their current plan")
+                return rc
+    log.step(None, "done")
+    say(f"fleet on {profile} + {spec}: {len(fleet.host)} host(s)")
+    return 0
+
+
+def _one(host: Host, profile: str, spec: str, router: RouterClient, log: History,
+         timeout_s: float | None, add_timeout_s: float, say: Callable[[str], None]) -> int:
+    control = SyncControlClient(host.control, host.token())
+    status = control.status()
+    if (status.get("profile"), status.get("spec"), status.get("state")) == (profile, spec, "serving"):
+        log.step(host.name, "skipped", reason="already serving this plan")
+        say(f"{host.name}: already on {profile} + {spec}")
+        return 0
+    removed = router.remove(host.server)
+    log.step(host.name, "removed_from_router", was_registered=removed)
+    say(f"{host.name}: out of the router; switching")
+    code, body = control.switch(profile, spec, timeout_s)
+    outcome = body.get("outcome") or ("failed" if code != 200 else "switched")
+    log.step(host.name, "switched", outcome=outcome, http=code, error=body.get("error"),
+             backends=body.get("backends"))
+    if outcome not in OK:
+        why = body.get("error") or f"outcome {outcome}"
+        _restore(host, router, log, add_timeout_s, say)
+        say(f"{host.name}: switch {outcome}: {why}")
+        return 1
+    router.add(host.server)
+    try:
+        router.wait_healthy(host.server, add_timeout_s)
+    except RuntimeFailure as exc:
+        log.step(host.name, "add_failed", error=str(exc))
+        say(f"{host.name}: switched, but {exc}")
+        return 1
+    log.step(host.name, "back_in_router")
+    say(f"{host.name}: on {profile} + {spec}, back in the router")
+    return 0
+
+
+def _restore(host: Host, router: RouterClient, log: History, add_timeout_s: float, say: Callable[[str], None]) -> None:
+    """After a failed switch the host runs its old plan again (rolled back): serve with it."""
+    try:
+        state = SyncControlClient(host.control, host.token()).status().get("state")
+    except RuntimeFailure as exc:
+        log.step(host.name, "left_out", reason=str(exc))
+        return
+    if state not in ("serving", "rolled_back", "degraded"):
+        log.step(host.name, "left_out", reason=f"state {state}")
+        say(f"{host.name}: left out of the router (state {state})")
+        return
+    router.add(host.server)
+    try:
+        router.wait_healthy(host.server, add_timeout_s)
+        log.step(host.name, "restored_to_router", state=state)
+    except RuntimeFailure as exc:
+        log.step(host.name, "left_out", reason=str(exc))

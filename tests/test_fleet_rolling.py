@@ -1,0 +1,100 @@
+"""launcher/fleet/rolling.py (with router.py and cli.py): three `launcher serve` stacks over the stand-in
+behind a real sglang-router that `launcher fleet router` starts; a rolling switch under load, a host
+whose new profile fails, and what `launcher fleet status` shows."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+from testsupport.stack import FleetStack
+
+
+@pytest.fixture
+def fleet(kit_stack, tmp_path):
+    stacks = [kit_stack("baseline", "off") for _ in range(3)]
+    (tmp_path / "fleet").mkdir()
+    f = FleetStack(tmp_path / "fleet", stacks)
+    f.start()
+    yield f
+    f.stop()
+
+
+class Load:
+    """A bounded loop of requests through the router, counted by outcome, while something else runs."""
+
+    def __init__(self, url: str):
+        self.url, self.ok, self.failed, self.errors = url, 0, 0, []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        with httpx.Client(timeout=60) as c:
+            while not self.stop.is_set():
+                try:
+                    r = c.post(f"{self.url}/generate", json={"text": "hello", "sampling_params": {"max_new_tokens": 8}})
+                    if r.status_code == 200:
+                        self.ok += 1
+                    else:
+                        self.failed += 1
+                        self.errors.append(f"{r.status_code} {r.text[:120]}")
+                except httpx.HTTPError as exc:
+                    self.failed += 1
+                    self.errors.append(repr(exc))
+
+    def __enter__(self) -> Load:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=90)
+
+
+def test_rolling_switch_under_load_fails_no_request_and_moves_every_host(fleet):
+    with Load(fleet.url) as load:
+        time.sleep(1.0)
+        proc = fleet.cli("switch", "nccl-tuned", "--spec", "off")
+        time.sleep(1.0)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert load.failed == 0, load.errors[:5]
+    assert load.ok > 20  # the load really ran through the switch
+    for s in fleet.stacks:
+        st = s.status()
+        assert (st["profile"], st["spec"], st["state"]) == ("nccl-tuned", "off", "serving")
+    workers = httpx.get(f"{fleet.url}/workers", timeout=5).json()["workers"]
+    assert sorted(w["url"] for w in workers if w["is_healthy"]) == sorted(s.server_url for s in fleet.stacks)
+    history = [json.loads(line) for line in (fleet.file.with_name("fleet.history.jsonl")).read_text().splitlines()]
+    steps = [(h["host"], h["step"]) for h in history]
+    for i in range(3):  # out of the router before the switch, back after it, one host at a time
+        host = f"host-{i}"
+        assert steps.index((host, "removed_from_router")) < steps.index((host, "switched")) < steps.index((host, "back_in_router"))
+        if i:
+            assert steps.index((f"host-{i - 1}", "back_in_router")) < steps.index((host, "removed_from_router"))
+    status = fleet.cli("status", "--json")
+    report = json.loads(status.stdout)
+    assert status.returncode == 0 and [h["profile"] for h in report["hosts"]] == ["nccl-tuned"] * 3
+    assert all(h["router"] == {"listed": True, "healthy": True} for h in report["hosts"])
+
+
+def test_a_host_whose_profile_fails_rolls_back_and_stops_the_fleet(fleet):
+    proc = fleet.cli("switch", "crashy", "--spec", "off")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "host-0: switch rolled_back" in proc.stdout and "host-1, host-2 left on their current plan" in proc.stdout
+    for s in fleet.stacks:  # host-0 rolled back; the others were never touched
+        st = s.status()
+        assert (st["profile"], st["state"]) in {("baseline", "serving"), ("baseline", "rolled_back")}, st
+    assert fleet.stacks[1].history()[-1]["outcome"] == "started"
+    workers = httpx.get(f"{fleet.url}/workers", timeout=5).json()["workers"]
+    assert len([w for w in workers if w["is_healthy"]]) == 3  # the rolled-back host serves again
+
+
+def test_status_names_a_host_whose_control_api_is_down(fleet):
+    fleet.stacks[2].stop()
+    proc = fleet.cli("status")
+    assert proc.returncode == 1
+    assert "host-2" in proc.stdout and "unreachable" in proc.stdout
