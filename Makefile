@@ -56,7 +56,7 @@ KNOWN_PROFILES = $(sort $(filter-out base,$(basename $(notdir $(foreach d,$(PROF
 KNOWN_SPECS = $(or $(sort $(basename $(notdir $(foreach d,$(PROFILE_DIRS),$(wildcard $(d)/spec/*.toml))))),eagle3 ngram off)
 
 # ---- checks, before any recipe runs --------------------------------------------------------------
-PROFILE_GOALS := up switch show allreduce
+PROFILE_GOALS := up switch show allreduce fleet-switch
 MODEL_GOALS := up bench allreduce
 
 ifneq ($(filter $(PROFILE_GOALS),$(MAKECMDGOALS)),)
@@ -100,11 +100,11 @@ ENGINE_CHECK = @$(DOCKER) info >/dev/null 2>&1 || { echo "make $@: no Docker eng
 # -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
 EXEC_T = $(shell [ -t 0 ] || echo -T)
 
-.PHONY: help build up switch status down logs bench allreduce doctor demo test e2e lint check show profiles venv docs
+.PHONY: help build up switch status down logs bench allreduce doctor demo test e2e lint check show profiles venv docs fleet-up fleet-status fleet-switch
 
 help: ## list the verbs (this text)
 	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>]\n\nVerbs:\n'
-	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed 's/:.*## /|/' | awk -F'|' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed 's/:.*## /|/' | awk -F'|' '{printf "  %-10s %s\n", $$1, $$2}'
 	@printf '\nProfiles:   %s\nSpec modes: %s\nNow:        PROFILE=%s SPEC=%s PY=%s\n' \
 		'$(KNOWN_PROFILES)' '$(KNOWN_SPECS)' '$(PROFILE)' '$(SPEC)' '$(PY)'
 
@@ -225,6 +225,22 @@ check: ## validate every profile: schema, rules, SGLang's own argument parser wh
 show: $(VENV_KIT_STAMP)
 show: ## print the resolved plan (env and SGLang command line) for PROFILE and SPEC
 	$(PY) -m launcher show $(PROFILE) --spec $(SPEC)$(if $(wildcard .env), --env-file .env)
+
+FLEET ?= $(call dotenv,FLEET)
+fleet-up: $(VENV_KIT_STAMP)
+fleet-up: ## sglang-router in front of every host of FLEET=<fleet file> (foreground; docs/fleet.md)
+	@[ -n "$(FLEET)" ] || { echo "make fleet-up needs FLEET=<fleet file> (docs/fleet.md)" >&2; exit 2; }
+	$(PY) -m launcher fleet router --fleet $(FLEET)
+
+fleet-status: $(VENV_KIT_STAMP)
+fleet-status: ## each host's profile, state and backends, and the router's view (FLEET=<fleet file>)
+	@[ -n "$(FLEET)" ] || { echo "make fleet-status needs FLEET=<fleet file> (docs/fleet.md)" >&2; exit 2; }
+	$(PY) -m launcher fleet status --fleet $(FLEET)
+
+fleet-switch: $(VENV_KIT_STAMP)
+fleet-switch: ## rolling switch of every host of FLEET to PROFILE/SPEC, one at a time, out of the router
+	@[ -n "$(FLEET)" ] || { echo "make fleet-switch needs FLEET=<fleet file> (docs/fleet.md)" >&2; exit 2; }
+	$(PY) -m launcher fleet switch $(PROFILE) --spec $(SPEC) --fleet $(FLEET)
 
 docs: $(VENV_KIT_STAMP)
 docs: ## regenerate .env.example and docs/settings.md from the settings registry (launcher/settings.py)

@@ -114,6 +114,8 @@ def markdown(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> str:
     s = manifest.get("settings", {})
     sim = bool(manifest.get("simulated"))
     title = f"# {'SIMULATED ' if sim else ''}Bench summary: run {manifest.get('run_id')}"
+    if s.get("fleet_host"):
+        title += f", fleet host {s['fleet_host']}"
     lines = [title, ""]
     if sim:
         lines += [SIM_BANNER, ""]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -79,6 +79,9 @@ def parser() -> argparse.ArgumentParser:
                    help="correctness gate: least share of outputs identical to baseline's (default 0.9)")
     p.add_argument("--seed", type=int, default=1234, help="seed of the random workload (default 1234)")
     p.add_argument("--out", default=DEFAULT_OUT, help="results folder; the bundle goes to OUT/<run-id>/ (default results)")
+    p.add_argument("--fleet", default=None,
+                   help="fleet file: bench each host in turn (its server and control API, its token), one bundle "
+                        "per host in OUT/<host>/<run-id>/; for the fleet as a whole, give --url <router> instead")
     return p
 
 
@@ -117,28 +120,52 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         run_settings = settings_from_args(args, argv)
+        if args.fleet:
+            return _each_host(args, run_settings, console)
         token = settings.CONTROL_TOKEN.get()
         if run_settings.switching and not token:
             raise UserError("switching needs the control token: set KIT_CONTROL_TOKEN (or use --no-switch)")
-        run = MatrixRun(run_settings, console)
-        try:
-            path = asyncio.run(run.run(token))
-        except KeyboardInterrupt:
-            partial = run.finish(complete=False, interrupted=True)
-            where = f"; partial bundle (complete: false) in {partial}" if partial else ""
-            print(f"interrupted{where}", file=sys.stderr)
-            return 130
-        except KitError:
-            partial = run.finish(complete=False)
-            if partial:
-                print(f"partial bundle (complete: false) in {partial}", file=sys.stderr)
-            raise
-        label = "SIMULATED " if run.simulated else ""
-        print(f"{label}bench bundle: {path}")
-        print(f"{label}summary: {Path(path) / 'summary.md'}")
-        return 0
+        return _one(run_settings, token, console)
 
     return run_cli(body)
+
+
+def _each_host(args: argparse.Namespace, base: RunSettings, console: Console) -> int:
+    """`--fleet`: the same matrix on every host, each labelled with its name; stops at the first error."""
+    from launcher.fleet import fleetfile
+
+    if args.url or args.control:
+        raise UserError("--fleet takes each host's server and control API from the fleet file; drop --url/--control")
+    fleet = fleetfile.load(args.fleet)
+    if base.switching:
+        fleetfile.require_tokens(fleet)
+    rc = 0
+    for host in fleet.host:
+        s = replace(base, url=host.server, control=host.control, control_given=True, fleet_host=host.name,
+                    out=str(Path(base.out) / host.name))
+        console.print(f"fleet host {host.name}: {host.server}")
+        rc = _one(s, host.token(), console) or rc
+    return rc
+
+
+def _one(run_settings: RunSettings, token: str | None, console: Console) -> int:
+    run = MatrixRun(run_settings, console)
+    try:
+        path = asyncio.run(run.run(token))
+    except KeyboardInterrupt:
+        partial = run.finish(complete=False, interrupted=True)
+        where = f"; partial bundle (complete: false) in {partial}" if partial else ""
+        print(f"interrupted{where}", file=sys.stderr)
+        return 130
+    except KitError:
+        partial = run.finish(complete=False)
+        if partial:
+            print(f"partial bundle (complete: false) in {partial}", file=sys.stderr)
+        raise
+    label = "SIMULATED " if run.simulated else ""
+    print(f"{label}bench bundle: {path}")
+    print(f"{label}summary: {Path(path) / 'summary.md'}")
+    return 0
 
 
 if __name__ == "__main__":

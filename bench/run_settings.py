@@ -33,6 +33,7 @@ class RunSettings:
     health_timeout: float = 600.0
     min_exact_match: float = 0.9
     seed: int = 1234
+    fleet_host: str | None = None  # `bench run --fleet`: the fleet file's name of the host measured
     argv: list[str] = field(default_factory=list)
 
     @property

@@ -98,3 +98,29 @@ def test_status_names_a_host_whose_control_api_is_down(fleet):
     proc = fleet.cli("status")
     assert proc.returncode == 1
     assert "host-2" in proc.stdout and "unreachable" in proc.stdout
+
+
+def _bench(fleet, tmp_path, *args: str):
+    import subprocess
+    import sys
+
+    from helpers_profiles import REPO
+
+    return subprocess.run(
+        [sys.executable, "-m", "bench", "run", "--repeats", "1", "--num-prompts", "4", "--max-tokens", "16",
+         "--warmup", "0", "--out", str(tmp_path / "results"), *args],
+        cwd=REPO, env=fleet.env, capture_output=True, text=True, timeout=600,
+    )
+
+
+def test_bench_measures_each_host_labelled_or_the_fleet_through_the_router(fleet, tmp_path):
+    proc = _bench(fleet, tmp_path, "--fleet", str(fleet.file), "--profiles", "baseline", "--spec", "off")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for i in range(3):
+        [manifest] = (tmp_path / "results" / f"host-{i}").glob("*/manifest.json")
+        data = json.loads(manifest.read_text())
+        assert data["settings"]["fleet_host"] == f"host-{i}" and data["settings"]["url"] == fleet.stacks[i].server_url
+        assert f"fleet host host-{i}" in (manifest.parent / "summary.md").read_text()
+    whole = _bench(fleet, tmp_path, "--url", fleet.url, "--no-switch", "--profiles", "baseline", "--spec", "off")
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    assert "bench bundle" in whole.stdout

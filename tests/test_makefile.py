@@ -36,6 +36,10 @@ VERBS = (
     "profiles",
     "venv",
     "docs",
+    "e2e",
+    "fleet-up",
+    "fleet-status",
+    "fleet-switch",
 )
 
 FAKE_DOCKER = r"""#!/bin/sh
@@ -141,9 +145,17 @@ def test_help_is_the_default_goal(kit):
     assert kit.docker_calls() == []
 
 
+@pytest.mark.parametrize("verb", ["fleet-up", "fleet-status", "fleet-switch"])
+def test_fleet_verbs_need_a_fleet_file(kit, verb):
+    proc = kit.make(verb, "PY=/opt/py/bin/python")
+    assert proc.returncode == 2 and f"make {verb} needs FLEET=<fleet file>" in proc.stderr
+    dry = kit.make("-n", verb, "PY=/opt/py/bin/python", "FLEET=f.toml", "PROFILE=fused", "SPEC=off")
+    assert "/opt/py/bin/python -m launcher fleet" in dry.stdout and "--fleet f.toml" in dry.stdout
+
+
 def test_every_verb_is_documented_in_the_makefile():
     text = (ROOT / "Makefile").read_text()
-    documented = set(re.findall(r"^([a-z-]+):.*## ", text, re.M))
+    documented = set(re.findall(r"^([a-z0-9-]+):.*## ", text, re.M))
     assert documented == set(VERBS)
     assert re.search(r"^\.DEFAULT_GOAL := help$", text, re.M)
 
