@@ -124,3 +124,19 @@ def test_bench_measures_each_host_labelled_or_the_fleet_through_the_router(fleet
     whole = _bench(fleet, tmp_path, "--url", fleet.url, "--no-switch", "--profiles", "baseline", "--spec", "off")
     assert whole.returncode == 0, whole.stdout + whole.stderr
     assert "bench bundle" in whole.stdout
+
+
+def test_a_single_host_gives_clients_503_not_500_while_it_switches(kit_stack, tmp_path):
+    """Removed before it stops: the router answers no_available_workers at once, never a closed-port 500."""
+    (tmp_path / "one").mkdir()
+    one = FleetStack(tmp_path / "one", [kit_stack("baseline", "off", {"STANDIN_STARTUP_DELAY_S": "2"})]).start()
+    try:
+        with Load(one.url) as load:
+            time.sleep(0.5)
+            proc = one.cli("switch", "nccl-tuned", "--spec", "off")
+            time.sleep(1.0)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert load.ok > 5 and load.failed > 0  # served before and after; refused while it restarted
+        assert all(e.startswith("503") and "no_available_workers" in e for e in load.errors), load.errors[:3]
+    finally:
+        one.stop()
