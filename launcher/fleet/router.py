@@ -1,6 +1,6 @@
 """sglang-router in front of the fleet: its command line, and the one client of its worker API.
 
-Facts this rests on (sglang-router 0.3.2, checked on loopback; docs/fleet.md): workers are added with
+Facts this rests on (sglang-router 0.3.2, checked on loopback; docs/evidence.md): workers are added with
 POST /workers {"url"} (202, queued: listed in GET /workers once their /health answers 200) and removed
 with DELETE /workers/{id} (202; gone from the list at once, streams in flight finish). URLs are stored
 as given, so the fleet file's normalised spelling is the only one used. The Prometheus exporter binds
