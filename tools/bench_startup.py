@@ -3,8 +3,9 @@
 1. sitecustomize: every SGLang process (the launcher, one per tensor-parallel rank, helpers) starts
    with sitecustomize/ on PYTHONPATH and reads the rendered profile.json, so its cost is paid about ten
    times per server start. Target: median `python -c pass` grows by at most 5 ms.
-2. `python -m launcher show fused`: what users and `make` run interactively; it must not import
-   sglang or torch. Target: median wall time at most 300 ms.
+2. `python -m launcher show fused`: what users and `make` run interactively. In make show's kit-only
+   venv (no sglang) it must not import sglang or torch; target: median wall time at most 300 ms. Where
+   sglang is importable it runs SGLang's real parser, as `check` does (reported, no target).
 
 Method: each command is a fresh subprocess timed with perf_counter from spawn to exit. Warm-up runs
 are dropped. The two `python -c pass` variants run interleaved in alternating order (ABBA), so drift
@@ -144,6 +145,10 @@ def measure(args: argparse.Namespace) -> dict:
                     show.append(ms)
                 progress.advance(task)
         heavy = sorted(m for m in imported_modules(py) if m in HEAVY_MODULES)
+    # Where sglang is importable, show runs SGLang's real parser (as check does) and must import it;
+    # the time target is for make show's kit-only venv, where it is not.
+    parser = subprocess.run([py, "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('sglang') is None)"],
+                            env=base_env()).returncode == 0
     bare_s, kit_s, show_s = summary(bare), summary(kit), summary(show)
     delta = kit_s["median_ms"] - bare_s["median_ms"]
     return {
@@ -158,10 +163,11 @@ def measure(args: argparse.Namespace) -> dict:
         "show": show_s,
         "show_target_ms": SHOW_TARGET_MS,
         "show_heavy_imports": heavy,
+        "show_runs_sglang_parser": parser,
         "ok": {
             "sitecustomize": delta <= SITE_TARGET_MS,
-            "show_time": show_s["median_ms"] <= SHOW_TARGET_MS,
-            "show_imports": not heavy,
+            "show_time": parser or show_s["median_ms"] <= SHOW_TARGET_MS,
+            "show_imports": ("sglang" in heavy) if parser else not heavy,
         },
     }
 
@@ -184,9 +190,11 @@ def report(r: dict) -> str:
             f"(target <= {r['sitecustomize_target_ms']:.0f} ms): {verdict[ok['sitecustomize']]}",
             f"python -m launcher show {PROFILE}       {fmt(r['show'])}",
             f"  wall time (median)                 {r['show']['median_ms']:.1f} ms "
-            f"(target <= {r['show_target_ms']:.0f} ms): {verdict[ok['show_time']]}",
+            + ("(runs SGLang's parser here: no target)" if r["show_runs_sglang_parser"]
+               else f"(target <= {r['show_target_ms']:.0f} ms): {verdict[ok['show_time']]}"),
             f"  imports sglang/torch               {', '.join(r['show_heavy_imports']) or 'neither'}: "
-            f"{verdict[ok['show_imports']]}",
+            f"{verdict[ok['show_imports']]}"
+            + (" (expected: sglang is importable, so flags are checked)" if r["show_runs_sglang_parser"] else ""),
         ]
     )
 
