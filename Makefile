@@ -29,7 +29,7 @@ SGLANG_VERSION ?= 0.5.23
 # with the kit's: python-dotenv<1, PyYAML<6; it runs with PyYAML 6), so no system package is needed.
 COMPOSE_V1 ?= docker-compose==1.29.2
 COMPOSE_V1_DEPS ?= "PyYAML>=6,<7" "docker>=5,<7" "dockerpty>=0.4.1,<1" "docopt>=0.6.1,<1" "jsonschema>=2.5.1,<4" \
-	"requests>=2.20,<3" "texttable>=0.9,<2" "websocket-client>=0.32,<1" "python-dotenv>=0.13,<1" "distro>=1.5,<2" \
+	"requests>=2.20,<2.32" "texttable>=0.9,<2" "websocket-client>=0.32,<1" "python-dotenv>=0.13,<1" "distro>=1.5,<2" \
 	"setuptools<81"
 DOCKER ?= docker
 # `docker compose` (v2 plugin) when it is installed, else docker-compose (v1). Worked out on first use
