@@ -8,7 +8,7 @@
     name = "gpu-a"
     server = "http://10.0.0.11:30000"       # the SGLang server, as the router reaches it
     control = "http://10.0.0.11:30100"      # the kit's control API on that host
-    token_env = "KIT_CONTROL_TOKEN_GPU_A"   # optional; default KIT_CONTROL_TOKEN
+    token_env = "GPU_A_CONTROL_TOKEN"   # optional; default KIT_CONTROL_TOKEN
 
 Validated like a profile: a bad file exits 2 naming the file and the key.
 """
