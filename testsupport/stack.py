@@ -32,6 +32,18 @@ FAULT_PROFILES = {
 }
 
 
+def stop_group(proc: subprocess.Popen | None, wait_s: float) -> None:
+    """SIGTERM the process group a test started (start_new_session), SIGKILL it if it lingers."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=wait_s)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 class KitStack:
     def __init__(self, tmp: Path, profile: str = "baseline", spec: str = "off", extra_env: dict | None = None):
         self.tmp = tmp
@@ -146,16 +158,7 @@ class KitStack:
         )
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        stop_group(self.proc, 30)
 
 
 class FleetStack:
@@ -200,11 +203,4 @@ class FleetStack:
                               cwd=REPO, env=self.env, capture_output=True, text=True, timeout=600)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        stop_group(self.proc, 20)

@@ -48,7 +48,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     fleet = fleetfile.load(args.fleet)
     try:
         with router_mod.RouterClient(fleet.router.url) as r:
-            listed = {w["url"]: w for w in r.workers()}
+            listed = r.by_server()
         router_error = None
     except RuntimeFailure as exc:
         listed, router_error = {}, str(exc)
@@ -59,7 +59,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             error = None
         except RuntimeFailure as exc:
             st, error = {}, str(exc)
-        w = next((w for u, w in listed.items() if _same(u, h.server)), None)
+        w = listed.get(h.server)  # the fleet file's URLs are normalised already
         rows.append({
             "name": h.name, "server": h.server, "control": h.control,
             "profile": st.get("profile"), "spec": st.get("spec"), "state": st.get("state"),
@@ -82,13 +82,6 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(f"  {'':<16}   backend {b.get('name')}: {active}")
     bad = router_error or any(r["error"] for r in rows)
     return 1 if bad else 0
-
-
-def _same(a: str, b: str) -> bool:
-    try:
-        return fleetfile.normalise_url(a) == fleetfile.normalise_url(b)
-    except ValueError:
-        return False
 
 
 def cmd_switch(args: argparse.Namespace) -> int:

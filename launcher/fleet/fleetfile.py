@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from launcher import settings
 from launcher.errors import UserError, schema_error
@@ -47,18 +55,14 @@ def normalise_url(value: str) -> str:
     return f"{parts.scheme}://{host}:{port or (443 if parts.scheme == 'https' else 80)}"
 
 
-Url = Annotated[str, Field(min_length=1)]
+# Every URL of the file, normalised where it is read: one spelling per server.
+Url = Annotated[str, AfterValidator(normalise_url)]
 
 
 class Router(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: Url
     prometheus: str = "127.0.0.1:29000"
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        return normalise_url(v)
 
     @field_validator("prometheus")
     @classmethod
@@ -90,11 +94,6 @@ class Host(BaseModel):
         if not _NAME.fullmatch(v):
             raise ValueError(f"{v!r}: use 1-64 of a-z 0-9 . _ -, starting with a letter or digit")
         return v
-
-    @field_validator("server", "control")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        return normalise_url(v)
 
     @field_validator("token_env")
     @classmethod

@@ -72,15 +72,18 @@ class RouterClient:
             raise RuntimeFailure(f"{self.url}/workers did not answer the worker list: {r.text[:200]!r}") from exc
         return [w for w in rows if isinstance(w, dict) and isinstance(w.get("url"), str)]
 
-    def find(self, server: str) -> dict[str, Any] | None:
-        want = normalise_url(server)
+    def by_server(self) -> dict[str, dict[str, Any]]:
+        """The router's workers keyed by normalised URL (unparseable URLs are not ours: left out)."""
+        out = {}
         for w in self.workers():
             try:
-                if normalise_url(w["url"]) == want:
-                    return w
+                out[normalise_url(w["url"])] = w
             except ValueError:
                 continue
-        return None
+        return out
+
+    def find(self, server: str) -> dict[str, Any] | None:
+        return self.by_server().get(normalise_url(server))
 
     def add(self, server: str) -> None:
         r = self._call("POST", "/workers", json={"url": normalise_url(server)})
