@@ -1,0 +1,116 @@
+"""All-reduce backends (PCIe-IPC, FlashInfer/trtllm fusion, torch symm-mem): when each silently
+falls back, fails to start, or is slower than NCCL on a PCIe host."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from launcher.profiles.rules.context import Context, Finding
+
+FUSION_PATCH = "sm120-allreduce-fusion"
+
+
+def expandable_segments_with_pcie_ipc(ctx: Context) -> Iterator[Finding]:
+    """(d) The PCIe one-shot all-reduce crashed with expandable segments (pcie_allreduce.cu:321)."""
+    conf = ctx.env.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "").lower()
+    if "expandable_segments:true" in conf and ctx.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") == "1":
+        yield ctx.finding(
+            "error",
+            "expandable_segments_with_pcie_ipc",
+            "env.PYTORCH_CUDA_ALLOC_CONF",
+            "expandable_segments:True cannot be combined with SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 (IPC handles "
+            "of expandable segments crash the PCIe all-reduce); set PYTORCH_CUDA_ALLOC_CONF = false in [env]",
+        )
+
+
+PCIE_IPC_WORLD_SIZES = (2, 4, 8)  # pcie_ipc_ar.py:77 _SUPPORTED_WORLD_SIZES
+_NOT_BF16 = {"half", "float16", "float", "float32"}
+
+
+def pcie_ipc_fallback(ctx: Context) -> Iterator[Finding]:
+    """PCIe-IPC silently stays on NCCL outside world size 2/4/8, bf16, non-deterministic (pcie_ipc_ar.py)."""
+    if str(ctx.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")) != "1":
+        return
+    key = "env.SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
+    tp = ctx.tp_size()
+    if tp is not None and tp not in PCIE_IPC_WORLD_SIZES:
+        yield ctx.finding(
+            "error", "pcie_ipc_fallback", "server.tp-size",
+            f"PCIe-IPC builds its channels for TP 2, 4 or 8 only (pcie_ipc_ar.py:77); at --tp-size {tp} every "
+            "all-reduce stays on NCCL; set KIT_TP_SIZE to 2, 4 or 8, or use nccl-tuned",
+        )
+    dtype = str(ctx.server.get("dtype", "auto"))
+    if dtype in _NOT_BF16:
+        yield ctx.finding(
+            "error", "pcie_ipc_fallback", "server.dtype",
+            f"PCIe-IPC serves bf16 only (pcie_ipc_ar.py:118-123, 396-398); with --dtype {dtype} every "
+            "all-reduce stays on NCCL; use dtype = \"bfloat16\" or another profile",
+        )
+    elif dtype == "auto":
+        yield ctx.finding(
+            "requires", "pcie_ipc_fallback", "server.dtype",
+            "a bf16 model (PCIe-IPC serves bf16 only; --dtype auto follows the checkpoint's torch_dtype)",
+        )
+    if ctx.server.get("enable-deterministic-inference") is True:
+        yield ctx.finding(
+            "error", "pcie_ipc_fallback", key,
+            "deterministic inference leaves PCIe-IPC off (pcie_ipc_ar.py:90-115), so every all-reduce stays on "
+            "NCCL; remove enable-deterministic-inference or use nccl-tuned",
+        )
+
+
+def fusion_over_pcie(ctx: Context) -> Iterator[Finding]:
+    """trtllm fusion at TP > 2 over PCIe regressed upstream (sglang#32330; vllm#48075 without full NVLink)."""
+    if not ctx.server.get("flashinfer-allreduce-fusion-backend"):
+        return
+    tp = ctx.tp_size()
+    if ctx.is_pcie() and tp is not None and tp > 2:
+        yield ctx.finding(
+            "warning", "fusion_over_pcie", "server.flashinfer-allreduce-fusion-backend",
+            f"trtllm all-reduce fusion over PCIe at TP {tp} is unproven: upstream SGLang closed SM12X fusion "
+            "after a substantial TP4 PCIe regression (sglang#32330), and vLLM measured forced trtllm fusion "
+            "about 10x slower without full NVLink (vllm#48075); compare it with baseline on this host "
+            "(`make bench`) before using it",
+        )
+
+
+def symm_mem_eligibility(ctx: Context) -> Iterator[Finding]:
+    """(g) Torch symm-mem needs SM 9.x/10.x (all_reduce_utils.py) and NVLink multicast (torch_symm_mem.py:116)."""
+    if ctx.server.get("enable-torch-symm-mem") is not True:
+        return
+    sms, pcie = (ctx.facts.sm_versions if ctx.facts else None), (ctx.facts.is_pcie if ctx.facts else None)
+    if not sms and pcie is None:
+        yield ctx.finding("requires", "symm_mem_eligibility", "server.enable-torch-symm-mem", "SM 9.x/10.x GPUs with NVLink multicast (torch symm-mem)")
+        return
+    bad_sm = sorted(s for s in (sms or set()) if s.split(".")[0] not in ("9", "10"))
+    if bad_sm:
+        yield ctx.finding("ineligible", "symm_mem_eligibility", "server.enable-torch-symm-mem", f"torch symm-mem needs SM 9.x/10.x, this host has SM {', '.join(bad_sm)}; pick another profile")
+    if pcie:
+        yield ctx.finding("ineligible", "symm_mem_eligibility", "server.enable-torch-symm-mem", "torch symm-mem needs NVLink multicast, this host is PCIe-only; pick another profile")
+
+
+def fusion_needs_sm120_patch(ctx: Context) -> Iterator[Finding]:
+    """(h) On SM120 unpatched SGLang raises at workspace init (flashinfer_comm_fusion.py:46)."""
+    fusion = ctx.server.get("flashinfer-allreduce-fusion-backend") or ctx.server.get("enable-flashinfer-allreduce-fusion")
+    if not fusion:
+        return
+    if FUSION_PATCH in (ctx.resolved.requires.patches or []):
+        return
+    sms = ctx.sm_versions()
+    key = "server.flashinfer-allreduce-fusion-backend"
+    if sms is None:
+        yield ctx.finding("requires", "fusion_needs_sm120_patch", key, f"SM 9.x/10.x GPUs, or the '{FUSION_PATCH}' patch on SM 12.0")
+    elif any(s.startswith("12.") for s in sms):
+        yield ctx.finding("error", "fusion_needs_sm120_patch", key, f"FlashInfer all-reduce fusion on SM120 needs the '{FUSION_PATCH}' patch; add patches = [\"{FUSION_PATCH}\"] under [requires]")
+
+
+def fusion_disabled_by_enforce(ctx: Context) -> Iterator[Finding]:
+    """The enforce flag always wins (overrides.py:1006): a fusion backend beside it does nothing."""
+    if ctx.server.get("flashinfer-allreduce-fusion-backend") and ctx.server.get("enforce-disable-flashinfer-allreduce-fusion") is True:
+        yield ctx.finding(
+            "error",
+            "fusion_disabled_by_enforce",
+            "server.flashinfer-allreduce-fusion-backend",
+            "has no effect while enforce-disable-flashinfer-allreduce-fusion is on (base.toml sets it); "
+            "add enforce-disable-flashinfer-allreduce-fusion = false under [server]",
+        )

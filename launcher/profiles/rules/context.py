@@ -1,0 +1,88 @@
+"""What every rule reads (the resolved profile, env, server flags, host facts) and what it returns."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from launcher.profiles.hostfacts import HostFacts
+from launcher.profiles.loader import Resolved
+
+Level = Literal["error", "warning", "ineligible", "requires"]
+
+
+@dataclass
+class Finding:
+    level: Level
+    rule: str
+    key: str
+    message: str
+    file: Path | None = None
+
+    def render(self) -> str:
+        where = f"{self.file}: key '{self.key}': " if self.file else (f"key '{self.key}': " if self.key else "")
+        return f"{where}{self.message}"
+
+
+@dataclass
+class Context:
+    resolved: Resolved
+    spec: str
+    env: dict[str, str]
+    server: dict[str, object]
+    facts: HostFacts | None
+    flags: list[str] = field(default_factory=list)
+
+    def origin(self, key: str) -> Path | None:
+        return self.resolved.origin.get(key)
+
+    def finding(self, level: Level, rule: str, key: str, message: str) -> Finding:
+        return Finding(level, rule, key, message, self.origin(key))
+
+    def is_pcie(self) -> bool | None:
+        """From host facts when given, else from what the profile says it requires."""
+        if self.facts is not None and self.facts.is_pcie is not None:
+            return self.facts.is_pcie
+        wanted = self.resolved.requires.interconnect
+        return {"pcie": True, "nvlink": False}.get(wanted or "any")
+
+    def sm_versions(self) -> set[str] | None:
+        if self.facts is not None and self.facts.sm_versions:
+            return self.facts.sm_versions
+        return set(self.resolved.requires.sm) if self.resolved.requires.sm else None
+
+    def cuda_graphs_on(self) -> bool:
+        """Decode/verify CUDA graphs, from every flag that can turn them off (cuda_graph_config.py)."""
+        return not (
+            self.server.get("disable-cuda-graph") is True
+            or self.server.get("disable-decode-cuda-graph") is True
+            or self.server.get("cuda-graph-backend-decode") == "disabled"
+            or _graph_config_backend(self.server.get("cuda-graph-config"), "decode") == "disabled"
+        )
+
+    def tp_size(self) -> int | None:
+        return _as_int(self.server.get("tp-size"))
+
+
+def _as_int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else None
+
+
+def _graph_config_backend(raw: object, phase: str) -> str | None:
+    """`backend` of one phase in --cuda-graph-config's JSON; None when absent or not parseable
+    (the parser rule reports a malformed value)."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return None
+    settings = parsed.get(phase) if isinstance(parsed, dict) else None
+    backend = settings.get("backend") if isinstance(settings, dict) else None
+    return backend if isinstance(backend, str) else None

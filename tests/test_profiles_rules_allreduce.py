@@ -1,0 +1,192 @@
+"""launcher.profiles.rules.allreduce: PCIe-IPC (expandable segments, silent fallbacks to NCCL),
+trtllm fusion (over PCIe, the SM120 patch, the enforce flag) and torch symm-mem; a passing and a
+failing case each, with level and message."""
+
+from __future__ import annotations
+
+import helpers_rules
+import pytest
+from helpers_profiles import ENV, facts
+from helpers_rules import NVLINK, PCIE, by_rule
+
+from launcher.profiles.plan import build_plan, evaluate
+
+# Fixtures shared by the rule tests: pytest looks them up by name in the test module.
+_env, make = helpers_rules._env, helpers_rules.make
+
+
+# ---- (d) expandable segments + PCIe IPC all-reduce ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "conf", ["expandable_segments:True", "max_split_size_mb:128, expandable_segments:true"]
+)
+def test_expandable_segments_with_pcie_ipc_is_an_error(make, conf):
+    _, findings = make(env={"PYTORCH_CUDA_ALLOC_CONF": conf, "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": 1})
+    [f] = by_rule(findings, "expandable_segments_with_pcie_ipc", "error")
+    assert f.key == "env.PYTORCH_CUDA_ALLOC_CONF"
+    assert "PYTORCH_CUDA_ALLOC_CONF = false" in f.message
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": 1},
+        {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": 1},
+        {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": 0},
+    ],
+)
+def test_expandable_segments_rule_passes(make, env):
+    _, findings = make(env=env)
+    assert by_rule(findings, "expandable_segments_with_pcie_ipc") == []
+
+
+def test_expandable_segments_in_a_custom_ar_child(make):
+    _, findings = make(extends="custom-ar", env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    assert len(by_rule(findings, "expandable_segments_with_pcie_ipc", "error")) == 1
+    _, findings = make(
+        extends="custom-ar",
+        env={
+            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+            "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": False,
+        },
+    )
+    assert by_rule(findings, "expandable_segments_with_pcie_ipc") == []
+
+
+# ---- PCIe-IPC fallback conditions ---------------------------------------------------------------
+
+IPC = {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": 1}
+
+
+@pytest.mark.parametrize(("server", "key"), [({"tp-size": 3}, "server.tp-size"), ({"tp-size": "16"}, "server.tp-size"),
+                                            ({"dtype": "float16"}, "server.dtype"), ({"dtype": "half"}, "server.dtype")])
+def test_pcie_ipc_outside_its_world_sizes_or_dtype_is_an_error(make, server, key):
+    _, findings = make(env=IPC, server=server)
+    [f] = by_rule(findings, "pcie_ipc_fallback", "error")
+    assert f.key == key and "stays on NCCL" in f.message and "pcie_ipc_ar.py" in f.message
+
+
+def test_pcie_ipc_under_deterministic_inference_is_an_error(make):
+    _, findings = make(env=IPC, server={"enable-deterministic-inference": True, "dtype": "bfloat16"})
+    [f] = by_rule(findings, "pcie_ipc_fallback", "error")
+    assert "deterministic" in f.message
+
+
+def test_pcie_ipc_with_dtype_auto_requires_a_bf16_model(make):
+    plan, findings = make(env=IPC)
+    assert [f.level for f in by_rule(findings, "pcie_ipc_fallback")] == ["requires"]
+    assert any("bf16" in c for c in plan.requires["conditions"])
+
+
+@pytest.mark.parametrize(("env", "server"), [(IPC, {"dtype": "bfloat16", "tp-size": 4}), ({}, {"dtype": "float16", "tp-size": 3})])
+def test_pcie_ipc_rule_passes(make, env, server):
+    _, findings = make(env=env, server=server)
+    assert by_rule(findings, "pcie_ipc_fallback") == []
+
+
+# ---- fusion over PCIe at TP > 2 -----------------------------------------------------------------
+
+TRTLLM_FUSION = {"flashinfer-allreduce-fusion-backend": "trtllm", "enforce-disable-flashinfer-allreduce-fusion": False}
+
+
+def test_fusion_over_pcie_at_tp8_warns_with_the_upstream_evidence(make):
+    plan, findings = make(server=TRTLLM_FUSION, facts=PCIE, requires={"patches": ["sm120-allreduce-fusion"]})
+    [f] = by_rule(findings, "fusion_over_pcie", "warning")
+    assert "sglang#32330" in f.message and "vllm#48075" in f.message and f.message in plan.warnings
+
+
+@pytest.mark.parametrize(("host", "tp"), [(PCIE, 2), (NVLINK, 8), (None, 8)])
+def test_fusion_at_tp2_on_nvlink_or_unknown_host_passes(make, host, tp):
+    _, findings = make(server={**TRTLLM_FUSION, "tp-size": tp}, facts=host, requires={"patches": ["sm120-allreduce-fusion"]})
+    assert by_rule(findings, "fusion_over_pcie") == []
+
+
+# ---- (g) torch symm-mem -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "needle"), [(facts("nvlink", "12.0"), "SM 12.0"), (facts("pcie-switch", "9.0"), "PCIe-only")]
+)
+def test_symm_mem_ineligible(host, needle):
+    _, findings = evaluate("symm-mem", "eagle3", host, environ=ENV)
+    found = by_rule(findings, "symm_mem_eligibility", "ineligible")
+    assert len(found) == 1 and needle in found[0].message
+    assert found[0].key == "server.enable-torch-symm-mem"
+
+
+def test_symm_mem_on_sm120_pcie_gives_both_reasons():
+    _, findings = evaluate("symm-mem", "eagle3", PCIE, environ=ENV)
+    assert len(by_rule(findings, "symm_mem_eligibility", "ineligible")) == 2
+
+
+def test_symm_mem_on_sm90_nvlink_passes():
+    plan = build_plan("symm-mem", "eagle3", NVLINK, environ=ENV)
+    _, findings = evaluate("symm-mem", "eagle3", NVLINK, environ=ENV)
+    assert by_rule(findings, "symm_mem_eligibility") == []
+    assert "--enable-torch-symm-mem" in plan.flags
+
+
+def test_symm_mem_without_facts_is_a_condition():
+    plan, findings = evaluate("symm-mem", "eagle3", environ=ENV)
+    assert [f.level for f in by_rule(findings, "symm_mem_eligibility")] == ["requires"]
+    assert any("multicast" in c for c in plan.requires["conditions"])
+
+
+# ---- (h) FlashInfer fusion on SM120 needs the patch ---------------------------------------------
+
+FUSION = {"flashinfer-allreduce-fusion-backend": "trtllm"}
+
+
+def test_fusion_on_sm120_requirement_without_patch_is_an_error(make):
+    _, findings = make(server=FUSION, requires={"sm": ["12.0"]})
+    [f] = by_rule(findings, "fusion_needs_sm120_patch", "error")
+    assert 'patches = ["sm120-allreduce-fusion"]' in f.message
+
+
+def test_fusion_on_sm120_facts_without_patch_is_an_error(make):
+    _, findings = make(server={"enable-flashinfer-allreduce-fusion": True}, facts=PCIE)
+    assert len(by_rule(findings, "fusion_needs_sm120_patch", "error")) == 1
+
+
+def test_fusion_with_patch_passes_on_sm120(make):
+    _, findings = make(
+        server=FUSION, requires={"sm": ["12.0"], "patches": ["sm120-allreduce-fusion"]}, facts=PCIE
+    )
+    assert by_rule(findings, "fusion_needs_sm120_patch") == []
+
+
+def test_fusion_on_sm90_passes_without_patch(make):
+    _, findings = make(server=FUSION, facts=NVLINK)
+    assert by_rule(findings, "fusion_needs_sm120_patch") == []
+
+
+def test_fusion_without_sm_information_is_a_condition(make):
+    plan, findings = make(server=FUSION)
+    assert [f.level for f in by_rule(findings, "fusion_needs_sm120_patch")] == ["requires"]
+    assert any("sm120-allreduce-fusion" in c for c in plan.requires["conditions"])
+
+
+def test_fused_profile_passes_on_sm120_and_a_child_dropping_the_patch_fails(make):
+    build_plan("fused", "eagle3", facts("pcie-switch", "12.0", p2p_ok=True), environ=ENV)
+    _, findings = make(extends="fused", requires={"patches": []}, facts=PCIE)
+    assert len(by_rule(findings, "fusion_needs_sm120_patch", "error")) == 1
+
+
+# ---- fusion needs the enforce-disable flag that base.toml sets to be unset --------------------
+
+
+def test_fusion_backend_beside_the_enforce_flag_is_an_error(make):
+    _, findings = make(server=FUSION)  # base.toml sets enforce-disable-flashinfer-allreduce-fusion
+    [f] = by_rule(findings, "fusion_disabled_by_enforce", "error")
+    assert f.key == "server.flashinfer-allreduce-fusion-backend"
+    assert "enforce-disable-flashinfer-allreduce-fusion = false" in f.message
+
+
+def test_fusion_backend_with_the_enforce_flag_unset_passes(make):
+    _, findings = make(server={**FUSION, "enforce-disable-flashinfer-allreduce-fusion": False})
+    assert by_rule(findings, "fusion_disabled_by_enforce") == []
+    plan, findings = evaluate("fused", "eagle3", environ=ENV)
+    assert by_rule(findings, "fusion_disabled_by_enforce") == []
+    assert "--enforce-disable-flashinfer-allreduce-fusion" not in plan.flags
