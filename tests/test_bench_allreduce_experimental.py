@@ -6,14 +6,17 @@ is reported in SGLang's own words, and that the adapters size and gate as SGLang
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import logging
 import socket
+import sys
+import types
 
 import pytest
 
 from bench.allreduce import experimental
-from bench.allreduce.backends import KNOWN_BACKENDS, make_backend
+from bench.allreduce.registry import KNOWN_BACKENDS, make_backend
 
 
 def _free_port() -> int:
@@ -62,11 +65,35 @@ def test_pcie_ipc_tune_batches_match_sglangs():
         assert experimental.tune_batches(rows) == _tune_batches(rows)
 
 
-def test_fused_ar_is_a_known_backend_that_names_a_missing_flashinfer():
+def _flashinfer(monkeypatch, comm_names: tuple[str, ...] | None) -> None:
+    """Make `flashinfer` absent (None), or present with a `flashinfer.comm` offering `comm_names`,
+    whatever this host has installed."""
+    if comm_names is None:
+        monkeypatch.setitem(sys.modules, "flashinfer", None)  # find_spec -> None, import -> ImportError
+        return
+    root = types.ModuleType("flashinfer")
+    root.__spec__ = importlib.machinery.ModuleSpec("flashinfer", None, is_package=True)
+    comm = types.ModuleType("flashinfer.comm")
+    for name in comm_names:
+        setattr(comm, name, object())
+    root.comm = comm
+    monkeypatch.setitem(sys.modules, "flashinfer", root)
+    monkeypatch.setitem(sys.modules, "flashinfer.comm", comm)
+
+
+def test_fused_ar_is_a_known_backend_that_names_a_missing_flashinfer(monkeypatch):
     assert "fused-ar" in KNOWN_BACKENDS
-    assert importlib.util.find_spec("flashinfer") is None  # the test environment has no FlashInfer
+    _flashinfer(monkeypatch, None)
     assert make_backend("fused-ar").probe() == "python package 'flashinfer' is not installed"
     assert make_backend("pcie-ipc").probe() == "python package 'flashinfer' is not installed"
+    _flashinfer(monkeypatch, ("PcieIpcAllReduceWorkspace",))  # a FlashInfer without the fusion kernels
+    assert make_backend("fused-ar").probe() == (
+        "flashinfer.comm has no allreduce_fusion, create_allreduce_fusion_workspace"
+    )
+    assert make_backend("pcie-ipc").probe() is None
+    _flashinfer(monkeypatch, ("allreduce_fusion", "create_allreduce_fusion_workspace"))
+    assert make_backend("fused-ar").probe() is None
+    assert make_backend("pcie-ipc").probe() == "flashinfer.comm has no PcieIpcAllReduceWorkspace"
 
 
 def test_pcie_ipc_rebinds_on_the_first_call_and_on_every_stream_change():

@@ -6,10 +6,44 @@ import pytest
 from helpers_doctor import assert_format_error, read
 
 from launcher.doctor import gpus
+from launcher.doctor.probe import CommandResult, Probe
+
+# What a real nvidia-smi knows about one GPU, by --query-gpu field name (a subset of `--help-query-gpu`).
+_SMI_FIELDS = {
+    "index": "0",
+    "name": "NVIDIA H200",
+    "compute_cap": "9.0",
+    "driver_version": "580.159.04",
+    "pci.bus_id": "00000000:00:06.0",
+}
 
 
-def test_query_is_the_one_the_doctor_runs():
-    assert gpus.COMMAND == ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version,pci.bus_id", "--format=csv"]
+def _fake_nvidia_smi(argv: list[str]) -> CommandResult:
+    """Answers `--query-gpu=F,... --format=csv[,noheader]` as nvidia-smi does: header, then the values;
+    an unknown field is an error, as there."""
+    opts = dict(a.split("=", 1) for a in argv[1:] if "=" in a)
+    fields = opts.get("--query-gpu", "").split(",")
+    unknown = [f for f in fields if f not in _SMI_FIELDS]
+    if unknown or not opts.get("--format", "").startswith("csv"):
+        return CommandResult(2, "", f'Field "{unknown[0] if unknown else ""}" is not a valid field to query.')
+    rows = [] if "noheader" in opts["--format"] else [", ".join(fields)]
+    rows.append(", ".join(_SMI_FIELDS[f] for f in fields))
+    return CommandResult(0, "\n".join(rows) + "\n", "")
+
+
+def test_the_query_the_doctor_runs_fills_every_gpu_fact():
+    """Through the probe, as `launcher doctor` runs it: every field a GpuFact carries comes back filled."""
+    probe = Probe(which=lambda n: f"/usr/bin/{n}", run=_fake_nvidia_smi, environ={})
+    result = probe.nvidia_smi("gpus")
+    assert result is not None and result.rc == 0, result
+    (g,) = gpus.parse(result.stdout)
+    assert (g.index, g.name, g.compute_cap, g.driver_version, g.bus_id) == (
+        0, "NVIDIA H200", "9.0", "580.159.04", "00000000:00:06.0",
+    )
+    # The fake is strict enough to notice a query that drops or misspells a field.
+    assert _fake_nvidia_smi(["nvidia-smi", "--query-gpu=name,pci_bus_id", "--format=csv"]).rc == 2
+    (short,) = gpus.parse(_fake_nvidia_smi(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv"]).stdout)
+    assert short.driver_version == "" and short.bus_id == ""
 
 
 def test_single_h200_real_output():

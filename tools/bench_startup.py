@@ -1,7 +1,7 @@
 """Start-up cost of the kit, against two targets.
 
 1. sitecustomize: every SGLang process (the launcher, one per tensor-parallel rank, helpers) starts
-   with sitecustomize/ on PYTHONPATH and reads the rendered profile.json, so its cost is paid about ten
+   with sitecustomize/ on PYTHONPATH and applies the rendered profile.env, so its cost is paid about ten
    times per server start. Target: median `python -c pass` grows by at most 5 ms.
 2. `python -m launcher show fused`: what users and `make` run interactively. In make show's kit-only
    venv (no sglang) it must not import sglang or torch; target: median wall time at most 300 ms. Where

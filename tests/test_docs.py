@@ -1,0 +1,183 @@
+"""README.md and docs/*.md against what they describe: quoted figures against their cited source, and
+every setting they name against the settings registry.
+
+Citation convention for figures: a line `<!-- figures: PATH [PATH ...] -->` directly above a table or
+a paragraph says where that block's figures come from (a file or folder in the repository: an evidence
+file under docs/evidence/, or another document that holds a tool's output). Every decimal figure in the
+block (`60.2`, `0.79x`, `12.98`) must be found in a cited source, as written there or rounded from a
+longer number there. In the README's "Measured figures" table, a row whose last cell links a file under
+docs/evidence/ (or says "same" below such a row) cites it the same way for its "Measured" cell.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from launcher.settings import REGISTRY
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+DOCS = sorted((REPO / "docs").glob("*.md"))
+MARKER = re.compile(r"^<!-- figures: (.+?) -->\s*$")
+# A decimal figure: not part of a version (0.5.23), a path or a word.
+FIGURE = re.compile(r"(?<![\w.])(\d+\.\d+)(?![\d.]*\d)(?![\w])|(?<![\w.])(\d+\.\d+)(?=x\b)")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+READABLE = (".md", ".txt", ".log", ".json", ".csv")
+
+
+# ----- figures ---------------------------------------------------------------------------------------
+def figures(text: str) -> list[str]:
+    return [a or b for a, b in FIGURE.findall(text)]
+
+
+def source_text(rel: str) -> str:
+    path = (REPO / rel).resolve()
+    assert path.is_relative_to(REPO) and path.exists(), f"cited source {rel} does not exist"
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix in READABLE)
+    return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in files)
+
+
+def found_in(figure: str, text: str) -> bool:
+    """As written, or a longer number in the source that rounds to it (12.9812 -> 12.98)."""
+    if re.search(rf"(?<![\d.]){re.escape(figure)}(?![\d])", text):
+        return True
+    places = len(figure.split(".")[1])
+    want = float(figure)
+    for raw in NUMBER.findall(text):
+        if "." in raw and len(re.match(r"\d*", raw.split(".")[1]).group()) > places and round(float(raw), places) == want:
+            return True
+    return False
+
+
+def cited_blocks(text: str) -> list[tuple[int, list[str], str]]:
+    """(line number of the marker, cited paths, the block below it) for every citation marker."""
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        m = MARKER.match(line)
+        if not m:
+            continue
+        block = []
+        for nxt in lines[i + 1 :]:
+            if not nxt.strip():
+                break
+            block.append(nxt)
+        out.append((i + 1, m.group(1).split(), "\n".join(block)))
+    return out
+
+
+def missing_figures(block: str, sources: list[str]) -> list[str]:
+    text = "\n".join(source_text(s) for s in sources)
+    return [f for f in figures(block) if not found_in(f, text)]
+
+
+def test_the_figure_checker_finds_figures_and_rejects_what_the_source_lacks(tmp_path):
+    assert figures("| 60.2 ± 0.1 | 0.79x | SGLang 0.5.23 | 2.31.2 | run3-x.log | 15.94 |") == ["60.2", "0.1", "0.79", "15.94"]
+    src = "tok/s 60.2 ± 0.1, 0.7912, 15.9449"
+    assert found_in("60.2", src) and found_in("0.79", src) and found_in("15.94", src)
+    assert not found_in("15.95", src) and not found_in("0.2", src)
+    doc = "<!-- figures: README.md -->\n| a | 1.5 |\n\nafter 9.99\n"
+    [(line, paths, block)] = cited_blocks(doc)
+    assert (line, paths, block) == (1, ["README.md"], "| a | 1.5 |")
+
+
+@pytest.mark.parametrize("doc", [README, *DOCS], ids=lambda p: p.name)
+def test_every_cited_figure_is_in_its_source(doc):
+    problems = []
+    for line, sources, block in cited_blocks(doc.read_text(encoding="utf-8")):
+        assert block, f"{doc.name}:{line}: a figures marker with nothing below it"
+        missing = missing_figures(block, sources)
+        if missing:
+            problems.append(f"{doc.name}:{line}: not in {' '.join(sources)}: {', '.join(missing)}")
+    assert problems == []
+
+
+def test_the_readme_cites_its_demo_and_calibration_tables():
+    """The tables most likely to drift carry a citation (the check above is then applied to them)."""
+    cited = {tuple(sources): block for _, sources, block in cited_blocks(README.read_text(encoding="utf-8"))}
+    blocks = "\n".join(cited.values())
+    assert "| baseline | off |" in blocks  # the make demo sample
+    assert "| 14336 |" in blocks  # the kit against nccl-tests
+
+
+def _measured_rows() -> list[tuple[str, str]]:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Measured figures") :]
+    section = section[: section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if line.startswith("|") and len(cells) >= 4 and not set(cells[0]) <= set("-:"):
+            rows.append((cells[2], cells[-1]))
+    return rows
+
+
+def test_measured_rows_that_link_evidence_quote_it():
+    rows = _measured_rows()
+    assert rows, "README: no Measured figures table"
+    problems = []
+    checked, links = 0, []
+    for measured, command in rows:
+        # "same" / "(same)" in the command cell: the row above's command and source.
+        links = re.findall(r"\]\((docs/evidence/[^)#]+)", command) or (links if re.search(r"\bsame\)?$", command) else [])
+        if not links:
+            continue
+        checked += 1
+        missing = missing_figures(measured, links)
+        if missing:
+            problems.append(f"{measured[:60]}...: not in {' '.join(links)}: {', '.join(missing)}")
+    assert checked >= 4 and problems == []
+
+
+# ----- settings ---------------------------------------------------------------------------------------
+# Names the docs may use that are no kit setting: other programs' variables, by prefix.
+EXTERNAL_PREFIXES = (
+    "NCCL_", "NVSHMEM_", "SGLANG_", "CUDA_", "TORCH_", "PYTORCH_", "FLASHINFER_", "TRTLLM_", "HF_",
+    "PYTHON", "PIP_", "DOCKER_", "COMPOSE_", "NVIDIA_", "LD_", "STANDIN_",
+)
+# Named one by one, with why they are no setting.
+NOT_SETTINGS = {
+    "FUSE_ALLREDUCE_MAX_BATCH_SIZE": "a constant in SGLang's source (docs/evidence.md)",
+    "GPU_A_CONTROL_TOKEN": "docs/fleet.md's example of a token variable a fleet file names (token_env)",
+    "SITE_PACKAGES": "a placeholder for a path (docs/patches.md)",
+    "DIR_A": "a placeholder for a bundle folder (bench compare)",
+    "DIR_B": "a placeholder for a bundle folder (bench compare)",
+}
+SETTING_LIKE = re.compile(r"(?<![\w$/.-])([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)(?![\w/(-])")
+
+
+def build_parameters() -> set[str]:
+    """Make variables, Dockerfile ARGs and what docker/*.sh read: parameters of a build, not settings."""
+    names = set(re.findall(r"^([A-Z_][A-Z0-9_]*)\s*[?:+]?=", (REPO / "Makefile").read_text(), re.M))
+    names |= set(re.findall(r"^ARG ([A-Z_][A-Z0-9_]*)", (REPO / "Dockerfile").read_text(), re.M))
+    for script in (REPO / "docker").glob("*.sh"):
+        names |= set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", script.read_text()))
+    return names
+
+
+def unknown_settings(text: str, build: set[str]) -> set[str]:
+    out = set()
+    for name in SETTING_LIKE.findall(text):
+        if name in REGISTRY or name in NOT_SETTINGS:
+            continue
+        if name.startswith("KIT_"):
+            if name not in build:  # a KIT_ name is a setting, or a build argument (labels, KIT_GPU_STAGES)
+                out.add(name)
+        elif not name.startswith(EXTERNAL_PREFIXES) and name not in build:
+            out.add(name)
+    return out
+
+
+def test_the_settings_checker_flags_unregistered_names():
+    build = build_parameters()
+    assert unknown_settings("set `KIT_HEALTH_TIMEOUT=5` and MODEL_PATHS, not NCCL_ALGO or HF_HOME", build) == {
+        "KIT_HEALTH_TIMEOUT", "MODEL_PATHS"}
+    assert unknown_settings("`KIT_HEALTH_TIMEOUT_S`, `MODEL_PATH`, `KIT_GPU_STAGES`, `BENCH_ARGS`", build) == set()
+
+
+@pytest.mark.parametrize("doc", [README, *DOCS], ids=lambda p: p.name)
+def test_every_setting_the_docs_name_is_registered(doc):
+    assert sorted(unknown_settings(doc.read_text(encoding="utf-8"), build_parameters())) == []
