@@ -299,6 +299,21 @@ def test_default_target_found_without_importing_sglang(
     assert str(target.resolve()) in check.stdout
 
 
+def test_runs_as_a_script_and_as_a_module_with_another_patches_package_on_the_path(tmp_path: Path) -> None:
+    """The image runs `python3 patches/apply.py`: its sibling modules come from its own folder, always."""
+    decoy = tmp_path / "decoy" / "patches"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text('raise SystemExit("imported the wrong patches package")\n')
+    env = {**os.environ, "PYTHONPATH": str(decoy.parent)}
+    for cmd, cwd in (([str(APPLY)], tmp_path), (["-m", "patches.apply"], REPO)):
+        proc = subprocess.run(
+            [sys.executable, *cmd, "--target", str(tmp_path)],
+            cwd=cwd, capture_output=True, text=True, env=env, timeout=60,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "no sglang package in" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_apply_twice_changes_nothing(pristine: Path, tmp_path: Path) -> None:
     target = slim_target(pristine, tmp_path / "site")
     before = tree_hashes(target)
