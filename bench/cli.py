@@ -6,7 +6,7 @@ import importlib
 import sys
 
 COMMANDS = {
-    "run": ("bench.run_cli", "every profile x spec mode end to end, into a results bundle"),
+    "run": ("bench.run.cli", "every profile x spec mode end to end, into a results bundle"),
     "report": ("bench.report", "rebuild summary and plots of a bundle"),
     "compare": ("bench.compare", "deltas between two bundles, against run-to-run spread"),
     "allreduce": ("bench.allreduce.cli", "nccl-tests-style all-reduce microbench over local ranks"),

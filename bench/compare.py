@@ -3,8 +3,11 @@
 A delta counts as beyond run-to-run noise when |B - A| > 2 * sqrt(sdA² + sdB²), sd being the
 sample standard deviation over repeats; with a single repeat on either side the spread is unknown.
 Two bundles are only comparable when their fingerprints agree: GPU names, driver, SGLang version,
-simulated or not, and the plan digest of every (profile, spec) both measured. Otherwise the
-command refuses (exit 2) and lists the differences; --force prints them and compares anyway.
+simulated or not, and the setup of every (profile, spec) both measured (its setup digest: env,
+flags, patches and the models' identity, without the model paths, host and port; the plan digest
+for a bundle written before setup digests existed). Otherwise the command refuses (exit 2) and
+lists the differences; --force prints them and compares anyway. Host-local values that differ
+(model path, port, ...) are listed as information, never refused.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from rich.console import Console
 from rich.table import Table
 
 from bench import bundle
+from bench.args import CliArgs
 from bench.stats import spread_exceeded
 from launcher.errors import UserError, run_cli
 
@@ -30,6 +34,11 @@ METRICS = (
 )
 
 
+def _setup(cell: dict[str, Any]) -> dict[str, Any]:
+    return {"setup_digest": cell.get("setup_digest"), "plan_digest": cell.get("plan_digest"),
+            "local": cell.get("local") or {}}
+
+
 def fingerprint(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any]:
     host = manifest.get("host") or {}
     names = sorted(g.get("name", "") for g in host.get("gpus") or [])
@@ -38,20 +47,36 @@ def fingerprint(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> dict[s
         "driver": host.get("driver"),
         "sglang version": (manifest.get("server") or {}).get("sglang_version"),
         "simulated": bool(manifest.get("simulated")),
-        "plan digests": {bundle.cell_name(c["profile"], c["spec"]): c.get("plan_digest") for c in cells},
+        "setups": {bundle.cell_name(c["profile"], c["spec"]): _setup(c) for c in cells},
     }
 
 
 def differences(fa: dict[str, Any], fb: dict[str, Any]) -> list[str]:
-    """Human-readable fingerprint differences (plan digests only for cells both bundles have)."""
+    """Human-readable fingerprint differences (setups only for cells both bundles have).
+
+    Setups compare by setup digest when both cells carry one, else by plan digest (older bundles)."""
     out = []
     for key in ("GPU names", "driver", "sglang version", "simulated"):
         if fa[key] != fb[key]:
             out.append(f"{key}: A={fa[key]} B={fb[key]}")
-    da, db = fa["plan digests"], fb["plan digests"]
-    for cell in sorted(set(da) & set(db)):
-        if da[cell] != db[cell]:
-            out.append(f"plan digest of {cell}: A={da[cell]} B={db[cell]}")
+    sa, sb = fa["setups"], fb["setups"]
+    for cell in sorted(set(sa) & set(sb)):
+        a, b = sa[cell], sb[cell]
+        key = "setup_digest" if a["setup_digest"] and b["setup_digest"] else "plan_digest"
+        if a[key] != b[key]:
+            out.append(f"{key.replace('_', ' ')} of {cell}: A={a[key]} B={b[key]}")
+    return out
+
+
+def local_differences(fa: dict[str, Any], fb: dict[str, Any]) -> list[str]:
+    """Host-local values (model path, host, port) that differ between the cells both bundles have."""
+    out = []
+    sa, sb = fa["setups"], fb["setups"]
+    for cell in sorted(set(sa) & set(sb)):
+        la, lb = sa[cell]["local"], sb[cell]["local"]
+        for key in sorted(set(la) | set(lb)):
+            if la.get(key) != lb.get(key):
+                out.append(f"{key} of {cell}: A={la.get(key)} B={lb.get(key)}")
     return out
 
 
@@ -115,38 +140,66 @@ def render(rows: list[dict[str, Any]], console: Console, title: str) -> None:
     console.print(table)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench compare", description="Compare two bench bundles (B relative to A).")
-    p.add_argument("dir_a")
-    p.add_argument("dir_b")
-    p.add_argument("--force", action="store_true", help="compare even when the host/version/plan fingerprints differ")
-    p.add_argument("--json", action="store_true", help="print the deltas as JSON")
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    console = Console(width=160)
+@dataclass(frozen=True, kw_only=True)
+class CompareArgs(CliArgs):
+    """The flags of `bench compare`: bundle A, bundle B (compared relative to A)."""
 
-    def body() -> int:
-        ma, ca = bundle.load(args.dir_a)
-        mb, cb = bundle.load(args.dir_b)
-        diffs = differences(fingerprint(ma, ca), fingerprint(mb, cb))
-        if diffs and not args.force:
-            listing = "; ".join(diffs)
-            raise UserError(f"the bundles are not comparable, fingerprints differ: {listing}; "
-                            "rerun on matching hosts/versions/plans, or pass --force to compare anyway")
-        sim = ma.get("simulated") or mb.get("simulated")
-        label = "SIMULATED " if sim else ""
-        if diffs:
-            print(f"{label}WARNING: fingerprints differ (compared anyway because of --force):")
-            for d in diffs:
-                print(f"  - {d}")
-        rows = deltas(ca, cb)
-        if args.json:
-            print(json.dumps({"differences": diffs, "simulated": bool(sim), "rows": rows}, indent=2))
-        else:
-            render(rows, console, f"{label}B ({mb.get('run_id')}) vs A ({ma.get('run_id')})")
-            print(f"{label}beyond spread = |delta| > 2·sqrt(sdA² + sdB²) over repeats")
+    prog: ClassVar[str] = "bench compare"
+    description: ClassVar[str] = "Compare two bench bundles (B relative to A)."
+
+    dir_a: str
+    dir_b: str
+    force: bool = False
+    json: bool = False
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        parser.add_argument("dir_a")
+        parser.add_argument("dir_b")
+        parser.add_argument("--force", action="store_true",
+                            help="compare even when the host/version/setup fingerprints differ")
+        parser.add_argument("--json", action="store_true", help="print the deltas as JSON")
+        return parser
+
+
+def run_main(args: CompareArgs) -> int:
+    return compare(dir_a=args.dir_a, dir_b=args.dir_b, force=args.force, as_json=args.json)
+
+
+def compare(*, dir_a: str, dir_b: str, force: bool = False, as_json: bool = False) -> int:
+    """Print B's deltas against A; UserError (exit 2) when the fingerprints differ and not `force`."""
+    ma, ca = bundle.load(dir_a)
+    mb, cb = bundle.load(dir_b)
+    fa, fb = fingerprint(ma, ca), fingerprint(mb, cb)
+    diffs = differences(fa, fb)
+    local = local_differences(fa, fb)
+    if diffs and not force:
+        listing = "; ".join(diffs)
+        raise UserError(f"the bundles are not comparable, fingerprints differ: {listing}; "
+                        "rerun on matching hosts/versions/plans, or pass --force to compare anyway")
+    sim = ma.get("simulated") or mb.get("simulated")
+    label = "SIMULATED " if sim else ""
+    if diffs:
+        print(f"{label}WARNING: fingerprints differ (compared anyway because of --force):")
+        for d in diffs:
+            print(f"  - {d}")
+    rows = deltas(ca, cb)
+    if as_json:
+        print(json.dumps({"differences": diffs, "local_differences": local, "simulated": bool(sim), "rows": rows},
+                         indent=2))
         return 0
+    if local:
+        print(f"{label}local to each host, shown for information (setups are compared without them):")
+        for d in local:
+            print(f"  - {d}")
+    render(rows, Console(width=160), f"{label}B ({mb.get('run_id')}) vs A ({ma.get('run_id')})")
+    print(f"{label}beyond spread = |delta| > 2·sqrt(sdA² + sdB²) over repeats")
+    return 0
 
-    return run_cli(body)
+
+def main(argv: list[str] | None = None) -> int:
+    args = CompareArgs.parse(argv)
+    return run_cli(lambda: run_main(args))
 
 
 if __name__ == "__main__":

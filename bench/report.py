@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from bench import bundle
+from bench.args import CliArgs
 from bench.stats import fmt_mean_sd
 from launcher import atomic
 from launcher.errors import run_cli
@@ -206,20 +207,34 @@ def build(run_dir: str | Path) -> list[Path]:
     return written
 
 
+@dataclass(frozen=True, kw_only=True)
+class ReportArgs(CliArgs):
+    """The one argument of `bench report`: the bundle folder."""
+
+    prog: ClassVar[str] = "bench report"
+    description: ClassVar[str] = "Rebuild summary.csv, summary.md and plots of a bundle."
+
+    dir: str
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        parser.add_argument("dir", help="a bundle folder written by `bench run` (OUT/<run-id>)")
+        return parser
+
+
+def run_main(args: ReportArgs) -> int:
+    """Rebuild, then name every file written (SIMULATED bundles say so)."""
+    paths = build(args.dir)
+    manifest, _ = bundle.load(args.dir)
+    label = "SIMULATED " if manifest.get("simulated") else ""
+    for path in paths:
+        print(f"{label}wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench report", description="Rebuild summary.csv, summary.md and plots of a bundle.")
-    p.add_argument("dir", help="a bundle folder written by `bench run` (OUT/<run-id>)")
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
-
-    def body() -> int:
-        paths = build(args.dir)
-        manifest, _ = bundle.load(args.dir)
-        label = "SIMULATED " if manifest.get("simulated") else ""
-        for path in paths:
-            print(f"{label}wrote {path}")
-        return 0
-
-    return run_cli(body)
+    args = ReportArgs.parse(argv)
+    return run_cli(lambda: run_main(args))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,15 @@
-"""bench.compare: what differs between two runs' fingerprints, and per-cell deltas against the spread."""
+"""bench.compare: what differs between two runs' fingerprints (setups, not host-local values), and per-cell deltas."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
 
 from helpers_bench import cell, manifest
 
 from bench import compare
+from testsupport.stack import REPO
 
 
 def test_fingerprint_differences_list_every_mismatch():
@@ -27,3 +32,58 @@ def test_deltas_mark_beyond_spread():
     assert next(r for r in rows if r["metric"] == "tok/s")["beyond_spread"] is None
     rows = compare.deltas([cell("fused", "eagle3", 80.0, 1.0)], [cell("fused", "eagle3", 82.0, 1.0, valid=False)])
     assert next(r for r in rows if r["metric"] == "tok/s")["note"] == "invalid in B"
+
+
+def test_same_setup_with_other_local_values_is_comparable_and_the_local_values_are_listed():
+    a = cell("fused", "eagle3", 80, 1, digest="d1")
+    b = cell("fused", "eagle3", 80, 1, digest="d2")  # another model path or port: another plan digest
+    a.update(setup_digest="s1", local={"model-path": "/models/k2", "port": "30000"})
+    b.update(setup_digest="s1", local={"model-path": "/data/k2", "port": "31000"})
+    fa, fb = compare.fingerprint(manifest(), [a]), compare.fingerprint(manifest(), [b])
+    assert compare.differences(fa, fb) == []
+    assert compare.local_differences(fa, fb) == [
+        "model-path of fused__eagle3: A=/models/k2 B=/data/k2", "port of fused__eagle3: A=30000 B=31000"]
+    b["setup_digest"] = "s2"
+    assert compare.differences(fa, compare.fingerprint(manifest(), [b])) == [
+        "setup digest of fused__eagle3: A=s1 B=s2"]
+
+
+def test_a_bundle_without_setup_digests_falls_back_to_plan_digests():
+    old = cell("fused", "eagle3", 80, 1, digest="d1")
+    new = {**cell("fused", "eagle3", 80, 1, digest="d2"), "setup_digest": "s1"}
+    diffs = compare.differences(compare.fingerprint(manifest(), [old]), compare.fingerprint(manifest(), [new]))
+    assert diffs == ["plan digest of fused__eagle3: A=d1 B=d2"]
+
+
+def test_two_real_runs_of_one_setup_on_other_ports_and_model_paths_compare_without_force(kit_stack, tmp_path):
+    """As two `make demo` runs (random ports) or two hosts (models stored elsewhere): comparable as they are."""
+    bundles = []
+    for side in ("a", "b"):
+        model = tmp_path / side / "Kimi-K2"
+        model.mkdir(parents=True)
+        (model / "config.json").write_text('{"hidden_size": 7168}')
+        stack = kit_stack("baseline", "off", extra_env={"MODEL_PATH": str(model)}, start=False).start()
+        r = subprocess.run(
+            [sys.executable, "-m", "bench", "run", "--url", stack.server_url, "--control", stack.control_url,
+             "--no-switch", "--repeats", "1", "--num-prompts", "2", "--max-tokens", "8", "--warmup", "0",
+             "--out", str(tmp_path / f"out-{side}")],
+            cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=120,
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        stack.stop()
+        run_dir = next((tmp_path / f"out-{side}").iterdir())
+        saved = json.loads((run_dir / "baseline__off.json").read_text())
+        assert saved["setup_digest"] and saved["local"]["port"] == str(stack.server_port)
+        bundles.append((run_dir, saved))
+    (a, cell_a), (b, cell_b) = bundles
+    assert cell_a["plan_digest"] != cell_b["plan_digest"] and cell_a["setup_digest"] == cell_b["setup_digest"]
+
+    def cmp(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "bench", "compare", str(a), str(b), *args], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+
+    shown = cmp()
+    assert shown.returncode == 0, shown.stderr
+    assert "port of baseline__off" in shown.stdout and "model-path of baseline__off" in shown.stdout
+    data = json.loads(cmp("--json").stdout)
+    assert data["differences"] == [] and len(data["local_differences"]) == 2

@@ -1,4 +1,4 @@
-"""bench/run_cli.py and bench/server_client.py against a bare SIMULATED stand-in server (real HTTP, real subprocesses, --no-switch)."""
+"""bench/run/cli.py and bench/server_client.py against a bare SIMULATED stand-in server (real HTTP, real subprocesses, --no-switch)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def standin():
 
 def bench(*args: str, cwd: Path = REPO, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "bench.run_cli", *args], cwd=cwd, env=clean_env(**(env or {})),
+        [sys.executable, "-m", "bench.run.cli", *args], cwd=cwd, env=clean_env(**(env or {})),
         capture_output=True, text=True, timeout=timeout,
     )
 
@@ -259,7 +259,7 @@ def test_no_switch_spec_that_contradicts_the_server_exits_2(standin, tmp_path):
 def test_ctrl_c_writes_partial_bundle(standin, tmp_path):
     s = standin(ttft_ms="20", verify_ms="40", accept_length="2")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.run_cli", "--url", s.url, "--no-switch", "--repeats", "5", "--num-prompts", "4",
+        [sys.executable, "-m", "bench.run.cli", "--url", s.url, "--no-switch", "--repeats", "5", "--num-prompts", "4",
          "--max-tokens", "60", "--warmup", "0", "--out", str(tmp_path)],
         cwd=REPO, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

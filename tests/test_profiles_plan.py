@@ -279,3 +279,47 @@ def test_golden_plans_are_substantive():
     assert "--speculative-algorithm" in fused["argv"] and "EAGLE3" in fused["argv"]
     off = json.loads((GOLDEN / "baseline__off.json").read_text())
     assert off["env"] == {} and not any(t.startswith("--speculative") for t in off["argv"])
+
+
+# ---- setup digest: the same setup on another host ------------------------------------------------
+
+
+def _model_dir(root: Path, name: str, config: str) -> str:
+    path = root / name
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(config)
+    return str(path)
+
+
+def test_setup_digest_ignores_model_location_host_and_port_but_digest_does_not(tmp_path):
+    config = '{"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168}'
+    here = {"MODEL_PATH": _model_dir(tmp_path / "a", "Kimi-K2", config),
+            "DRAFT_MODEL_PATH": _model_dir(tmp_path / "a", "Kimi-K2-eagle3", "{}")}
+    there = {"MODEL_PATH": _model_dir(tmp_path / "b" / "models", "Kimi-K2", config),
+             "DRAFT_MODEL_PATH": _model_dir(tmp_path / "b" / "models", "Kimi-K2-eagle3", "{}"),
+             "KIT_SERVER_HOST": "127.0.0.1", "KIT_SERVER_PORT": "31000"}
+    a = plans.build_plan("fused", "eagle3", environ=here)
+    b = plans.build_plan("fused", "eagle3", environ=there)
+    assert a.setup_digest() == b.setup_digest()
+    assert a.digest() != b.digest()  # the runtime still sees another command line
+    doc = b.to_json()
+    assert doc["setup_digest"] == b.setup_digest() and doc["digest"] == b.digest()
+    assert doc["local"] == {"model-path": there["MODEL_PATH"], "host": "127.0.0.1", "port": "31000",
+                            "speculative-draft-model-path": there["DRAFT_MODEL_PATH"]}
+    assert doc["model"]["model-path"]["name"] == "Kimi-K2" and doc["model"]["model-path"]["config_sha256"]
+
+
+def test_setup_digest_changes_with_the_model_and_with_the_setup(tmp_path):
+    env = {"MODEL_PATH": _model_dir(tmp_path / "a", "m", '{"hidden_size": 7168}'), "DRAFT_MODEL_PATH": "/d"}
+    other_config = {**env, "MODEL_PATH": _model_dir(tmp_path / "b", "m", '{"hidden_size": 4096}')}
+    other_name = {**env, "MODEL_PATH": _model_dir(tmp_path / "c", "n", '{"hidden_size": 7168}')}
+    base = plans.build_plan("baseline", "off", environ=env).setup_digest()
+    assert plans.build_plan("baseline", "off", environ=other_config).setup_digest() != base
+    assert plans.build_plan("baseline", "off", environ=other_name).setup_digest() != base
+    assert plans.build_plan("nccl-tuned", "off", environ=env).setup_digest() != base
+
+
+def test_split_local_takes_each_local_flag_with_its_value():
+    setup, local = plans.split_local(["--model-path", "/m", "--tp-size", "8", "--trust-remote-code", "--port", "1"])
+    assert setup == ["--tp-size", "8", "--trust-remote-code"]
+    assert local == {"model-path": "/m", "port": "1"}

@@ -3,14 +3,14 @@
 `gloo` (CPU) and `nccl` (CUDA, through torch.distributed) are the verified backends; `nccl-direct` calls
 NCCL without torch.distributed around each call (cupy's binding), to tell NCCL's own time from torch's. The adapters for
 SGLang's and FlashInfer's own kernels live in `experimental.py`: they are thin, unverified wrappers
-that report themselves as skipped wherever their library or hardware is missing.
+that report themselves as skipped wherever their library or hardware is missing. `registry.py` names
+them all; this module imports neither of the other two.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -210,41 +210,3 @@ class NcclDirect(Nccl):
     def teardown(self) -> None:
         self._comm.destroy()
         super().teardown()
-
-
-def _registry() -> dict[str, Callable[[], Backend]]:
-    from bench.allreduce import experimental
-
-    return {
-        "nccl": Nccl,
-        "nccl-direct": NcclDirect,
-        "pcie-ipc": experimental.PcieIpc,
-        "fused-ar": experimental.FusedAr,
-        "custom": experimental.SglangCustom,
-        "mscclpp": experimental.Mscclpp,
-        "symm-mem": experimental.SymmMem,
-        "gloo": Gloo,
-    }
-
-
-KNOWN_BACKENDS: tuple[str, ...] = (
-    "nccl",
-    "nccl-direct",
-    "pcie-ipc",
-    "fused-ar",
-    "custom",
-    "mscclpp",
-    "symm-mem",
-    "gloo",
-)
-"""Names accepted by --backends, in the order they are run and listed."""
-
-
-def make_backend(name: str) -> Backend:
-    return _registry()[name]()
-
-
-def iter_backends(names: list[str]) -> Iterator[Backend]:
-    registry = _registry()
-    for name in names:
-        yield registry[name]()

@@ -8,70 +8,88 @@ command exits 1 after writing whatever was measured.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from bench.allreduce.sizes import DTYPES, default_sizes, parse_sizes
+from bench.args import CliArgs
 from launcher.errors import RuntimeFailure, UserError, run_cli
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from bench.allreduce.backends import KNOWN_BACKENDS
+@dataclass(frozen=True, kw_only=True)
+class AllreduceArgs(CliArgs):
+    """The flags of `bench allreduce`; `check()` refuses bad numbers before any rank starts."""
 
-    p = argparse.ArgumentParser(
-        prog="bench allreduce",
-        description="All-reduce latency and bus bandwidth per backend (nccl-tests style), over N local ranks.",
-        allow_abbrev=False,
+    prog: ClassVar[str] = "bench allreduce"
+    description: ClassVar[str] = (
+        "All-reduce latency and bus bandwidth per backend (nccl-tests style), over N local ranks."
     )
-    p.add_argument(
-        "--backends",
-        help=f"comma-separated, from: {', '.join(KNOWN_BACKENDS)} "
-        "(default: all but gloo with a CUDA device, else gloo)",
-    )
-    p.add_argument(
-        "--nranks", type=int, help="local ranks, one per GPU (default: visible GPUs, or 2 for gloo)"
-    )
-    p.add_argument(
-        "--sizes",
-        help="comma-separated bytes, e.g. 4K,43008,1M (default: tokens {1,2,3,4,8,16,32} x hidden x dtype, "
-        "plus 4K..1M in powers of two)",
-    )
-    p.add_argument(
-        "--hidden", type=int, default=7168, help="model hidden size for the verify shapes (default 7168)"
-    )
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
-    p.add_argument("--iters", type=int, default=200, help="timed iterations per size (default 200)")
-    p.add_argument("--warmup", type=int, default=20, help="untimed warm-up iterations per size (default 20)")
-    p.add_argument("--graph", action="store_true", help="capture the calls in a CUDA graph and time replays")
-    p.add_argument("--graph-calls", type=int, default=20,
-                   help="all-reduces per captured graph, as nccl-tests -n in graph mode (default 20)")
-    p.add_argument("--graph-launches", type=int, default=10,
-                   help="back-to-back replays of that graph timed for time_us, as nccl-tests -G (default 10)")
-    p.add_argument("--profile", help="apply this kit profile's environment in every rank before init")
-    p.add_argument(
-        "--timeout-s", type=float, default=120.0, help="stop when no rank progresses for this long"
-    )
-    p.add_argument(
-        "--host-facts", help="`launcher doctor --json` output; draws the physical floor for its link"
-    )
-    p.add_argument("--with-nccl-tests", action="store_true",
-                   help="also run nccl-tests' all_reduce_perf at the same sizes, environment and call counts, "
-                        "and print both side by side (needs CUDA)")
-    p.add_argument("--nccl-tests-bin", help="all_reduce_perf to run (default $KIT_NCCL_TESTS_BIN, else PATH)")
-    p.add_argument("--out", required=True, help="directory for allreduce.json/.csv/.png and rank logs")
-    return p
+    parser_options: ClassVar[dict[str, Any]] = {"allow_abbrev": False}
 
+    out: str
+    backends: str | None = None
+    nranks: int | None = None
+    sizes: str | None = None
+    hidden: int = 7168
+    dtype: str = "bf16"
+    iters: int = 200
+    warmup: int = 20
+    graph: bool = False
+    graph_calls: int = 20
+    graph_launches: int = 10
+    profile: str | None = None
+    timeout_s: float = 120.0
+    host_facts: str | None = None
+    with_nccl_tests: bool = False
+    nccl_tests_bin: str | None = None
 
-def _check_numbers(args: argparse.Namespace) -> None:
-    for name, minimum in (("iters", 1), ("warmup", 0), ("hidden", 1), ("graph_calls", 1), ("graph_launches", 1)):
-        if getattr(args, name) < minimum:
-            raise UserError(
-                f"--{name.replace('_', '-')} must be at least {minimum}, got {getattr(args, name)}"
-            )
-    if args.timeout_s <= 0:
-        raise UserError(f"--timeout-s must be positive, got {args.timeout_s}")
-    if args.nranks is not None and args.nranks < 1:
-        raise UserError(f"--nranks must be at least 1, got {args.nranks}")
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        from bench.allreduce.registry import KNOWN_BACKENDS
+
+        p = parser
+        p.add_argument(
+            "--backends",
+            help=f"comma-separated, from: {', '.join(KNOWN_BACKENDS)} "
+            "(default: all but gloo with a CUDA device, else gloo)",
+        )
+        p.add_argument("--nranks", type=int, help="local ranks, one per GPU (default: visible GPUs, or 2 for gloo)")
+        p.add_argument(
+            "--sizes",
+            help="comma-separated bytes, e.g. 4K,43008,1M (default: tokens {1,2,3,4,8,16,32} x hidden x dtype, "
+            "plus 4K..1M in powers of two)",
+        )
+        p.add_argument("--hidden", type=int, default=7168,
+                       help="model hidden size for the verify shapes (default 7168)")
+        p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+        p.add_argument("--iters", type=int, default=200, help="timed iterations per size (default 200)")
+        p.add_argument("--warmup", type=int, default=20, help="untimed warm-up iterations per size (default 20)")
+        p.add_argument("--graph", action="store_true", help="capture the calls in a CUDA graph and time replays")
+        p.add_argument("--graph-calls", type=int, default=20,
+                       help="all-reduces per captured graph, as nccl-tests -n in graph mode (default 20)")
+        p.add_argument("--graph-launches", type=int, default=10,
+                       help="back-to-back replays of that graph timed for time_us, as nccl-tests -G (default 10)")
+        p.add_argument("--profile", help="apply this kit profile's environment in every rank before init")
+        p.add_argument("--timeout-s", type=float, default=120.0, help="stop when no rank progresses for this long")
+        p.add_argument("--host-facts", help="`launcher doctor --json` output; draws the physical floor for its link")
+        p.add_argument("--with-nccl-tests", action="store_true",
+                       help="also run nccl-tests' all_reduce_perf at the same sizes, environment and call counts, "
+                            "and print both side by side (needs CUDA)")
+        p.add_argument("--nccl-tests-bin", help="all_reduce_perf to run (default $KIT_NCCL_TESTS_BIN, else PATH)")
+        p.add_argument("--out", required=True, help="directory for allreduce.json/.csv/.png and rank logs")
+        return p
+
+    def check(self) -> None:
+        """Exit 2 on a number no run could use."""
+        for name, minimum in (("iters", 1), ("warmup", 0), ("hidden", 1), ("graph_calls", 1),
+                              ("graph_launches", 1)):
+            if getattr(self, name) < minimum:
+                raise UserError(f"--{name.replace('_', '-')} must be at least {minimum}, got {getattr(self, name)}")
+        if self.timeout_s <= 0:
+            raise UserError(f"--timeout-s must be positive, got {self.timeout_s}")
+        if self.nranks is not None and self.nranks < 1:
+            raise UserError(f"--nranks must be at least 1, got {self.nranks}")
 
 
 def _cuda_device_count() -> int:
@@ -82,7 +100,7 @@ def _cuda_device_count() -> int:
 
 def _backend_names(text: str | None) -> list[str] | None:
     """Requested names, checked; None means the default (which depends on whether CUDA is present)."""
-    from bench.allreduce.backends import KNOWN_BACKENDS
+    from bench.allreduce.registry import KNOWN_BACKENDS
 
     if text is None:
         return None
@@ -140,7 +158,7 @@ def plan_backends(backends: list[Any], nranks: int, cuda_devices: int) -> list[t
     return planned
 
 
-def _nccl_tests_rows(binary: Path, run: dict[str, Any], kit_rows: list[dict[str, Any]], out_dir: Path,
+def _nccl_tests_rows(*, binary: Path, run: dict[str, Any], kit_rows: list[dict[str, Any]], out_dir: Path,
                      console: Any) -> list[dict[str, Any]]:
     """nccl-tests under the same profile environment (and NCCL safety settings) as the kit's ranks."""
     import os
@@ -155,15 +173,16 @@ def _nccl_tests_rows(binary: Path, run: dict[str, Any], kit_rows: list[dict[str,
     return rows
 
 
-def _run(args: argparse.Namespace) -> int:
+def run_main(args: AllreduceArgs) -> int:
+    """Every backend over the same sizes and ranks; exit 1 when a backend failed or summed wrong."""
     from rich.console import Console
 
     from bench.allreduce import output
-    from bench.allreduce.backends import KNOWN_BACKENDS, iter_backends
     from bench.allreduce.launch import BackendRun, run_backend
+    from bench.allreduce.registry import KNOWN_BACKENDS, iter_backends
     from bench.allreduce.results import rows_for
 
-    _check_numbers(args)
+    args.check()
     sizes = parse_sizes(args.sizes, args.dtype) if args.sizes else default_sizes(args.hidden, args.dtype)
     names = _backend_names(args.backends)
     link = _link(args.host_facts)
@@ -227,7 +246,8 @@ def _run(args: argparse.Namespace) -> int:
         )
 
     if nccl_tests_bin is not None:
-        rows.extend(_nccl_tests_rows(nccl_tests_bin, common, rows, out_dir, console))
+        rows.extend(_nccl_tests_rows(binary=nccl_tests_bin, run=common, kit_rows=rows, out_dir=out_dir,
+                                     console=console))
     output.print_table(rows, console)
     if nccl_tests_bin is not None:
         output.print_comparison(rows, console)
@@ -244,9 +264,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for `bench allreduce ...`."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    return run_cli(lambda: _run(args))
+    args = AllreduceArgs.parse(argv)
+    return run_cli(lambda: run_main(args))
 
 
 if __name__ == "__main__":

@@ -279,7 +279,7 @@ def run_rank(spec: RunSpec, rank: int) -> dict[str, Any]:
     os.environ.update(spec.profile_env)
     import torch
 
-    from bench.allreduce.backends import make_backend
+    from bench.allreduce.registry import make_backend
 
     backend = make_backend(spec.backend)
     progress("initialising backend")

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
+from bench.args import CliArgs
 from launcher.errors import UserError, run_cli
 
 EPILOG = """step markers recognised: SGLang's step[VERIFY ..]/step[DECODE ..]/step[DRAFT ..]/step[EXTEND ..]
@@ -16,32 +19,43 @@ TensorRT-LLM/FlashInfer fused all-reduce, SGLang/vLLM custom all-reduce, torch s
 MSCCL++, DeepEP dispatch/combine, peer-to-peer copies."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="bench trace",
-        description="Analyse a torch-profiler Chrome trace (.json/.json.gz), or capture one from a running server.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
+@dataclass(frozen=True, kw_only=True)
+class TraceArgs(CliArgs):
+    """The flags of `bench trace`: a trace FILE to analyse, or a server --url to capture one from."""
+
+    prog: ClassVar[str] = "bench trace"
+    description: ClassVar[str] = (
+        "Analyse a torch-profiler Chrome trace (.json/.json.gz), or capture one from a running server."
     )
-    p.add_argument("file", nargs="?", help="trace file to analyse")
-    p.add_argument("--url", help="server to capture from, e.g. http://127.0.0.1:30000")
-    p.add_argument("--steps", type=int, default=8, help="forward steps to profile with --url (default 8)")
-    p.add_argument("--out", help="directory the server writes the trace to (default results/traces)")
-    p.add_argument(
-        "--server-dir", help="the same directory as the server sees it, if it differs (containers)"
-    )
-    p.add_argument(
-        "--no-load", action="store_true", help="do not send a request to drive steps while profiling"
-    )
-    p.add_argument(
-        "--timeout-s", type=float, default=120.0, help="how long to wait for the trace (default 120)"
-    )
-    p.add_argument("--json", action="store_true", help="print the analysis as JSON")
-    return p
+    parser_options: ClassVar[dict[str, Any]] = {
+        "epilog": EPILOG, "formatter_class": argparse.RawDescriptionHelpFormatter, "allow_abbrev": False,
+    }
+
+    file: str | None = None
+    url: str | None = None
+    steps: int = 8
+    out: str | None = None
+    server_dir: str | None = None
+    no_load: bool = False
+    timeout_s: float = 120.0
+    json: bool = False
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p = parser
+        p.add_argument("file", nargs="?", help="trace file to analyse")
+        p.add_argument("--url", help="server to capture from, e.g. http://127.0.0.1:30000")
+        p.add_argument("--steps", type=int, default=8, help="forward steps to profile with --url (default 8)")
+        p.add_argument("--out", help="directory the server writes the trace to (default results/traces)")
+        p.add_argument("--server-dir", help="the same directory as the server sees it, if it differs (containers)")
+        p.add_argument("--no-load", action="store_true", help="do not send a request to drive steps while profiling")
+        p.add_argument("--timeout-s", type=float, default=120.0, help="how long to wait for the trace (default 120)")
+        p.add_argument("--json", action="store_true", help="print the analysis as JSON")
+        return p
 
 
-def _run(args: argparse.Namespace) -> int:
+def run_main(args: TraceArgs) -> int:
+    """Capture (with --url) or read the trace, then print its analysis."""
     from bench.trace.analyse import analyse_events
     from bench.trace.load import load_events
 
@@ -52,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         from bench.trace.capture import capture
 
+        assert args.url is not None
         out = Path(args.out or "results/traces")
         path = capture(args.url, args.steps, out, args.server_dir, not args.no_load, args.timeout_s)
         print(f"captured {path}", file=sys.stderr)
@@ -67,8 +82,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for `bench trace ...`."""
-    args = build_parser().parse_args(argv)
-    return run_cli(lambda: _run(args))
+    args = TraceArgs.parse(argv)
+    return run_cli(lambda: run_main(args))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 from collections.abc import Mapping
+from pathlib import Path, PurePath
 from typing import Any
 
 from pydantic import BaseModel
@@ -43,10 +44,57 @@ class Plan(BaseModel):
         payload = {"env": self.env, "flags": self.flags, "patches": sorted(self.patches)}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
+    def local(self) -> dict[str, str]:
+        """The flag values that belong to this host, not to the setup: model paths, host, port."""
+        return split_local(self.flags)[1]
+
+    def model(self) -> dict[str, dict[str, str | None]]:
+        """Identity of each model the flags name (target, draft), independent of where it is stored."""
+        return {key: model_identity(path) for key, path in self.local().items() if key in MODEL_KEYS}
+
+    def setup_digest(self) -> str:
+        """Hash of the setup alone: env, flags without host-local values, patches, and the models' identity.
+
+        Equal on two hosts that run the same setup with the model stored elsewhere or another port,
+        so a result can be reproduced and compared across hosts; `digest` still tells them apart."""
+        payload = {"env": self.env, "flags": split_local(self.flags)[0], "patches": sorted(self.patches),
+                   "model": self.model()}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
     def to_json(self) -> dict:
         data = self.model_dump()
         data["digest"] = self.digest()
+        data["setup_digest"] = self.setup_digest()
+        data["local"] = self.local()
+        data["model"] = self.model()
         return data
+
+
+LOCAL_FLAGS = ("--model-path", "--speculative-draft-model-path", "--host", "--port")
+"""Flags whose value is where things are on one host; each takes exactly one value."""
+MODEL_KEYS = ("model-path", "speculative-draft-model-path")
+
+
+def split_local(flags: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(flags without the host-local ones, {flag name without dashes: value} of those)."""
+    setup: list[str] = []
+    local: dict[str, str] = {}
+    it = iter(flags)
+    for flag in it:
+        if flag in LOCAL_FLAGS:
+            local[flag.lstrip("-")] = next(it, "")
+        else:
+            setup.append(flag)
+    return setup, local
+
+
+def model_identity(path: str) -> dict[str, str | None]:
+    """A model as its directory's name plus a hash of its config.json (None when not readable here)."""
+    try:
+        config: str | None = hashlib.sha256((Path(path) / "config.json").read_bytes()).hexdigest()[:16]
+    except OSError:
+        config = None
+    return {"name": PurePath(path.rstrip("/") or path).name or path, "config_sha256": config}
 
 
 def server_cmd(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -1,10 +1,10 @@
-"""bench/selection.py: which cells `bench run` measures, from what the server says."""
+"""bench/run/selection.py: which cells `bench run` measures, from what the server says."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.selection import (
+from bench.run.selection import (
     no_switch_label,
     resolve_profiles,
     resolve_specs,

@@ -1,8 +1,8 @@
-"""bench.server_identity: a server restart between two identity probes, and the stand-in's simulated mark."""
+"""bench.run.server_identity: a server restart between two identity probes, and the stand-in's simulated mark."""
 
 from __future__ import annotations
 
-from bench.server_identity import is_simulated, restart_reasons
+from bench.run.server_identity import is_simulated, restart_reasons
 
 
 def test_restart_reasons():

@@ -1,8 +1,8 @@
-"""bench.correctness: first differing character, the PASS/FAIL gate, and the reference outputs."""
+"""bench.run.correctness: first differing character, the PASS/FAIL gate, and the reference outputs."""
 
 from __future__ import annotations
 
-from bench import correctness
+from bench.run import correctness
 
 
 def test_first_difference_is_a_character_index():

@@ -34,7 +34,7 @@ def stack(tmp_path_factory):
 
 def bench(stack: KitStack, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "bench.run_cli", "--url", stack.server_url, "--control", stack.control_url, *args],
+        [sys.executable, "-m", "bench.run.cli", "--url", stack.server_url, "--control", stack.control_url, *args],
         cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=timeout,
     )
 

@@ -29,29 +29,21 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from bench import bundle, correctness
+from bench import bundle
 from bench.request_record import RequestRecord
-from bench.run_settings import RunSettings
-from bench.selection import no_switch_label, resolve_profiles, resolve_specs
+from bench.run import correctness
+from bench.run.cell import apply_gate, close_cell, new_cell, record_plan
+from bench.run.repeat import measure_repeat
+from bench.run.selection import no_switch_label, resolve_profiles, resolve_specs
+from bench.run.server_identity import PROBE_ERRORS, is_simulated
+from bench.run.settings import RunSettings
 from bench.server_client import ServerClient
-from bench.server_identity import PROBE_ERRORS, is_simulated, restart_reasons
 from bench.workload import Prompt, build_workload
 from launcher.errors import RuntimeFailure, UserError
 from launcher.runtime import activation
 from launcher.runtime.control_client import ControlClient
 
 OK_SWITCH = ("switched", "unchanged")
-METRIC_KEYS_KEPT_WHEN_INVALID = {"completed", "failed", "chunks"}
-
-
-def _null_invalid(rep: dict[str, Any]) -> None:
-    for k, v in list(rep.items()):
-        if isinstance(v, int | float) and not isinstance(v, bool) and k not in METRIC_KEYS_KEPT_WHEN_INVALID:
-            if k not in bundle.SKIP_AGG:
-                rep[k] = None
-    rep["accept_length_source"] = None
-
-
 class MatrixRun:
     """One `bench run`: owns the bundle folder and the cells measured so far."""
 
@@ -201,7 +193,7 @@ class MatrixRun:
                 self.manifest["plans"][name] = {"error": str(exc)}
                 return
         self.manifest["plans"][name] = plan or {"error": "no control API: the running plan is unknown"}
-        cell["plan_digest"] = (plan or {}).get("digest")
+        record_plan(cell, plan)
 
     def _advance(self, _: RequestRecord) -> None:
         if self._progress is not None:
@@ -225,42 +217,9 @@ class MatrixRun:
             return ""
         return activation.summary(cell["backends"])
 
-    async def _identity(self, server: ServerClient, control: ControlClient | None) -> dict[str, Any] | None:
-        try:
-            info = await server.server_info()
-        except PROBE_ERRORS:
-            return None
-        ident: dict[str, Any] = {"start_time": info.get("start_time")}
-        if control is not None:
-            try:
-                st = await control.status()
-                ident.update(restarts=st.get("restarts"), pid=st.get("pid"))
-            except RuntimeFailure:
-                pass
-        return ident
-
     async def _run_cell(self, server: ServerClient, control: ControlClient | None, profile: str, spec: str) -> None:
         s = self.s
-        name = bundle.cell_name(profile, spec)
-        cell: dict[str, Any] = {
-            "profile": profile,
-            "spec": spec,
-            "valid": False,
-            "invalid_reason": None,
-            "simulated": False,
-            "plan_digest": None,
-            "switch": {"outcome": "skipped (--no-switch)"} if not s.switching else None,
-            "server": None,
-            "api": s.api,
-            "workload": s.workload,
-            "num_prompts": len(self.prompts),
-            "max_tokens": s.max_tokens,
-            "repeats": s.repeats,
-            "concurrency_levels": list(s.concurrency),
-            "warmup": s.warmup,
-            "per_repeat": [],
-            "requests_file": f"{name}{bundle.REQUESTS_SUFFIX}",
-        }
+        cell = new_cell(profile=profile, spec=spec, settings=s, num_prompts=len(self.prompts))
         self.current = cell
         if self._progress is not None:
             label = "SIMULATED " if self.simulated else ""
@@ -285,7 +244,7 @@ class MatrixRun:
                     "name": profile, "spec": spec, "digest": wanted.get("digest"),
                     "error": f"never ran: {cell['invalid_reason']}",
                 }
-                cell["plan_digest"] = wanted.get("digest")
+                record_plan(cell, wanted)
                 self._say(f"{profile} + {spec}: {cell['invalid_reason']}; going on with the next profile")
                 self._close_cell(cell)
                 return
@@ -317,7 +276,8 @@ class MatrixRun:
             return
         for c in s.concurrency:
             for r in range(s.repeats):
-                rep, rows = await self._repeat(server, control, spec, c, r)
+                rep, rows = await measure_repeat(server=server, control=control, prompts=self.prompts, spec=spec,
+                                                 concurrency=c, repeat=r, on_done=self._advance)
                 cell["per_repeat"].append(rep)
                 bundle.append_requests(self.run_dir, profile, spec, rows)
                 if not rep["valid"]:
@@ -338,62 +298,8 @@ class MatrixRun:
         bad = [r for r in records if not r.ok]
         return f"warm-up request failed: {bad[0].error}" if bad else None
 
-    async def _repeat(
-        self, server: ServerClient, control: ControlClient | None, spec: str, c: int, r: int
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        before = await self._identity(server, control)
-        m0 = await server.metrics_counters()
-        cpu0 = time.process_time()
-        records, duration = await server.run(self.prompts, c, on_done=self._advance)
-        cpu = time.process_time() - cpu0
-        after = await self._identity(server, control)
-        m1 = await server.metrics_counters() if after is not None else None
-        rep = bundle.repeat_summary(records, duration)
-        rep.update(repeat=r, concurrency=c)
-        rep["client_cpu_us_per_chunk"] = cpu / rep["chunks"] * 1e6 if rep["chunks"] else None
-        if rep["accept_length"] is None and spec != "off" and m0 and m1:
-            dv = m1.get("sglang:spec_verify_calls_total", 0.0) - m0.get("sglang:spec_verify_calls_total", 0.0)
-            dt = m1.get("sglang:generation_tokens_total", 0.0) - m0.get("sglang:generation_tokens_total", 0.0)
-            if dv > 0:
-                rep["accept_length"], rep["accept_length_source"] = dt / dv, "metrics"
-        reasons = []
-        failed = [x for x in records if not x.ok]
-        if failed:
-            reasons.append(f"{len(failed)} of {len(records)} requests failed (first: {failed[0].error})")
-        reasons += restart_reasons(before, after)
-        rep["valid"] = not reasons
-        rep["invalid_reason"] = "; ".join(reasons) or None
-        rep["server_start_time"] = (before or {}).get("start_time")
-        rep["restarts_before"] = (before or {}).get("restarts")
-        rep["restarts_after"] = (after or {}).get("restarts")
-        if not rep["valid"]:
-            _null_invalid(rep)
-        rows = []
-        for rec in records:
-            row = rec.to_json()
-            row.update(concurrency=c, repeat=r)
-            rows.append(row)
-        return rep, rows
-
     def _close_cell(self, cell: dict[str, Any]) -> None:
-        reps = cell["per_repeat"]
-        expected = len(self.s.concurrency) * self.s.repeats
-        if cell["invalid_reason"] is None:
-            bad = [x for x in reps if not x["valid"]]
-            if bad:
-                cell["invalid_reason"] = f"{len(bad)} of {len(reps)} repeats invalid: {bad[0]['invalid_reason']}"
-            elif len(reps) < expected:
-                cell["invalid_reason"] = f"only {len(reps)} of {expected} repeats ran"
-        cell["valid"] = cell["invalid_reason"] is None
-        by_c: dict[str, Any] = {}
-        for c in self.s.concurrency:
-            mine = [x for x in reps if x["concurrency"] == c]
-            by_c[str(c)] = {"concurrency": c, **bundle.aggregate(mine, cell["valid"])}
-        first = by_c[str(self.s.concurrency[0])]
-        for k, v in first.items():
-            cell[k] = v
-        cell["by_concurrency"] = by_c
-        cell.setdefault("correctness", {"status": "pending"})
+        close_cell(cell, concurrency=self.s.concurrency, repeats=self.s.repeats)
         key = bundle.cell_name(cell["profile"], cell["spec"])
         self.cells[key] = cell
         if self.current is cell:
@@ -405,21 +311,4 @@ class MatrixRun:
         self._say(f"{cell['profile']} + {cell['spec']}: {verdict}{detail}")
 
     def _apply_gate(self) -> None:
-        settings = correctness.GateSettings(min_exact_match=self.s.min_exact_match)
-        outputs = {
-            key: correctness.reference_outputs(bundle.read_requests(self.run_dir, c["profile"], c["spec"]))
-            for key, c in self.cells.items()
-        }
-        for key, cell in self.cells.items():
-            base_key = bundle.cell_name(correctness.BASELINE, cell["spec"])
-            base = self.cells.get(base_key)
-            cell["correctness"] = correctness.gate(
-                cell["spec"],
-                outputs[key],
-                cell.get("accept_length"),
-                outputs.get(base_key) if base is not None else None,
-                base.get("accept_length") if base is not None else None,
-                settings,
-            )
-            if not cell.get("valid") and cell["correctness"]["status"] == "PASS":
-                cell["correctness"]["status"] = "n/a (invalid run)"  # partial outputs cannot vouch for a profile
+        apply_gate(run_dir=self.run_dir, cells=self.cells, min_exact_match=self.s.min_exact_match)

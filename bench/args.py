@@ -1,0 +1,43 @@
+"""The shape every bench subcommand shares: a dataclass of its flags (`*Args`), built from argparse.
+
+`add_cli_args(parser)` declares the flags, `from_cli_args(namespace)` turns the parsed namespace into
+the typed dataclass, and the command's work functions take keyword arguments, never a namespace, so
+they can be called from Python (tools/, tests) without going through argparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields, is_dataclass
+from typing import Any, ClassVar, TypeVar
+
+T = TypeVar("T", bound="CliArgs")
+
+
+class CliArgs:
+    """Mixin for a subcommand's `*Args` dataclass; `prog` and `description` name its parser."""
+
+    prog: ClassVar[str] = "bench"
+    description: ClassVar[str | None] = None
+    parser_options: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        raise NotImplementedError
+
+    @classmethod
+    def from_cli_args(cls: type[T], args: argparse.Namespace) -> T:
+        """Each dataclass field from the namespace attribute of the same name."""
+        assert is_dataclass(cls)
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if f.init})
+
+    @classmethod
+    def parser(cls) -> argparse.ArgumentParser:
+        """The subcommand's own parser, as `bench COMMAND --help` shows it."""
+        p = argparse.ArgumentParser(prog=cls.prog, description=cls.description, **cls.parser_options)
+        return cls.add_cli_args(p)
+
+    @classmethod
+    def parse(cls: type[T], argv: list[str] | None) -> T:
+        """Parse argv (exit 2 on a malformed flag, as argparse does) into the dataclass."""
+        return cls.from_cli_args(cls.parser().parse_args(argv))

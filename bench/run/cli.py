@@ -1,0 +1,210 @@
+"""`bench run`: measure every (profile, spec) end to end through the control API.
+
+Exit codes: 0 done, 1 runtime failure (server unreachable, ...), 2 bad input (unknown profile or
+spec, bad number) before anything was switched, 130 interrupted (the partial bundle is written
+with "complete": false).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import ClassVar
+
+from rich.console import Console
+
+from bench.args import CliArgs
+from bench.run.matrix import MatrixRun
+from bench.run.selection import csv, single_name
+from bench.run.settings import RunSettings
+from bench.server_client import APIS
+from bench.workload import WORKLOADS
+from launcher import settings
+from launcher.errors import KitError, UserError, run_cli
+
+DEFAULT_OUT = "results"
+
+
+def _url(flag: str, value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise UserError(f"{flag} '{value}': give an http(s) URL such as http://127.0.0.1:30000")
+    return value.rstrip("/")
+
+
+def _positive_ints(flag: str, value: str) -> list[int]:
+    try:
+        nums = [int(v) for v in csv(value)]
+    except ValueError as exc:
+        raise UserError(f"{flag} '{value}': give whole numbers separated by commas, e.g. {flag} 1,4,16") from exc
+    if not nums or any(n < 1 for n in nums):
+        raise UserError(f"{flag} '{value}': every value must be at least 1")
+    return nums
+
+
+@dataclass(frozen=True)
+class RunArgs(CliArgs):
+    """The flags as given; `settings()` checks them and resolves URLs from the environment."""
+
+    prog: ClassVar[str] = "bench run"
+    description: ClassVar[str] = (
+        "End-to-end bench: switch each profile through the control API, warm up, measure "
+        "TTFT, TPOT, chunk gap, tok/s and accept length, gate correctness against `baseline`."
+    )
+
+    url: str | None = None
+    control: str | None = None
+    profiles: str | None = None
+    spec: str | None = None
+    repeats: int = 3
+    concurrency: str = "1"
+    num_prompts: int = 16
+    max_tokens: int = 256
+    workload: str = "chat"
+    api: str = "generate"
+    ignore_eos: bool = False
+    warmup: int = 2
+    no_switch: bool = False
+    connect_timeout: float = 5.0
+    switch_timeout: float = 1800.0
+    health_timeout: float = 600.0
+    min_exact_match: float = 0.9
+    seed: int = 1234
+    out: str = DEFAULT_OUT
+    fleet: str | None = None
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p = parser
+        p.add_argument("--url", default=None,
+                       help=f"SGLang server URL (default ${settings.SERVER_URL.name} or "
+                            f"{settings.SERVER_URL.default})")
+        p.add_argument("--control", default=None,
+                       help="control API URL (default: $KIT_CONTROL_URL or http://$KIT_CONTROL_HOST:$KIT_CONTROL_PORT); "
+                            "profile and spec names and the running plans come from it")
+        p.add_argument("--profiles", default=None,
+                       help="comma-separated profile names, 'stable' (every stable profile) or 'all' (default stable); "
+                            "with --no-switch, the one name the running server is labelled with when no control API "
+                            "answers")
+        p.add_argument("--spec", default=None,
+                       help=f"comma-separated spec modes (default {RunSettings.DEFAULT_SPECS}); with --no-switch, the "
+                            "one mode the running server uses")
+        p.add_argument("--repeats", type=int, default=3, help="measured repeats per concurrency level (default 3)")
+        p.add_argument("--concurrency", default="1", help="comma-separated concurrency levels (default 1)")
+        p.add_argument("--num-prompts", type=int, default=16, help="requests per repeat (default 16)")
+        p.add_argument("--max-tokens", type=int, default=256, help="max new tokens per request (default 256)")
+        p.add_argument("--workload", choices=WORKLOADS, default="chat",
+                       help="bundled chat-templated prompts (default) or seeded random words")
+        p.add_argument("--api", choices=APIS, default="generate",
+                       help="SGLang native /generate (default; per-request spec_verify_ct) or OpenAI chat")
+        p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
+        p.add_argument("--warmup", type=int, default=2,
+                       help="uncounted warm-up requests after each switch (default 2)")
+        p.add_argument("--no-switch", action="store_true", help="bench whatever is running; do not switch")
+        p.add_argument("--connect-timeout", type=float, default=5.0,
+                       help="seconds to wait for a connection (default 5)")
+        p.add_argument("--switch-timeout", type=float, default=1800.0,
+                       help="seconds a switch (restart + health gate) may take (default 1800)")
+        p.add_argument("--health-timeout", type=float, default=600.0,
+                       help="seconds to wait for /health after a switch or restart (default 600)")
+        p.add_argument("--min-exact-match", type=float, default=0.9,
+                       help="correctness gate: least share of outputs identical to baseline's (default 0.9)")
+        p.add_argument("--seed", type=int, default=1234, help="seed of the random workload (default 1234)")
+        p.add_argument("--out", default=DEFAULT_OUT,
+                       help="results folder; the bundle goes to OUT/<run-id>/ (default results)")
+        p.add_argument("--fleet", default=None,
+                       help="fleet file: bench each host in turn (its server and control API, its token), one bundle "
+                            "per host in OUT/<host>/<run-id>/; for the fleet as a whole, give --url <router> instead")
+        return p
+
+    def settings(self, argv: list[str]) -> RunSettings:
+        """What the run measures (exit 2 on a bad value), as the manifest records it."""
+        for flag, v in (("--repeats", self.repeats), ("--num-prompts", self.num_prompts),
+                        ("--max-tokens", self.max_tokens)):
+            if v < 1:
+                raise UserError(f"{flag} {v}: must be at least 1")
+        if self.warmup < 0:
+            raise UserError("--warmup must be 0 or more")
+        if not 0.0 <= self.min_exact_match <= 1.0:
+            raise UserError("--min-exact-match must be between 0 and 1")
+        if self.connect_timeout <= 0:
+            raise UserError("--connect-timeout must be positive")
+        concurrency = _positive_ints("--concurrency", self.concurrency)
+        if self.no_switch:
+            profiles = single_name("--profiles", self.profiles)
+            specs = single_name("--spec", self.spec)
+        else:
+            profiles, specs = self.profiles, self.spec
+            for flag, value in (("--profiles", profiles), ("--spec", specs)):
+                if value is not None and not csv(value):
+                    raise UserError(f"{flag} is empty; give one or more names")
+        url = _url("--url", self.url) if self.url else settings.SERVER_URL.get()
+        control = _url("--control", self.control) if self.control else settings.control_url()
+        mine = {f.name for f in fields(self)}
+        same = {f.name: getattr(self, f.name) for f in fields(RunSettings) if f.name in mine}
+        return RunSettings(**{
+            **same, "url": url, "profiles": profiles, "specs": specs, "control": control, "concurrency": concurrency,
+            "control_given": bool(self.control) or settings.CONTROL_URL.is_set(), "argv": list(argv),
+        })
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = RunArgs.parse(argv)
+    return run_cli(lambda: run_main(args, argv=argv, console=Console(stderr=True)))
+
+
+def run_main(args: RunArgs, *, argv: list[str], console: Console) -> int:
+    """One host (the URLs given) or each host of `--fleet`."""
+    run_settings = args.settings(argv)
+    if args.fleet:
+        if args.url or args.control:
+            raise UserError("--fleet takes each host's server and control API from the fleet file; drop --url/--control")
+        return measure_fleet(fleet_file=args.fleet, base=run_settings, console=console)
+    token = settings.CONTROL_TOKEN.get()
+    if run_settings.switching and not token:
+        raise UserError("switching needs the control token: set KIT_CONTROL_TOKEN (or use --no-switch)")
+    return measure(run_settings=run_settings, token=token, console=console)
+
+
+def measure_fleet(*, fleet_file: str, base: RunSettings, console: Console) -> int:
+    """`--fleet`: the same matrix on every host, each labelled with its name; stops at the first error."""
+    from launcher.fleet import fleetfile
+
+    fleet = fleetfile.load(fleet_file)
+    if base.switching:
+        fleetfile.require_tokens(fleet)
+    rc = 0
+    for host in fleet.host:
+        s = replace(base, url=host.server, control=host.control, control_given=True, fleet_host=host.name,
+                    out=str(Path(base.out) / host.name))
+        console.print(f"fleet host {host.name}: {host.server}")
+        rc = measure(run_settings=s, token=host.token(), console=console) or rc
+    return rc
+
+
+def measure(*, run_settings: RunSettings, token: str | None, console: Console) -> int:
+    """One matrix into one bundle; on Ctrl-C or a failure the partial bundle says `complete: false`."""
+    run = MatrixRun(run_settings, console)
+    try:
+        path = asyncio.run(run.run(token))
+    except KeyboardInterrupt:
+        partial = run.finish(complete=False, interrupted=True)
+        where = f"; partial bundle (complete: false) in {partial}" if partial else ""
+        print(f"interrupted{where}", file=sys.stderr)
+        return 130
+    except KitError:
+        partial = run.finish(complete=False)
+        if partial:
+            print(f"partial bundle (complete: false) in {partial}", file=sys.stderr)
+        raise
+    label = "SIMULATED " if run.simulated else ""
+    print(f"{label}bench bundle: {path}")
+    print(f"{label}summary: {Path(path) / 'summary.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

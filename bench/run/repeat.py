@@ -1,0 +1,93 @@
+"""One measured repeat of `bench run`: its numbers, and whether the same server served all of it.
+
+A repeat is invalid when any request errors or its stream breaks, or when the server restarted
+during it (its /server_info start_time, or the control API's restart count or pid, changed); an
+invalid repeat carries its reason and no numbers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bench import bundle
+from bench.request_record import RequestRecord
+from bench.run.server_identity import PROBE_ERRORS, restart_reasons
+from bench.server_client import ServerClient
+from bench.workload import Prompt
+from launcher.errors import RuntimeFailure
+from launcher.runtime.control_client import ControlClient
+
+METRIC_KEYS_KEPT_WHEN_INVALID = {"completed", "failed", "chunks"}
+
+
+def null_invalid(rep: dict[str, Any]) -> None:
+    """An invalid repeat keeps its counts but no number that could be read as a measurement."""
+    for k, v in list(rep.items()):
+        if isinstance(v, int | float) and not isinstance(v, bool) and k not in METRIC_KEYS_KEPT_WHEN_INVALID:
+            if k not in bundle.SKIP_AGG:
+                rep[k] = None
+    rep["accept_length_source"] = None
+
+
+async def server_identity(server: ServerClient, control: ControlClient | None) -> dict[str, Any] | None:
+    """Start time (and, with a control API, restart count and pid) of the server now; None if it is down."""
+    try:
+        info = await server.server_info()
+    except PROBE_ERRORS:
+        return None
+    ident: dict[str, Any] = {"start_time": info.get("start_time")}
+    if control is not None:
+        try:
+            st = await control.status()
+            ident.update(restarts=st.get("restarts"), pid=st.get("pid"))
+        except RuntimeFailure:
+            pass
+    return ident
+
+
+async def measure_repeat(
+    *,
+    server: ServerClient,
+    control: ControlClient | None,
+    prompts: Sequence[Prompt],
+    spec: str,
+    concurrency: int,
+    repeat: int,
+    on_done: Callable[[RequestRecord], None] | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The repeat's summary (valid or with its reason) and one row per request for the requests file."""
+    before = await server_identity(server, control)
+    m0 = await server.metrics_counters()
+    cpu0 = time.process_time()
+    records, duration = await server.run(prompts, concurrency, on_done=on_done)
+    cpu = time.process_time() - cpu0
+    after = await server_identity(server, control)
+    m1 = await server.metrics_counters() if after is not None else None
+    rep = bundle.repeat_summary(records, duration)
+    rep.update(repeat=repeat, concurrency=concurrency)
+    rep["client_cpu_us_per_chunk"] = cpu / rep["chunks"] * 1e6 if rep["chunks"] else None
+    if rep["accept_length"] is None and spec != "off" and m0 and m1:
+        dv = m1.get("sglang:spec_verify_calls_total", 0.0) - m0.get("sglang:spec_verify_calls_total", 0.0)
+        dt = m1.get("sglang:generation_tokens_total", 0.0) - m0.get("sglang:generation_tokens_total", 0.0)
+        if dv > 0:
+            rep["accept_length"], rep["accept_length_source"] = dt / dv, "metrics"
+    reasons = []
+    failed = [x for x in records if not x.ok]
+    if failed:
+        reasons.append(f"{len(failed)} of {len(records)} requests failed (first: {failed[0].error})")
+    reasons += restart_reasons(before, after)
+    rep["valid"] = not reasons
+    rep["invalid_reason"] = "; ".join(reasons) or None
+    rep["server_start_time"] = (before or {}).get("start_time")
+    rep["restarts_before"] = (before or {}).get("restarts")
+    rep["restarts_after"] = (after or {}).get("restarts")
+    if not rep["valid"]:
+        null_invalid(rep)
+    rows = []
+    for rec in records:
+        row = rec.to_json()
+        row.update(concurrency=concurrency, repeat=repeat)
+        rows.append(row)
+    return rep, rows
