@@ -17,6 +17,7 @@ from launcher.errors import RuntimeFailure
 
 T = TypeVar("T")
 STATUS_TIMEOUT_S = 30.0
+URL_FROM = "--url / KIT_CONTROL_URL"  # where `launcher switch/status` take the URL; other callers name theirs
 
 
 def _why(exc: BaseException) -> str:
@@ -25,10 +26,13 @@ def _why(exc: BaseException) -> str:
 
 
 class ControlClient:
-    """Async client; use as `async with ControlClient(url, token) as c: await c.status()`."""
+    """Async client; use as `async with ControlClient(url, token) as c: await c.status()`.
 
-    def __init__(self, url: str, token: str | None = None, connect_timeout: float = 5.0):
+    `url_from` names where the caller took the URL, so an unreachable API points at the right flag."""
+
+    def __init__(self, url: str, token: str | None = None, connect_timeout: float = 5.0, *, url_from: str = URL_FROM):
         self.url = url.rstrip("/")
+        self.url_from = url_from
         self.token = token or None
         self.connect_timeout = connect_timeout
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(STATUS_TIMEOUT_S, connect=connect_timeout))
@@ -45,7 +49,7 @@ class ControlClient:
         except httpx.HTTPError as exc:
             raise RuntimeFailure(
                 f"control API at {self.url} is unreachable ({_why(exc)}); is `launcher serve` running? "
-                "check the URL (--control / KIT_CONTROL_URL)"
+                f"check the URL ({self.url_from})"
             ) from exc
         if r.status_code != 200:
             raise RuntimeFailure(f"{self.url}{path} answered HTTP {r.status_code}: {r.text[:200]}")
@@ -96,12 +100,12 @@ class ControlClient:
 class SyncControlClient:
     """The same calls from synchronous code: each runs the async client in a fresh event loop."""
 
-    def __init__(self, url: str, token: str | None = None, connect_timeout: float = 5.0):
-        self.url, self.token, self.connect_timeout = url, token, connect_timeout
+    def __init__(self, url: str, token: str | None = None, connect_timeout: float = 5.0, *, url_from: str = URL_FROM):
+        self.url, self.token, self.connect_timeout, self.url_from = url, token, connect_timeout, url_from
 
     def _run(self, call: Callable[[ControlClient], Awaitable[T]]) -> T:
         async def go() -> T:
-            async with ControlClient(self.url, self.token, self.connect_timeout) as c:
+            async with ControlClient(self.url, self.token, self.connect_timeout, url_from=self.url_from) as c:
                 return await call(c)
 
         return asyncio.run(go())
