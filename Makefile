@@ -6,15 +6,16 @@
 #   make bench                      every profile end to end, side by side, with a report
 #   make down
 #
-# Checks of PROFILE, SPEC and MODEL_PATH are plain make and shell, so they work on a host without
-# the Python environment, and they stop before any docker command runs. `make -n VERB` prints the
-# docker commands a verb runs.
+# Checks of PROFILE, SPEC and MODEL_PATH are plain make and shell, plus the host's python3 (3.11 or
+# newer, standard library only) asking the launcher which profiles and spec modes exist
+# (launcher/profiles/catalog.py), so they work on a host without the kit's Python environment, and
+# they stop before any docker command runs. `make -n VERB` prints the docker commands a verb runs.
 
 .DEFAULT_GOAL := help
 SHELL := /bin/sh
 
 PROFILE ?= $(or $(call dotenv,PROFILE),baseline)
-SPEC ?= $(or $(call dotenv,SPEC),eagle3)
+SPEC ?= $(or $(call dotenv,SPEC),$(DEFAULT_SPEC))
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 HADOLINT ?= $(if $(wildcard $(VENV)/bin/hadolint),$(VENV)/bin/hadolint,hadolint)
@@ -48,12 +49,24 @@ dotenv = $(shell [ -f .env ] && sed -n 's/^[[:space:]]*$(1)[[:space:]]*=[[:space
 ENV_MODEL_PATH = $(or $(MODEL_PATH),$(call dotenv,MODEL_PATH))
 ENV_DRAFT_MODEL_PATH = $(or $(DRAFT_MODEL_PATH),$(call dotenv,DRAFT_MODEL_PATH))
 
-# ---- profiles and spec modes: the files are the list ---------------------------------------------
+# ---- profiles and spec modes: the launcher knows them (launcher/profiles/catalog.py) ----------------
 KIT_PROFILES_DIR ?= $(call dotenv,KIT_PROFILES_DIR)
 export KIT_PROFILES_DIR
-PROFILE_DIRS = profiles $(subst :, ,$(KIT_PROFILES_DIR))
-KNOWN_PROFILES = $(sort $(filter-out base,$(basename $(notdir $(foreach d,$(PROFILE_DIRS),$(wildcard $(d)/*.toml))))))
-KNOWN_SPECS = $(or $(sort $(basename $(notdir $(foreach d,$(PROFILE_DIRS),$(wildcard $(d)/spec/*.toml))))),eagle3 ngram off)
+# One catalog query with the host's python3, run at most once per make (cached on first use).
+shquote = '$(subst ','\'',$(1))'
+CATALOG = $(PYTHON) -m launcher.profiles.catalog
+catalog = $(eval CATALOG_OUT := $(shell (KIT_PROFILES_DIR=$(call shquote,$(KIT_PROFILES_DIR)) $(CATALOG) $(1)) 2>&1))$(if \
+	$(filter 0,$(.SHELLSTATUS)),$(CATALOG_OUT),$(error $(CATALOG) $(1) failed: $(CATALOG_OUT) \
+	(the checks need Python 3.11 or newer as $(PYTHON); PYTHON=/path/to/python3 picks another)))
+KNOWN_PROFILES = $(eval KNOWN_PROFILES := $(call catalog,profiles))$(KNOWN_PROFILES)
+KNOWN_SPECS = $(eval KNOWN_SPECS := $(call catalog,specs))$(KNOWN_SPECS)
+DEFAULT_SPEC = $(eval DEFAULT_SPEC := $(call catalog,default-spec))$(DEFAULT_SPEC)
+# Compose cannot split a colon-separated variable into volumes, so with KIT_PROFILES_DIR set the
+# launcher writes an override that mounts each folder read-only at its own path in the server and
+# bench containers and passes the variable on; every compose verb lays it over the compose file.
+PROFILES_OVERRIDE := .kit/compose.profiles.yml
+PROFILES_OVERRIDE_DEP = $(if $(KIT_PROFILES_DIR),$(PROFILES_OVERRIDE))
+COMPOSE_FILES = $(if $(KIT_PROFILES_DIR), $(if $(filter -f --file,$(COMPOSE)),,-f docker-compose.yml )-f $(PROFILES_OVERRIDE))
 
 # ---- checks, before any recipe runs --------------------------------------------------------------
 PROFILE_GOALS := up switch show allreduce fleet-switch
@@ -61,10 +74,10 @@ MODEL_GOALS := up bench allreduce
 
 ifneq ($(filter $(PROFILE_GOALS),$(MAKECMDGOALS)),)
 ifneq ($(words $(PROFILE))$(filter $(PROFILE),$(KNOWN_PROFILES)),1$(PROFILE))
-$(error unknown PROFILE '$(PROFILE)'. Known profiles: $(KNOWN_PROFILES) (profiles/<name>.toml$(if $(KIT_PROFILES_DIR), or <dir>/<name>.toml for a dir in KIT_PROFILES_DIR=$(KIT_PROFILES_DIR))))
+$(error unknown PROFILE '$(PROFILE)'. Known profiles: $(KNOWN_PROFILES) (profiles/<name>.toml$(if $(KIT_PROFILES_DIR), or <dir>/<name>.toml for a dir in KIT_PROFILES_DIR=$(KIT_PROFILES_DIR)); `make profiles` lists them))
 endif
 ifneq ($(words $(SPEC))$(filter $(SPEC),$(KNOWN_SPECS)),1$(SPEC))
-$(error unknown SPEC '$(SPEC)'. Known spec modes: $(KNOWN_SPECS))
+$(error unknown SPEC '$(SPEC)'. Known spec modes: $(KNOWN_SPECS) (profiles/spec/<mode>.toml$(if $(KIT_PROFILES_DIR), or <dir>/spec/<mode>.toml for a dir in KIT_PROFILES_DIR)))
 endif
 endif
 
@@ -83,7 +96,8 @@ endif
 
 # docker-compose.yml does not load without MODEL_PATH. Verbs that never create the server container
 # (build, down, logs, status, switch) get a placeholder when it is unset, so `make down` always works.
-COMPOSE_ANY = $(if $(ENV_MODEL_PATH),,MODEL_PATH=/nonexistent )$(COMPOSE)
+COMPOSE_CMD = $(COMPOSE)$(COMPOSE_FILES)
+COMPOSE_ANY = $(if $(ENV_MODEL_PATH),,MODEL_PATH=/nonexistent )$(COMPOSE_CMD)
 # BuildKit (cache mounts) also when docker-compose v1 drives the build.
 BUILD_ENV = DOCKER_BUILDKIT=1 COMPOSE_DOCKER_CLI_BUILD=1
 # Image labels, and base-image/source pins from the environment or .env when set. KIT_CREATED is the
@@ -108,16 +122,18 @@ help: ## list the verbs (this text)
 	@printf '\nProfiles:   %s\nSpec modes: %s\nNow:        PROFILE=%s SPEC=%s PY=%s\n' \
 		'$(KNOWN_PROFILES)' '$(KNOWN_SPECS)' '$(PROFILE)' '$(SPEC)' '$(PY)'
 
+build: $(PROFILES_OVERRIDE_DEP)
 build: ## build the server and bench images (labels carry the patch-set hash and git revision)
 	$(ENGINE_CHECK)
 	$(BUILD_ENV) $(COMPOSE_ANY) --profile bench build $(BUILD_ARGS) server bench
 
+up: $(PROFILES_OVERRIDE_DEP)
 up: ## build if needed, start SGLang with PROFILE and SPEC, wait until /health answers
 	$(ENGINE_CHECK)
-	$(BUILD_ENV) $(COMPOSE) build $(BUILD_ARGS) server
+	$(BUILD_ENV) $(COMPOSE_CMD) build $(BUILD_ARGS) server
 	mkdir -p $(RESULTS_DIR)
-	PROFILE=$(PROFILE) SPEC=$(SPEC) $(COMPOSE) up -d server
-	@cid=$$($(COMPOSE) ps -q server); start=$$(date +%s); last=-30; \
+	PROFILE=$(PROFILE) SPEC=$(SPEC) $(COMPOSE_CMD) up -d server
+	@cid=$$($(COMPOSE_CMD) ps -q server); start=$$(date +%s); last=-30; \
 	echo "waiting for the server to become healthy (up to $(UP_TIMEOUT)s; loading a large model takes minutes)"; \
 	while :; do \
 		state=$$($(DOCKER) inspect -f '{{.State.Status}}/{{if .State.Health}}{{.State.Health.Status}}{{end}}' "$$cid") || exit 1; \
@@ -133,40 +149,51 @@ up: ## build if needed, start SGLang with PROFILE and SPEC, wait until /health a
 		sleep 5; \
 	done
 
+switch: $(PROFILES_OVERRIDE_DEP)
 switch: ## switch the running server to PROFILE/SPEC via its control API (drain, restart, health gate, roll back)
 	$(ENGINE_CHECK)
 	$(COMPOSE_ANY) exec $(EXEC_T) server launcher switch $(PROFILE) --spec $(SPEC)
 
+status: $(PROFILES_OVERRIDE_DEP)
 status: ## container state, then the control API's view of the running profile
 	$(ENGINE_CHECK)
 	$(COMPOSE_ANY) ps server
 	$(COMPOSE_ANY) exec $(EXEC_T) server launcher status
 
+down: $(PROFILES_OVERRIDE_DEP)
 down: ## stop and remove the containers (caches and kit state stay in their volumes)
 	$(ENGINE_CHECK)
 	$(COMPOSE_ANY) --profile bench down
 
+logs: $(PROFILES_OVERRIDE_DEP)
 logs: ## follow the server log
 	$(ENGINE_CHECK)
 	$(COMPOSE_ANY) logs -f --tail=200 server
 
+bench: $(PROFILES_OVERRIDE_DEP)
 bench: ## run the bench container against the server (starts it if needed); BENCH_ARGS="run ..."
 	$(ENGINE_CHECK)
-	$(BUILD_ENV) $(COMPOSE) --profile bench build $(BUILD_ARGS) bench
+	$(BUILD_ENV) $(COMPOSE_CMD) --profile bench build $(BUILD_ARGS) bench
 	mkdir -p $(RESULTS_DIR)
-	KIT_UID=$$(id -u) KIT_GID=$$(id -g) $(COMPOSE) --profile bench run --rm bench $(BENCH_ARGS)
+	KIT_UID=$$(id -u) KIT_GID=$$(id -g) $(COMPOSE_CMD) --profile bench run --rm bench $(BENCH_ARGS)
 
+allreduce: $(PROFILES_OVERRIDE_DEP)
 allreduce: ## all-reduce latency for PROFILE's environment beside nccl-tests, into results/allreduce/
 	$(ENGINE_CHECK)
-	$(BUILD_ENV) $(COMPOSE) build $(BUILD_ARGS) server
+	$(BUILD_ENV) $(COMPOSE_CMD) build $(BUILD_ARGS) server
 	mkdir -p $(RESULTS_DIR)
-	$(COMPOSE) run --rm --no-deps --entrypoint bench server allreduce --profile $(PROFILE) \
+	$(COMPOSE_CMD) run --rm --no-deps --entrypoint bench server allreduce --profile $(PROFILE) \
 		--out /results/allreduce/$$(date -u +%Y%m%dT%H%M%SZ)-$(PROFILE) $(ALLREDUCE_ARGS)
 
+doctor: $(PROFILES_OVERRIDE_DEP)
 doctor: ## check this host (driver, toolkit, P2P, IOMMU/ACS, /dev/shm, NCCL) in the server container
 	$(ENGINE_CHECK)
 	$(BUILD_ENV) $(COMPOSE_ANY) build $(BUILD_ARGS) server
 	$(COMPOSE_ANY) run --rm --no-deps --entrypoint launcher server doctor $(DOCTOR_ARGS)
+
+$(PROFILES_OVERRIDE): FORCE
+	$(CATALOG) compose-override --out $@
+FORCE:
 
 # Host-side verbs create the virtualenv on first use; PY=... on the command line uses that Python as is.
 ifeq ($(origin PY),command line)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -202,3 +203,29 @@ def test_image_paths_live_on_volumes(default_cfg):
             var,
             m.group(1),
         )
+
+
+def test_kit_profiles_dir_folders_reach_server_and_bench_read_only(project, tmp_path):
+    """Compose cannot split KIT_PROFILES_DIR, so `make` lays the launcher's override over the file: each
+    folder mounted read-only at its own path in both containers, and the variable passed on."""
+    from launcher.profiles import catalog
+
+    folders = [tmp_path / "mine", tmp_path / "team$x"]
+    for f in folders:
+        f.mkdir()
+    dirs = ":".join(map(str, folders))
+    override = project / ".kit" / "compose.profiles.yml"
+    override.parent.mkdir()
+    override.write_text(json.dumps(catalog.compose_override({"KIT_PROFILES_DIR": dirs})))
+    base = {"PATH": os.environ["PATH"], "HOME": str(project), "MODEL_PATH": "/m", "KIT_PROFILES_DIR": dirs}
+    proc = subprocess.run([compose_bin(), "-f", "docker-compose.yml", "-f", str(override), "--profile", "bench",
+                           "config"], cwd=project, env=base, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    cfg = yaml.safe_load(proc.stdout.replace("$$", "$"))  # `config` writes a literal '$' as '$$' again
+    for name in ("server", "bench"):
+        svc = cfg["services"][name]
+        assert svc["environment"]["KIT_PROFILES_DIR"] == dirs
+        binds = [v for v in svc["volumes"] if isinstance(v, dict) and v.get("type") == "bind"]
+        assert [(v["source"], v["target"], v.get("read_only")) for v in binds] == [(str(f), str(f), True) for f in folders]
+    # The built-in profiles stay mounted beside them.
+    assert any(str(v).endswith(":/opt/kit/profiles:ro") for v in cfg["services"]["server"]["volumes"])

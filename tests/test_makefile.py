@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_PROFILES = ("baseline", "fused", "custom-ar")
+TEST_SPECS = ("eagle3", "ngram", "off")
 VERBS = (
     "help",
     "build",
@@ -105,14 +107,17 @@ def kit(tmp_path: Path) -> Kit:
     root.mkdir()
     for name in ("Makefile", "docker-compose.yml"):
         shutil.copy(ROOT / name, root / name)
-    (root / "launcher").mkdir()
+    # The real launcher package: the Makefile asks it which profiles and spec modes exist, with the
+    # system's python3 (no kit venv, no pydantic on this PATH).
+    shutil.copytree(ROOT / "launcher", root / "launcher", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "launcher" / "__init__.py").write_text('__version__ = "9.8.7"\n')
     (root / "docker").mkdir()
     shutil.copy(ROOT / "docker" / "patch-set-hash.sh", root / "docker" / "patch-set-hash.sh")
     (root / "patches").mkdir()
     (root / "patches" / "series.toml").write_text('sglang_version = "0.5.23"\n')
     (root / "profiles").mkdir()
-    for name in ("base", *TEST_PROFILES):
+    for name in ("base", *TEST_PROFILES, *(f"spec/{m}" for m in TEST_SPECS)):
+        (root / "profiles" / f"{name}.toml").parent.mkdir(exist_ok=True)
         (root / "profiles" / f"{name}.toml").write_text('description = "scratch profile"\n')
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -250,13 +255,47 @@ def test_profiles_from_kit_profiles_dir(kit, tmp_path):
     extra_a.mkdir()
     extra_b.mkdir()
     (extra_b / "mine.toml").write_text('extends = "fused"\n')
+    (extra_b / "spec").mkdir()
+    (extra_b / "spec" / "quick.toml").write_text('description = "my spec mode"\n')
     dirs = f"{extra_a}:{extra_b}"
-    ok = kit.make("-n", "up", "PROFILE=mine", **kit.with_models(KIT_PROFILES_DIR=dirs))
-    assert ok.returncode == 0, ok.stderr
-    assert "PROFILE=mine SPEC=eagle3 docker compose up -d server" in ok.stdout
     bad = kit.make("up", "PROFILE=nonsense", **kit.with_models(KIT_PROFILES_DIR=dirs))
     assert bad.returncode != 0 and "mine" in bad.stderr and str(extra_b) in bad.stderr
     assert kit.compose_calls() == []
+    # The folders reach the containers: every compose verb lays the launcher's override over the file.
+    ok = kit.make("up", "PROFILE=mine", "SPEC=quick", **kit.with_models(KIT_PROFILES_DIR=dirs))
+    assert ok.returncode == 0, ok.stderr
+    files = "-f docker-compose.yml -f .kit/compose.profiles.yml"
+    assert f"docker compose {files} up -d server | MODEL_PATH={kit.model} PROFILE=mine SPEC=quick" in kit.compose_calls()
+    override = yaml.safe_load((kit.root / ".kit" / "compose.profiles.yml").read_text())
+    for service in ("server", "bench"):
+        assert override["services"][service]["environment"] == {"KIT_PROFILES_DIR": dirs}
+        assert [(v["source"], v["target"], v["read_only"]) for v in override["services"][service]["volumes"]] == [
+            (str(extra_a), str(extra_a), True), (str(extra_b), str(extra_b), True)]
+    for verb in ("switch", "status", "down", "bench"):
+        assert re.search(rf"(^| )docker compose {files} ", kit.make("-n", verb, "PROFILE=mine", "SPEC=quick",
+                         **kit.with_models(KIT_PROFILES_DIR=dirs)).stdout, re.M), verb
+    # A COMPOSE that names its own file (make e2e) gets only the override added.
+    own = kit.make("-n", "down", "COMPOSE=docker-compose -f /x/merged.yml", KIT_PROFILES_DIR=dirs).stdout
+    assert "docker-compose -f /x/merged.yml -f .kit/compose.profiles.yml --profile bench down" in own, own
+
+
+def test_a_kit_profiles_dir_folder_that_does_not_exist_stops_before_docker(kit, tmp_path):
+    proc = kit.make("up", "PROFILE=fused", **kit.with_models(KIT_PROFILES_DIR=str(tmp_path / "nope")))
+    assert proc.returncode == 2 and f"KIT_PROFILES_DIR: {tmp_path / 'nope'} is not a folder" in proc.stderr
+    assert kit.compose_calls() == []
+
+
+def test_the_default_spec_comes_from_the_launcher(kit):
+    """No spec mode is spelled in the Makefile: the default is settings.default_spec()'s answer."""
+    assert not re.search(r"^SPEC \?=.*eagle3", (ROOT / "Makefile").read_text(), re.M)
+    settings_py = kit.root / "launcher" / "settings.py"
+    text, n = re.subn(r'(\bSPEC = \w+\(\w+, )"eagle3"', r'\1"ngram"', settings_py.read_text())
+    assert n == 1, "the SPEC setting's default is no longer written as expected; update this test"
+    settings_py.write_text(text)
+    (kit.root / "profiles" / "spec" / "ngram.toml").write_text('description = "n"\n')
+    proc = kit.make("-n", "up", "PROFILE=fused", **kit.with_models())
+    assert "PROFILE=fused SPEC=ngram docker compose up -d server" in proc.stdout, proc.stderr
+    assert "SPEC=off" in kit.make("help", SPEC="off").stdout  # the environment still wins
 
 
 @pytest.mark.parametrize("verb", ["up", "switch", "show"])

@@ -170,6 +170,29 @@ def test_kit_profiles_dir_is_colon_separated_and_shadows_builtins(tmp_path, monk
     assert profiles.load("other").chain[-2] == first / "fused.toml"
 
 
+def test_spec_modes_in_a_user_folder_are_known_and_shadow_builtins(builtin, tmp_path, monkeypatch):
+    """A user folder's spec/ holds spec modes, as the Makefile has always assumed."""
+    user = user_dir(
+        tmp_path,
+        monkeypatch,
+        {
+            "p.toml": profile_toml("p"),
+            "spec/quick.toml": profile_toml("quick", server={"speculative-num-steps": 2}),
+            "spec/on.toml": profile_toml("my on", server={"port": 9}),
+        },
+    )
+    assert profiles.spec_modes() == ["off", "on", "quick"]
+    res = profiles.load("p")
+    profiles.apply_spec(res, "quick")
+    assert res.server["speculative-num-steps"] == 2 and res.chain[-1] == user / "spec" / "quick.toml"
+    res = profiles.load("p")
+    profiles.apply_spec(res, "on")
+    assert res.server["port"] == 9  # the user's file wins over the built-in one
+    with pytest.raises(UserError, match=r"known: off, on, quick") as exc:
+        profiles.apply_spec(profiles.load("p"), "medusa")
+    assert str(user) in str(exc.value)
+
+
 def test_user_base_toml_shadows_builtin_base(tmp_path, monkeypatch):
     user_dir(
         tmp_path,

@@ -6,7 +6,8 @@
 #   2. test bases: tools/e2e/bases.sh (debootstrap import, CPU SGLang, Python)
 #   3. images: `make build` with tools/e2e/compose.e2e.yml laid over docker-compose.yml
 #   4. inside the server image: the patch check, `launcher check --all`, sitecustomize precompiled
-#   5. make up PROFILE=nccl-tuned SPEC=off, status, switch PROFILE=custom-ar, bench, down
+#   5. make up PROFILE=mine SPEC=plain (a profile and a spec mode of the user's, in a KIT_PROFILES_DIR
+#      folder outside the checkout), status, switch PROFILE=custom-ar, bench, switch back to mine, down
 #
 # What differs from a release build, and why: the GPU stages are skipped (KIT_GPU_STAGES=skip,
 # DEEPEP_SM120=skip: the CPU base has no CUDA toolkit); the Dockerfile's `# syntax=` line is dropped
@@ -78,6 +79,26 @@ yaml.safe_dump(doc, open(sys.argv[3], "w"), sort_keys=False)
 PY
 COMPOSE="$compose_bin -p kit-e2e --project-directory $repo -f $cache/compose.merged.yml"
 export COMPOSE
+# A user's own profile and spec mode, in a folder outside the checkout: every make verb below sees
+# KIT_PROFILES_DIR, as a user's .env would give it, and lays the mount override over the compose file.
+user_profiles=$e2e/user-profiles
+rm -rf "$user_profiles"
+mkdir -p "$user_profiles/spec"
+cat >"$user_profiles/mine.toml" <<'TOML'
+extends = "nccl-tuned"
+description = "make e2e: a profile from a KIT_PROFILES_DIR folder"
+TOML
+cat >"$user_profiles/spec/plain.toml" <<'TOML'
+description = "make e2e: a spec mode from a KIT_PROFILES_DIR folder (no speculative decoding)"
+TOML
+export KIT_PROFILES_DIR=$user_profiles
+# `make status` must name the running profile and spec mode, as /status reports them.
+expect_status() {
+  local out
+  out=$(make --no-print-directory status COMPOSE="$COMPOSE")
+  printf '%s\n' "$out"
+  grep -q "^$1 + $2 " <<<"$out" || { echo "make status does not name $1 + $2" >&2; exit 1; }
+}
 
 step "make build (server and bench images from the real Dockerfile)"
 make --no-print-directory build COMPOSE="$COMPOSE"
@@ -96,8 +117,8 @@ step "inside the server image"
   python3 -c "import json; c = {c[\"name\"]: c for c in json.load(open(\"/tmp/doctor.json\"))[\"checks\"]}[\"nccl\"]; print(\"doctor nccl check:\", c[\"status\"], c[\"detail\"]); assert c[\"status\"] == \"pass\""
 '
 
-step "make up PROFILE=nccl-tuned SPEC=off"
-make --no-print-directory up PROFILE=nccl-tuned SPEC=off COMPOSE="$COMPOSE" UP_TIMEOUT=300
+step "make up PROFILE=mine SPEC=plain (KIT_PROFILES_DIR=$KIT_PROFILES_DIR)"
+make --no-print-directory up PROFILE=mine SPEC=plain COMPOSE="$COMPOSE" UP_TIMEOUT=300
 cid=$($COMPOSE ps -q server)
 echo "profile env seen inside the container's server process:"
 /usr/bin/docker exec "$cid" python3 -c '
@@ -110,14 +131,16 @@ for proc in pathlib.Path("/proc").glob("[0-9]*"):
     except OSError:
         continue
     print({k: env.get(k) for k in ("KIT_ACTIVE_PROFILE", "KIT_ACTIVE_SPEC", "NCCL_PROTO", "NCCL_ALGO")})
-    assert env.get("KIT_ACTIVE_PROFILE") == "nccl-tuned" and env.get("NCCL_PROTO") == "LL", env
+    # mine extends nccl-tuned: its NCCL settings come through the user file
+    assert env.get("KIT_ACTIVE_PROFILE") == "mine" and env.get("KIT_ACTIVE_SPEC") == "plain", env
+    assert env.get("NCCL_PROTO") == "LL", env
     break
 else:
     raise SystemExit("no stand-in process found")
 '
 
 step "make status"
-make --no-print-directory status COMPOSE="$COMPOSE"
+expect_status mine plain
 
 step "make switch PROFILE=custom-ar SPEC=off"
 make --no-print-directory switch PROFILE=custom-ar SPEC=off COMPOSE="$COMPOSE"
@@ -127,6 +150,10 @@ make --no-print-directory bench COMPOSE="$COMPOSE" \
   BENCH_ARGS="run --profiles baseline,custom-ar --spec off --repeats 1 --num-prompts 4 --max-tokens 32 --warmup 1"
 echo "bundle files and their owner (uid:gid), expected $(id -u):$(id -g):"
 find "$RESULTS_DIR" -maxdepth 2 -newer "$cache/compose.merged.yml" -printf '  %U:%G %P\n' | head -8
+
+step "make switch PROFILE=mine SPEC=plain (back to the user's profile)"
+make --no-print-directory switch PROFILE=mine SPEC=plain COMPOSE="$COMPOSE"
+expect_status mine plain
 
 step "make down"
 make --no-print-directory down COMPOSE="$COMPOSE"
