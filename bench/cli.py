@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from launcher import __version__
+
 COMMANDS = {
     "run": ("bench.run.cli", "every profile x spec mode end to end, into a results bundle"),
     "report": ("bench.report", "rebuild summary and plots of a bundle"),
@@ -17,7 +19,7 @@ COMMANDS = {
 
 def usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: bench COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: bench [--version] COMMAND [ARGS...]", "", "commands:"]
     lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
     lines.append("\n`bench COMMAND --help` for each command's options.")
     return "\n".join(lines)
@@ -28,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"bench {__version__}")
+        return 0
     if argv[0] not in COMMANDS:
         print(f"bench: unknown command '{argv[0]}'\n\n{usage()}", file=sys.stderr)
         return 2

@@ -128,7 +128,9 @@ class MatrixRun:
             )
             control = None
             if s.control:
-                control = await stack.enter_async_context(ControlClient(s.control, token, s.connect_timeout))
+                control = await stack.enter_async_context(
+                    ControlClient(s.control, token, s.connect_timeout, url_from="--control / KIT_CONTROL_URL")
+                )
             await server.preflight()
             status = None
             if control is not None:
