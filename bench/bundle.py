@@ -70,7 +70,7 @@ def kit_info() -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             out = ""
         sha = out if re.fullmatch(r"[0-9a-f]{40}", out) else None
-    return {"version": __version__, "git_sha": sha or settings.GIT_SHA.get(), "image_id": settings.IMAGE_ID.get()}
+    return {"version": __version__, "git_sha": sha or settings.KIT_GIT_SHA.get(), "image_id": settings.KIT_IMAGE_ID.get()}
 
 
 # ----- per-repeat and per-cell numbers ---------------------------------------------------------

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from launcher import settings
+from launcher import __version__, settings
 from launcher.errors import UserError, run_cli
 
 
@@ -40,7 +40,7 @@ def _spec_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _spec(args: argparse.Namespace) -> str:
-    return args.spec or settings.SPEC.get()
+    return args.spec or settings.default_spec()
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -50,15 +50,15 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     if not rows:
         dirs = ", ".join(str(d) for d in search_dirs())
         raise UserError(
-            f"no profiles found; searched {dirs}. Set {settings.BUILTIN_PROFILES_DIR.name} to the folder of "
-            f"the kit's profiles/, or add folders with {settings.PROFILES_DIR.name}"
+            f"no profiles found; searched {dirs}. Set {settings.KIT_BUILTIN_PROFILES_DIR.name} to the folder of "
+            f"the kit's profiles/, or add folders with {settings.KIT_PROFILES_DIR.name}"
         )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     width = max((len(r["name"]) for r in rows), default=4)
-    for r in rows:
-        print(f"{r['name']:<{width}}  {r['status']:<12}  {r['description']}")
+    for r in rows:  # an invalid file shows why in place of its description
+        print(f"{r['name']:<{width}}  {r['status']:<12}  {r.get('error') or r['description']}")
     return 0
 
 
@@ -91,7 +91,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from launcher.profiles.loader import available_names, spec_modes
     from launcher.profiles.plan import check_environ, evaluate
 
-    names = available_names() if args.all or not args.profiles else args.profiles
+    every = args.all or not args.profiles
+    names = available_names() if every else args.profiles
     specs = spec_modes() if args.spec == "all" else [args.spec]
     use_parser = sglang_args.available()
     if args.require_parser and not use_parser:
@@ -99,17 +100,34 @@ def cmd_check(args: argparse.Namespace) -> int:
     facts = _facts(args.host_facts)
     env = check_environ()
     bad = 0
+    warned: dict[str, dict[str, list[str]]] = {}  # warning -> profile -> spec modes: each printed once
     for name in names:
+        file_errors: set[str] = set()
         for spec in specs:
-            _, findings = evaluate(name, spec, facts, environ=env, use_parser=use_parser)
+            try:
+                _, findings = evaluate(name, spec, facts, environ=env, use_parser=use_parser)
+            except UserError as exc:
+                if not every:  # a profile named on the command line: its error is the answer
+                    raise
+                # --all: one broken file must not hide the others
+                print(f"FAIL  {name} + {spec}")
+                print(f"      error: {exc}" if str(exc) not in file_errors else "      error: as above")
+                file_errors.add(str(exc))
+                bad += 1
+                continue
             errors = [f for f in findings if f.level in ("error", "ineligible")]
-            warns = [f for f in findings if f.level == "warning"]
             print(f"{'FAIL' if errors else 'ok  '}  {name} + {spec}")
             for f in errors:
                 print(f"      {f.level}: {f.render()}")
-            for f in warns:
-                print(f"      warning: {f.render()}")
+            for f in findings:
+                if f.level == "warning":
+                    warned.setdefault(f.render(), {}).setdefault(name, []).append(spec)
             bad += bool(errors)
+    for text, where in warned.items():
+        print(f"warning: {text}")
+        print(f"      for: {_plans(where, specs)}")
+    total = len(names) * len(specs)
+    print(f"{total - bad} ok, {bad} invalid ({len(names)} profile(s) x {len(specs)} spec mode(s))")
     if env.used:
         print(f"note: unset {', '.join(sorted(env.used))} checked as placeholders")
     if use_parser:
@@ -122,13 +140,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plans(where: dict[str, list[str]], specs: list[str]) -> str:
+    """`a, b (every spec mode); c + off`: the plans a warning applies to, short."""
+    whole = [name for name, modes in where.items() if len(modes) == len(specs)]
+    parts = [", ".join(whole) + (" (every spec mode)" if len(specs) > 1 else "")] if whole else []
+    parts += [f"{name} + {'/'.join(modes)}" for name, modes in where.items() if name not in whole]
+    return "; ".join(parts)
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     from launcher.profiles import sglang_args
     from launcher.profiles.plan import build_plan
-    from launcher.profiles.render import render
+    from launcher.profiles.render import write_plan
 
     plan = build_plan(args.profile, _spec(args), _facts(args.host_facts), use_parser=sglang_args.available())
-    path = render(plan, Path(args.state_dir))
+    path = write_plan(Path(args.state_dir), plan)
     print(path)
     return 0
 
@@ -141,6 +167,7 @@ def _dispatch(module: str, argv: list[str]) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="launcher", description="SGLang PCIe speculative-decoding kit: launcher")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("profiles", help="list profiles")

@@ -23,8 +23,8 @@ def _first_existing(*candidates: Path) -> Path:
 
 
 def builtin_profiles_dir() -> Path:
-    return settings.BUILTIN_PROFILES_DIR.get() or _first_existing(PACKAGE / "builtin_profiles", CHECKOUT / "profiles")
+    return settings.KIT_BUILTIN_PROFILES_DIR.get() or _first_existing(PACKAGE / "builtin_profiles", CHECKOUT / "profiles")
 
 
 def sitecustomize_dir() -> Path:
-    return settings.SITECUSTOMIZE_DIR.get() or _first_existing(PACKAGE / "site", CHECKOUT / "sitecustomize")
+    return settings.KIT_SITECUSTOMIZE_DIR.get() or _first_existing(PACKAGE / "site", CHECKOUT / "sitecustomize")

@@ -1,14 +1,15 @@
 """Every environment setting the kit reads, in one typed registry (the shape of SGLang's `environ.py`).
 
-Each setting has a name, a type, a default, one line of documentation and a secret mark. Code reads
-a value only through its `Setting` (`settings.STATE_DIR.get()`), so a bad value is handled one way
-everywhere: `SettingError` (a `UserError`, exit 2) naming the variable, the value and what is
-expected. Server-side processes call `check()` before they start anything and refuse to start.
-An empty value means unset, as docker compose passes `${X:-}`.
+Each setting is declared once, as an attribute of a `Section` whose name is the variable's name, with a
+type, a default, one line of documentation and a secret mark. Code reads a value only through its
+`Setting` (`settings.KIT_STATE_DIR.get()`), so a bad value is handled one way everywhere: `SettingError`
+(a `UserError`, exit 2) naming the variable, the value and what is expected. Server-side processes call
+`check()` before they start anything and refuse to start. An empty value means unset, as docker
+compose passes `${X:-}`.
 
 `.env.example` and `docs/settings.md` are generated from this module
-(`python -m launcher settings --write`); a test fails when they drift.
-State-file names and log paths live here too (`StatePaths`), so no module spells them twice.
+(`python -m launcher settings --write`); a test fails when they drift. The state-file layout lives in
+`launcher/state_layout.py`, what a profile may set in `launcher/profiles/policy.py`.
 """
 
 from __future__ import annotations
@@ -106,17 +107,31 @@ def _port(raw: str) -> int:
 
 
 # ----- the registry ------------------------------------------------------------------------------
-@dataclass(frozen=True)
+REGISTRY: dict[str, Setting[Any]] = {}
+
+
 class Setting(Generic[T]):
+    """One environment variable. Its name is the attribute it is bound to in a `Section` (written once)."""
+
     name: str
-    kind: Kind[T]
-    default: T | None
-    doc: str
     group: str
-    scope: tuple[str, ...]
-    secret: bool = False
-    example: str | None = None  # the value written into .env.example; None keeps it out
-    fix: str = ""  # how to fix a bad value, when more than "unset it" helps
+
+    def __init__(self, kind: Kind[T], default: T | None, doc: str, scope: str, *, secret: bool = False,
+                 example: str | None = None, fix: str = ""):
+        self.kind, self.default, self.doc = kind, default, doc
+        self.scope: tuple[str, ...] = tuple(scope.split())
+        self.secret = secret
+        self.example = example  # the value written into .env.example; None keeps it out
+        self.fix = fix  # how to fix a bad value, when more than "unset it" helps
+        unknown = set(self.scope) - set(SCOPES)
+        if unknown:
+            raise RuntimeError(f"unknown setting scope {sorted(unknown)}")
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Setting({self.name})"
 
     def raw(self, environ: Mapping[str, str] | None = None) -> str | None:
         value = (os.environ if environ is None else environ).get(self.name, "")
@@ -154,87 +169,103 @@ class Setting(Generic[T]):
         return str(self.default)
 
 
-REGISTRY: dict[str, Setting[Any]] = {}
+class Section:
+    """A group of settings as docs/settings.md and .env.example show them; the class order is theirs."""
+
+    title: str = ""
+
+    def __init_subclass__(cls, title: str, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.title = title
+        GROUP_ORDER.append(title)
+        for setting in vars(cls).values():
+            if isinstance(setting, Setting):
+                if setting.name in REGISTRY:
+                    raise RuntimeError(f"setting {setting.name} registered twice")
+                setting.group = title
+                REGISTRY[setting.name] = setting
 
 
-def _reg(name: str, kind: Kind[T], default: T | None, doc: str, group: str, scope: str, **kw: Any) -> Setting[T]:
-    if name in REGISTRY:
-        raise RuntimeError(f"setting {name} registered twice")
-    s = Setting(name, kind, default, doc, group, tuple(scope.split()), **kw)
-    REGISTRY[name] = s
-    return s
+GROUP_ORDER: list[str] = []
 
 
-# Models
-MODEL_PATH = _reg("MODEL_PATH", STR, None, "Absolute path of the target model directory (required; mounted read-only at the same path).", "models", "profile compose", example="")
-DRAFT_MODEL_PATH = _reg("DRAFT_MODEL_PATH", STR, None, "Absolute path of the EAGLE-3 draft model directory; required for SPEC=eagle3, unused by ngram and off.", "models", "profile compose", example="")
-HF_TOKEN = _reg("HF_TOKEN", STR, None, "Hugging Face token, only if the server has to download gated files.", "models", "compose", secret=True, example="")
-HF_CACHE_DIR = _reg("HF_CACHE_DIR", STR, None, "Host directory for the Hugging Face cache; unset uses the named volume hf-cache.", "models", "compose", example="")
+class Models(Section, title='models'):
+    MODEL_PATH = Setting(STR, None, "Absolute path of the target model directory (required; mounted read-only at the same path).", "profile compose", example="")
+    DRAFT_MODEL_PATH = Setting(STR, None, "Absolute path of the EAGLE-3 draft model directory; required for SPEC=eagle3, unused by ngram and off.", "profile compose", example="")
+    HF_TOKEN = Setting(STR, None, "Hugging Face token, only if the server has to download gated files.", "compose", secret=True, example="")
+    HF_CACHE_DIR = Setting(STR, None, "Host directory for the Hugging Face cache; unset uses the named volume hf-cache.", "compose", example="")
 
-# What runs
-PROFILE = _reg("PROFILE", STR, "baseline", "Profile the server starts with (profiles/<name>.toml; `make profiles` lists them).", "what runs", "server compose", example="baseline")
-SPEC = _reg("SPEC", STR, "eagle3", "Speculation mode: eagle3, ngram or off (profiles/spec/<mode>.toml).", "what runs", "server client compose", example="eagle3")
-PROFILES_DIR = _reg("KIT_PROFILES_DIR", PATHS, [], "Extra profile folders, colon-separated; their profiles shadow built-ins of the same name.", "what runs", "server client", example="")
-BUILTIN_PROFILES_DIR = _reg("KIT_BUILTIN_PROFILES_DIR", PATH, None, "Folder of the built-in profiles; unset: the ones shipped in the package (or profiles/ of a checkout).", "what runs", "server client")
-HOST_FACTS = _reg("KIT_HOST_FACTS", PATH, None, "JSON from `launcher doctor --json`; when set, serve and switches apply the host-dependent rules to it.", "what runs", "server")
 
-# Knobs the built-in profiles read as ${NAME:-default}
-TP_SIZE = _reg("KIT_TP_SIZE", _int(1), 8, "Tensor-parallel size; also the EP size of the ep profiles.", "profile knobs", "profile compose", example="")
-NCCL_P2P_LEVEL = _reg("KIT_NCCL_P2P_LEVEL", _choice("LOC", "NVL", "PIX", "PXB", "PHB", "SYS"), "SYS", "NCCL_P2P_LEVEL of nccl-tuned and the profiles built on it; lower it (PXB, PHB) if `make doctor` reports P2P problems across PCIe roots.", "profile knobs", "profile compose", example="")
-SERVER_HOST = _reg("KIT_SERVER_HOST", STR, "0.0.0.0", "Address SGLang listens on inside the container; set it only to run `launcher` directly on a host.", "profile knobs", "profile", example="")
-SERVER_PORT = _reg("KIT_SERVER_PORT", PORT, 30000, "Port SGLang listens on inside the container; set it only to run `launcher` directly on a host.", "profile knobs", "profile", example="")
+class WhatRuns(Section, title='what runs'):
+    PROFILE = Setting(STR, "baseline", "Profile the server starts with (profiles/<name>.toml; `make profiles` lists them).", "server compose", example="baseline")
+    SPEC = Setting(STR, "eagle3", "Speculation mode: eagle3, ngram or off (profiles/spec/<mode>.toml).", "server client compose", example="eagle3")
+    KIT_PROFILES_DIR = Setting(PATHS, [], "Extra profile folders, colon-separated; their profiles shadow built-ins of the same name.", "server client", example="")
+    KIT_BUILTIN_PROFILES_DIR = Setting(PATH, None, "Folder of the built-in profiles; unset: the ones shipped in the package (or profiles/ of a checkout).", "server client")
+    KIT_HOST_FACTS = Setting(PATH, None, "JSON from `launcher doctor --json`; when set, serve and switches apply the host-dependent rules to it.", "server")
 
-# Control API
-CONTROL_TOKEN = _reg("KIT_CONTROL_TOKEN", STR, None, "Shared secret for state-changing control calls (make switch, make bench); without it the control API refuses them. Generate one: openssl rand -hex 32.", "control API", "server client compose", secret=True, example="")
-CONTROL_HOST = _reg("KIT_CONTROL_HOST", STR, "127.0.0.1", "Address the control API listens on (the server image sets 0.0.0.0; compose publishes it on KIT_BIND_ADDR).", "control API", "server client")
-CONTROL_PORT = _reg("KIT_CONTROL_PORT", PORT, 30100, "Port the control API listens on.", "control API", "server client")
-CONTROL_URL = _reg("KIT_CONTROL_URL", URL, None, "Control API URL for clients (launcher switch/status, bench); unset: http://KIT_CONTROL_HOST:KIT_CONTROL_PORT.", "control API", "client")
 
-# Server runtime
-STATE_DIR = _reg("KIT_STATE_DIR", PATH, Path("/var/lib/kit"), "Rendered plan, committed plan, switch history, supervisord config and logs.", "server runtime", "server client")
-SERVER_CMD = _reg("KIT_SERVER_CMD", STR, None, "Replaces `python -m sglang.launch_server` (a custom build, or the test stand-in).", "server runtime", "server client")
-PATCH_CHECK = _reg("KIT_PATCH_CHECK", _choice("enforce", "skip"), "enforce", "enforce: refuse a profile whose SGLang patches the installed sglang lacks; skip: do not look (a KIT_SERVER_CMD without sglang). /status shows it.", "server runtime", "server")
-SITECUSTOMIZE_DIR = _reg("KIT_SITECUSTOMIZE_DIR", PATH, None, "Folder holding the kit's sitecustomize.py; unset: the one shipped in the package (or sitecustomize/ of a checkout).", "server runtime", "server")
-PROFILE_ENV = _reg("KIT_PROFILE_ENV", PATH, None, "The env file sitecustomize applies; supervisord.conf sets it on the server program only. A name ending in .json reads a plan JSON (one process by hand).", "server runtime", "server")
-ACTIVE_PROFILE = _reg("KIT_ACTIVE_PROFILE", STR, None, "Set by sitecustomize in every process it configured: the applied profile's name. Never set it yourself.", "server runtime", "server")
-ACTIVE_SPEC = _reg("KIT_ACTIVE_SPEC", STR, None, "Set by sitecustomize beside KIT_ACTIVE_PROFILE: the applied spec mode.", "server runtime", "server")
-STOP_WAIT_S = _reg("KIT_STOP_WAIT_S", _int(1), 120, "Seconds supervisord waits after SIGTERM before it kills the server's process group.", "server runtime", "server")
-START_SECS = _reg("KIT_START_SECS", _int(0), 5, "Seconds the server must stay up for supervisord to count a start as successful.", "server runtime", "server")
-START_RETRIES = _reg("KIT_START_RETRIES", _int(0), 3, "Restarts supervisord tries after a failed start before it marks the server FATAL.", "server runtime", "server")
-DRAIN_TIMEOUT_S = _reg("KIT_DRAIN_TIMEOUT_S", SECONDS, 300.0, "Longest a switch waits for running requests to finish; then the switch is aborted and nothing changes.", "server runtime", "server")
-HEALTH_TIMEOUT_S = _reg("KIT_HEALTH_TIMEOUT_S", SECONDS, 1800.0, "Health-gate timeout of a switch's new profile, when the request names none.", "server runtime", "server")
-ROLLBACK_TIMEOUT_S = _reg("KIT_ROLLBACK_TIMEOUT_S", SECONDS, 1800.0, "Health-gate timeout when a failed switch brings the previous profile back.", "server runtime", "server")
-ACTIVATION_FAILURE = _reg("KIT_ACTIVATION_FAILURE", _choice("rollback", "degraded"), "rollback", "When a switch's new server is healthy but a backend its profile expects ([expects]) is not running: roll back, or keep it with outcome 'degraded'.", "server runtime", "server")
-RETRY_BACKOFF_S = _reg("KIT_RETRY_BACKOFF_S", SECONDS, 5.0, "After supervisord gives up on a crash-looping server (FATAL), the control API starts it again after this wait, doubling each time.", "server runtime", "server")
-RETRY_BACKOFF_MAX_S = _reg("KIT_RETRY_BACKOFF_MAX_S", SECONDS, 300.0, "The longest wait between those automatic restarts.", "server runtime", "server")
+class ProfileKnobs(Section, title='profile knobs'):
+    KIT_TP_SIZE = Setting(_int(1), 8, "Tensor-parallel size; also the EP size of the ep profiles.", "profile compose", example="")
+    KIT_NCCL_P2P_LEVEL = Setting(_choice("LOC", "NVL", "PIX", "PXB", "PHB", "SYS"), "SYS", "NCCL_P2P_LEVEL of nccl-tuned and the profiles built on it; lower it (PXB, PHB) if `make doctor` reports P2P problems across PCIe roots.", "profile compose", example="")
+    KIT_SERVER_HOST = Setting(STR, "0.0.0.0", "Address SGLang listens on inside the container; set it only to run `launcher` directly on a host.", "profile", example="")
+    KIT_SERVER_PORT = Setting(PORT, 30000, "Port SGLang listens on inside the container; set it only to run `launcher` directly on a host.", "profile", example="")
 
-# Bench and diagnostics
-SERVER_URL = _reg("KIT_SERVER_URL", URL, "http://127.0.0.1:30000", "SGLang URL the bench measures (the bench container sets http://server:30000).", "bench and diagnostics", "client")
-NCCL_VERSION = _reg("KIT_NCCL_VERSION", STR, None, "NCCL version recorded in bench bundles when the bench cannot see the server's (its own container).", "bench and diagnostics", "client")
-GIT_SHA = _reg("KIT_GIT_SHA", STR, None, "Kit revision recorded in bench bundles when git cannot tell (an image).", "bench and diagnostics", "client")
-IMAGE_ID = _reg("KIT_IMAGE_ID", STR, None, "Image id recorded in bench bundles.", "bench and diagnostics", "client")
-NCCL_TESTS_BIN = _reg("KIT_NCCL_TESTS_BIN", PATH, None, "nccl-tests' all_reduce_perf for `bench allreduce --with-nccl-tests` (the server image sets it; elsewhere all_reduce_perf on PATH).", "bench and diagnostics", "client")
-DOCTOR_ROOT = _reg("KIT_DOCTOR_ROOT", PATH, Path("/"), "Prefix of every /proc, /sys and /dev path the doctor reads (a saved copy of another host).", "bench and diagnostics", "client")
-ALLREDUCE_TEST_HANG_RANK = _reg("KIT_ALLREDUCE_TEST_HANG_RANK", _int(0), None, "Test hook: this rank of `bench allreduce` stalls on purpose, to prove the hang detector names it.", "bench and diagnostics", "test")
 
-# Compose, Makefile and image builds only
-BIND_ADDR = _reg("KIT_BIND_ADDR", STR, "127.0.0.1", "Host address the ports are published on; 0.0.0.0 exposes SGLang and the control API to the network: set KIT_CONTROL_TOKEN first.", "ports and results", "compose", example="127.0.0.1")
-SGLANG_HOST_PORT = _reg("SGLANG_HOST_PORT", PORT, 30000, "Host port of SGLang's HTTP API (container port 30000).", "ports and results", "compose", example="30000")
-CONTROL_HOST_PORT = _reg("CONTROL_HOST_PORT", PORT, 30100, "Host port of the control API (container port 30100).", "ports and results", "compose", example="30100")
-RESULTS_DIR = _reg("RESULTS_DIR", STR, "./results", "Host folder that bench and `make allreduce` write to (mounted at /results).", "ports and results", "compose", example="")
-UID = _reg("KIT_UID", _int(0), 0, "User the bench container writes results as (`make bench` sets yours).", "ports and results", "compose", example="")
-GID = _reg("KIT_GID", _int(0), 0, "Group the bench container writes results as (`make bench` sets yours).", "ports and results", "compose", example="")
-SERVER_IMAGE = _reg("KIT_SERVER_IMAGE", STR, "pcie-spec-kit/server:local", "Name of the server image compose builds and runs.", "images", "compose", example="pcie-spec-kit/server:local")
-BENCH_IMAGE = _reg("KIT_BENCH_IMAGE", STR, "pcie-spec-kit/bench:local", "Name of the bench image compose builds and runs.", "images", "compose", example="pcie-spec-kit/bench:local")
-SGLANG_IMAGE = _reg("SGLANG_IMAGE", STR, None, "Server base image; unset: the Dockerfile's default. Pin by digest to reproduce a host exactly.", "images", "build", example="")
-BENCH_BASE_IMAGE = _reg("BENCH_BASE_IMAGE", STR, None, "Bench base image; unset: the Dockerfile's default.", "images", "build", example="")
-MSCCLPP_REF = _reg("MSCCLPP_REF", STR, None, "MSCCL++ release tag the server image builds (Dockerfile default v0.10.0).", "images", "build", example="")
-DEEPEP_REF = _reg("DEEPEP_REF", STR, None, "DeepEP commit, built for SM120 only when the shipped sgl-deep-ep has no sm_120 code.", "images", "build", example="")
-DEEPEP_SM120 = _reg("DEEPEP_SM120", _choice("ensure", "skip"), "ensure", "ensure: the build fails if DeepEP ends up without sm_120 code; skip: do not check.", "images", "build", example="")
-NCCL_WHEEL = _reg("NCCL_WHEEL", STR, None, "NCCL the server image installs over the base's (Dockerfile default nvidia-nccl-cu13>=2.31.2,<3, nccl#2418); base: keep the base image's.", "images", "build", example="")
+class ControlAPI(Section, title='control API'):
+    KIT_CONTROL_TOKEN = Setting(STR, None, "Shared secret for state-changing control calls (make switch, make bench); without it the control API refuses them. Generate one: openssl rand -hex 32.", "server client compose", secret=True, example="")
+    KIT_CONTROL_HOST = Setting(STR, "127.0.0.1", "Address the control API listens on (the server image sets 0.0.0.0; compose publishes it on KIT_BIND_ADDR).", "server client")
+    KIT_CONTROL_PORT = Setting(PORT, 30100, "Port the control API listens on.", "server client")
+    KIT_CONTROL_URL = Setting(URL, None, "Control API URL for clients (launcher switch/status, bench); unset: http://KIT_CONTROL_HOST:KIT_CONTROL_PORT.", "client")
 
-GROUP_ORDER = ("models", "what runs", "profile knobs", "control API", "server runtime", "bench and diagnostics",
-               "ports and results", "images")
+
+class ServerRuntime(Section, title='server runtime'):
+    KIT_STATE_DIR = Setting(PATH, Path("/var/lib/kit"), "Rendered plan, committed plan, switch history, supervisord config and logs.", "server client")
+    KIT_SERVER_CMD = Setting(STR, None, "Replaces `python -m sglang.launch_server` (a custom build, or the test stand-in).", "server client")
+    KIT_PATCH_CHECK = Setting(_choice("enforce", "skip"), "enforce", "enforce: refuse a profile whose SGLang patches the installed sglang lacks; skip: do not look (a KIT_SERVER_CMD without sglang). /status shows it.", "server")
+    KIT_SITECUSTOMIZE_DIR = Setting(PATH, None, "Folder holding the kit's sitecustomize.py; unset: the one shipped in the package (or sitecustomize/ of a checkout).", "server")
+    KIT_PROFILE_ENV = Setting(PATH, None, "The env file sitecustomize applies; supervisord.conf sets it on the server program only. A name ending in .json reads a plan JSON (one process by hand).", "server")
+    KIT_ACTIVE_PROFILE = Setting(STR, None, "Set by sitecustomize in every process it configured: the applied profile's name. Never set it yourself.", "server")
+    KIT_ACTIVE_SPEC = Setting(STR, None, "Set by sitecustomize beside KIT_ACTIVE_PROFILE: the applied spec mode.", "server")
+    KIT_STOP_WAIT_S = Setting(_int(5), 120, "Seconds supervisord waits after SIGTERM before it kills the server's process group; at least 5, so the server's leftovers are ended before that (launcher/runtime/server_exec.py).", "server")
+    KIT_START_SECS = Setting(_int(0), 5, "Seconds the server must stay up for supervisord to count a start as successful.", "server")
+    KIT_START_RETRIES = Setting(_int(0), 3, "Restarts supervisord tries after a failed start before it marks the server FATAL.", "server")
+    KIT_DRAIN_TIMEOUT_S = Setting(SECONDS, 300.0, "Longest a switch waits for running requests to finish; then the switch is aborted and nothing changes.", "server")
+    KIT_HEALTH_TIMEOUT_S = Setting(SECONDS, 1800.0, "Health-gate timeout of a switch's new profile, when the request names none.", "server")
+    KIT_ROLLBACK_TIMEOUT_S = Setting(SECONDS, 1800.0, "Health-gate timeout when a failed switch brings the previous profile back.", "server")
+    KIT_ACTIVATION_FAILURE = Setting(_choice("rollback", "degraded"), "rollback", "When a switch's new server is healthy but a backend its profile expects ([expects]) is not running: roll back, or keep it with outcome 'degraded'.", "server")
+    KIT_RETRY_BACKOFF_S = Setting(SECONDS, 5.0, "After supervisord gives up on a crash-looping server (FATAL), the control API starts it again after this wait, doubling each time.", "server")
+    KIT_RETRY_BACKOFF_MAX_S = Setting(SECONDS, 300.0, "The longest wait between those automatic restarts.", "server")
+
+
+class BenchAndDiagnostics(Section, title='bench and diagnostics'):
+    KIT_SERVER_URL = Setting(URL, "http://127.0.0.1:30000", "SGLang URL the bench measures (the bench container sets http://server:30000).", "client")
+    KIT_NCCL_VERSION = Setting(STR, None, "NCCL version recorded in bench bundles when the bench cannot see the server's (its own container).", "client")
+    KIT_GIT_SHA = Setting(STR, None, "Kit revision recorded in bench bundles when git cannot tell (an image).", "client")
+    KIT_IMAGE_ID = Setting(STR, None, "Image id recorded in bench bundles.", "client")
+    KIT_NCCL_TESTS_BIN = Setting(PATH, None, "nccl-tests' all_reduce_perf for `bench allreduce --with-nccl-tests` (the server image sets it; elsewhere all_reduce_perf on PATH).", "client")
+    KIT_DOCTOR_ROOT = Setting(PATH, Path("/"), "Prefix of every /proc, /sys and /dev path the doctor reads (a saved copy of another host).", "client")
+    KIT_ALLREDUCE_TEST_HANG_RANK = Setting(_int(0), None, "Test hook: this rank of `bench allreduce` stalls on purpose, to prove the hang detector names it.", "test")
+
+
+class PortsAndResults(Section, title='ports and results'):
+    KIT_BIND_ADDR = Setting(STR, "127.0.0.1", "Host address the ports are published on; 0.0.0.0 exposes SGLang and the control API to the network: set KIT_CONTROL_TOKEN first.", "compose", example="127.0.0.1")
+    SGLANG_HOST_PORT = Setting(PORT, 30000, "Host port of SGLang's HTTP API (container port 30000).", "compose", example="30000")
+    CONTROL_HOST_PORT = Setting(PORT, 30100, "Host port of the control API (container port 30100).", "compose", example="30100")
+    RESULTS_DIR = Setting(STR, "./results", "Host folder that bench and `make allreduce` write to (mounted at /results).", "compose", example="")
+    KIT_UID = Setting(_int(0), 0, "User the bench container writes results as (`make bench` sets yours).", "compose", example="")
+    KIT_GID = Setting(_int(0), 0, "Group the bench container writes results as (`make bench` sets yours).", "compose", example="")
+
+
+class Images(Section, title='images'):
+    KIT_SERVER_IMAGE = Setting(STR, "pcie-spec-kit/server:local", "Name of the server image compose builds and runs.", "compose", example="pcie-spec-kit/server:local")
+    KIT_BENCH_IMAGE = Setting(STR, "pcie-spec-kit/bench:local", "Name of the bench image compose builds and runs.", "compose", example="pcie-spec-kit/bench:local")
+    SGLANG_IMAGE = Setting(STR, None, "Server base image; unset: the Dockerfile's default. Pin by digest to reproduce a host exactly.", "build", example="")
+    BENCH_BASE_IMAGE = Setting(STR, None, "Bench base image; unset: the Dockerfile's default.", "build", example="")
+    MSCCLPP_REF = Setting(STR, None, "MSCCL++ release tag the server image builds (Dockerfile default v0.10.0).", "build", example="")
+    DEEPEP_REF = Setting(STR, None, "DeepEP commit, built for SM120 only when the shipped sgl-deep-ep has no sm_120 code.", "build", example="")
+    DEEPEP_SM120 = Setting(_choice("ensure", "skip"), "ensure", "ensure: the build fails if DeepEP ends up without sm_120 code; skip: do not check.", "build", example="")
+    NCCL_WHEEL = Setting(STR, None, "NCCL the server image installs over the base's (Dockerfile default nvidia-nccl-cu13>=2.31.2,<3, nccl#2418); base: keep the base image's.", "build", example="")
+
 
 
 def secret_names() -> frozenset[str]:
@@ -245,40 +276,6 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """The secrets set in this process (at least 4 characters: shorter ones would blank common text)."""
     env = os.environ if environ is None else environ
     return [env[n] for n in sorted(secret_names()) if len(env.get(n) or "") >= 4]
-
-
-# ----- what a profile may set and reference --------------------------------------------------------
-# A profile's [env] reaches the server's processes, and its ${VAR} references reach argv, state files
-# and logs. The kit's own names are off limits to both, so a profile can never change the control
-# token, the state directory or the way sitecustomize finds the plan.
-NAME_PATTERN = r"[a-z0-9][a-z0-9._-]{0,63}"  # profile and spec names: also their file names
-RESERVED_ENV_PREFIX = "KIT_"  # the kit's namespace, registered or not
-PROCESS_ENV_NAMES = frozenset({"PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP"})  # would unhook sitecustomize
-SWITCH_TIMEOUT_MAX_S = 3600.0  # the largest timeout_s a switch accepts
-
-
-def reserved_env_reason(name: str) -> str | None:
-    """Why a profile's [env] may not set `name`, or None when it may."""
-    if name in REGISTRY:
-        return f"{name} is one of the kit's own settings (docs/settings.md)"
-    if name.startswith(RESERVED_ENV_PREFIX):
-        return f"the {RESERVED_ENV_PREFIX} prefix is reserved for the kit"
-    if name in PROCESS_ENV_NAMES:
-        return f"{name} decides which code the server runs and is set by the kit"
-    return None
-
-
-def reference_refused(name: str) -> str | None:
-    """Why a profile's ${name} may not be expanded, or None when it may (profile-scoped settings and
-    variables outside the registry)."""
-    s = REGISTRY.get(name)
-    if s is None:
-        return None
-    if s.secret:
-        return f"{name} is a secret"
-    if "profile" not in s.scope:
-        return f"{name} is a kit setting that profiles may not read (scope: {', '.join(s.scope)})"
-    return None
 
 
 def check(scopes: Iterable[str], environ: Mapping[str, str] | None = None) -> None:
@@ -297,67 +294,28 @@ def check(scopes: Iterable[str], environ: Mapping[str, str] | None = None) -> No
 
 def control_url(environ: Mapping[str, str] | None = None) -> str:
     """KIT_CONTROL_URL, else the control API's own host and port (a wildcard address is reached on loopback)."""
-    explicit = CONTROL_URL.get(environ)
+    explicit = ControlAPI.KIT_CONTROL_URL.get(environ)
     if explicit:
         return explicit
-    host = CONTROL_HOST.get(environ) or "127.0.0.1"
+    host = ControlAPI.KIT_CONTROL_HOST.get(environ) or "127.0.0.1"
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
-    return f"http://{host}:{CONTROL_PORT.get(environ)}"
+    return f"http://{host}:{ControlAPI.KIT_CONTROL_PORT.get(environ)}"
 
 
-# ----- state files and log paths -------------------------------------------------------------------
-PROFILE_JSON = "profile.json"  # the rendered plan: argv for server_exec, /plan for clients
-PROFILE_ENV_FILE = "profile.env"  # NUL-separated NAME=value: what KIT_PROFILE_ENV names for the server
-CMDLINE_FILE = "cmdline"
-COMMITTED_FILE = "committed.json"
-BOOT_FILE = "boot.json"
-HISTORY_FILE = "history.jsonl"
-JOURNAL_FILE = "switch.json"  # the switch in progress; present only while one runs or was cut short
-PATCH_RECORD_FILE = "kit_patches.json"  # in the installed sglang package, written by patches/apply.py
+def default_spec(environ: Mapping[str, str] | None = None) -> str:
+    """The spec mode used wherever none is named: SPEC, else its registered default. /specs, a switch
+    without a spec, serve, the Makefile (through the launcher) and the bench all ask here."""
+    return WhatRuns.SPEC.get(environ) or str(WhatRuns.SPEC.default)
 
 
-# Role -> path under KIT_STATE_DIR.
-STATE_LAYOUT = {
-    "profile_json": PROFILE_JSON,
-    "profile_env": PROFILE_ENV_FILE,
-    "cmdline": CMDLINE_FILE,
-    "committed": COMMITTED_FILE,
-    "boot": BOOT_FILE,
-    "history": HISTORY_FILE,
-    "journal": JOURNAL_FILE,
-    "supervisord_conf": "supervisord.conf",
-    "supervisord_pid": "supervisord.pid",
-    "socket": "supervisor.sock",
-    "logs": "logs",
-    "server_log": "logs/sglang.log",
-    "supervisord_log": "logs/supervisord.log",
-}
+def __getattr__(name: str) -> Setting[Any]:
+    """`settings.KIT_STATE_DIR`: every registered setting by its variable name, the one place it is written."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
-class StatePaths:
-    """Every file under KIT_STATE_DIR, by role (the keys of STATE_LAYOUT)."""
-
-    profile_json: Path
-    profile_env: Path
-    cmdline: Path
-    committed: Path
-    boot: Path
-    history: Path
-    journal: Path
-    supervisord_conf: Path
-    supervisord_pid: Path
-    socket: Path
-    logs: Path
-    server_log: Path
-    supervisord_log: Path
-
-    def __init__(self, root: Path):
-        self.root = Path(root)
-        for role, rel in STATE_LAYOUT.items():
-            setattr(self, role, self.root / rel)
-
-
-def state_paths(arg: str | os.PathLike[str] | None = None) -> StatePaths:
-    """`--state-dir` when given, else KIT_STATE_DIR, else /var/lib/kit."""
-    return StatePaths(Path(arg) if arg else STATE_DIR.get())
+def __dir__() -> list[str]:
+    return sorted([*globals(), *REGISTRY])

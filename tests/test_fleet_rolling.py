@@ -54,15 +54,25 @@ class Load:
         self.stop.set()
         self.thread.join(timeout=90)
 
+    def served_at_least(self, n: int, timeout: float = 60) -> int:
+        """Wait until `n` requests have been served (polling the count); return the count then."""
+        deadline = time.monotonic() + timeout
+        while self.ok < n:
+            assert time.monotonic() < deadline, f"only {self.ok} of {n} requests served in {timeout} s: {self.errors[:3]}"
+            assert self.thread.is_alive(), "the load loop ended"
+            time.sleep(0.02)
+        return self.ok
+
 
 def test_rolling_switch_under_load_fails_no_request_and_moves_every_host(fleet):
     with Load(fleet.url) as load:
-        time.sleep(1.0)
+        before = load.served_at_least(10)  # the load runs through the router before the switch starts
         proc = fleet.cli("switch", "nccl-tuned", "--spec", "off")
-        time.sleep(1.0)
+        during = load.ok - before
+        load.served_at_least(load.ok + 10)  # and still runs after it
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert load.failed == 0, load.errors[:5]
-    assert load.ok > 20  # the load really ran through the switch
+    assert during > 0  # requests were served while hosts switched
     for s in fleet.stacks:
         st = s.status()
         assert (st["profile"], st["spec"], st["state"]) == ("nccl-tuned", "off", "serving")
@@ -132,11 +142,11 @@ def test_a_single_host_gives_clients_503_not_500_while_it_switches(kit_stack, tm
     one = FleetStack(tmp_path / "one", [kit_stack("baseline", "off", {"STANDIN_STARTUP_DELAY_S": "2"})]).start()
     try:
         with Load(one.url) as load:
-            time.sleep(0.5)
+            before = load.served_at_least(3)  # served before the switch
             proc = one.cli("switch", "nccl-tuned", "--spec", "off")
-            time.sleep(1.0)
+            after = load.served_at_least(load.ok + 3)  # and after it
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert load.ok > 5 and load.failed > 0  # served before and after; refused while it restarted
+        assert after > before and load.failed > 0  # refused while it restarted
         assert all(e.startswith("503") and "no_available_workers" in e for e in load.errors), load.errors[:3]
     finally:
         one.stop()

@@ -224,3 +224,69 @@ def test_no_subcommand_is_a_usage_error():
     proc = run_launcher()
     assert proc.returncode == 2
     assert "usage: launcher" in proc.stderr
+
+
+# ---- newcomer paths: version, messages that name the right fix --------------------------------------
+
+
+def test_version_of_launcher_and_bench_is_the_one_in_launcher_init():
+    import subprocess
+    import sys
+
+    from helpers_profiles import REPO
+
+    from launcher import __version__
+
+    proc = run_launcher("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"launcher {__version__}", proc.stderr
+    bench = subprocess.run([sys.executable, "-m", "bench", "--version"], cwd=REPO, env=child_env(),
+                           capture_output=True, text=True, timeout=60)
+    assert bench.returncode == 0 and bench.stdout.strip() == f"bench {__version__}", bench.stderr
+
+
+def test_status_of_an_unreachable_api_names_the_flag_it_accepts():
+    from testsupport.net import free_port
+
+    proc = run_launcher("status", "--url", f"http://127.0.0.1:{free_port()}")
+    assert proc.returncode == 1, proc.stderr
+    assert "is unreachable" in proc.stderr and "(--url / KIT_CONTROL_URL)" in proc.stderr
+    assert "--control" not in proc.stderr  # `launcher status` refuses that flag
+
+
+def test_show_without_model_path_points_at_dotenv_not_at_the_profile():
+    env = child_env()
+    del env["MODEL_PATH"]
+    proc = run_launcher("show", "baseline", env=env)
+    assert_user_error(proc, "MODEL_PATH", "in .env (cp .env.example .env)")
+    assert "in the profile" not in proc.stderr
+
+
+def test_check_all_checks_every_profile_past_a_broken_file_and_sums_up(tmp_path):
+    root = write_profiles(tmp_path / "u", {"aaa-broken.toml": 'description = "x"\nstatus = \n',
+                                            "zzz-fine.toml": profile_toml("fine", extends="baseline")})
+    proc = run_launcher("check", "--all", "--spec", "off", env=child_env(KIT_PROFILES_DIR=str(root)))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "FAIL  aaa-broken + off" in proc.stdout
+    assert f"error: {root / 'aaa-broken.toml'}:2: TOML syntax error" in proc.stdout
+    for name in [*PROFILE_NAMES, "zzz-fine"]:
+        assert f"ok    {name} + off" in proc.stdout
+    assert f"{len(PROFILE_NAMES) + 1} ok, 1 invalid" in proc.stdout
+
+
+def test_check_prints_each_warning_once_with_the_profiles_it_applies_to():
+    proc = run_launcher("check", "--all")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    nccl_proto = [line for line in proc.stdout.splitlines() if "key 'env.NCCL_PROTO'" in line]
+    assert len(nccl_proto) == 1, proc.stdout
+    applies = proc.stdout.splitlines()[proc.stdout.splitlines().index(nccl_proto[0]) + 1]
+    assert applies.strip().startswith("for: ") and "nccl-tuned" in applies and "fused" in applies
+    assert "baseline" not in applies
+
+
+def test_profiles_shows_why_a_file_is_invalid(tmp_path):
+    root = write_profiles(tmp_path / "u", {"broken.toml": 'description = "x"\nstatus = \n'})
+    proc = run_launcher("profiles", env=child_env(KIT_PROFILES_DIR=str(root)))
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("broken "))
+    assert "invalid" in line and f"{root / 'broken.toml'}:2: TOML syntax error" in line

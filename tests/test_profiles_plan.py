@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from helpers_profiles import BUILTIN, ENV, REPO, clean_env, facts, profile_toml, write_profiles
 
+from launcher import settings
 from launcher.errors import UserError
 from launcher.profiles import loader as profiles
 from launcher.profiles import plan as plans
+from launcher.profiles.plan import build_plan, reach_url
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 PROFILE_NAMES = sorted(p.stem for p in BUILTIN.glob("*.toml") if p.stem != "base")
@@ -279,6 +281,28 @@ def test_golden_plans_are_substantive():
     assert "--speculative-algorithm" in fused["argv"] and "EAGLE3" in fused["argv"]
     off = json.loads((GOLDEN / "baseline__off.json").read_text())
     assert off["env"] == {} and not any(t.startswith("--speculative") for t in off["argv"])
+
+
+@pytest.mark.parametrize(
+    ("server", "url"),
+    [
+        ({"host": "0.0.0.0", "port": "31000"}, "http://127.0.0.1:31000"),
+        ({"host": "10.1.2.3", "port": "1"}, "http://10.1.2.3:1"),
+        ({"host": "::1", "port": "2"}, "http://[::1]:2"),
+        ({"model-path": "/m"}, "http://127.0.0.1:30000"),
+    ],
+)
+def test_the_server_url_is_computed_when_the_plan_is_built(server, url):
+    assert reach_url(server) == url
+
+
+def test_a_built_plan_carries_where_its_server_answers():
+    assert build_plan("baseline", "off", environ={**ENV, "KIT_SERVER_PORT": "31234"}).server_url == "http://127.0.0.1:31234"
+
+
+def test_no_spec_means_the_one_default_spec():
+    assert build_plan("baseline", environ={**ENV, "SPEC": "off"}).spec == "off"
+    assert build_plan("baseline", environ=ENV).spec == settings.SPEC.default
 
 
 # ---- setup digest: the same setup on another host ------------------------------------------------

@@ -22,7 +22,7 @@ def control(tmp_path, monkeypatch):
     """The control API over a state dir holding a rendered plan; its supervisord is absent (monitor idles)."""
     for k, v in ENV.items():
         monkeypatch.setenv(k, v)
-    render.render(build_plan("baseline", "off", environ=ENV), tmp_path)
+    render.write_plan(tmp_path, build_plan("baseline", "off", environ=ENV))
     port = free_port()
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(make_app(tmp_path, "sekrit"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from launcher.runtime import journal
-from launcher.settings import StatePaths
+from launcher.state_layout import StatePaths
 
 FROM = {"profile": "baseline", "spec": "off", "digest": "a" * 16}
 TO = {"profile": "fused", "spec": "eagle3", "digest": "b" * 16}

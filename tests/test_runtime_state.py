@@ -5,32 +5,41 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers_profiles import ENV
 
+from launcher.profiles.plan import Plan, build_plan
 from launcher.runtime import state as runtime_state
-from launcher.settings import COMMITTED_FILE, HISTORY_FILE, StatePaths, state_paths
+from launcher.state_layout import COMMITTED_FILE, HISTORY_FILE, StatePaths
 
 
 def test_file_names_come_from_settings(tmp_path):
-    runtime_state.commit(tmp_path, {"name": "x"})
+    runtime_state.commit(tmp_path, PLAN)
     runtime_state.append_history(tmp_path, {"outcome": "started"})
     assert (tmp_path / COMMITTED_FILE).is_file() and (tmp_path / HISTORY_FILE).is_file()
 
 
-def test_state_dir_from_argument_or_environment(tmp_path, monkeypatch):
-    assert state_paths(str(tmp_path / "given")).root == tmp_path / "given"
-    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "env"))
-    assert state_paths().root == tmp_path / "env"
-    assert state_paths(None).root == tmp_path / "env"
+def test_a_stored_plan_reads_back_as_the_same_typed_plan(tmp_path):
+    runtime_state.commit(tmp_path, PLAN)
+    record = runtime_state.committed(tmp_path)
+    assert isinstance(record.plan, Plan) and record.plan == PLAN and record.plan.digest() == PLAN.digest()
+    assert record.plan.server_url == PLAN.server_url
 
 
-def test_server_url_from_flags():
-    assert runtime_state.server_url(["--host", "0.0.0.0", "--port", "31000"]) == "http://127.0.0.1:31000"
-    assert runtime_state.server_url(["--host", "10.1.2.3", "--port", "1"]) == "http://10.1.2.3:1"
-    assert runtime_state.server_url(["--model-path", "/m"]) == "http://127.0.0.1:30000"
+def test_a_stored_digest_is_recomputed_never_trusted(tmp_path):
+    StatePaths(tmp_path).committed.write_text(json.dumps({"committed_at": 1.0, "plan": {**PLAN_JSON, "digest": "forged"}}))
+    assert runtime_state.committed(tmp_path).plan.digest() == PLAN.digest() != "forged"
 
 
-PLAN = {"name": "fused", "spec": "eagle3", "digest": "0123456789abcdef", "env": {"NCCL_PROTO": "LL"},
-        "argv": ["python", "-m", "sglang.launch_server"], "flags": [], "description": "d"}
+def test_rendered_plan_is_none_when_absent_or_damaged(tmp_path):
+    assert runtime_state.rendered_plan(tmp_path) is None
+    StatePaths(tmp_path).profile_json.write_text(json.dumps({**PLAN_JSON, "server_url": 7}))
+    assert runtime_state.rendered_plan(tmp_path) is None
+    StatePaths(tmp_path).profile_json.write_text(json.dumps(PLAN_JSON))
+    assert runtime_state.rendered_plan(tmp_path) == PLAN
+
+
+PLAN = build_plan("fused", "eagle3", environ=ENV)
+PLAN_JSON = PLAN.to_json()
 
 
 def test_history_keeps_last_entries_and_counts_broken_lines(tmp_path):
@@ -69,7 +78,8 @@ def test_commit_is_atomic_json(tmp_path):
     data = json.loads(StatePaths(tmp_path).committed.read_text())
     assert data["plan"]["name"] == "fused"
     assert isinstance(data["committed_at"], float)
-    assert runtime_state.committed(tmp_path) == data
+    assert runtime_state.committed(tmp_path).model_dump(mode="json")["plan"]["name"] == data["plan"]["name"]
+    assert runtime_state.committed(tmp_path).committed_at == data["committed_at"]
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     assert oct(StatePaths(tmp_path).committed.stat().st_mode & 0o777) == "0o600"
 
@@ -78,10 +88,11 @@ def test_commit_is_atomic_json(tmp_path):
     ("record", "key"),
     [
         ({"plan": None, "committed_at": 1.0}, "plan"),
-        ({"plan": {**PLAN, "argv": []}, "committed_at": 1.0}, "plan.argv"),
-        ({"plan": {**PLAN, "env": {"A": 1}}, "committed_at": 1.0}, "plan.env.A"),
-        ({"plan": PLAN}, "committed_at"),
-        ([PLAN], "(top level)"),
+        ({"plan": {**PLAN_JSON, "argv": []}, "committed_at": 1.0}, "plan.argv"),
+        ({"plan": {**PLAN_JSON, "env": {"A": 1}}, "committed_at": 1.0}, "plan.env.A"),
+        ({"plan": {k: v for k, v in PLAN_JSON.items() if k != "server_url"}, "committed_at": 1.0}, "plan.server_url"),
+        ({"plan": PLAN_JSON}, "committed_at"),
+        ([PLAN_JSON], "(top level)"),
     ],
 )
 def test_bug_a_wrongly_shaped_commit_record_is_ignored_with_a_warning(tmp_path, capsys, record, key):

@@ -7,7 +7,8 @@ import stat
 import pytest
 
 from launcher.runtime import supervisor_conf
-from launcher.settings import SettingError, StatePaths
+from launcher.settings import SettingError
+from launcher.state_layout import StatePaths
 
 
 def _program(text: str, name: str) -> str:

@@ -12,7 +12,7 @@ import pytest
 from helpers_profiles import ENV, SITECUSTOMIZE_DIR, child_env, clean_env
 
 from launcher.profiles.plan import build_plan
-from launcher.profiles.render import render
+from launcher.profiles.render import write_plan
 
 KEYS = ["NCCL_PROTO", "NCCL_ALGO", "KIT_ACTIVE_PROFILE", "KIT_ACTIVE_SPEC", "CHAIN_MARKER", "A"]
 PROBE = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {KEYS!r}}}))"
@@ -51,7 +51,7 @@ def seen(proc) -> dict:
 @pytest.fixture
 def state(tmp_path) -> Path:
     """A state dir holding nccl-tuned's rendered plan."""
-    render(build_plan("nccl-tuned", "eagle3", environ=ENV), tmp_path / "state")
+    write_plan(tmp_path / "state", build_plan("nccl-tuned", "eagle3", environ=ENV))
     return tmp_path / "state"
 
 

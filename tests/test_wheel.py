@@ -115,3 +115,23 @@ def test_bench_run_no_switch_against_the_standin(installed, tmp_path):
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir() and p.name != "mpl")
     cell = json.loads((run_dir / "baseline__eagle3.json").read_text())
     assert cell["valid"] is True and cell["completed"] == 2
+
+
+def test_every_folder_that_ships_files_is_a_listed_package():
+    """setuptools warns (and will stop including) data folders missing from `packages`: each folder under a
+    listed package that holds shipped files is listed itself, or mapped through package-dir."""
+    import tomllib
+
+    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = set(cfg["packages"])
+    mapped = {REPO / d for d in cfg.get("package-dir", {}).values()}
+    missing = []
+    for top in ("launcher", "bench"):
+        for folder in sorted(p for p in (REPO / top).rglob("*") if p.is_dir()):
+            if folder.name == "__pycache__" or folder in mapped:
+                continue
+            shipped = [f for f in folder.iterdir() if f.is_file() and f.suffix != ".pyc"]
+            name = ".".join(folder.relative_to(REPO).parts)
+            if shipped and name not in packages:
+                missing.append(name)
+    assert missing == [], f"add {missing} to [tool.setuptools] packages in pyproject.toml"

@@ -28,7 +28,7 @@ from bench.allreduce.backends import Backend, BackendUnavailable, RankContext
 from bench.allreduce.sizes import DTYPES
 from launcher import settings
 
-TEST_HANG = settings.ALLREDUCE_TEST_HANG_RANK
+TEST_HANG = settings.KIT_ALLREDUCE_TEST_HANG_RANK
 """Test hook: the rank with this index stops making progress right after init (exercises --timeout-s)."""
 
 

@@ -29,7 +29,7 @@ _VERSION = re.compile(r"nccl-tests version (\S+).*?nccl-library=(\d+)")
 
 def find_binary(explicit: str | None) -> Path:
     """--nccl-tests-bin, else KIT_NCCL_TESTS_BIN, else all_reduce_perf on PATH; UserError (exit 2) if none."""
-    given = explicit or (str(settings.NCCL_TESTS_BIN.get()) if settings.NCCL_TESTS_BIN.get() else None)
+    given = explicit or (str(settings.KIT_NCCL_TESTS_BIN.get()) if settings.KIT_NCCL_TESTS_BIN.get() else None)
     if given:
         path = Path(given)
         if not (path.is_file() and os.access(path, os.X_OK)):
@@ -39,7 +39,7 @@ def find_binary(explicit: str | None) -> Path:
     found = shutil.which(BINARY)
     if found is None:
         raise UserError(f"--with-nccl-tests: {BINARY} is not on PATH and neither --nccl-tests-bin nor "
-                        f"{settings.NCCL_TESTS_BIN.name} names it; the server image has it, elsewhere build it "
+                        f"{settings.KIT_NCCL_TESTS_BIN.name} names it; the server image has it, elsewhere build it "
                         "with docker/build-nccl-tests.sh SRC PREFIX")
     return Path(found)
 

@@ -79,8 +79,8 @@ class RunArgs(CliArgs):
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p = parser
         p.add_argument("--url", default=None,
-                       help=f"SGLang server URL (default ${settings.SERVER_URL.name} or "
-                            f"{settings.SERVER_URL.default})")
+                       help=f"SGLang server URL (default ${settings.KIT_SERVER_URL.name} or "
+                            f"{settings.KIT_SERVER_URL.default})")
         p.add_argument("--control", default=None,
                        help="control API URL (default: $KIT_CONTROL_URL or http://$KIT_CONTROL_HOST:$KIT_CONTROL_PORT); "
                             "profile and spec names and the running plans come from it")
@@ -140,13 +140,13 @@ class RunArgs(CliArgs):
             for flag, value in (("--profiles", profiles), ("--spec", specs)):
                 if value is not None and not csv(value):
                     raise UserError(f"{flag} is empty; give one or more names")
-        url = _url("--url", self.url) if self.url else settings.SERVER_URL.get()
+        url = _url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()
         control = _url("--control", self.control) if self.control else settings.control_url()
         mine = {f.name for f in fields(self)}
         same = {f.name: getattr(self, f.name) for f in fields(RunSettings) if f.name in mine}
         return RunSettings(**{
             **same, "url": url, "profiles": profiles, "specs": specs, "control": control, "concurrency": concurrency,
-            "control_given": bool(self.control) or settings.CONTROL_URL.is_set(), "argv": list(argv),
+            "control_given": bool(self.control) or settings.KIT_CONTROL_URL.is_set(), "argv": list(argv),
         })
 
 
@@ -163,7 +163,7 @@ def run_main(args: RunArgs, *, argv: list[str], console: Console) -> int:
         if args.url or args.control:
             raise UserError("--fleet takes each host's server and control API from the fleet file; drop --url/--control")
         return measure_fleet(fleet_file=args.fleet, base=run_settings, console=console)
-    token = settings.CONTROL_TOKEN.get()
+    token = settings.KIT_CONTROL_TOKEN.get()
     if run_settings.switching and not token:
         raise UserError("switching needs the control token: set KIT_CONTROL_TOKEN (or use --no-switch)")
     return measure(run_settings=run_settings, token=token, console=console)

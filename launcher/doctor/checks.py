@@ -20,7 +20,7 @@ Status = Literal["pass", "warn", "fail"]
 GiB = 1 << 30
 MiB = 1 << 20
 DOCKER_DEFAULT_SHM = 64 * MiB
-DEFAULT_TP: int = settings.TP_SIZE.default or 8
+DEFAULT_TP: int = settings.KIT_TP_SIZE.default or 8
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Check:
 
 def tp_size(environ: Mapping[str, str]) -> int:
     """The TP size profiles will use: KIT_TP_SIZE (exit 2 when it is not a whole number >= 1), else its default."""
-    return settings.TP_SIZE.get(environ) or DEFAULT_TP
+    return settings.KIT_TP_SIZE.get(environ) or DEFAULT_TP
 
 
 # --- GPUs and links -------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from launcher.doctor.probe import Probe
 from launcher.errors import UserError, run_cli
 from launcher.profiles.loader import spec_modes
 
-ROOT_ENV = settings.DOCTOR_ROOT.name
+ROOT_ENV = settings.KIT_DOCTOR_ROOT.name
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    root = Path(args.root) if args.root else settings.DOCTOR_ROOT.get()
+    root = Path(args.root) if args.root else settings.KIT_DOCTOR_ROOT.get()
     if not root.is_dir():
         raise UserError(f"--root {root}: not a directory; pass the folder that holds proc/ and sys/")
     if args.nccl_version and nccl.parse_version(args.nccl_version) is None:

@@ -17,9 +17,9 @@ from launcher.errors import KitError
 
 def _nccl(probe: Probe) -> tuple[str | None, str]:
     """KIT_NCCL_VERSION when set (the server image's, for a bench in its own container), else detected here."""
-    override = settings.NCCL_VERSION.get(probe.environ)
+    override = settings.KIT_NCCL_VERSION.get(probe.environ)
     if override:
-        return override, settings.NCCL_VERSION.name
+        return override, settings.KIT_NCCL_VERSION.name
     version, source = probe.nccl_detect()
     return (nccl.fmt(version) if version else None), source
 

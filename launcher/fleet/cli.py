@@ -55,7 +55,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     rows = []
     for h in fleet.host:
         try:
-            st = SyncControlClient(h.control, h.token()).status()
+            st = SyncControlClient(h.control, h.token(), url_from=h.url_from()).status()
             error = None
         except RuntimeFailure as exc:
             st, error = {}, str(exc)
@@ -86,7 +86,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_switch(args: argparse.Namespace) -> int:
     fleet = fleetfile.load(args.fleet)
-    spec = args.spec or settings.SPEC.get()
+    spec = args.spec or settings.default_spec()
     history = Path(args.history) if args.history else rolling.default_history(Path(args.fleet))
     return rolling.switch(fleet, args.profile, spec, history, timeout_s=args.timeout)
 

@@ -86,7 +86,7 @@ class Host(BaseModel):
     name: str
     server: Url
     control: Url
-    token_env: str = settings.CONTROL_TOKEN.name
+    token_env: str = settings.KIT_CONTROL_TOKEN.name
 
     @field_validator("name")
     @classmethod
@@ -104,6 +104,10 @@ class Host(BaseModel):
 
     def token(self) -> str | None:
         return os.environ.get(self.token_env) or None
+
+    def url_from(self) -> str:
+        """Where this host's control URL comes from, for a message when it does not answer."""
+        return f"`control` of host {self.name} in the fleet file"
 
 
 class Fleet(BaseModel):

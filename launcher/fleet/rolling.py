@@ -19,8 +19,7 @@ from launcher.errors import RuntimeFailure
 from launcher.fleet.fleetfile import Fleet, Host, require_tokens
 from launcher.fleet.router import RouterClient
 from launcher.runtime.control_client import SyncControlClient
-
-OK = {"switched", "unchanged"}
+from launcher.runtime.states import ANSWERING, OK_OUTCOMES, Outcome, State
 
 
 class History:
@@ -70,9 +69,9 @@ def switch(
 
 def _one(host: Host, profile: str, spec: str, router: RouterClient, log: History,
          timeout_s: float | None, add_timeout_s: float, say: Callable[[str], None]) -> int:
-    control = SyncControlClient(host.control, host.token())
+    control = SyncControlClient(host.control, host.token(), url_from=host.url_from())
     status = control.status()
-    if (status.get("profile"), status.get("spec"), status.get("state")) == (profile, spec, "serving"):
+    if (status.get("profile"), status.get("spec"), status.get("state")) == (profile, spec, State.SERVING):
         log.step(host.name, "skipped", reason="already serving this plan")
         say(f"{host.name}: already on {profile} + {spec}")
         return 0
@@ -80,10 +79,10 @@ def _one(host: Host, profile: str, spec: str, router: RouterClient, log: History
     log.step(host.name, "removed_from_router", was_registered=removed)
     say(f"{host.name}: out of the router; switching")
     code, body = control.switch(profile, spec, timeout_s)
-    outcome = body.get("outcome") or ("failed" if code != 200 else "switched")
+    outcome = body.get("outcome") or (Outcome.FAILED if code != 200 else Outcome.SWITCHED)
     log.step(host.name, "switched", outcome=outcome, http=code, error=body.get("error"),
              backends=body.get("backends"))
-    if outcome not in OK:
+    if outcome not in OK_OUTCOMES:
         why = body.get("error") or f"outcome {outcome}"
         _restore(host, router, log, add_timeout_s, say)
         say(f"{host.name}: switch {outcome}: {why}")
@@ -103,11 +102,11 @@ def _one(host: Host, profile: str, spec: str, router: RouterClient, log: History
 def _restore(host: Host, router: RouterClient, log: History, add_timeout_s: float, say: Callable[[str], None]) -> None:
     """After a failed switch the host runs its old plan again (rolled back): serve with it."""
     try:
-        state = SyncControlClient(host.control, host.token()).status().get("state")
+        state = SyncControlClient(host.control, host.token(), url_from=host.url_from()).status().get("state")
     except RuntimeFailure as exc:
         log.step(host.name, "left_out", reason=str(exc))
         return
-    if state not in ("serving", "rolled_back", "degraded"):
+    if state not in ANSWERING:
         log.step(host.name, "left_out", reason=f"state {state}")
         say(f"{host.name}: left out of the router (state {state})")
         return

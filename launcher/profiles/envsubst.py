@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from launcher import settings
 from launcher.errors import UserError
+from launcher.profiles import policy
 
 _PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -32,7 +32,7 @@ def expand(value: str, environ: Mapping[str, str], where: str) -> str:
 
     def repl(m: re.Match[str]) -> str:
         name, default = m.group(1), m.group(2)
-        refused = settings.reference_refused(name)
+        refused = policy.reference_refused(name)
         if refused:
             raise UserError(
                 f"{where}: references {name}, but {refused}; a profile reaches the server's command line, "
@@ -45,8 +45,8 @@ def expand(value: str, environ: Mapping[str, str], where: str) -> str:
         if isinstance(environ, Placeholders):
             return environ[name]
         raise UnsetVariable(
-            f"{where}: environment variable {name} is not set; export {name}=... "
-            f"(or write ${{{name}:-default}} in the profile)"
+            f"{where}: environment variable {name} is not set; put {name}=... in .env "
+            f"(cp .env.example .env), or export {name}=..."
         )
 
     return _PATTERN.sub(repl, value)

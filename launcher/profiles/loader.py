@@ -7,13 +7,14 @@ A profile file is a public contract (users write their own):
     status = "stable"        # or "experimental"
     [requires]               # sm, interconnect, p2p, nvlink_multicast, patches
     [expects]                # what must be running once it is healthy: allreduce, fusion, a2a
-    [env]                    # NAME = scalar; false unsets an inherited value
+    [env]                    # NAME = scalar; false drops a key inherited through extends (sitecustomize never unsets a process variable)
     [server]                 # SGLang flag without dashes = value; true -> bare flag, false -> omitted
 
 Every profile implicitly starts from `base.toml`; speculation modes live in `spec/<mode>.toml`
-in the same format and are laid over the merged profile last.
+in the same format and are laid over the merged profile last. Which names exist, and in which
+folder, is launcher/profiles/catalog.py's answer (the Makefile asks it too).
 
-Profile and spec names match settings.NAME_PATTERN (lowercase letters, digits, '.', '_', '-'; at
+Profile and spec names match policy.NAME_PATTERN (lowercase letters, digits, '.', '_', '-'; at
 most 64) and resolve only to regular files inside the profile folders.
 """
 
@@ -27,28 +28,23 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from launcher import settings
 from launcher.errors import UserError, schema_error
-from launcher.resources import builtin_profiles_dir
+from launcher.profiles import policy
+from launcher.profiles.catalog import (  # discovery lives there; callers may import these from here too
+    BASE_NAME,
+    SPEC_DIR,
+    available_names,
+    check_name,
+    find_file,
+    search_dirs,
+    spec_modes,
+)
 
 Scalar = str | int | float | bool
-BASE_NAME = "base"
-SPEC_DIR = "spec"
-_NAME = re.compile(settings.NAME_PATTERN)
+_NAME = re.compile(policy.NAME_PATTERN)
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FLAG_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _BAD_CHARS = ("\0", "\n", "\r")
-
-
-def check_name(kind: str, name: object) -> str:
-    """A profile or spec name, or UserError: names are file names, never paths."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        shown = repr(name)[:80]
-        raise UserError(
-            f"{kind} name {shown} is not valid: use 1-64 lowercase letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit (a name, not a path)"
-        )
-    return name
 
 
 def check_value(value: str, where: str) -> str:
@@ -56,11 +52,6 @@ def check_value(value: str, where: str) -> str:
     if any(c in value for c in _BAD_CHARS):
         raise UserError(f"{where}: the value contains a NUL byte or a line break; remove it")
     return value
-
-
-def search_dirs() -> list[Path]:
-    """User folders from KIT_PROFILES_DIR (colon-separated) come first, so they can shadow built-ins."""
-    return [*(settings.PROFILES_DIR.get() or []), builtin_profiles_dir()]
 
 
 class Requires(BaseModel):
@@ -123,7 +114,7 @@ def _check_entries(path: Path, pf: ProfileFile) -> None:
         if not _ENV_KEY.fullmatch(key):
             raise UserError(f"{where}: not a valid environment variable name; use letters, digits and '_', "
                             "not starting with a digit")
-        reason = settings.reserved_env_reason(key)
+        reason = policy.reserved_env_reason(key)
         if reason:
             raise UserError(f"{where}: a profile may not set it: {reason}; remove the key")
         if isinstance(value, str):
@@ -153,45 +144,6 @@ class Resolved:
     server: dict[str, Scalar | list[Scalar]] = field(default_factory=dict)
     origin: dict[str, Path] = field(default_factory=dict)  # "env.NAME" / "server.flag" -> file
     chain: list[Path] = field(default_factory=list)
-
-
-def _regular_inside(path: Path, folder: Path) -> bool:
-    """A regular file (after links) whose real path is inside the folder's; dangling links, loops,
-    FIFOs and names too long for the file system are not profiles."""
-    try:
-        return path.is_file() and path.resolve(strict=True).is_relative_to(folder.resolve(strict=True))
-    except (OSError, RuntimeError):
-        return False
-
-
-def _names_in(folder: Path) -> set[str]:
-    try:
-        candidates = list(folder.glob("*.toml")) if folder.is_dir() else []
-    except OSError:
-        return set()
-    return {p.stem for p in candidates if _NAME.fullmatch(p.stem) and _regular_inside(p, folder)}
-
-
-def find_file(name: str, sub: str = "") -> Path | None:
-    check_name("spec" if sub else "profile", name)
-    for d in search_dirs():
-        folder = d / sub if sub else d
-        p = folder / f"{name}.toml"
-        if _regular_inside(p, folder):
-            return p
-    return None
-
-
-def available_names() -> list[str]:
-    names: set[str] = set()
-    for d in search_dirs():
-        names |= _names_in(d)
-    names.discard(BASE_NAME)
-    return sorted(names)
-
-
-def spec_modes() -> list[str]:
-    return sorted(_names_in(builtin_profiles_dir() / SPEC_DIR))
 
 
 def read_file(path: Path) -> ProfileFile:
@@ -229,7 +181,7 @@ def _merge(into: Resolved, pf: ProfileFile, path: Path) -> None:
         target: dict = getattr(into, table)
         for key, value in getattr(pf, table).items():
             if value is False:
-                target.pop(key, None)  # false unsets an inherited key
+                target.pop(key, None)  # false drops the key `extends` brought in
             else:
                 target[key] = value
             into.origin[f"{table}.{key}"] = path
@@ -291,11 +243,10 @@ def load(name: str) -> Resolved:
 
 def apply_spec(resolved: Resolved, mode: str) -> None:
     """Lay the speculation overlay `spec/<mode>.toml` over a resolved profile."""
-    check_name("spec", mode)
-    folder = builtin_profiles_dir() / SPEC_DIR
-    path = folder / f"{mode}.toml"
-    if not _regular_inside(path, folder):
-        raise UserError(f"unknown spec mode '{mode}'; known: {', '.join(spec_modes())}")
+    path = find_file(mode, SPEC_DIR)
+    if path is None:
+        raise UserError(f"unknown spec mode '{mode}'; known: {', '.join(spec_modes())} "
+                        f"(spec/<mode>.toml in: {', '.join(map(str, search_dirs()))})")
     _merge(resolved, read_file(path), path)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from launcher import settings
 from launcher.errors import UserError
@@ -22,22 +22,27 @@ from launcher.profiles.envsubst import Placeholders, UnsetVariable, expand
 from launcher.profiles.hostfacts import HostFacts
 
 DEFAULT_SERVER_CMD = ("python", "-m", "sglang.launch_server")
-DEFAULT_SPEC: str = settings.SPEC.default or "eagle3"
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
 class Plan(BaseModel):
+    """The one typed plan: built here, carried as itself through the runtime, serialised only at the
+    edges (state files, HTTP) by `to_json` and read back by `from_json`."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")  # stored computed keys (digest) are recomputed
     name: str
     spec: str
     description: str
     status: str
     env: dict[str, str]
-    argv: list[str]
+    argv: list[str] = Field(min_length=1)
     flags: list[str]
     patches: list[str]
     requires: dict
     expects: list[str] = []  # backends the server must show running (launcher/runtime/activation.py)
     warnings: list[str]
     sources: list[str]
+    server_url: str  # where the server answers, from the flags it was built with (a wildcard address on loopback)
 
     def digest(self) -> str:
         """Hash of what the server actually gets: env, flags (not the command that runs them), patches."""
@@ -60,6 +65,11 @@ class Plan(BaseModel):
         payload = {"env": self.env, "flags": split_local(self.flags)[0], "patches": sorted(self.patches),
                    "model": self.model()}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_json(cls, data: object) -> Plan:
+        """A stored plan (profile.json, committed.json, a journal); pydantic.ValidationError when damaged."""
+        return cls.model_validate(data)
 
     def to_json(self) -> dict:
         data = self.model_dump()
@@ -98,7 +108,7 @@ def model_identity(path: str) -> dict[str, str | None]:
 
 
 def server_cmd(environ: Mapping[str, str] | None = None) -> list[str]:
-    custom = (settings.SERVER_CMD.get(environ) or "").strip()
+    custom = (settings.KIT_SERVER_CMD.get(environ) or "").strip()
     return shlex.split(custom) if custom else list(DEFAULT_SERVER_CMD)
 
 
@@ -141,6 +151,17 @@ def resolve(profile: str, spec: str, environ: Mapping[str, str]) -> tuple[profil
     return res, env, server
 
 
+def reach_url(server: Mapping[str, object]) -> str:
+    """The URL the kit reaches the server on, from its host and port keys (SGLang's defaults otherwise)."""
+    host = str(server.get("host") or "127.0.0.1")
+    port = str(server.get("port") or 30000)
+    if host in WILDCARD_HOSTS:
+        host = "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
 def compose_flags(server: Mapping[str, object]) -> list[str]:
     argv: list[str] = []
     for key, value in server.items():
@@ -156,7 +177,7 @@ def compose_flags(server: Mapping[str, object]) -> list[str]:
 
 def evaluate(
     profile: str,
-    spec: str = DEFAULT_SPEC,
+    spec: str | None = None,
     host_facts: HostFacts | None = None,
     *,
     environ: Mapping[str, str] | None = None,
@@ -166,6 +187,7 @@ def evaluate(
     from launcher.profiles import rules
 
     env_src = dict(os.environ) if environ is None else environ
+    spec = spec or settings.default_spec(env_src)
     res, env, server = resolve(profile, spec, env_src)
     flags = compose_flags(server)
     ctx = rules.Context(resolved=res, spec=spec, env=env, server=server, facts=host_facts, flags=flags)
@@ -187,11 +209,12 @@ def evaluate(
         expects=res.expects.backends(),
         warnings=[f.message for f in findings if f.level == "warning"],
         sources=[str(p) for p in res.chain],
+        server_url=reach_url(server),
     )
     return plan, findings
 
 
-def build_plan(profile: str, spec: str = DEFAULT_SPEC, host_facts: HostFacts | None = None, **options: Any) -> Plan:
+def build_plan(profile: str, spec: str | None = None, host_facts: HostFacts | None = None, **options: Any) -> Plan:
     """Plan for `profile` under `spec` (options as for `evaluate`); raises UserError listing every error finding."""
     plan, findings = evaluate(profile, spec, host_facts, **options)
     blocking = [f for f in findings if f.level in ("error", "ineligible")]

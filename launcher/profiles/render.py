@@ -1,4 +1,5 @@
-"""Write a plan into the state dir: profile.json (read by sitecustomize) and the command line."""
+"""Write a plan into the state dir: profile.env (the env file sitecustomize applies), profile.json (the plan
+server_exec and the control API read) and cmdline, each atomically."""
 
 from __future__ import annotations
 
@@ -7,31 +8,30 @@ from pathlib import Path
 
 from launcher import atomic, settings
 from launcher.profiles.plan import Plan
-from launcher.settings import StatePaths
+from launcher.state_layout import StatePaths
 
 
-def env_file_text(plan: dict) -> str:
-    items = [(settings.ACTIVE_PROFILE.name, plan["name"]), (settings.ACTIVE_SPEC.name, plan["spec"]),
-             *sorted(plan["env"].items())]
+def env_file_text(plan: Plan) -> str:
+    items = [(settings.KIT_ACTIVE_PROFILE.name, plan.name), (settings.KIT_ACTIVE_SPEC.name, plan.spec),
+             *sorted(plan.env.items())]
     return "".join(f"{k}={v}\0" for k, v in items)
 
 
 PLAN_FILE_MODE = 0o600  # the env may hold values the operator exported; only the kit's user reads it
 
 
-def write_plan(state_dir: Path, plan: dict) -> Path:
+def write_plan(state_dir: Path, plan: Plan) -> Path:
     """Atomic per file; profile.json goes last because it is what a starting server reads.
 
-    Takes plan JSON so a stored previous plan (rollback) is rendered exactly as it was. A file that
-    already holds the right text is not rewritten, so a rollback on a full disk rewrites only what the
-    failed render changed.
+    A stored previous plan (rollback) is rendered exactly as it was read. A file that already holds the
+    right text is not rewritten, so a rollback on a full disk rewrites only what the failed render changed.
     """
     state_dir.mkdir(parents=True, exist_ok=True)
     paths = StatePaths(state_dir)
     texts = (
-        (paths.cmdline, shlex.join(plan["argv"]) + "\n"),
+        (paths.cmdline, shlex.join(plan.argv) + "\n"),
         (paths.profile_env, env_file_text(plan)),
-        (paths.profile_json, atomic.json_text(plan)),
+        (paths.profile_json, atomic.json_text(plan.to_json())),
     )
     for path, text in texts:
         if _holds(path, text):
@@ -46,6 +46,3 @@ def _holds(path: Path, text: str) -> bool:
     except (OSError, UnicodeDecodeError):
         return False
 
-
-def render(plan: Plan, state_dir: Path) -> Path:
-    return write_plan(state_dir, plan.to_json())

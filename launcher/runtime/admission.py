@@ -10,7 +10,7 @@ from launcher.profiles.plan import Plan, build_plan
 
 def host_facts():
     """KIT_HOST_FACTS, when set: the host-dependent rules then run against the doctor's findings."""
-    path = settings.HOST_FACTS.get()
+    path = settings.KIT_HOST_FACTS.get()
     if path is None:
         return None
     from launcher.profiles.hostfacts import load_host_facts
@@ -20,7 +20,7 @@ def host_facts():
 
 def patch_check() -> str:
     """What /status shows: whether profiles' SGLang patches are enforced (KIT_PATCH_CHECK)."""
-    return settings.PATCH_CHECK.get() or "enforce"
+    return settings.KIT_PATCH_CHECK.get() or "enforce"
 
 
 def validated_plan(profile: str, spec: str) -> Plan:
@@ -34,6 +34,6 @@ def validated_plan(profile: str, spec: str) -> Plan:
             raise UserError(
                 f"profile '{profile}' needs SGLang patch(es) {', '.join(absent)}, which the installed sglang lacks; "
                 f"rebuild the server image (`make build`) so patches/apply.py runs (or set "
-                f"{settings.PATCH_CHECK.name}=skip for a server command without the patched sglang)"
+                f"{settings.KIT_PATCH_CHECK.name}=skip for a server command without the patched sglang)"
             )
     return plan

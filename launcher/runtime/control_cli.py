@@ -13,8 +13,7 @@ from rich.console import Console
 from launcher import settings
 from launcher.errors import RuntimeFailure, UserError, run_cli
 from launcher.runtime.control_client import ControlClient, SyncControlClient
-
-OK_OUTCOMES = {"switched", "unchanged"}
+from launcher.runtime.states import OK_OUTCOMES
 
 
 async def _switch_with_spinner(args: argparse.Namespace, token: str) -> tuple[int, dict]:
@@ -35,9 +34,9 @@ async def _switch_with_spinner(args: argparse.Namespace, token: str) -> tuple[in
 
 
 def _switch(args: argparse.Namespace) -> int:
-    token = settings.CONTROL_TOKEN.get()
+    token = settings.KIT_CONTROL_TOKEN.get()
     if not token:
-        raise UserError(f"{settings.CONTROL_TOKEN.name} is not set; export the token the server was started with")
+        raise UserError(f"{settings.KIT_CONTROL_TOKEN.name} is not set; export the token the server was started with")
     code, body = asyncio.run(_switch_with_spinner(args, token))
     if code == 0:
         raise RuntimeFailure(body.get("error", "control API unreachable"))
@@ -74,7 +73,7 @@ def _status(args: argparse.Namespace) -> int:
     print(f"{st.get('profile')} + {st.get('spec')}  state={st.get('state')}  health={st.get('health')}  "
           f"restarts={st.get('restarts')}  since {st.get('since_iso')}")
     if st.get("patch_check") and st["patch_check"] != "enforce":
-        print(f"patch check: {st['patch_check']} ({settings.PATCH_CHECK.name})")
+        print(f"patch check: {st['patch_check']} ({settings.KIT_PATCH_CHECK.name})")
     if st.get("last_error"):
         print(f"last error: {st['last_error']}")
     _print_backends(st.get("backends") or [])
@@ -115,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         args.url = args.url or settings.control_url()
         if hasattr(args, "spec"):
-            args.spec = args.spec or settings.SPEC.get()
+            args.spec = args.spec or settings.default_spec()
         return args.fn(args)
 
     return run_cli(body)

@@ -3,7 +3,7 @@
 Written (and fsynced) before the old server is stopped and updated at every phase; removed once the
 outcome is in the history. A journal found when the control API starts means a switch was cut short
 (the control API crashed or the container restarted): the control API resolves it before anything
-else (control_api.Runtime.recover).
+else (lifecycle.Lifecycle.recover).
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from launcher import atomic
 from launcher.runtime.state import STATE_FILE_MODE, read_json
-from launcher.settings import StatePaths
-
-PHASES = ("draining", "stopping", "starting", "health", "rolling_back")
+from launcher.runtime.states import Phase
+from launcher.state_layout import StatePaths
 
 
 class Label(BaseModel):
@@ -41,7 +40,7 @@ class Journal(BaseModel):
         return self.model_dump(by_alias=True)
 
 
-def begin(sd: Path, from_: dict | None, to: dict, phase: str = PHASES[0]) -> Journal:
+def begin(sd: Path, from_: dict | None, to: dict, phase: str = Phase.DRAINING) -> Journal:
     """Write the intent; an OSError here means nothing was changed yet."""
     now = time.time()
     j = Journal(id=uuid.uuid4().hex[:12], started_at=now, updated_at=now, phase=phase,

@@ -14,7 +14,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from launcher.errors import RuntimeFailure
-from launcher.settings import PATCH_RECORD_FILE
+
+PATCH_RECORD_FILE = "kit_patches.json"  # in the installed sglang package, written by patches/apply.py
 
 
 def record_path() -> Path | None:

@@ -12,32 +12,21 @@ import sys
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from launcher import atomic, settings
-from launcher.settings import StatePaths
+from launcher.profiles.plan import Plan
+from launcher.state_layout import StatePaths
 
 STATE_FILE_MODE = 0o600
 MAX_STATE_FILE_BYTES = 4 << 20
 HISTORY_TAIL_BYTES = 256 << 10
 
 
-class PlanRecord(BaseModel):
-    """What the runtime needs of a stored plan (profile.json, committed.json's plan)."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-    name: str
-    spec: str
-    digest: str
-    env: dict[str, str]
-    argv: list[str] = Field(min_length=1)
-    flags: list[str]
-
-
 class CommittedRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=False)
     committed_at: float
-    plan: PlanRecord
+    plan: Plan
 
 
 def read_json(path: Path) -> dict | None:
@@ -51,15 +40,20 @@ def read_json(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def plan_or_none(data: object) -> dict | None:
+def plan_or_none(data: object) -> Plan | None:
     """A stored plan when it has the shape the runtime relies on, else None."""
     try:
-        return PlanRecord.model_validate(data).model_dump()
+        return Plan.from_json(data)
     except ValidationError:
         return None
 
 
-def committed(sd: Path) -> dict | None:
+def rendered_plan(sd: Path) -> Plan | None:
+    """The plan last rendered into the state dir (profile.json): what the server starts with."""
+    return plan_or_none(read_json(StatePaths(sd).profile_json))
+
+
+def committed(sd: Path) -> CommittedRecord | None:
     """The last plan that passed the health gate ({"committed_at", "plan"}); a damaged record is ignored
     with a warning on stderr, as if there were none."""
     path = StatePaths(sd).committed
@@ -67,7 +61,7 @@ def committed(sd: Path) -> dict | None:
         return None
     data = read_json(path)
     try:
-        return CommittedRecord.model_validate(data).model_dump()
+        return CommittedRecord.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "(top level)"
@@ -75,8 +69,8 @@ def committed(sd: Path) -> dict | None:
         return None
 
 
-def commit(sd: Path, plan: dict) -> None:
-    atomic.write_json(StatePaths(sd).committed, {"committed_at": time.time(), "plan": plan}, mode=STATE_FILE_MODE)
+def commit(sd: Path, plan: Plan) -> None:
+    atomic.write_json(StatePaths(sd).committed, {"committed_at": time.time(), "plan": plan.to_json()}, mode=STATE_FILE_MODE)
 
 
 def append_history(sd: Path, entry: dict) -> None:
@@ -119,19 +113,6 @@ def read_history(sd: Path, last: int = 20) -> tuple[list[dict], int]:
 
 def history(sd: Path, last: int = 20) -> list[dict]:
     return read_history(sd, last)[0]
-
-
-def server_url(flags: list[str]) -> str:
-    """Where the server listens, from its --host/--port flags (0.0.0.0 is reached on loopback)."""
-    host, port = "127.0.0.1", "30000"
-    for i, tok in enumerate(flags[:-1]):
-        if tok == "--host":
-            host = flags[i + 1]
-        elif tok == "--port":
-            port = flags[i + 1]
-    if host in ("0.0.0.0", "::", ""):
-        host = "127.0.0.1"
-    return f"http://{host}:{port}"
 
 
 def tail(path: Path, lines: int = 50) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from launcher import atomic, settings
 from launcher.resources import sitecustomize_dir
-from launcher.settings import StatePaths as Paths
+from launcher.state_layout import StatePaths as Paths
 
 
 def _q(value: str) -> str:
@@ -24,9 +24,9 @@ def _cmd(*parts: str) -> str:
 
 def render(paths: Paths) -> Path:
     """supervisord.conf for the state dir; timings from KIT_STOP_WAIT_S, KIT_START_SECS, KIT_START_RETRIES."""
-    stop_wait_s = settings.STOP_WAIT_S.get()
-    start_secs = settings.START_SECS.get()
-    start_retries = settings.START_RETRIES.get()
+    stop_wait_s = settings.KIT_STOP_WAIT_S.get()
+    start_secs = settings.KIT_START_SECS.get()
+    start_retries = settings.KIT_START_RETRIES.get()
     py = sys.executable
     state = str(paths.root)
     pythonpath = os.pathsep.join(p for p in (str(sitecustomize_dir()), os.environ.get("PYTHONPATH", "")) if p)
@@ -54,7 +54,7 @@ serverurl=unix://{paths.socket}
 [program:sglang]
 ; Runs the rendered plan's argv; sitecustomize applies the plan's env in every Python process.
 command={_cmd(py, '-m', 'launcher.runtime.server_exec', '--state-dir', state)}
-environment=PYTHONPATH={_q(pythonpath)},{settings.STATE_DIR.name}={_q(state)},{settings.PROFILE_ENV.name}={_q(str(paths.profile_env))},PYTHONUNBUFFERED="1"
+environment=PYTHONPATH={_q(pythonpath)},{settings.KIT_STATE_DIR.name}={_q(state)},{settings.KIT_PROFILE_ENV.name}={_q(str(paths.profile_env))},PYTHONUNBUFFERED="1"
 priority=100
 autostart=true
 autorestart=true
@@ -83,7 +83,7 @@ redirect_stderr=true
 
 [program:control]
 command={_cmd(py, '-m', 'launcher.runtime.control_api', '--state-dir', state)}
-environment={settings.STATE_DIR.name}={_q(state)},PYTHONUNBUFFERED="1"
+environment={settings.KIT_STATE_DIR.name}={_q(state)},PYTHONUNBUFFERED="1"
 priority=200
 autorestart=true
 startsecs=1

@@ -8,6 +8,9 @@ from pathlib import Path
 from supervisor.xmlrpc import SupervisorTransport
 
 PROGRAM = "sglang"
+# supervisord's own process state names (supervisor/states.py)
+LIVE_STATES = frozenset({"RUNNING", "STARTING", "BACKOFF"})
+DEAD_STATES = frozenset({"FATAL", "EXITED", "STOPPED", "UNKNOWN"})
 
 
 class Supervisor:

@@ -16,14 +16,15 @@ from pathlib import Path
 
 import httpx
 
-from launcher import settings
+from launcher import settings, state_layout
+from launcher.profiles.plan import Plan
 from launcher.profiles.render import write_plan
 from launcher.runtime import activation, journal
 from launcher.runtime import state as runtime_state
 from launcher.runtime.metrics_text import running_requests
-from launcher.runtime.supervisor_rpc import Supervisor
+from launcher.runtime.states import Outcome, Phase
+from launcher.runtime.supervisor_rpc import DEAD_STATES, Supervisor
 
-DEAD_STATES = {"FATAL", "EXITED", "STOPPED", "UNKNOWN"}
 STOP_MARGIN_S = 30  # beyond supervisord's own stop wait, before the group is killed
 LOG_GRACE_S = 3.0  # the server logged its line before answering; supervisord may not have written it yet
 
@@ -32,10 +33,10 @@ LOG_GRACE_S = 3.0  # the server logged its line before answering; supervisord ma
 class Timeouts:
     """Switch timeouts from the settings registry (the control API checked them at start)."""
 
-    drain_s: float = field(default_factory=lambda: settings.DRAIN_TIMEOUT_S.get())
-    stop_s: float = field(default_factory=lambda: settings.STOP_WAIT_S.get() + STOP_MARGIN_S)
-    health_s: float = field(default_factory=lambda: settings.HEALTH_TIMEOUT_S.get())
-    rollback_s: float = field(default_factory=lambda: settings.ROLLBACK_TIMEOUT_S.get())
+    drain_s: float = field(default_factory=lambda: settings.KIT_DRAIN_TIMEOUT_S.get())
+    stop_s: float = field(default_factory=lambda: settings.KIT_STOP_WAIT_S.get() + STOP_MARGIN_S)
+    health_s: float = field(default_factory=lambda: settings.KIT_HEALTH_TIMEOUT_S.get())
+    rollback_s: float = field(default_factory=lambda: settings.KIT_ROLLBACK_TIMEOUT_S.get())
 
 
 class GateFailed(Exception):
@@ -64,8 +65,8 @@ class Switcher:
         self.sd = state_dir
         self.sup = supervisor
         self.timeouts = timeouts or Timeouts()
-        self.phase: str | None = None
-        self.active: dict | None = None  # the plan last rendered and started: what health is probed on
+        self.phase: Phase | None = None
+        self.active: Plan | None = None  # the plan last rendered and started: what health is probed on
         self.server_changed_at = 0.0  # a health reading older than this describes a server that is gone
 
     async def _call(self, fn, *args):
@@ -73,7 +74,7 @@ class Switcher:
 
     async def drain(self, url: str, timeout_s: float) -> None:
         """Wait until SGLang reports no running requests; a server that does not answer holds none."""
-        self.phase = "draining"
+        self.phase = Phase.DRAINING
         deadline = time.monotonic() + timeout_s
         async with httpx.AsyncClient(timeout=5) as client:
             while True:
@@ -89,7 +90,7 @@ class Switcher:
 
     async def stop(self) -> None:
         """Stop the program, then wait until its whole process group (TP workers too) is gone."""
-        self.phase = "stopping"
+        self.phase = Phase.STOPPING
         self.server_changed_at = time.time()
         info = await self._call(self.sup.info)
         pgid = int(info.get("pid") or 0)
@@ -106,8 +107,8 @@ class Switcher:
                 deadline = time.monotonic() + 10
             await asyncio.sleep(0.05)
 
-    async def start(self, plan: dict) -> None:
-        self.phase = "starting"
+    async def start(self, plan: Plan) -> None:
+        self.phase = Phase.STARTING
         self.server_changed_at = time.time()
         self.active = plan
         write_plan(self.sd, plan)
@@ -115,7 +116,7 @@ class Switcher:
 
     async def health_gate(self, url: str, timeout_s: float) -> None:
         """200 from /health_generate (SGLang answers 503 while loading), or fail early if the program died."""
-        self.phase = "health"
+        self.phase = Phase.HEALTH
         deadline = time.monotonic() + timeout_s
         async with httpx.AsyncClient(timeout=httpx.Timeout(30, connect=2)) as client:
             while True:
@@ -132,22 +133,22 @@ class Switcher:
                     raise GateFailed(f"health timeout: {url}/health_generate not 200 after {timeout_s:.0f}s")
                 await asyncio.sleep(0.2)
 
-    async def activation_check(self, plan: dict) -> list[dict]:
+    async def activation_check(self, plan: Plan) -> list[dict]:
         """The expected backends of the healthy new server, from its log (activation.py)."""
-        self.phase = "activation"
-        log = settings.StatePaths(self.sd).server_log
+        self.phase = Phase.ACTIVATION
+        log = state_layout.StatePaths(self.sd).server_log
         deadline = time.monotonic() + LOG_GRACE_S
         while True:
-            statuses = activation.check_server(plan.get("expects") or [], log)
+            statuses = activation.check_server(plan.expects, log)
             if not activation.inactive(statuses) or time.monotonic() > deadline:
                 return statuses
             await asyncio.sleep(0.25)
 
-    async def bring_up(self, plan: dict, timeout_s: float) -> None:
+    async def bring_up(self, plan: Plan, timeout_s: float) -> None:
         await self.start(plan)
-        await self.health_gate(runtime_state.server_url(plan["flags"]), timeout_s)
+        await self.health_gate(plan.server_url, timeout_s)
 
-    async def run(self, current: dict | None, new: dict, timeout_s: float | None) -> dict:
+    async def run(self, current: Plan | None, new: Plan, timeout_s: float | None) -> dict:
         """Full switch; returns the history entry (outcome switched / rolled_back / failed / aborted).
 
         OSError from writing the journal means nothing was changed; it propagates."""
@@ -171,62 +172,62 @@ class Switcher:
         t = t0
         try:
             if current is not None:
-                await self.drain(runtime_state.server_url(current["flags"]), self.timeouts.drain_s)
+                await self.drain(current.server_url, self.timeouts.drain_s)
             t = lap("drain", t)
         except Exception as exc:  # nothing was stopped: the old server keeps serving
             lap("drain", t)
-            entry.update(outcome="aborted", error=describe(exc))
+            entry.update(outcome=Outcome.ABORTED, error=describe(exc))
             return self._finish(entry, j, t0)
         step = "stop"
         try:
-            journal.advance(self.sd, j, "stopping")
+            journal.advance(self.sd, j, Phase.STOPPING)
             await self.stop()
             t = lap("stop", t)
             step = "start"
-            journal.advance(self.sd, j, "starting")
+            journal.advance(self.sd, j, Phase.STARTING)
             await self.start(new)
             t = lap("start", t)
             step = "health"
-            journal.advance(self.sd, j, "health")
-            await self.health_gate(runtime_state.server_url(new["flags"]), timeout_s or self.timeouts.health_s)
+            journal.advance(self.sd, j, Phase.HEALTH)
+            await self.health_gate(new.server_url, timeout_s or self.timeouts.health_s)
             t = lap("health", t)
             step = "activation"
             entry["backends"] = await self.activation_check(new)
             lap("activation", t)
             missing = activation.summary(entry["backends"])
-            if missing and settings.ACTIVATION_FAILURE.get() == "rollback":
+            if missing and settings.KIT_ACTIVATION_FAILURE.get() == "rollback":
                 raise GateFailed(f"expected backend not active: {missing}")
             runtime_state.commit(self.sd, new)
-            entry["outcome"] = "degraded" if missing else "switched"
+            entry["outcome"] = Outcome.DEGRADED if missing else Outcome.SWITCHED
             if missing:
-                entry["error"] = f"expected backend not active, kept ({settings.ACTIVATION_FAILURE.name}=degraded): {missing}"
+                entry["error"] = f"expected backend not active, kept ({settings.KIT_ACTIVATION_FAILURE.name}=degraded): {missing}"
             return self._finish(entry, j, t0)
         except Exception as exc:  # the gate, a full disk, a supervisord fault: all take the rollback path
             lap(step, t)
             entry["error"] = describe(exc)
             entry["failed_step"] = step
-            entry["log_tail"] = runtime_state.tail(settings.StatePaths(self.sd).server_log, 50)
+            entry["log_tail"] = runtime_state.tail(state_layout.StatePaths(self.sd).server_log, 50)
         if current is None:
-            entry["outcome"] = "failed"
+            entry["outcome"] = Outcome.FAILED
             return self._finish(entry, j, t0)
         entry.update(await self.roll_back(current, j))
         return self._finish(entry, j, t0)
 
-    async def roll_back(self, plan: dict, j: journal.Journal | None) -> dict:
+    async def roll_back(self, plan: Plan, j: journal.Journal | None) -> dict:
         """Stop whatever runs and bring `plan` back; the outcome and its time, never an exception."""
-        self.phase = "rolling_back"
+        self.phase = Phase.ROLLING_BACK
         t = time.monotonic()
-        out: dict = {"outcome": "rolled_back"}
+        out: dict = {"outcome": Outcome.ROLLED_BACK}
         try:
             if j is not None:
                 try:
-                    journal.advance(self.sd, j, "rolling_back")
+                    journal.advance(self.sd, j, Phase.ROLLING_BACK)
                 except OSError:
                     pass  # the journal still says a switch is open, which is what recovery needs
             await self.stop()
             await self.bring_up(plan, self.timeouts.rollback_s)
         except Exception as exc:
-            out = {"outcome": "failed", "rollback_error": describe(exc)}
+            out = {"outcome": Outcome.FAILED, "rollback_error": describe(exc)}
         out["rollback_s"] = round(time.monotonic() - t, 3)
         return out
 
@@ -252,8 +253,8 @@ class Switcher:
         return entry
 
 
-def label(plan: dict | None) -> dict | None:
+def label(plan: Plan | None) -> dict | None:
     """A plan as history and the journal name it."""
     if plan is None:
         return None
-    return {"profile": plan["name"], "spec": plan["spec"], "digest": plan.get("digest")}
+    return {"profile": plan.name, "spec": plan.spec, "digest": plan.digest()}

@@ -1,0 +1,324 @@
+"""The server's state machine, as the control API keeps it: health, unplanned restarts, crash loops,
+the switch's bookkeeping, and the resolution of a switch that a restart cut short.
+
+The HTTP layer (control_api.py) only asks it for `status()` and `switch()`; the monitor runs beside.
+States and outcomes are named in states.py.
+
+Transitions the monitor makes (every HEALTH_PERIOD_S, never while a switch or a recovery holds the lock):
+- starting/failed -> serving: /health answers 200 (the first healthy start of a plan is committed);
+- serving/degraded/rolled_back -> down: supervisord's program is neither RUNNING nor STARTING, or /health
+  is refused (a slow /health is not "down");
+- down -> the state it left: /health answers 200 again;
+- any -> failed: supervisord gave up (FATAL); it is started again after a doubling backoff;
+- starting -> failed: the first start ended (EXITED, STOPPED, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from pathlib import Path
+
+import httpx
+
+from launcher import settings, state_layout
+from launcher.errors import RuntimeFailure
+from launcher.profiles.plan import Plan
+from launcher.runtime import activation, journal
+from launcher.runtime import state as runtime_state
+from launcher.runtime.admission import patch_check, validated_plan
+from launcher.runtime.states import ANSWERING, STATE_AFTER, Outcome, Phase, Resolution, State
+from launcher.runtime.supervisor_rpc import DEAD_STATES, LIVE_STATES, Supervisor
+from launcher.runtime.switch import GateFailed, Switcher, describe, label
+
+HEALTH_PERIOD_S = 0.25
+HEALTH_DOWN = "down"  # /health refused or reset: nothing listens (a slow answer reads "timeout" instead)
+UP_STATES = frozenset({"RUNNING", "STARTING"})  # supervisord's states of a process that may answer (STARTING: within startsecs)
+
+
+class Busy(Exception):
+    """Another switch holds the lock."""
+
+
+class Lifecycle:
+    """One server's state, from supervisord, /health and the switches made through the control API."""
+
+    def __init__(self, state_dir: Path):
+        self.sd = state_dir
+        self.paths = state_layout.StatePaths(state_dir)
+        self.sup = Supervisor(self.paths.socket)
+        self.switcher = Switcher(state_dir, self.sup)
+        self.lock = asyncio.Lock()
+        self.current: Plan | None = runtime_state.rendered_plan(state_dir)
+        committed = runtime_state.committed(state_dir)
+        self.last_good: Plan | None = committed.plan if committed else None
+        self.state = State.STARTING
+        self.resume_state = State.SERVING  # what `down` goes back to when the server answers again
+        self.since = time.time()
+        self.health = "unknown"
+        self.health_at: float | None = None
+        self.restarts = 0
+        self.pid = 0
+        self.last_error: str | None = None
+        self.backoff_s = settings.KIT_RETRY_BACKOFF_S.get()
+        self.retry_at: float | None = None
+        self.retries = 0
+        self.recovery: asyncio.Task | None = None
+        self.backends: list[dict] = []  # activation of the running plan's expected backends
+        self.backends_of: tuple[int, str | None] | None = None  # (pid, digest) they were read for
+
+    # ----- what /status shows ----------------------------------------------------------------------
+    def set_state(self, state: State) -> None:
+        if state != self.state:
+            self.state, self.since = state, time.time()
+
+    def status(self) -> dict:
+        cur = self.current
+        hist, skipped = runtime_state.read_history(self.sd, 20)
+        health = self.health
+        if self.health_at is None or self.health_at < self.switcher.server_changed_at:
+            health = "unknown"  # no reading of the server that runs now yet
+        return {
+            "profile": cur.name if cur else None,
+            "spec": cur.spec if cur else None,
+            "digest": cur.digest() if cur else None,
+            "state": self.state,
+            "phase": self.switcher.phase,
+            "since": self.since,
+            "since_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since)),
+            "health": health,
+            "health_age_s": None if self.health_at is None else round(time.time() - self.health_at, 3),
+            "restarts": self.restarts,
+            "retry": {"attempts": self.retries, "next_at": self.retry_at},
+            "pid": self.pid,
+            "server_url": cur.server_url if cur else None,
+            "last_error": self.last_error,
+            "patch_check": patch_check(),
+            "backends": self.backends,
+            "history": hist,
+            "history_skipped": skipped,
+        }
+
+    def check_backends(self, plan: Plan) -> list[dict]:
+        """Read the running server's activation lines (activation.py) and keep them for /status."""
+        self.backends = activation.check_server(plan.expects, self.paths.server_log)
+        self.backends_of = (self.pid, plan.digest())
+        return self.backends
+
+    # ----- the monitor -----------------------------------------------------------------------------
+    async def monitor(self) -> None:
+        """Resolve a switch cut short, then watch: health (always, during a switch too), unplanned
+        restarts, crash loops; on the first healthy start, commit the running plan."""
+        j = journal.read(self.sd)
+        if j is not None:
+            await self.lock.acquire()  # held from here: no switch and no commit before it is resolved
+            self.recovery = asyncio.create_task(self.recover(j))
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2, connect=1)) as client:
+            while True:
+                try:
+                    await self._tick(client)
+                except Exception:  # a monitor that dies leaves /status stale: report and go on
+                    traceback.print_exc()
+                await asyncio.sleep(HEALTH_PERIOD_S)
+
+    async def _probe(self, client: httpx.AsyncClient) -> None:
+        target = self.switcher.active or self.current
+        if not target:
+            return
+        try:
+            r = await client.get(f"{target.server_url}/health")
+            self.health = "ok" if r.status_code == 200 else f"http {r.status_code}"
+        except httpx.TimeoutException:
+            self.health = "timeout"
+        except httpx.HTTPError:
+            self.health = HEALTH_DOWN
+        self.health_at = time.time()
+
+    async def _tick(self, client: httpx.AsyncClient) -> None:
+        busy = self.lock.locked()  # a reading taken while a switch ran describes that switch's servers
+        await self._probe(client)
+        try:
+            info = await asyncio.to_thread(self.sup.info)
+        except Exception as exc:
+            self.last_error = f"supervisord does not answer: {describe(exc)}"
+            return
+        pid = int(info.get("pid") or 0)
+        if busy or self.lock.locked():
+            self.pid = pid
+            return
+        if pid and self.pid and pid != self.pid:
+            self.restarts += 1
+        if pid:
+            self.pid = pid
+        cur = self.current
+        if not cur:
+            return
+        statename = info.get("statename")
+        if self.health == "ok" and self.backends_of != (self.pid, cur.digest()):
+            self.check_backends(cur)  # a server started by serve, or restarted after a crash
+        if statename == "FATAL":
+            await self._crash_loop(info)
+        elif self.state in ANSWERING and (statename not in UP_STATES or self.health == HEALTH_DOWN):
+            self.resume_state = self.state
+            self.last_error = f"server down (supervisord: {statename}, health: {self.health}); supervisord restarts it"
+            self.set_state(State.DOWN)
+        elif self.state == State.DOWN and self.health == "ok" and statename in UP_STATES:
+            self.last_error = None
+            self.set_state(self.resume_state)
+        elif self.health == "ok" and self.state in (State.STARTING, State.FAILED):
+            self._first_healthy(cur)
+        elif self.state == State.STARTING and statename in DEAD_STATES:
+            self.last_error = f"server did not start ({statename})"
+            self.set_state(State.FAILED)
+
+    def _first_healthy(self, cur: Plan) -> None:
+        """The plan answers: serving; commit it (and say so in history) unless it is the committed one."""
+        self.set_state(State.SERVING)
+        self.last_error = None
+        self.reset_retries()
+        if self.last_good and self.last_good.digest() == cur.digest():
+            return
+        runtime_state.commit(self.sd, cur)
+        missing = activation.summary(self.backends)
+        error = f"expected backend not active: {missing}" if missing else None
+        runtime_state.append_history(
+            self.sd,
+            {"ts": time.time(), "from": None, "to": label(cur), "outcome": Outcome.STARTED, "durations": {},
+             "backends": self.backends, "error": error},
+        )
+        self.last_error = error
+        self.last_good = cur
+
+    def reset_retries(self) -> None:
+        self.retry_at, self.backoff_s = None, settings.KIT_RETRY_BACKOFF_S.get()
+
+    async def _crash_loop(self, info: dict) -> None:
+        """supervisord gave up (FATAL): say so in /status, and start the server again with backoff."""
+        now = time.time()
+        reason = info.get("spawnerr") or f"exit status {info.get('exitstatus')}"
+        if self.retry_at is None:
+            self.retry_at = now + self.backoff_s
+            self.last_error = (f"server crash loop: supervisord gave up after {settings.KIT_START_RETRIES.get()} retries "
+                               f"(FATAL, {reason}); automatic restart in {self.backoff_s:.0f}s")
+            self.set_state(State.FAILED)
+            return
+        if now < self.retry_at:
+            return
+        self.retries += 1
+        self.retry_at = None
+        self.backoff_s = min(self.backoff_s * 2, settings.KIT_RETRY_BACKOFF_MAX_S.get())
+        try:
+            await asyncio.to_thread(self.sup.start)
+        except Exception as exc:
+            self.last_error = f"automatic restart failed: {describe(exc)}"
+
+    # ----- a switch cut short ----------------------------------------------------------------------
+    async def recover(self, j: journal.Journal) -> dict:
+        """Resolve a journal left by a switch that was cut short: gate what runs now, commit it if it is
+        healthy, else roll back to the last committed plan. The outcome `interrupted` goes to history.
+        The caller holds the lock; it is released here."""
+        try:
+            return await self._recover(j)
+        finally:
+            self.lock.release()
+
+    async def _recover(self, j: journal.Journal) -> dict:
+        t0 = time.monotonic()
+        self.set_state(State.RECOVERING)
+        self.switcher.phase = Phase.RECOVERING
+        entry: dict = {
+            "ts": time.time(), "id": j.id, "from": j.record()["from"], "to": j.record()["to"],
+            "outcome": Outcome.INTERRUPTED, "interrupted_phase": j.phase, "durations": {},
+            "error": f"the switch was cut short in phase '{j.phase}' (control API or container restart)",
+        }
+        if j.phase.startswith("done:"):  # it finished, but its outcome could not be written then
+            entry.update(finished_as=j.phase[5:], error="the switch finished but its outcome could not be recorded")
+        rendered = runtime_state.rendered_plan(self.sd)
+        try:
+            if rendered is None:
+                raise GateFailed("no readable rendered plan (profile.json)")
+            self.switcher.active = rendered
+            info = await asyncio.to_thread(self.sup.info)
+            if info.get("statename") not in LIVE_STATES:
+                await asyncio.to_thread(self.sup.start)
+            await self.switcher.health_gate(rendered.server_url, self.switcher.timeouts.health_s)
+            runtime_state.commit(self.sd, rendered)
+            self.current = self.last_good = rendered
+            self.last_error = None
+            entry.update(resolution=Resolution.KEPT, running=label(rendered))
+            self.set_state(State.SERVING)
+        except Exception as exc:
+            entry["gate_error"] = describe(exc)
+            good = self.last_good
+            if good is None or (rendered is not None and good.digest() == rendered.digest()):
+                entry.update(resolution=Resolution.FAILED)
+                self.last_error = entry["gate_error"]
+                self.set_state(State.FAILED)
+            else:
+                entry.update(await self.switcher.roll_back(good, None))
+                entry["durations"]["rollback_s"] = entry.pop("rollback_s")
+                ok = entry["outcome"] == Outcome.ROLLED_BACK
+                entry.update(outcome=Outcome.INTERRUPTED, resolution=Resolution.ROLLED_BACK if ok else Resolution.FAILED,
+                             running=label(good))
+                self.current = good
+                self.last_error = entry["gate_error"] if ok else entry.get("rollback_error")
+                self.set_state(State.ROLLED_BACK if ok else State.FAILED)
+        self.switcher.phase = None
+        entry["durations"]["total_s"] = round(time.monotonic() - t0, 3)
+        try:
+            runtime_state.append_history(self.sd, entry)
+            journal.clear(self.sd)
+        except OSError as exc:
+            self.last_error = f"recovered, but could not record it: {describe(exc)}"
+        try:
+            info = await asyncio.to_thread(self.sup.info)
+            self.pid = int(info.get("pid") or 0)
+        except Exception:
+            pass
+        return entry
+
+    # ----- a switch --------------------------------------------------------------------------------
+    async def switch(self, profile: str, spec: str, timeout_s: float | None) -> dict:
+        """Validate, then switch under the lock; the history entry. Busy when another switch runs,
+        UserError for a plan that does not validate, RuntimeFailure when the journal cannot be written."""
+        if self.lock.locked():
+            raise Busy
+        plan = await asyncio.to_thread(validated_plan, profile, spec)
+        if self.lock.locked():  # another switch started while this one was validating
+            raise Busy
+        async with self.lock:  # no await between the check and here: one event loop, so atomic
+            before = self.state
+            previous = self.current if before in ANSWERING else self.last_good
+            if self.current and plan.digest() == self.current.digest() and before == State.SERVING:
+                return {"outcome": Outcome.UNCHANGED, "error": None, "durations": {}}
+            self.set_state(State.SWITCHING)
+            try:
+                entry = await self.switcher.run(previous, plan, timeout_s)
+            except OSError as exc:  # the journal could not be written: nothing was touched
+                self.set_state(before)
+                raise RuntimeFailure(
+                    f"cannot record the switch in {self.paths.journal} ({describe(exc)}); "
+                    "nothing was changed: free space in KIT_STATE_DIR and retry"
+                ) from exc
+            self._after_switch(entry, plan, previous, before)
+            info = await asyncio.to_thread(self.sup.info)
+            self.pid = int(info.get("pid") or 0)
+            return entry
+
+    def _after_switch(self, entry: dict, plan: Plan, previous: Plan | None, before: State) -> None:
+        outcome = Outcome(entry["outcome"])
+        self.last_error = entry.get("rollback_error") or entry["error"] if outcome == Outcome.FAILED else entry["error"]
+        if outcome in (Outcome.SWITCHED, Outcome.DEGRADED):
+            self.current = self.last_good = plan
+            self.backends, self.backends_of = entry.get("backends", []), None
+            self.reset_retries()  # a crash of the new server starts its own backoff
+        elif outcome == Outcome.ROLLED_BACK:
+            self.current = previous
+            self.reset_retries()
+        elif outcome == Outcome.FAILED:
+            self.current = plan if previous is None else previous
+        if outcome == Outcome.ABORTED:  # nothing was touched: the server is as it was
+            self.set_state(before)
+        else:
+            self.set_state(STATE_AFTER[outcome])
