@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,8 +18,11 @@ import httpx
 import psutil
 import pytest
 
+from launcher.runtime.server_exec import MIN_SERVER_GRACE_S, MIN_STOP_WAIT_S, server_grace_s
+from launcher.runtime.supervisor_rpc import Supervisor
+from launcher.state_layout import StatePaths
 from testsupport.net import ignore_http_errors, until
-from testsupport.stack import KitStack
+from testsupport.stack import REPO, KitStack
 
 
 def _profile(stack: KitStack, name: str, body: str) -> None:
@@ -329,15 +333,49 @@ def test_bug_11_a_read_only_state_dir_is_a_clear_error(kit_stack, tmp_path):
 
 
 def test_bug_11_a_crash_loop_is_reported_and_recovered(kit_stack, tmp_path):
+    """While the server is down /status never says serving; once supervisord gives up (FATAL) it says
+    failed within one monitor period plus a probe (asserted with a margin); the server comes back when
+    the fault is gone. KIT_START_SECS=10 makes every crash a failed start however slow the import."""
     flag = tmp_path / "crash"
-    stack = kit_stack(extra_env={"STANDIN_CRASH_WHILE": str(flag), "KIT_RETRY_BACKOFF_S": "1"})
+    stack = kit_stack(extra_env={"STANDIN_CRASH_WHILE": str(flag), "KIT_RETRY_BACKOFF_S": "1", "KIT_START_SECS": "10"})
+    sup = Supervisor(StatePaths(stack.state_dir).socket)
     flag.write_text("1")
     os.kill(stack.debug_env()["pid"], signal.SIGKILL)
-    st = until(lambda: (s := stack.status())["state"] == "failed" and s, 30, "failed")
+    until(lambda: stack.status()["state"] == "down", 5, "down within a few monitor periods of the kill")
+    seen: list[str] = []
+
+    def gave_up() -> bool:
+        seen.append(stack.status()["state"])
+        return sup.info()["statename"] == "FATAL"
+
+    until(gave_up, 120, "supervisord gives up")
+    st = until(lambda: (s := stack.status())["state"] == "failed" and s, 5, "failed soon after FATAL")
+    assert "serving" not in seen and "down" in seen, seen
     assert "crash loop" in st["last_error"] and "FATAL" in st["last_error"]
     flag.unlink()
-    st = until(lambda: (s := stack.status())["state"] == "serving" and s["health"] == "ok" and s, 30, "serving again")
+    st = until(lambda: (s := stack.status())["state"] == "serving" and s["health"] == "ok" and s, 60, "serving again")
     assert st["retry"]["attempts"] >= 1 and st["last_error"] is None
+
+
+def test_bug_21_a_killed_server_reads_down_then_serving_again(kit_stack):
+    """supervisord restarts a killed server: /status says down (never serving) until it answers again."""
+    stack = kit_stack()
+    before = stack.status()
+    os.kill(stack.debug_env()["pid"], signal.SIGKILL)
+    st = until(lambda: (s := stack.status())["state"] == "down" and s, 5, "down")
+    assert st["health"] != "ok" and "server down" in st["last_error"]
+    st = until(lambda: (s := stack.status())["state"] == "serving" and s, 60, "serving again")
+    assert st["restarts"] >= before["restarts"] + 1 and st["last_error"] is None and st["health"] == "ok"
+
+
+def test_bug_21_the_default_spec_is_one_fact(kit_stack):
+    """SPEC=off: /specs reports off, and a switch without a spec runs off (it used to run eagle3)."""
+    stack = kit_stack(extra_env={"SPEC": "off"})
+    assert httpx.get(f"{stack.control_url}/specs", timeout=10).json()["default"] == "off"
+    r = stack.switch("nccl-tuned", spec=None)
+    assert r.status_code == 200, r.text
+    assert stack.status()["spec"] == "off"
+    assert httpx.get(f"{stack.control_url}/plan", timeout=10).json()["plan"]["spec"] == "off"
 
 
 # 12 -----------------------------------------------------------------------------------------------
@@ -380,3 +418,43 @@ def test_bug_3_a_container_restart_mid_switch_is_resolved_and_recorded(kit_stack
     hist = until(lambda: (h := stack.history())[-1]["outcome"] == "interrupted" and h, 30, "recorded")
     assert hist[-1]["resolution"] == "kept" and hist[-1]["running"]["profile"] == "baseline"
     assert stack.status()["profile"] == "baseline" and not (stack.state_dir / "switch.json").exists()
+
+
+# 22 -----------------------------------------------------------------------------------------------
+def test_bug_22_a_second_serve_on_the_same_state_dir_changes_nothing(kit_stack):
+    """A second `launcher serve` with another profile exits 2 naming the owner's pid, before it writes."""
+    stack = kit_stack()
+    assert stack.switch("nccl-tuned", "off").json()["outcome"] == "switched"
+    paths = StatePaths(stack.state_dir)
+    watched = [paths.boot, paths.supervisord_conf, paths.profile_json, paths.profile_env, paths.cmdline, paths.committed]
+    before = {p: p.read_bytes() for p in watched}
+    r = subprocess.run([sys.executable, "-m", "launcher", "serve"], cwd=REPO, capture_output=True, text=True,
+                       env={**stack.env, "PROFILE": "fused"}, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert f"pid {stack.proc.pid}" in r.stderr and "already served" in r.stderr and "Traceback" not in r.stderr
+    assert {p: p.read_bytes() for p in watched} == before
+    os.kill(stack.debug_env()["pid"], signal.SIGKILL)  # supervisord restarts the server: still nccl-tuned
+    until(lambda: stack.status()["state"] == "serving" and stack.debug_env()["env"].get("KIT_ACTIVE_PROFILE") == "nccl-tuned",
+          60, "restarted on the same plan")
+
+
+def test_bug_22_a_stop_wait_too_short_for_containment_is_refused(kit_stack):
+    stack = kit_stack(start=False)
+    r = stack.cli("serve", "--dry-run", env={"KIT_STOP_WAIT_S": str(MIN_STOP_WAIT_S - 1)})
+    assert r.returncode == 2 and "KIT_STOP_WAIT_S" in r.stderr and "Traceback" not in r.stderr
+    assert server_grace_s(MIN_STOP_WAIT_S) >= MIN_SERVER_GRACE_S
+
+
+def test_bug_22_containment_holds_at_the_shortest_stop_wait(kit_stack, tmp_path):
+    """A server and its setsid daemon that both ignore SIGTERM are gone after a switch and after serve's
+    SIGTERM, with KIT_STOP_WAIT_S at its minimum."""
+    pids = tmp_path / "orphans"
+    stack = kit_stack(extra_env={"STANDIN_SPAWN_ORPHAN": str(pids), "STANDIN_IGNORE_SIGTERM": "1",
+                                 "KIT_STOP_WAIT_S": str(MIN_STOP_WAIT_S)})
+    first = until(lambda: _orphans(pids), 10, "daemon started")[0]
+    assert stack.switch("nccl-tuned", "off").json()["outcome"] == "switched"
+    until(lambda: not _alive(first), 10, "the first daemon ended by the switch")
+    second = until(lambda: _orphans(pids)[1:], 10, "daemon of the new server")[0]
+    os.kill(stack.proc.pid, signal.SIGTERM)
+    stack.proc.wait(timeout=60)
+    until(lambda: not _alive(second), 10, "the second daemon ended by serve's SIGTERM")

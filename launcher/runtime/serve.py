@@ -11,26 +11,26 @@ import argparse
 import os
 import sys
 
-from launcher import atomic, settings
+from launcher import atomic, settings, state_layout
 from launcher.errors import UserError, run_cli
 from launcher.profiles import render
 from launcher.profiles.loader import available_names, unknown_profile
 from launcher.profiles.plan import Plan
+from launcher.runtime import owner, supervisor_conf
 from launcher.runtime import state as runtime_state
-from launcher.runtime import supervisor_conf
 from launcher.runtime.admission import validated_plan
-from launcher.settings import StatePaths
+from launcher.state_layout import StatePaths
 
 
 def initial_plan(paths: StatePaths, profile: str | None, spec: str | None) -> Plan:
     """PROFILE/SPEC on a fresh start; the last committed plan when the container restarts unchanged."""
-    request = {"profile": profile or settings.PROFILE.default, "spec": spec or settings.SPEC.default}
+    request = {"profile": profile or settings.PROFILE.default, "spec": spec or settings.default_spec()}
     boot = runtime_state.read_json(paths.boot)
     committed = runtime_state.committed(paths.root)
     if committed and (boot == request or profile is None):
-        prev = committed["plan"]
-        print(f"serve: container restart, resuming committed profile {prev['name']} + {prev['spec']}", file=sys.stderr)
-        request_used = {"profile": prev["name"], "spec": prev["spec"]}
+        prev = committed.plan
+        print(f"serve: container restart, resuming committed profile {prev.name} + {prev.spec}", file=sys.stderr)
+        request_used = {"profile": prev.name, "spec": prev.spec}
     else:
         request_used = request
     try:
@@ -44,25 +44,11 @@ def initial_plan(paths: StatePaths, profile: str | None, spec: str | None) -> Pl
     return plan
 
 
-def writable_state_dir(paths: StatePaths) -> None:
-    """The state dir must take files before anything starts; say which and why when it does not."""
-    probe = paths.root / ".write-test"
-    try:
-        paths.root.mkdir(parents=True, exist_ok=True)
-        atomic.write_text(probe, "ok\n")
-        atomic.remove(probe)
-    except OSError as exc:
-        raise UserError(
-            f"{settings.STATE_DIR.name}={paths.root}: cannot write there ({exc.strerror or exc}); "
-            f"mount it writable for the server's user, or set {settings.STATE_DIR.name} (or --state-dir) to a writable folder"
-        ) from exc
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="launcher serve", description="run SGLang and the control API under supervisord")
-    p.add_argument("--state-dir", default=None, help=f"default ${settings.STATE_DIR.name} or {settings.STATE_DIR.default}")
+    p.add_argument("--state-dir", default=None, help=f"default ${settings.KIT_STATE_DIR.name} or {settings.KIT_STATE_DIR.default}")
     p.add_argument("--profile", default=None, help="default $PROFILE, else the committed plan, else baseline")
-    p.add_argument("--spec", default=None, help="default $SPEC, else eagle3")
+    p.add_argument("--spec", default=None, help=f"default $SPEC, else {settings.SPEC.default}")
     p.add_argument("--dry-run", action="store_true", help="render everything, do not start supervisord")
     args = p.parse_args(argv)
 
@@ -72,18 +58,19 @@ def main(argv: list[str] | None = None) -> int:
         spec = args.spec or settings.SPEC.raw()
         if profile and profile not in available_names():
             raise unknown_profile(profile)
-        paths = settings.state_paths(args.state_dir)
+        paths = state_layout.state_paths(args.state_dir)
         paths = StatePaths(paths.root.resolve())
-        writable_state_dir(paths)
+        lock = owner.claim(paths)  # before anything is written; held by supervisord after the exec
         plan = initial_plan(paths, profile, spec)
         conf = supervisor_conf.render(paths)
-        render.render(plan, paths.root)
+        render.write_plan(paths.root, plan)
         print(f"serve: profile {plan.name} + {plan.spec} (digest {plan.digest()}), supervisord config {conf}", file=sys.stderr)
         if args.dry_run:
             return 0
         sys.stdout.flush()
         sys.stderr.flush()
         cmd = [sys.executable, "-m", "supervisor.supervisord", "-n", "-c", str(conf)]
+        owner.hand_over(lock)
         os.execv(cmd[0], cmd)
         return 1  # unreachable
 

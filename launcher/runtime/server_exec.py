@@ -18,13 +18,26 @@ import sys
 import time
 from pathlib import Path
 
-from launcher import settings
+from launcher import settings, state_layout
+from launcher.profiles.plan import Plan
 from launcher.resources import sitecustomize_dir
 from launcher.runtime.containment import Containment
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 LEFTOVER_GRACE_S = 2.0  # SIGTERM to SIGKILL for processes still there after the server exited
+STOP_MARGIN_S = 1.5  # the exit poll, end_all's SIGKILL sweep and reaping, before supervisord's own SIGKILL
+MIN_SERVER_GRACE_S = 1.0  # the least time a server gets between SIGTERM and SIGKILL
+
+
+def server_grace_s(stop_wait_s: float) -> float:
+    """SIGTERM-to-SIGKILL time for the server, so that ending its leftovers still fits in supervisord's
+    stop wait: supervisord SIGKILLs this process's group at stop_wait_s, and a leftover that left the
+    group survives that unless end_all has already run."""
+    return stop_wait_s - LEFTOVER_GRACE_S - STOP_MARGIN_S
+
+
+MIN_STOP_WAIT_S = int(LEFTOVER_GRACE_S + STOP_MARGIN_S + MIN_SERVER_GRACE_S + 0.999)  # the registry's lower bound
 START_MARKER = "server_exec: profile "
 """Starts the line written before each server start: the activation check reads the log after the last one."""
 
@@ -52,7 +65,7 @@ def supervise(cmd: list[str], stop_grace_s: float) -> int:
         signal.signal(sig, on_signal)
     while True:
         try:
-            rc = child.wait(timeout=0.5)
+            rc = child.wait(timeout=0.1)
             break
         except subprocess.TimeoutExpired:
             if stop_at and time.monotonic() > stop_at[0]:
@@ -68,20 +81,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="launcher.runtime.server_exec")
     p.add_argument("--state-dir", required=True)
     args = p.parse_args(argv)
-    path = settings.StatePaths(Path(args.state_dir)).profile_json
+    path = state_layout.StatePaths(Path(args.state_dir)).profile_json
     try:
-        plan = json.loads(path.read_text())
-        cmd = [str(x) for x in plan["argv"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        plan = Plan.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         print(f"server_exec: cannot read the rendered plan {path}: {exc}", file=sys.stderr)
         return 1
-    if settings.ACTIVE_PROFILE.raw() != plan.get("name"):
+    cmd = plan.argv
+    if settings.KIT_ACTIVE_PROFILE.raw() != plan.name:
         print(f"server_exec: sitecustomize did not apply {path}; is {sitecustomize_dir()} on PYTHONPATH?", file=sys.stderr)
         return 1
-    os.environ.pop(settings.CONTROL_TOKEN.name, None)  # the server has no business holding the control secret
-    print(f"{START_MARKER}{plan.get('name')} spec {plan.get('spec')} digest {plan.get('digest')}: {' '.join(cmd)}", flush=True)
+    os.environ.pop(settings.KIT_CONTROL_TOKEN.name, None)  # the server has no business holding the control secret
+    print(f"{START_MARKER}{plan.name} spec {plan.spec} digest {plan.digest()}: {' '.join(cmd)}", flush=True)
     # supervisord kills the group after KIT_STOP_WAIT_S: end the tree well before that.
-    return supervise(cmd, max(1.0, settings.STOP_WAIT_S.get() - LEFTOVER_GRACE_S - 1))
+    return supervise(cmd, server_grace_s(settings.KIT_STOP_WAIT_S.get()))
 
 
 if __name__ == "__main__":

@@ -43,13 +43,15 @@ def _run(argv: list[str]) -> int:
     if engine.settings.crash_while and os.path.exists(engine.settings.crash_while):
         raise RuntimeFailure(f"SIMULATED crash loop: {engine.settings.crash_while} exists")
     if engine.settings.spawn_orphan:
-        _spawn_orphan(engine.settings.spawn_orphan)
+        _spawn_orphan(engine.settings.spawn_orphan, engine.settings.ignore_sigterm)
     return asyncio.run(serve(engine))
 
 
-def _spawn_orphan(pid_file: str) -> None:
+def _spawn_orphan(pid_file: str, ignore_sigterm: bool) -> None:
     """SIMULATED: a helper in its own session, as a server's stray worker would be; only containment ends it."""
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)" if ignore_sigterm \
+        else "import time; time.sleep(3600)"
+    child = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     with open(pid_file, "a", encoding="utf-8") as fh:
         fh.write(f"{child.pid}\n")
 

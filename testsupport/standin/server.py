@@ -336,6 +336,9 @@ async def serve(engine: Engine) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
+        if sig == signal.SIGTERM and engine.settings.ignore_sigterm:
+            signal.signal(sig, signal.SIG_IGN)  # SIMULATED: a server that only SIGKILL stops
+            continue
         loop.add_signal_handler(sig, stop.set)
     runner = web.AppRunner(build_app(engine), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()

@@ -1,0 +1,56 @@
+"""launcher.runtime.owner: one serve per state dir, refused before anything is written."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from launcher.errors import UserError
+from launcher.runtime import owner
+from launcher.state_layout import StatePaths
+
+
+def test_the_second_claim_names_the_first_owner_and_writes_nothing(tmp_path):
+    paths = StatePaths(tmp_path / "state")
+    fd = owner.claim(paths)
+    try:
+        assert paths.owner_lock.read_text().strip() == str(os.getpid())
+        before = sorted(p.name for p in paths.root.iterdir())
+        with pytest.raises(UserError, match=rf"already served by pid {os.getpid()}"):
+            owner.claim(paths)
+        assert sorted(p.name for p in paths.root.iterdir()) == before
+        assert paths.owner_lock.read_text().strip() == str(os.getpid())
+    finally:
+        os.close(fd)
+    os.close(owner.claim(paths))  # released with its descriptor: the next serve may own it
+
+
+def test_the_lock_survives_the_move_below_supervisords_reload_range(tmp_path):
+    paths = StatePaths(tmp_path)
+    fd = owner.claim(paths)
+    saved = os.dup(owner.LOCK_FD) if _is_open(owner.LOCK_FD) else None
+    try:
+        owner.hand_over(fd)
+        assert os.get_inheritable(owner.LOCK_FD)
+        with pytest.raises(UserError, match="already served"):
+            owner.claim(paths)
+    finally:
+        os.close(owner.LOCK_FD)
+        if saved is not None:
+            os.dup2(saved, owner.LOCK_FD)
+            os.close(saved)
+
+
+def test_an_unwritable_state_dir_is_a_user_error(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(UserError, match="cannot write there"):
+        owner.claim(StatePaths(tmp_path / "file" / "state"))
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
