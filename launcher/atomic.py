@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -71,13 +73,30 @@ def append_line(path: str | os.PathLike[str], line: str, mode: int = 0o644) -> N
     so the new entry never fuses with the broken one."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT, mode)
+    fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, mode)
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"{target} is not a regular file")
+        size = st.st_size
         lead = b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
         data = lead + (line.rstrip("\n") + "\n").encode()
         if os.write(fd, data) != len(data):
             raise OSError(f"short write to {target}")
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_tail(path: str | os.PathLike[str], max_bytes: int) -> tuple[bytes, int]:
+    """The last `max_bytes` of a regular file and the offset they start at. Opened non-blocking and
+    checked first, so a FIFO or a device in its place is an OSError, never a hang."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        start = max(0, st.st_size - max_bytes)
+        return os.pread(fd, st.st_size - start, start), start
     finally:
         os.close(fd)

@@ -458,3 +458,89 @@ def test_bug_22_containment_holds_at_the_shortest_stop_wait(kit_stack, tmp_path)
     os.kill(stack.proc.pid, signal.SIGTERM)
     stack.proc.wait(timeout=60)
     until(lambda: not _alive(second), 10, "the second daemon ended by serve's SIGTERM")
+
+
+def _restart_control(stack: KitStack) -> int:
+    """SIGKILL the control API and wait until supervisord's new one answers; its pid."""
+    old = stack.control_pid()
+    os.kill(old, signal.SIGKILL)
+
+    def new_pid() -> int | None:
+        try:
+            pid = stack.control_pid()
+        except AssertionError:  # between the old one's death and the new one's start
+            return None
+        return pid if pid != old and stack.status() else None
+
+    return until(new_pid, 60, "control API back")
+
+
+def test_bug_22_retry_state_is_reset_by_a_switch(kit_stack, tmp_path):
+    """A crash loop's pending retry must not survive a switch: a later crash is reported, not restarted at once."""
+    flag = tmp_path / "crash"
+    stack = kit_stack(extra_env={"STANDIN_CRASH_WHILE": str(flag), "KIT_RETRY_BACKOFF_S": "600", "KIT_START_SECS": "10"})
+    flag.write_text("1")
+    os.kill(stack.debug_env()["pid"], signal.SIGKILL)
+    until(lambda: stack.status()["retry"]["next_at"] is not None, 120, "a retry pending after FATAL")
+    flag.unlink()
+    assert stack.switch("nccl-tuned", "off").json()["outcome"] in ("switched", "rolled_back")
+    st = stack.status()
+    assert st["retry"]["next_at"] is None and st["state"] in ("serving", "rolled_back"), st
+
+
+def test_bug_22_a_history_line_longer_than_the_tail_window_is_counted(kit_stack):
+    stack = kit_stack()
+    with open(StatePaths(stack.state_dir).history, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"outcome": "x", "log_tail": ["\ufffd" * 1000] * 300}) + "\n")
+    st = stack.status()
+    assert st["history_skipped"] == 1 and st["history"] == []
+
+
+def test_bug_22_a_fifo_as_history_never_blocks_status(kit_stack):
+    stack = kit_stack()
+    hist = StatePaths(stack.state_dir).history
+    hist.unlink()
+    os.mkfifo(hist)
+    st = httpx.get(f"{stack.control_url}/status", timeout=5).json()  # a blocked event loop would time out
+    assert st["history"] == [] and st["history_skipped"] == 1
+    r = stack.switch("nccl-tuned", "off")
+    assert r.status_code == 200 and r.json()["outcome"] == "switched" and "history_error" in r.json()
+    assert httpx.get(f"{stack.control_url}/status", timeout=5).json()["state"] == "serving"
+
+
+def test_bug_22_a_directory_as_the_journal_is_resolved_once(kit_stack):
+    stack = kit_stack()
+    journal_path = StatePaths(stack.state_dir).journal
+    journal_path.mkdir()
+    _restart_control(stack)
+    until(lambda: stack.status()["state"] == "serving" and not journal_path.exists(), 60, "resolved")
+    interrupted = [h for h in stack.history() if h.get("outcome") == "interrupted"]
+    assert len(interrupted) == 1, interrupted
+    _restart_control(stack)
+    until(lambda: stack.status()["state"] == "serving", 60, "serving")
+    assert len([h for h in stack.history() if h.get("outcome") == "interrupted"]) == 1
+    assert stack.switch("nccl-tuned", "off").json()["outcome"] == "switched"
+    assert list(stack.state_dir.glob("switch.json.damaged-*"))
+
+
+def test_bug_22_a_journal_whose_outcome_is_recorded_gets_no_second_one(kit_stack):
+    stack = kit_stack()
+    assert stack.switch("nccl-tuned", "off").json()["outcome"] == "switched"
+    done = stack.history()[-1]
+    StatePaths(stack.state_dir).journal.write_text(json.dumps(
+        {"id": done["id"], "started_at": 1.0, "updated_at": 1.0, "phase": "health", "from": done["from"], "to": done["to"]}))
+    _restart_control(stack)
+    until(lambda: stack.status()["state"] == "serving" and not StatePaths(stack.state_dir).journal.exists(), 60, "resolved")
+    assert [h.get("id") for h in stack.history()].count(done["id"]) == 1
+
+
+def test_bug_22_without_any_plan_file_health_is_still_probed(kit_stack):
+    stack = kit_stack()
+    paths = StatePaths(stack.state_dir)
+    paths.profile_json.unlink()
+    paths.committed.unlink()
+    _restart_control(stack)
+    st = until(lambda: (s := stack.status())["health"] == "ok" and s, 30, "health ok")
+    assert st["state"] == "serving" and st["profile"] is None and "no readable plan" in st["last_error"]
+    assert stack.switch("nccl-tuned", "off").json()["outcome"] == "switched"
+    assert stack.status()["profile"] == "nccl-tuned"

@@ -34,4 +34,4 @@ def test_a_damaged_journal_still_says_a_switch_was_cut_short(tmp_path):
     for text in ("{", "[]", '{"id": 1}', "\xff"):
         StatePaths(tmp_path).journal.write_text(text, encoding="latin-1")
         j = journal.read(tmp_path)
-        assert j is not None and (j.id, j.phase) == ("damaged", "unknown")
+        assert j is not None and j.id.startswith("damaged-") and j.phase == "unknown"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from helpers_profiles import ENV
@@ -121,3 +122,19 @@ def test_tail_reads_last_lines(tmp_path):
     log.write_text("".join(f"line {i}\n" for i in range(200)))
     assert runtime_state.tail(log, 3) == ["line 197", "line 198", "line 199"]
     assert runtime_state.tail(tmp_path / "missing.log") == []
+
+
+def test_a_huge_log_tail_is_cut_so_the_entry_stays_readable(tmp_path):
+    tail = ["\ufffd" * 1000 + f" line {i}" for i in range(300)]  # ~900 KiB escaped, ~900 KiB raw
+    runtime_state.append_history(tmp_path, {"id": "a", "outcome": "rolled_back", "log_tail": tail})
+    line = StatePaths(tmp_path).history.read_bytes()
+    assert len(line) <= runtime_state.MAX_HISTORY_LINE_BYTES + 1
+    (entry,), skipped = runtime_state.read_history(tmp_path)
+    assert skipped == 0 and entry["log_tail"][-1] == tail[-1] and entry["log_tail_cut"] == 300 - len(entry["log_tail"])
+
+
+def test_a_fifo_as_history_reads_as_one_skip_without_blocking(tmp_path):
+    os.mkfifo(StatePaths(tmp_path).history)
+    assert runtime_state.read_history(tmp_path) == ([], 1)
+    with pytest.raises(OSError, match="not a regular file"):
+        runtime_state.append_history(tmp_path, {"i": 1})

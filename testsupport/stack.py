@@ -140,8 +140,11 @@ class KitStack:
         """The control API's pid, found among serve's descendants."""
         assert self.proc is not None
         for p in psutil.Process(self.proc.pid).children(recursive=True):
-            if "launcher.runtime.control_api" in " ".join(p.cmdline()):
-                return p.pid
+            try:
+                if "launcher.runtime.control_api" in " ".join(p.cmdline()):
+                    return p.pid
+            except psutil.NoSuchProcess:  # gone, or a zombie not yet reaped (ZombieProcess is one)
+                continue
         raise AssertionError("no control API process")
 
     def debug_env(self) -> dict:

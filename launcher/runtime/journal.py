@@ -42,6 +42,7 @@ class Journal(BaseModel):
 
 def begin(sd: Path, from_: dict | None, to: dict, phase: str = Phase.DRAINING) -> Journal:
     """Write the intent; an OSError here means nothing was changed yet."""
+    set_aside(sd)
     now = time.time()
     j = Journal(id=uuid.uuid4().hex[:12], started_at=now, updated_at=now, phase=phase,
                 **{"from": from_, "to": to})
@@ -68,8 +69,22 @@ def read(sd: Path) -> Journal | None:
         return Journal.model_validate(data)
     except ValidationError:
         now = time.time()
-        return Journal(id="damaged", started_at=now, updated_at=now, phase="unknown")
+        return Journal(id=f"damaged-{uuid.uuid4().hex[:6]}", started_at=now, updated_at=now, phase="unknown")
 
 
 def clear(sd: Path) -> None:
-    atomic.remove(StatePaths(sd).journal)
+    """The switch is recorded: remove its journal (set aside when something other than a file took its place)."""
+    if not set_aside(sd):
+        atomic.remove(StatePaths(sd).journal)
+
+
+def set_aside(sd: Path) -> Path | None:
+    """Rename a journal path that is not a regular file (a directory, a FIFO) to a dated name, so it is
+    resolved once and never blocks the next switch; the new name, or None when there was nothing to move."""
+    path = StatePaths(sd).journal
+    if not path.exists() and not path.is_symlink() or path.is_file() and not path.is_symlink():
+        return None
+    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}")
+    path.rename(aside)
+    atomic.fsync_dir(path.parent)
+    return aside

@@ -24,7 +24,7 @@ import httpx
 
 from launcher import settings, state_layout
 from launcher.errors import RuntimeFailure
-from launcher.profiles.plan import Plan
+from launcher.profiles.plan import Plan, reach_url
 from launcher.runtime import activation, journal
 from launcher.runtime import state as runtime_state
 from launcher.runtime.admission import patch_check, validated_plan
@@ -50,9 +50,11 @@ class Lifecycle:
         self.sup = Supervisor(self.paths.socket)
         self.switcher = Switcher(state_dir, self.sup)
         self.lock = asyncio.Lock()
-        self.current: Plan | None = runtime_state.rendered_plan(state_dir)
         committed = runtime_state.committed(state_dir)
         self.last_good: Plan | None = committed.plan if committed else None
+        self.current: Plan | None = runtime_state.rendered_plan(state_dir) or self.last_good
+        # With no readable plan at all, health is still probed where the settings put the server.
+        self.fallback_url = reach_url({"host": settings.KIT_SERVER_HOST.get(), "port": settings.KIT_SERVER_PORT.get()})
         self.state = State.STARTING
         self.resume_state = State.SERVING  # what `down` goes back to when the server answers again
         self.since = time.time()
@@ -124,10 +126,9 @@ class Lifecycle:
 
     async def _probe(self, client: httpx.AsyncClient) -> None:
         target = self.switcher.active or self.current
-        if not target:
-            return
+        url = target.server_url if target else self.fallback_url
         try:
-            r = await client.get(f"{target.server_url}/health")
+            r = await client.get(f"{url}/health")
             self.health = "ok" if r.status_code == 200 else f"http {r.status_code}"
         except httpx.TimeoutException:
             self.health = "timeout"
@@ -152,9 +153,13 @@ class Lifecycle:
         if pid:
             self.pid = pid
         cur = self.current
-        if not cur:
-            return
         statename = info.get("statename")
+        if not cur:  # profile.json and committed.json both gone: the server may still answer
+            if self.health == "ok" and self.state != State.SERVING:
+                self.set_state(State.SERVING)
+            self.last_error = ("no readable plan in profile.json or committed.json: the running server's plan is "
+                               "unknown; switch to a profile to record one")
+            return
         if self.health == "ok" and self.backends_of != (self.pid, cur.digest()):
             self.check_backends(cur)  # a server started by serve, or restarted after a crash
         if statename == "FATAL":
@@ -267,7 +272,8 @@ class Lifecycle:
         self.switcher.phase = None
         entry["durations"]["total_s"] = round(time.monotonic() - t0, 3)
         try:
-            runtime_state.append_history(self.sd, entry)
+            if not runtime_state.history_has(self.sd, j.id):  # its outcome may be in history already
+                runtime_state.append_history(self.sd, entry)
             journal.clear(self.sd)
         except OSError as exc:
             self.last_error = f"recovered, but could not record it: {describe(exc)}"

@@ -21,6 +21,7 @@ from launcher.state_layout import StatePaths
 STATE_FILE_MODE = 0o600
 MAX_STATE_FILE_BYTES = 4 << 20
 HISTORY_TAIL_BYTES = 256 << 10
+MAX_HISTORY_LINE_BYTES = 64 << 10  # a quarter of the tail window
 
 
 class CommittedRecord(BaseModel):
@@ -74,28 +75,42 @@ def commit(sd: Path, plan: Plan) -> None:
 
 
 def append_history(sd: Path, entry: dict) -> None:
-    atomic.append_line(StatePaths(sd).history, json.dumps(entry, sort_keys=True), mode=STATE_FILE_MODE)
+    """One line per entry, at most MAX_HISTORY_LINE_BYTES: a longer log tail is cut from its oldest lines
+    (`log_tail_cut` says how many), so a reader's tail window always holds whole lines."""
+    line = _history_line(entry)
+    if len(line.encode()) > MAX_HISTORY_LINE_BYTES and entry.get("log_tail"):
+        kept = list(entry["log_tail"])
+        while kept and len(line.encode()) > MAX_HISTORY_LINE_BYTES:
+            kept = kept[len(kept) // 4 + 1:]
+            line = _history_line({**entry, "log_tail": kept, "log_tail_cut": len(entry["log_tail"]) - len(kept)})
+    if len(line.encode()) > MAX_HISTORY_LINE_BYTES:  # still too long: keep what says what happened
+        brief = {k: entry.get(k) for k in ("ts", "id", "from", "to", "outcome", "resolution", "durations")}
+        line = _history_line({**brief, "error": str(entry.get("error"))[:1000], "entry_cut": True})
+    atomic.append_line(StatePaths(sd).history, line, mode=STATE_FILE_MODE)
+
+
+def _history_line(entry: dict) -> str:
+    return json.dumps(entry, sort_keys=True, ensure_ascii=False)
 
 
 def read_history(sd: Path, last: int = 20) -> tuple[list[dict], int]:
     """The last `last` entries of history.jsonl, and how many lines of its tail were skipped as broken
-    (not UTF-8, not JSON, not an object)."""
+    (not UTF-8, not JSON, not an object, or longer than the tail window). A history that is not a
+    regular file (a FIFO, a device) reads as empty with one skip, and never blocks."""
     path = StatePaths(sd).history
     try:
-        with open(path, "rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            start = max(0, size - HISTORY_TAIL_BYTES)
-            fh.seek(start)
-            data = fh.read()
-    except (FileNotFoundError, IsADirectoryError):
+        data, start = atomic.read_tail(path, HISTORY_TAIL_BYTES)
+    except FileNotFoundError:
         return [], 0
     except OSError:
         return [], 1
     lines = data.split(b"\n")
+    skipped = 0
     if start > 0:
         lines = lines[1:]  # the first line of the tail may start mid-line
+        if not any(raw.strip() for raw in lines):
+            skipped = 1  # one line longer than the whole window: count it, never hide it
     out: list[dict] = []
-    skipped = 0
     for raw in lines:
         if not raw.strip():
             continue
@@ -109,6 +124,11 @@ def read_history(sd: Path, last: int = 20) -> tuple[list[dict], int]:
         else:
             skipped += 1
     return out[-last:], skipped
+
+
+def history_has(sd: Path, entry_id: str) -> bool:
+    """Whether the history's tail already holds an entry with this id (a switch whose journal outlived it)."""
+    return any(e.get("id") == entry_id for e in read_history(sd, 10**6)[0])
 
 
 def history(sd: Path, last: int = 20) -> list[dict]:
