@@ -29,9 +29,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import stats
+from bench import bundle_schema, stats
 from bench.request_record import RequestRecord
 from launcher import __version__, atomic, settings
+from launcher.errors import RuntimeFailure, UserError
 
 MANIFEST = "manifest.json"
 SUFFIX = ".json"
@@ -49,6 +50,26 @@ def make_run_id(now: float | None = None) -> str:
 
 def cell_name(profile: str, spec: str) -> str:
     return f"{profile}__{spec}"
+
+
+_NAME = re.compile(bundle_schema.policy.NAME_PATTERN)
+
+
+def inside(run_dir: Path, name: str) -> Path:
+    """`run_dir / name`, checked before anything is written: the name is one file name and the path
+    resolves (links followed) to a file directly in the bundle's folder; RuntimeFailure otherwise."""
+    path = Path(run_dir) / name
+    if "/" in name or "\0" in name or name in ("", ".", "..") or path.resolve().parent != Path(run_dir).resolve():
+        raise RuntimeFailure(f"{path}: outside the bundle folder {run_dir}; nothing written there")
+    return path
+
+
+def cell_file(run_dir: Path, profile: str, spec: str, suffix: str) -> Path:
+    """The file of one (profile, spec): both names follow the profile name rule, the path stays inside."""
+    for kind, name in (("profile", profile), ("spec", spec)):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise RuntimeFailure(f"{kind} name {str(name)[:80]!r} cannot name a file in the bundle {run_dir}")
+    return inside(run_dir, f"{cell_name(profile, spec)}{suffix}")
 
 
 # ----- provenance --------------------------------------------------------------------------------
@@ -149,54 +170,60 @@ def aggregate(repeats: Sequence[dict[str, Any]], valid: bool) -> dict[str, Any]:
 
 # ----- files -----------------------------------------------------------------------------------
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    atomic.write_json(run_dir / MANIFEST, manifest)
+    atomic.write_json(inside(run_dir, MANIFEST), manifest)
 
 
 def write_cell(run_dir: Path, cell: dict[str, Any]) -> Path:
-    return atomic.write_json(run_dir / f"{cell_name(cell['profile'], cell['spec'])}{SUFFIX}", cell)
+    return atomic.write_json(cell_file(run_dir, cell["profile"], cell["spec"], SUFFIX), cell)
 
 
 def append_requests(run_dir: Path, profile: str, spec: str, rows: Iterable[dict[str, Any]]) -> None:
-    path = run_dir / f"{cell_name(profile, spec)}{REQUESTS_SUFFIX}"
+    path = cell_file(run_dir, profile, spec, REQUESTS_SUFFIX)
     with path.open("a", encoding="utf-8") as fh:
         for row in rows:
             fh.write(json.dumps(row, sort_keys=True) + "\n")
 
 
 def read_requests(run_dir: Path, profile: str, spec: str) -> list[dict[str, Any]]:
-    path = run_dir / f"{cell_name(profile, spec)}{REQUESTS_SUFFIX}"
+    """The request rows of one cell, each checked (bundle_schema.RequestRow); UserError names a bad line."""
+    try:
+        path = cell_file(run_dir, profile, spec, REQUESTS_SUFFIX)
+    except RuntimeFailure as exc:
+        raise UserError(str(exc)) from None
     if not path.is_file():
         return []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}); {bundle_schema.FIX}") from exc
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
-            rows.append(json.loads(line))
+            row = bundle_schema.parse(Path(f"{path}:{n}"), line)
+            bundle_schema.check(bundle_schema.RequestRow, row, f"{path} line {n}")
+            rows.append(row)
     return rows
 
 
 def load(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Manifest and result files of one bundle, cells in the manifest's matrix order."""
-    from launcher.errors import UserError
+    """Manifest and result files of one bundle, cells in the manifest's matrix order.
 
+    Every file is checked first (bundle_schema): a damaged one is a UserError naming it and its key."""
     d = Path(run_dir)
     mpath = d / MANIFEST
     if not mpath.is_file():
         inner = sorted(p.parent for p in d.glob(f"*/{MANIFEST}"))
         hint = f"; did you mean {inner[-1]}?" if inner else "; give the <out>/<run-id> folder written by `bench run`"
         raise UserError(f"{mpath}: no manifest.json here{hint}")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{mpath}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    manifest = bundle_schema.parse(mpath)
+    bundle_schema.check(bundle_schema.Manifest, manifest, str(mpath))
     cells = []
     for p in sorted(d.glob(f"*{SUFFIX}")):
         if p.name == MANIFEST:
             continue
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+        data = bundle_schema.parse(p)
         if isinstance(data, dict) and "profile" in data and "spec" in data:
+            bundle_schema.check(bundle_schema.Cell, data, str(p))
             cells.append(data)
     order = {name: i for i, name in enumerate(manifest.get("matrix", []))}
     cells.sort(key=lambda c: (order.get(cell_name(c["profile"], c["spec"]), len(order)), c["profile"], c["spec"]))

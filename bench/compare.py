@@ -110,15 +110,22 @@ def deltas(cells_a: list[dict[str, Any]], cells_b: list[dict[str, Any]], k: floa
                 elif ma is None or mb is None:
                     row["note"] = "not measured"
                 else:
-                    row["delta"] = mb - ma
-                    row["delta_pct"] = (mb - ma) / ma * 100.0 if ma else None
-                    row["combined_sd"] = math.sqrt((sa or 0.0) ** 2 + (sb or 0.0) ** 2)
-                    if na < 2 or nb < 2:
+                    row["delta"] = _finite(mb - ma)
+                    row["delta_pct"] = _finite((mb - ma) / ma * 100.0) if ma else None
+                    row["combined_sd"] = _finite(math.hypot(sa or 0.0, sb or 0.0))
+                    if row["delta"] is None or row["combined_sd"] is None:
+                        row["note"] = "out of range (numbers too large to compare)"
+                    elif na < 2 or nb < 2:
                         row["note"] = "spread unknown (fewer than 2 repeats)"
                     else:
                         row["beyond_spread"] = spread_exceeded(row["delta"], sa, sb, k)
                 out.append(row)
     return out
+
+
+def _finite(v: float) -> float | None:
+    """Differences of huge finite numbers can overflow; JSON output never carries NaN or Infinity."""
+    return float(v) if math.isfinite(v) else None
 
 
 def _fmt(v: float | None, sd: float | None = None) -> str:
@@ -186,7 +193,7 @@ def compare(*, dir_a: str, dir_b: str, force: bool = False, as_json: bool = Fals
     rows = deltas(ca, cb)
     if as_json:
         print(json.dumps({"differences": diffs, "local_differences": local, "simulated": bool(sim), "rows": rows},
-                         indent=2))
+                         indent=2, allow_nan=False))
         return 0
     if local:
         print(f"{label}local to each host, shown for information (setups are compared without them):")

@@ -10,6 +10,7 @@ What each timing means: bench/request_record.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -18,14 +19,60 @@ from typing import Any
 import aiohttp
 
 from bench.request_record import RequestRecord
-from bench.sse_events import COMPLETION_AT, FINISH_NULL_AT, ServerError, StreamState, decode
+from bench.sse_events import (
+    COMPLETION_AT,
+    FINISH_NULL_AT,
+    MalformedEvent,
+    ServerError,
+    StreamLimit,
+    StreamState,
+    decode,
+)
 from bench.workload import Prompt
 from launcher.errors import RuntimeFailure
 from launcher.runtime.metrics_text import sample_sums
 
 APIS = ("generate", "chat")
 READ_BUFSIZE = 4 * 1024 * 1024  # cumulative /generate text grows with the reply; lines can be long
-DEFAULT_READ_TIMEOUT_S = 600.0
+DEFAULT_READ_TIMEOUT_S = 600.0  # --read-timeout: silence before a request is given up
+DEFAULT_REQUEST_TIMEOUT_S = 1800.0  # --request-timeout: a whole request, first byte to last
+MiB = 1024 * 1024
+# What a bad server can make the client hold. Every cap is named in the error it causes.
+LINE_CAP = 8 * MiB  # one SSE event (a cumulative /generate event holds the whole reply), and the reply text
+ERROR_BODY_CAP = 64 * 1024  # the body of a non-200 answer; 300 characters of it are kept
+JSON_CAP = 16 * MiB  # /server_info, /metrics
+DRAIN_CAP = 64 * 1024  # what may follow [DONE] before the connection is dropped instead of reused
+DRAIN_TIMEOUT_S = 1.0
+
+
+def token_limit(max_tokens: int) -> int:
+    """The most output tokens a request may stream: --max-tokens plus a margin (a speculative
+    verify pass may overshoot by its draft length); past it the request fails."""
+    return max_tokens + max(16, max_tokens // 10)
+
+
+def _size(n: int) -> str:
+    return f"{n // MiB} MiB" if n >= MiB and n % MiB == 0 else f"{n // 1024} KiB" if n % 1024 == 0 else f"{n} bytes"
+
+
+class BodyTooLarge(ValueError):
+    """A response body past its cap; the rest is never read and the connection is dropped."""
+
+
+async def read_capped(resp: aiohttp.ClientResponse, cap: int, what: str) -> bytes:
+    """The body, at most `cap` bytes: BodyTooLarge (naming the cap) as soon as it is longer."""
+    if resp.content_length is not None and resp.content_length > cap:
+        resp.close()
+        raise BodyTooLarge(f"{what} is {resp.content_length} bytes, over the {_size(cap)} cap")
+    buf = bytearray()
+    while True:
+        data = await resp.content.read(cap + 1 - len(buf))
+        if not data:
+            return bytes(buf)
+        buf += data
+        if len(buf) > cap:
+            resp.close()
+            raise BodyTooLarge(f"{what} is over the {_size(cap)} cap")
 
 
 class ServerClient:
@@ -40,7 +87,10 @@ class ServerClient:
         ignore_eos: bool = False,
         connect_timeout: float = 5.0,
         read_timeout: float = DEFAULT_READ_TIMEOUT_S,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S,
         concurrency: int = 64,
+        line_cap: int = LINE_CAP,
+        error_body_cap: int = ERROR_BODY_CAP,
     ):
         if api not in APIS:
             raise ValueError(f"api must be one of {APIS}")
@@ -50,7 +100,10 @@ class ServerClient:
         self.ignore_eos = ignore_eos
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
+        self.request_timeout = request_timeout
         self.concurrency = concurrency
+        self.line_cap = line_cap
+        self.error_body_cap = error_body_cap
         self.model = "default"
         self.incremental_text = False
         self._session: aiohttp.ClientSession | None = None
@@ -84,22 +137,30 @@ class ServerClient:
         return self._session
 
     async def _watch(self) -> None:
-        """Cancel requests that received nothing for read_timeout seconds (a hung server)."""
-        period = max(0.05, min(1.0, self.read_timeout / 4))
+        """Cancel requests that received nothing for read_timeout seconds (a hung server) or ran past
+        request_timeout in all (a stream that never ends)."""
+        period = max(0.05, min(1.0, self.read_timeout / 4, self.request_timeout / 4))
         while True:
             await asyncio.sleep(period)
             now = time.perf_counter()
             for task, state in list(self._inflight.items()):
-                if not state.timed_out and now - state.activity > self.read_timeout:
-                    state.timed_out = True
-                    task.cancel()
+                if state.timed_out or state.closing:
+                    continue
+                if now - state.activity > self.read_timeout:
+                    state.timed_out = f"no data for {self.read_timeout:g} s (--read-timeout)"
+                elif now - state.sent > self.request_timeout:
+                    state.timed_out = f"not finished after {self.request_timeout:g} s (--request-timeout)"
+                else:
+                    continue
+                task.cancel()
 
     # ----- probes ------------------------------------------------------------------------------
     async def health(self, timeout: float | None = None) -> int:
         """HTTP status of /health (503 while starting); raises aiohttp errors when unreachable."""
         t = aiohttp.ClientTimeout(total=timeout or self.connect_timeout + 30, sock_connect=self.connect_timeout)
         async with self.session.get(f"{self.url}/health", timeout=t) as resp:
-            await resp.read()
+            with contextlib.suppress(BodyTooLarge):
+                await read_capped(resp, ERROR_BODY_CAP, "the /health body")
             return resp.status
 
     async def preflight(self) -> None:
@@ -107,7 +168,8 @@ class ServerClient:
         t = aiohttp.ClientTimeout(total=self.connect_timeout + 30, sock_connect=self.connect_timeout)
         try:
             async with self.session.get(f"{self.url}/health", timeout=t) as resp:
-                await resp.read()
+                with contextlib.suppress(BodyTooLarge):
+                    await read_capped(resp, ERROR_BODY_CAP, "the /health body")
         except (TimeoutError, aiohttp.ClientConnectionError) as exc:
             raise RuntimeFailure(
                 f"cannot reach the server at {self.url} ({_why(exc)}); is it running? check --url"
@@ -133,8 +195,12 @@ class ServerClient:
         t = aiohttp.ClientTimeout(total=self.connect_timeout + 30, sock_connect=self.connect_timeout)
         async with self.session.get(f"{self.url}{path}", timeout=t) as resp:
             resp.raise_for_status()
-            data = await resp.json(content_type=None)
-            return data if isinstance(data, dict) else {"value": data}
+            body = await read_capped(resp, JSON_CAP, f"{self.url}{path}")
+        try:
+            data = json.loads(body)
+        except RecursionError as exc:
+            raise ValueError(f"{self.url}{path}: JSON nested too deep") from exc
+        return data if isinstance(data, dict) else {"value": data}
 
     async def server_info(self) -> dict[str, Any]:
         """GET /server_info (SGLang 0.5.23), falling back to the deprecated /get_server_info."""
@@ -152,8 +218,8 @@ class ServerClient:
             async with self.session.get(f"{self.url}/metrics", timeout=t) as resp:
                 if resp.status != 200:
                     return None
-                text = await resp.text()
-        except (TimeoutError, aiohttp.ClientError):
+                text = (await read_capped(resp, JSON_CAP, "/metrics")).decode("utf-8", "replace")
+        except (TimeoutError, aiohttp.ClientError, BodyTooLarge):
             return None
         try:
             return sample_sums(text)
@@ -194,7 +260,8 @@ class ServerClient:
         record = RequestRecord(prompt_id=prompt.id)
         sent = time.perf_counter()
         record.start_s = sent - t_origin
-        state = StreamState(record, sent, self.incremental_text)
+        state = StreamState(record, sent, self.incremental_text, max_tokens=token_limit(self.max_tokens),
+                            max_text=self.line_cap)
         task = asyncio.current_task()
         if task is not None:
             self._inflight[task] = state
@@ -206,8 +273,7 @@ class ServerClient:
                 # under concurrency the event loop may run other requests' work in between.
                 state.sent = box.get("sent", sent)
                 if resp.status != 200:
-                    body = (await resp.text())[:300]
-                    record.error = f"HTTP {resp.status}: {body.strip()}"
+                    record.error = f"HTTP {resp.status}: {await self._error_body(resp)}"
                     return record
                 got_done = await self._consume(resp, state)
                 record.e2e_s = state.end - state.sent
@@ -215,10 +281,13 @@ class ServerClient:
             if not state.timed_out or task is None:
                 raise
             task.uncancel()
-            record.error = f"stream broke: no data for {self.read_timeout:.0f} s (read timeout)"
+            record.error = f"stream broke: {state.timed_out}"
             return record
         except ServerError as exc:
             record.error = f"server error: {exc}"
+            return record
+        except (MalformedEvent, StreamLimit) as exc:
+            record.error = f"bad stream: {exc}"
             return record
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             record.error = f"stream broke: {_why(exc)}"
@@ -237,6 +306,29 @@ class ServerClient:
         record.ok = True
         return record
 
+    async def _error_body(self, resp: aiohttp.ClientResponse) -> str:
+        """The first 300 characters of a non-200 body, read no further than error_body_cap."""
+        try:
+            body = await read_capped(resp, self.error_body_cap, "body")
+            note = ""
+        except BodyTooLarge:
+            body, note = b"", f" (body over the {_size(self.error_body_cap)} error body cap, not read)"
+        return body[:300].decode("utf-8", "replace").strip() + note
+
+    async def _drain(self, resp: aiohttp.ClientResponse, state: StreamState) -> None:
+        """Read what follows [DONE] so the connection is reused; past DRAIN_CAP bytes or DRAIN_TIMEOUT_S
+        the connection is dropped instead."""
+        state.closing = True
+        left = DRAIN_CAP
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(DRAIN_TIMEOUT_S):
+                while left > 0:
+                    data = await resp.content.read(left)
+                    if not data:
+                        return
+                    left -= len(data)
+        resp.close()
+
     async def _consume(self, resp: aiohttp.ClientResponse, state: StreamState) -> bool:
         """Read SSE events as bytes arrive; returns True when the stream ended with [DONE].
 
@@ -246,6 +338,9 @@ class ServerClient:
         `finish_reason` (inside JSON strings quotes are escaped, so text cannot fake the keys).
         An event is parsed fully when it is the first, finishes the request, lacks the counter
         (an error) or when text arrives incrementally.
+
+        A partial event waits in `buf`, searched only where new bytes arrived (linear in the event's
+        length); one longer than line_cap fails the request.
         """
         perf = time.perf_counter
         loads = json.loads
@@ -254,7 +349,8 @@ class ServerClient:
         record = state.r
         gaps, tokens = record.chunk_gaps_s, record.chunk_tokens
         content = resp.content
-        buf = b""
+        cap = self.line_cap
+        buf = bytearray()
         pending: bytes | None = None  # last searched-only event, parsed at the end if needed
         while True:
             data = await content.readany()
@@ -263,9 +359,18 @@ class ServerClient:
             now = perf()
             state.activity = now
             if buf:
-                data = buf + data
+                seek = len(buf) - 1  # a separator may straddle the old end
+                buf += data
+                if buf.find(b"\n\n", seek) < 0:
+                    if len(buf) > cap:
+                        raise StreamLimit(f"an SSE event longer than the {_size(cap)} line cap")
+                    continue
+                data = bytes(buf)
+                buf.clear()
             start = 0
             while (cut := data.find(b"\n\n", start)) >= 0:
+                if cut - start > cap:
+                    raise StreamLimit(f"an SSE event longer than the {_size(cap)} line cap")
                 block = data[start:cut]
                 start = cut + 2
                 for raw in block.split(b"\n") if b"\n" in block else (block,):
@@ -278,6 +383,7 @@ class ServerClient:
                         if m is not None and j >= 0 and FINISH_NULL_AT.match(raw, j) is not None:
                             ct = int(m.group(1))
                             if ct > state.last_tokens:
+                                state.check_tokens(ct)
                                 gaps.append(now - state.last_mark)
                                 tokens.append(ct - state.last_tokens)
                                 state.last_mark, state.last_tokens = now, ct
@@ -289,11 +395,14 @@ class ServerClient:
                         if pending is not None:
                             on_event(decode(loads, pending[5:]), now)
                         state.end = now
-                        await resp.read()  # drain to EOF so the connection is reused
+                        await self._drain(resp, state)
                         return True
                     pending = None
                     on_event(decode(loads, payload), now)
-            buf = data[start:] if start < len(data) else b""
+            if start < len(data):
+                if len(data) - start > cap:
+                    raise StreamLimit(f"an SSE event longer than the {_size(cap)} line cap")
+                buf += data[start:]
         state.end = perf()
         if pending is not None:
             on_event(decode(loads, pending[5:]), state.end)

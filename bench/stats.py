@@ -56,7 +56,7 @@ def mean_sd(values: Iterable[float | None]) -> tuple[float | None, float | None]
 
 def spread_exceeded(delta: float, sd_a: float | None, sd_b: float | None, k: float = 2.0) -> bool:
     """True when |delta| is larger than k times the combined run-to-run spread sqrt(sdA² + sdB²)."""
-    combined = math.sqrt((sd_a or 0.0) ** 2 + (sd_b or 0.0) ** 2)
+    combined = math.hypot(sd_a or 0.0, sd_b or 0.0)  # hypot: no overflow on huge spreads
     return abs(delta) > k * combined
 
 

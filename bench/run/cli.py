@@ -18,7 +18,7 @@ from rich.console import Console
 
 from bench.args import CliArgs
 from bench.run.matrix import MatrixRun
-from bench.run.selection import csv, single_name
+from bench.run.selection import KEYWORDS, csv, given_name, single_name
 from bench.run.settings import RunSettings
 from bench.server_client import APIS
 from bench.workload import WORKLOADS
@@ -70,6 +70,8 @@ class RunArgs(CliArgs):
     connect_timeout: float = 5.0
     switch_timeout: float = 1800.0
     health_timeout: float = 600.0
+    read_timeout: float = 600.0
+    request_timeout: float = 1800.0
     min_exact_match: float = 0.9
     seed: int = 1234
     out: str = DEFAULT_OUT
@@ -109,6 +111,11 @@ class RunArgs(CliArgs):
                        help="seconds a switch (restart + health gate) may take (default 1800)")
         p.add_argument("--health-timeout", type=float, default=600.0,
                        help="seconds to wait for /health after a switch or restart (default 600)")
+        p.add_argument("--read-timeout", type=float, default=600.0,
+                       help="seconds a request may go without receiving a byte, headers included (default 600)")
+        p.add_argument("--request-timeout", type=float, default=1800.0,
+                       help="seconds one request may take in all; a stream that never ends fails then "
+                            "(default 1800)")
         p.add_argument("--min-exact-match", type=float, default=0.9,
                        help="correctness gate: least share of outputs identical to baseline's (default 0.9)")
         p.add_argument("--seed", type=int, default=1234, help="seed of the random workload (default 1234)")
@@ -129,8 +136,10 @@ class RunArgs(CliArgs):
             raise UserError("--warmup must be 0 or more")
         if not 0.0 <= self.min_exact_match <= 1.0:
             raise UserError("--min-exact-match must be between 0 and 1")
-        if self.connect_timeout <= 0:
-            raise UserError("--connect-timeout must be positive")
+        for flag, t in (("--connect-timeout", self.connect_timeout), ("--read-timeout", self.read_timeout),
+                        ("--request-timeout", self.request_timeout)):
+            if not t > 0 or t == float("inf"):
+                raise UserError(f"{flag} {t}: must be a positive number of seconds")
         concurrency = _positive_ints("--concurrency", self.concurrency)
         if self.no_switch:
             profiles = single_name("--profiles", self.profiles)
@@ -140,6 +149,10 @@ class RunArgs(CliArgs):
             for flag, value in (("--profiles", profiles), ("--spec", specs)):
                 if value is not None and not csv(value):
                     raise UserError(f"{flag} is empty; give one or more names")
+        for flag, value in (("--profiles", profiles), ("--spec", specs)):
+            for name in csv(value):
+                if name not in KEYWORDS:
+                    given_name(flag, name)
         url = _url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()
         control = _url("--control", self.control) if self.control else settings.control_url()
         mine = {f.name for f in fields(self)}
@@ -191,19 +204,33 @@ def measure(*, run_settings: RunSettings, token: str | None, console: Console) -
     try:
         path = asyncio.run(run.run(token))
     except KeyboardInterrupt:
-        partial = run.finish(complete=False, interrupted=True)
+        partial = _finish_partial(run, interrupted=True)
         where = f"; partial bundle (complete: false) in {partial}" if partial else ""
         print(f"interrupted{where}", file=sys.stderr)
         return 130
     except KitError:
-        partial = run.finish(complete=False)
+        partial = _finish_partial(run)
         if partial:
             print(f"partial bundle (complete: false) in {partial}", file=sys.stderr)
+        raise
+    except Exception:
+        _finish_partial(run)
         raise
     label = "SIMULATED " if run.simulated else ""
     print(f"{label}bench bundle: {path}")
     print(f"{label}summary: {Path(path) / 'summary.md'}")
     return 0
+
+
+def _finish_partial(run: MatrixRun, interrupted: bool = False) -> Path | None:
+    """The partial bundle, whole and marked `complete: false`; when even that fails, no bundle at all."""
+    try:
+        return run.finish(complete=False, interrupted=interrupted)
+    except Exception as exc:
+        run.discard()
+        print(f"error: the partial bundle could not be written ({type(exc).__name__}: {exc}); removed it",
+              file=sys.stderr)
+        return None
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ Honesty rules enforced here:
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -45,13 +47,17 @@ from launcher.runtime.control_client import ControlClient
 
 OK_SWITCH = ("switched", "unchanged")
 class MatrixRun:
-    """One `bench run`: owns the bundle folder and the cells measured so far."""
+    """One `bench run`: owns the bundle folder and the cells measured so far.
+
+    Everything is written into `OUT/.<run-id>.partial/` and renamed to `OUT/<run-id>/` once the
+    summaries are written, so a bundle under its own name is always whole (complete or not)."""
 
     def __init__(self, settings: RunSettings, console: Console | None = None, run_id: str | None = None):
         self.s = settings
         self.console = console or Console(stderr=True)
         self.run_id = run_id or bundle.make_run_id()
-        self.run_dir = Path(settings.out) / self.run_id
+        self.run_dir = Path(settings.out) / self.run_id  # the bundle's name once it is whole
+        self.work_dir = Path(settings.out) / f".{self.run_id}.partial"  # where it is written until then
         self.prompts: list[Prompt] = build_workload(settings.workload, settings.num_prompts, settings.seed)
         self.cells: dict[str, dict[str, Any]] = {}
         self.matrix: list[tuple[str, str]] = []
@@ -65,7 +71,7 @@ class MatrixRun:
     # ----- lifecycle -----------------------------------------------------------------------------
     def _start_bundle(self, server_status: dict[str, Any] | None) -> None:
         host = bundle.host_fingerprint()  # before the folder exists: nothing is left behind if it fails
-        self.run_dir.mkdir(parents=True, exist_ok=False)
+        self.work_dir.mkdir(parents=True, exist_ok=False)
         self.manifest = {
             "run_id": self.run_id,
             "complete": False,
@@ -82,7 +88,7 @@ class MatrixRun:
             "gate": asdict(correctness.GateSettings(min_exact_match=self.s.min_exact_match)),
             "matrix": [bundle.cell_name(p, s) for p, s in self.matrix],
         }
-        bundle.write_manifest(self.run_dir, self.manifest)
+        bundle.write_manifest(self.work_dir, self.manifest)
         self.started = True
 
     def finish(self, complete: bool, interrupted: bool = False) -> Path | None:
@@ -97,7 +103,7 @@ class MatrixRun:
             self.current = None
         self._apply_gate()
         for cell in self.cells.values():
-            bundle.write_cell(self.run_dir, cell)
+            bundle.write_cell(self.work_dir, cell)
         self.manifest.update(
             complete=complete,
             interrupted=interrupted,
@@ -105,11 +111,19 @@ class MatrixRun:
             finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         )
         self.manifest["server"]["simulated"] = self.simulated
-        bundle.write_manifest(self.run_dir, self.manifest)
+        bundle.write_manifest(self.work_dir, self.manifest)
         from bench import report
 
-        report.build(self.run_dir)
+        report.build(self.work_dir)
+        os.rename(self.work_dir, self.run_dir)  # the run id is fresh: nothing is replaced
+        self.started = False
         return self.run_dir
+
+    def discard(self) -> None:
+        """Remove the folder of a bundle that could not be finished: a bundle is whole or absent."""
+        if self.started:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+            self.started = False
 
     # ----- the loop ------------------------------------------------------------------------------
     async def run(self, token: str | None) -> Path:
@@ -124,6 +138,8 @@ class MatrixRun:
                     ignore_eos=s.ignore_eos,
                     connect_timeout=s.connect_timeout,
                     concurrency=n_max,
+                    read_timeout=s.read_timeout,
+                    request_timeout=s.request_timeout,
                 )
             )
             control = None
@@ -281,7 +297,7 @@ class MatrixRun:
                 rep, rows = await measure_repeat(server=server, control=control, prompts=self.prompts, spec=spec,
                                                  concurrency=c, repeat=r, on_done=self._advance)
                 cell["per_repeat"].append(rep)
-                bundle.append_requests(self.run_dir, profile, spec, rows)
+                bundle.append_requests(self.work_dir, profile, spec, rows)
                 if not rep["valid"]:
                     self._say(f"{profile} + {spec} c={c} repeat {r + 1}: INVALID ({rep['invalid_reason']})")
                     try:
@@ -306,11 +322,11 @@ class MatrixRun:
         self.cells[key] = cell
         if self.current is cell:
             self.current = None
-        bundle.write_cell(self.run_dir, cell)
+        bundle.write_cell(self.work_dir, cell)
         verdict = "valid" if cell["valid"] else f"INVALID ({cell['invalid_reason']})"
         tps = cell.get("output_throughput_mean")
         detail = f", {tps:.1f} tok/s" if cell["valid"] and tps is not None else ""
         self._say(f"{cell['profile']} + {cell['spec']}: {verdict}{detail}")
 
     def _apply_gate(self) -> None:
-        apply_gate(run_dir=self.run_dir, cells=self.cells, min_exact_match=self.s.min_exact_match)
+        apply_gate(run_dir=self.work_dir, cells=self.cells, min_exact_match=self.s.min_exact_match)

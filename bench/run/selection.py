@@ -4,6 +4,10 @@ Nothing is resolved locally: profile names and their status come from the contro
 GET /profiles and spec modes from GET /specs, so the bench container needs neither profiles/ nor
 MODEL_PATH. With --no-switch the cell is labelled with what runs (/status), else with the names
 the user gave, else `current`; a name the user gave that contradicts the server is an error.
+
+Every name becomes part of a file name in the bundle, so each one, from the user or from a server,
+must follow the profile name rule (launcher/profiles/policy.py NAME_PATTERN): a user's bad name is
+exit 2, a server's is a runtime failure (exit 1), both before anything is written.
 """
 
 from __future__ import annotations
@@ -11,10 +15,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from launcher.errors import UserError
+from launcher.errors import RuntimeFailure, UserError
+from launcher.profiles.catalog import check_name
 
 CURRENT = "current"
 KEYWORDS = ("stable", "all")
+
+
+def given_name(flag: str, name: str) -> str:
+    """A name the user typed; UserError (exit 2) naming the flag when it breaks the name rule."""
+    try:
+        return check_name(flag.lstrip("-").rstrip("s"), name)
+    except UserError as exc:
+        raise UserError(f"{flag}: {exc}") from None
+
+
+def server_name(kind: str, name: object, source: str) -> str:
+    """A name a server or control API reported; RuntimeFailure (exit 1) when it breaks the name rule,
+    since it would become a path in the bundle."""
+    try:
+        return check_name(kind, name)
+    except UserError as exc:
+        raise RuntimeFailure(f"{source} reports a {kind} name the bench cannot use: {exc}; nothing was written") from None
 
 
 def csv(value: str | None) -> list[str]:
@@ -38,7 +60,7 @@ def resolve_profiles(requested: str, available: Sequence[dict[str, Any]], where:
         chosen = list(dict.fromkeys(names))
     if not chosen:
         raise UserError(f"--profiles {requested}: {where} lists no such profile; it knows: {', '.join(known) or '(none)'}")
-    return chosen
+    return [server_name("profile", n, where) for n in chosen]
 
 
 def resolve_specs(requested: str, modes: Sequence[str], where: str) -> list[str]:
@@ -48,7 +70,7 @@ def resolve_specs(requested: str, modes: Sequence[str], where: str) -> list[str]
     for sp in specs:
         if sp not in modes:
             raise UserError(f"unknown spec mode '{sp}' in --spec; {where} knows: {', '.join(modes) or '(none)'}")
-    return list(dict.fromkeys(specs))
+    return [server_name("spec", sp, where) for sp in dict.fromkeys(specs)]
 
 
 def single_name(flag: str, value: str | None) -> str | None:
@@ -82,7 +104,14 @@ def no_switch_label(
 ) -> tuple[str, str]:
     """(profile, spec) of the one cell: the server's own word first, then the user's names, then `current`."""
     running_p = (status or {}).get("profile")
-    running_s = (status or {}).get("spec") or spec_from_server_info(server_info)
+    if running_p:
+        running_p = server_name("profile", running_p, "the control API's /status")
+    if (status or {}).get("spec"):
+        running_s = server_name("spec", (status or {})["spec"], "the control API's /status")
+    else:
+        running_s = spec_from_server_info(server_info)
+        if running_s:
+            running_s = server_name("spec", running_s, "the server's /server_info (speculative_algorithm)")
     for flag, given, running, source in (
         ("--profiles", given_profile, running_p, "the control API's /status"),
         ("--spec", given_spec, running_s, "the server"),

@@ -31,6 +31,8 @@ class RunSettings:
     connect_timeout: float = 5.0
     switch_timeout: float = 1800.0
     health_timeout: float = 600.0
+    read_timeout: float = 600.0  # silence before a request is given up
+    request_timeout: float = 1800.0  # one whole request
     min_exact_match: float = 0.9
     seed: int = 1234
     fleet_host: str | None = None  # `bench run --fleet`: the fleet file's name of the host measured
