@@ -8,6 +8,7 @@ command exits 1 after writing whatever was measured.
 from __future__ import annotations
 
 import argparse
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -70,7 +71,8 @@ class AllreduceArgs(CliArgs):
                        help="all-reduces per captured graph, as nccl-tests -n in graph mode (default 20)")
         p.add_argument("--graph-launches", type=int, default=10,
                        help="back-to-back replays of that graph timed for time_us, as nccl-tests -G (default 10)")
-        p.add_argument("--profile", help="apply this kit profile's environment in every rank before init")
+        p.add_argument("--profile", help="start every rank as the server's TP workers start under this kit profile: "
+                       "its rendered env applied by sitecustomize, over the variables SGLang sets itself")
         p.add_argument("--timeout-s", type=float, default=120.0, help="stop when no rank progresses for this long")
         p.add_argument("--host-facts", help="`launcher doctor --json` output; draws the physical floor for its link")
         p.add_argument("--with-nccl-tests", action="store_true",
@@ -114,22 +116,45 @@ def _backend_names(text: str | None) -> list[str] | None:
     return list(dict.fromkeys(names))
 
 
-def _profile_env(name: str | None) -> dict[str, str]:
-    """The profile's environment, from the same plan the server would get (spec mode 'off')."""
+def _profile_plan(name: str | None) -> Any:
+    """The plan the server would get for this profile (spec mode 'off'), or None without --profile."""
     if not name:
-        return {}
+        return None
     from launcher.profiles.plan import build_plan, check_environ
 
     # Server flags (model path, ports) do not matter here: unset variables there become placeholders.
     environ = check_environ()
-    env = dict(build_plan(name, spec="off", environ=environ).env)
-    for key, value in env.items():
+    plan = build_plan(name, spec="off", environ=environ)
+    for key, value in plan.env.items():
         missing = sorted(n for n in environ.used if f"<{n}>" in value)
         if missing:
             raise UserError(
                 f"profile '{name}': env {key} needs {', '.join(missing)}; export it and run again"
             )
-    return env
+    return plan
+
+
+def _profile_env(name: str | None) -> dict[str, str]:
+    """The profile's environment, from the same plan the server would get (spec mode 'off')."""
+    plan = _profile_plan(name)
+    return dict(plan.env) if plan is not None else {}
+
+
+def _ranks_environ(plan: Any, state_dir: Path) -> dict[str, str]:
+    """The ranks' environment, as the server's TP workers get theirs: the plan rendered into
+    `state_dir` (profile.env, as `launcher` renders it for the server), named by KIT_PROFILE_ENV and
+    applied by sitecustomize in each rank, over what SGLang's launcher sets itself."""
+    import os
+
+    from bench.allreduce.launch import worker_environ
+
+    if plan is None:
+        return worker_environ(os.environ)
+    from launcher.profiles.render import write_plan
+    from launcher.state_layout import StatePaths
+
+    write_plan(state_dir, plan)
+    return worker_environ(os.environ, StatePaths(state_dir).profile_env, plan.flags)
 
 
 def _link(host_facts: str | None) -> Any:
@@ -159,13 +184,10 @@ def plan_backends(backends: list[Any], nranks: int, cuda_devices: int) -> list[t
 
 
 def _nccl_tests_rows(*, binary: Path, run: dict[str, Any], kit_rows: list[dict[str, Any]], out_dir: Path,
-                     console: Any) -> list[dict[str, Any]]:
-    """nccl-tests under the same profile environment (and NCCL safety settings) as the kit's ranks."""
-    import os
-
+                     console: Any, env: dict[str, str]) -> list[dict[str, Any]]:
+    """nccl-tests in the kit's ranks' environment (profile, SGLang's own variables, NCCL safety settings)."""
     from bench.allreduce import nccl_tests
 
-    env = {**os.environ, **run["profile_env"]}
     with console.status(f"nccl-tests: {len(run['sizes'])} sizes"):
         results = nccl_tests.run_sizes(binary, run, env, out_dir / "logs", run["timeout_s"])
     rows = nccl_tests.as_rows(results, run)
@@ -175,18 +197,14 @@ def _nccl_tests_rows(*, binary: Path, run: dict[str, Any], kit_rows: list[dict[s
 
 def run_main(args: AllreduceArgs) -> int:
     """Every backend over the same sizes and ranks; exit 1 when a backend failed or summed wrong."""
-    from rich.console import Console
-
-    from bench.allreduce import output
-    from bench.allreduce.launch import BackendRun, run_backend
     from bench.allreduce.registry import KNOWN_BACKENDS, iter_backends
-    from bench.allreduce.results import rows_for
 
     args.check()
     sizes = parse_sizes(args.sizes, args.dtype) if args.sizes else default_sizes(args.hidden, args.dtype)
     names = _backend_names(args.backends)
     link = _link(args.host_facts)
-    profile_env = _profile_env(args.profile)
+    plan = _profile_plan(args.profile)
+    profile_env = dict(plan.env) if plan is not None else {}
     cuda_devices = _cuda_device_count()
     if names is None:
         names = [n for n in KNOWN_BACKENDS if n != "gloo"] if cuda_devices else ["gloo"]
@@ -206,6 +224,21 @@ def run_main(args: AllreduceArgs) -> int:
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kit-allreduce-profile-") as state_dir:
+        ranks_env = _ranks_environ(plan, Path(state_dir))
+        return _run_backends(args, planned=planned, sizes=sizes, nranks=nranks, link=link, profile_env=profile_env,
+                             ranks_env=ranks_env, nccl_tests_bin=nccl_tests_bin, out_dir=out_dir)
+
+
+def _run_backends(args: AllreduceArgs, *, planned: list[tuple[Any, str | None]], sizes: list[int], nranks: int,
+                  link: Any, profile_env: dict[str, str], ranks_env: dict[str, str], nccl_tests_bin: Path | None,
+                  out_dir: Path) -> int:
+    from rich.console import Console
+
+    from bench.allreduce import output
+    from bench.allreduce.launch import BackendRun, run_backend
+    from bench.allreduce.results import rows_for
+
     console = Console()
     if not console.is_terminal:  # files and pipes: wide enough that no column header is cut
         console = Console(width=max(console.width, 140))
@@ -240,6 +273,7 @@ def run_main(args: AllreduceArgs) -> int:
                     on_progress=lambda seen, name=backend.name: status.update(
                         f"{name}: " + " | ".join(f"rank {r}: {what}" for r, (_, what) in enumerate(seen))
                     ),
+                    env=ranks_env,
                 )
         rows.extend(
             rows_for({**fields, "device_type": backend.device_type}, outcome, DTYPES[args.dtype], link)
@@ -247,7 +281,7 @@ def run_main(args: AllreduceArgs) -> int:
 
     if nccl_tests_bin is not None:
         rows.extend(_nccl_tests_rows(binary=nccl_tests_bin, run=common, kit_rows=rows, out_dir=out_dir,
-                                     console=console))
+                                     console=console, env=ranks_env))
     output.print_table(rows, console)
     if nccl_tests_bin is not None:
         output.print_comparison(rows, console)

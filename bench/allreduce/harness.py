@@ -275,8 +275,15 @@ def _versions(device: Any) -> dict[str, str]:
 def run_rank(spec: RunSpec, rank: int) -> dict[str, Any]:
     """Everything one rank does; returns the JSON-able result the parent merges."""
     progress = Progress(Path(spec.workdir), rank)
-    # Applied in-process before torch.distributed initialises, exactly as the kit's sitecustomize does.
-    os.environ.update(spec.profile_env)
+    # The profile's env is not applied here: the rank was started as a TP worker is (launch.worker_environ),
+    # and the kit's sitecustomize applied the rendered profile before this interpreter ran any code.
+    missed = sorted(k for k, v in spec.profile_env.items() if os.environ.get(k) != v)
+    if missed:
+        raise RuntimeError(
+            f"the profile's env did not reach this rank ({', '.join(missed)}): is the kit's sitecustomize on "
+            f"PYTHONPATH ({os.environ.get('PYTHONPATH', '')}) and KIT_PROFILE_ENV "
+            f"({os.environ.get('KIT_PROFILE_ENV', 'unset')}) its rendered profile.env?"
+        )
     import torch
 
     from bench.allreduce.registry import make_backend

@@ -2,6 +2,13 @@
 
 Each rank runs `python -m bench.allreduce.worker` in its own session, with its output in
 `DIR/logs/<backend>-rank<R>.log`. Ranks rendezvous through a file store in a fresh work directory.
+
+A rank starts the way one of the server's TP workers does (`worker_environ`): this process plays
+SGLang's launcher, so the rank inherits the environment SGLang's parent would hand its workers
+(the profile applied there by sitecustomize, then SGLang's own variables, engine.py
+`_set_envs_and_config`), and the kit's sitecustomize on PYTHONPATH re-applies the rendered profile
+env file named by KIT_PROFILE_ENV in the rank before anything else runs. So a variable the profile
+sets wins in every rank; one it leaves alone keeps SGLang's value.
 If no rank reports progress for `timeout_s`, the ranks that got least far are named as hung and every
 rank is stopped (SIGTERM, then SIGKILL).
 """
@@ -14,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,12 +46,72 @@ def _repo_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    root = _repo_root()
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+def sglang_parent_env(environ: Mapping[str, str], flags: Sequence[str]) -> dict[str, str]:
+    """What SGLang 0.5.23's launcher writes into its own environment before it spawns its TP workers.
+
+    engine.py `_set_envs_and_config` (docs/evidence.md "Parent-set variables"; the names are
+    launcher/profiles/rules/parent_env.py PARENT_SET_ENV), given the environment it starts with
+    (sitecustomize has applied the profile there) and the server's flags.
+    """
+    symm_mem = "--enable-symm-mem" in flags
+    nvls = "--enable-nccl-nvls" in flags or symm_mem
+    out = {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}
+    if symm_mem or "NCCL_CUMEM_ENABLE" not in environ:
+        out["NCCL_CUMEM_ENABLE"] = "1" if symm_mem else "0"
+    if nvls or "NCCL_NVLS_ENABLE" not in environ:
+        out["NCCL_NVLS_ENABLE"] = "1" if nvls else "0"
+    if (symm_mem or "NCCL_GRAPH_MIXING_SUPPORT" not in environ) and _flag_int(flags, "--dcp-size", 1) > 1:
+        out["NCCL_GRAPH_MIXING_SUPPORT"] = "0"
+    if environ.get("TRTLLM_ENABLE_PDL", "1") != "0":
+        out["TRTLLM_ENABLE_PDL"] = "1"
+    return out
+
+
+def _flag_int(flags: Sequence[str], name: str, default: int) -> int:
+    for i, flag in enumerate(flags):
+        value = flags[i + 1] if flag == name and i + 1 < len(flags) else flag.partition("=")[2]
+        if flag == name or flag.startswith(name + "="):
+            try:
+                return int(value)
+            except ValueError:
+                return default
+    return default
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """A rendered profile.env (NUL-separated NAME=value entries), as sitecustomize reads it."""
+    entries = [e.partition("=") for e in path.read_text(encoding="utf-8").split("\0") if e]
+    return {key: value for key, _, value in entries}
+
+
+def worker_environ(
+    base: Mapping[str, str], profile_env_file: Path | None = None, flags: Sequence[str] = ()
+) -> dict[str, str]:
+    """The environment a rank process is started with: what a TP worker inherits from SGLang's launcher.
+
+    The server program runs with sitecustomize on PYTHONPATH and KIT_PROFILE_ENV naming the rendered
+    profile.env (launcher/runtime/supervisor_conf.py); sitecustomize applies that file in SGLang's
+    launcher, which then sets its own variables (`sglang_parent_env`) and spawns the workers, where
+    sitecustomize applies the file again. Without a profile no KIT_PROFILE_ENV is passed on, and
+    the ranks get SGLang's variables over `base` alone.
+    """
+    from launcher import settings
+    from launcher.resources import sitecustomize_dir
+
+    env = dict(base)
+    env.pop(settings.KIT_PROFILE_ENV.name, None)
+    if profile_env_file is not None:
+        env.update(read_env_file(profile_env_file))  # sitecustomize in SGLang's launcher
+        env[settings.KIT_PROFILE_ENV.name] = str(profile_env_file)
+    env.update(sglang_parent_env(env, flags))
+    paths = [str(sitecustomize_dir()), _repo_root(), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def _child_env() -> dict[str, str]:
+    return worker_environ(os.environ)
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -92,9 +159,15 @@ ProgressCallback = Callable[[list[tuple[int, str]]], None]
 
 
 def run_backend(
-    spec_fields: dict[str, Any], log_dir: Path, on_progress: ProgressCallback | None = None
+    spec_fields: dict[str, Any],
+    log_dir: Path,
+    on_progress: ProgressCallback | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> BackendRun:
-    """Run one backend on `nranks` local processes and collect each rank's JSON result."""
+    """Run one backend on `nranks` local processes and collect each rank's JSON result.
+
+    `env`: the ranks' environment (`worker_environ`); by default this process's, without a profile.
+    """
     import json
 
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -105,7 +178,7 @@ def run_backend(
         spec.save(spec_path)
         logs = [log_dir / f"{spec.backend}-rank{r}.log" for r in range(spec.nranks)]
         procs: list[subprocess.Popen[bytes]] = []
-        env = _child_env()
+        child_env = dict(env) if env is not None else _child_env()
         try:
             for rank in range(spec.nranks):
                 with open(logs[rank], "wb") as fh:
@@ -115,7 +188,7 @@ def run_backend(
                             stdout=fh,
                             stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL,
-                            env=env,
+                            env=child_env,
                             start_new_session=True,
                         )
                     )
