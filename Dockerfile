@@ -9,7 +9,10 @@
 # The heavy builds (MSCCL++, DeepEP) are separate stages that see neither patches/ nor the kit,
 # so editing either never rebuilds them; inside the final stage patches/ is copied before the kit.
 
-# Expected tag of the SGLang 0.5.23 CUDA-13 release image; not verified against the registry.
+# SGLang's release tags for the CUDA 13.0 build are v<version>-cu130 (its tag_config in
+# .github/workflows/_docker-build-and-publish.yml callers; docs/evidence.md, "The base image tag"), but
+# this tag itself was not seen in the registry: `make build` and `make up` check it first and stop
+# with one line naming SGLANG_IMAGE when docker has it neither locally nor in its registry.
 # Pin it by digest once pulled: SGLANG_IMAGE=lmsysorg/sglang:v0.5.23-cu130@sha256:<digest>
 ARG SGLANG_IMAGE=lmsysorg/sglang:v0.5.23-cu130
 # Pin by digest as well for byte-identical bench images: python:3.12-slim@sha256:<digest>
@@ -119,14 +122,18 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && python3 -m pip install -r /tmp/kit-requirements.txt \
     && rm /tmp/kit-requirements.txt
 
-# NCCL over the base's: SGLang 0.5.23's torch pins nvidia-nccl-cu13 2.30.7, and NCCL before 2.31.2
-# has the illegal memory access in all-reduces of 512 KiB or more on 2x RTX PRO 6000 (nccl#2418;
-# prefill all-reduces are that large). CUDA torch loads the wheel's libnccl.so.2 through its RPATH,
-# so replacing the wheel replaces what torch runs; the last step below proves it.
+# NCCL over the base's, one exact release: SGLang 0.5.23's torch 2.14.1 pins nvidia-nccl-cu13 2.30.7.
+# nccl#2418 (2x RTX PRO 6000, PCIe only): 2.26.2 hits an illegal memory access in all-reduces of
+# 512 KiB or more (prefill all-reduces are that large) and 2.31.2 passes the same test; 2.30.7 was not
+# tested there. So the image pins 2.31.2, the release that report shows passing; another one only when
+# named (NCCL_WHEEL=nvidia-nccl-cu13==X.Y.Z). CUDA torch loads the wheel's libnccl.so.2 through its
+# RPATH, so replacing the wheel replaces what torch runs (docs/evidence/nccl-pin/); the last step below
+# proves it from the library the process maps, since torch.cuda.nccl.version() reports the NCCL torch
+# was compiled against. pip warns that torch wants 2.30.7; that is expected.
 # NCCL_WHEEL=base keeps the base image's NCCL.
-ARG NCCL_WHEEL="nvidia-nccl-cu13>=2.31.2,<3"
+ARG NCCL_WHEEL="nvidia-nccl-cu13==2.31.2"
 ARG NCCL_MIN=2.31.2
-# hadolint ignore=DL3013 # the version range is the NCCL_WHEEL argument
+# hadolint ignore=DL3013 # the version is the NCCL_WHEEL argument
 RUN --mount=type=cache,target=/root/.cache/pip \
     if [ "${NCCL_WHEEL}" = base ]; then echo "NCCL_WHEEL=base: the base image's NCCL stays"; exit 0; fi \
     && python3 -m pip install "${NCCL_WHEEL}"
@@ -185,7 +192,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && python3 -m compileall -q /opt/kit/sitecustomize \
     && launcher --help > /dev/null \
     && if [ "${NCCL_WHEEL}" = base ]; then python3 -m launcher.doctor.nccl; \
-       else python3 -m launcher.doctor.nccl --require "${NCCL_MIN}"; fi
+       else python3 -m launcher.doctor.nccl --require "${NCCL_MIN}" --pinned "${NCCL_WHEEL}"; fi
 
 # sitecustomize first on the path, so every Python process (TP workers included) applies the active
 # profile's environment before anything else imports.

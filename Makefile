@@ -111,6 +111,12 @@ BUILD_ARGS = --build-arg KIT_VERSION=$(KIT_VERSION) --build-arg KIT_PATCHES_SHA2
 	$(strip $(foreach v,$(PIN_VARS),$(if $(or $($(v)),$(call dotenv,$(v))),--build-arg $(v)=$(or $($(v)),$(call dotenv,$(v))))))
 # First line of every docker verb: without an engine, one clear line instead of a compose traceback.
 ENGINE_CHECK = @$(DOCKER) info >/dev/null 2>&1 || { echo "make $@: no Docker engine answers ($(DOCKER) info failed): start it (sudo systemctl start docker) or set DOCKER_HOST" >&2; exit 1; }
+# The server image's base (SGLANG_IMAGE; unset: the Dockerfile's default), checked before a build:
+# locally, else in its registry. Without it, one line naming the build argument instead of a BuildKit
+# error deep in the build output.
+BASE_IMAGE = $(or $(SGLANG_IMAGE),$(call dotenv,SGLANG_IMAGE),$(shell sed -n 's/^ARG SGLANG_IMAGE=//p' Dockerfile 2>/dev/null | head -n 1))
+BASE_CHECK = @$(DOCKER) image inspect $(call shquote,$(BASE_IMAGE)) >/dev/null 2>&1 || $(DOCKER) manifest inspect $(call shquote,$(BASE_IMAGE)) >/dev/null 2>&1 \
+	|| { echo "make $@: base image '$(BASE_IMAGE)' is neither local nor in its registry (docker image inspect, docker manifest inspect): set SGLANG_IMAGE=<an SGLang $(SGLANG_VERSION) CUDA-13 image> in .env or on the make command line" >&2; exit 1; }
 # -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
 EXEC_T = $(shell [ -t 0 ] || echo -T)
 
@@ -125,11 +131,13 @@ help: ## list the verbs (this text)
 build: $(PROFILES_OVERRIDE_DEP)
 build: ## build the server and bench images (labels carry the patch-set hash and git revision)
 	$(ENGINE_CHECK)
+	$(BASE_CHECK)
 	$(BUILD_ENV) $(COMPOSE_ANY) --profile bench build $(BUILD_ARGS) server bench
 
 up: $(PROFILES_OVERRIDE_DEP)
 up: ## build if needed, start SGLang with PROFILE and SPEC, wait until /health answers
 	$(ENGINE_CHECK)
+	$(BASE_CHECK)
 	$(BUILD_ENV) $(COMPOSE_CMD) build $(BUILD_ARGS) server
 	mkdir -p $(RESULTS_DIR)
 	PROFILE=$(PROFILE) SPEC=$(SPEC) $(COMPOSE_CMD) up -d server
@@ -180,6 +188,7 @@ bench: ## run the bench container against the server (starts it if needed); BENC
 allreduce: $(PROFILES_OVERRIDE_DEP)
 allreduce: ## all-reduce latency for PROFILE's environment beside nccl-tests, into results/allreduce/
 	$(ENGINE_CHECK)
+	$(BASE_CHECK)
 	$(BUILD_ENV) $(COMPOSE_CMD) build $(BUILD_ARGS) server
 	mkdir -p $(RESULTS_DIR)
 	$(COMPOSE_CMD) run --rm --no-deps --entrypoint bench server allreduce --profile $(PROFILE) \
@@ -188,6 +197,7 @@ allreduce: ## all-reduce latency for PROFILE's environment beside nccl-tests, in
 doctor: $(PROFILES_OVERRIDE_DEP)
 doctor: ## check this host (driver, toolkit, P2P, IOMMU/ACS, /dev/shm, NCCL) in the server container
 	$(ENGINE_CHECK)
+	$(BASE_CHECK)
 	$(BUILD_ENV) $(COMPOSE_ANY) build $(BUILD_ARGS) server
 	$(COMPOSE_ANY) run --rm --no-deps --entrypoint launcher server doctor $(DOCTOR_ARGS)
 

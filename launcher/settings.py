@@ -264,7 +264,7 @@ class Images(Section, title='images'):
     MSCCLPP_REF = Setting(STR, None, "MSCCL++ release tag the server image builds (Dockerfile default v0.10.0).", "build", example="")
     DEEPEP_REF = Setting(STR, None, "DeepEP commit, built for SM120 only when the shipped sgl-deep-ep has no sm_120 code.", "build", example="")
     DEEPEP_SM120 = Setting(_choice("ensure", "skip"), "ensure", "ensure: the build fails if DeepEP ends up without sm_120 code; skip: do not check.", "build", example="")
-    NCCL_WHEEL = Setting(STR, None, "NCCL the server image installs over the base's (Dockerfile default nvidia-nccl-cu13>=2.31.2,<3, nccl#2418); base: keep the base image's.", "build", example="")
+    NCCL_WHEEL = Setting(STR, None, "NCCL the server image installs over the base's (Dockerfile default nvidia-nccl-cu13==2.31.2, the release nccl#2418 shows passing on 2x RTX PRO 6000 over PCIe; another only when named here, as nvidia-nccl-cu13==X.Y.Z); base: keep the base image's.", "build", example="")
 
 
 

@@ -62,6 +62,7 @@ if [ "$me" = docker-compose ]; then
 fi
 case "$1" in
 info) [ -z "$FAKE_NO_ENGINE" ]; exit $? ;;
+image|manifest) [ "$2" = inspect ] && [ -z "$FAKE_NO_BASE" ]; exit $? ;;
 inspect) echo "${FAKE_STATE:-running/healthy}" ;;
 logs) echo "Load weight end. type=DeepseekV3ForCausalLM" ;;
 esac
@@ -105,7 +106,7 @@ class Kit:
 def kit(tmp_path: Path) -> Kit:
     root = tmp_path / "kit"
     root.mkdir()
-    for name in ("Makefile", "docker-compose.yml"):
+    for name in ("Makefile", "docker-compose.yml", "Dockerfile"):
         shutil.copy(ROOT / name, root / name)
     # The real launcher package: the Makefile asks it which profiles and spec modes exist, with the
     # system's python3 (no kit venv, no pydantic on this PATH).
@@ -431,9 +432,41 @@ def test_up_gives_up_after_up_timeout(kit):
     assert "not healthy after" in proc.stderr and "UP_TIMEOUT" in proc.stderr
 
 
+@pytest.mark.parametrize("verb", ["build", "up", "allreduce", "doctor"])
+def test_a_missing_base_image_stops_before_the_build_naming_sglang_image(kit, verb):
+    """The Dockerfile's default tag is unverified: where neither docker nor its registry has it, one
+    line names the base and the build argument to set, and no build runs."""
+    proc = kit.make(verb, "SPEC=off", FAKE_NO_BASE="1", **kit.with_models())
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if not line.startswith("make:")]
+    assert errors == [
+        f"make {verb}: base image 'lmsysorg/sglang:v0.5.23-cu130' is neither local nor in its registry "
+        "(docker image inspect, docker manifest inspect): set SGLANG_IMAGE=<an SGLang 0.5.23 CUDA-13 image> "
+        "in .env or on the make command line"
+    ]
+    calls = kit.compose_calls()
+    assert "docker image inspect lmsysorg/sglang:v0.5.23-cu130 | " in "\n".join(calls) + " "
+    assert any(c.startswith("docker manifest inspect lmsysorg/sglang:v0.5.23-cu130 |") for c in calls)
+    assert not any(" build " in c for c in calls)
+
+
+def test_the_base_check_asks_for_the_named_image_and_passes_when_docker_has_it(kit):
+    mine = "registry.example/sglang:0.5.23-cu130@sha256:" + "1" * 64
+    (kit.root / ".env").write_text(f"SGLANG_IMAGE={mine}\n")
+    proc = kit.make("build")
+    assert proc.returncode == 0, proc.stderr
+    calls = kit.compose_calls()
+    check = next(i for i, c in enumerate(calls) if c.startswith(f"docker image inspect {mine} |"))
+    build = next(i for i, c in enumerate(calls) if " build " in c)
+    assert check < build and f"--build-arg SGLANG_IMAGE={mine}" in calls[build]
+    assert not any(c.startswith("docker manifest inspect") for c in calls)  # found locally: no registry call
+    dry = kit.make("-n", "up", "SPEC=off", **kit.with_models()).stdout
+    assert f"docker image inspect '{mine}'" in dry
+
+
 def test_build_passes_pins_only_when_set(kit):
     plain = kit.make("-n", "build").stdout
-    assert "SGLANG_IMAGE" not in plain
+    assert "--build-arg SGLANG_IMAGE" not in plain
     pinned_image = "lmsysorg/sglang:v0.5.23-cu130@sha256:" + "0" * 64
     (kit.root / ".env").write_text(f"SGLANG_IMAGE={pinned_image}\nDEEPEP_SM120=\n")
     pinned = kit.make("-n", "build", "MSCCLPP_REF=v0.9.0").stdout

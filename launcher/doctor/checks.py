@@ -213,14 +213,17 @@ def nccl_check(version: nccl.Version | None, source: str) -> Check:
     status: Status = "fail" if any(level == "fail" for level, _ in found) else "warn"
     parts = []
     for level, bad in found:
-        kind = "known bad" if level == "fail" else f"after {nccl.fmt(bad.reported)}, before the fix"
-        parts.append(f"{kind}: {bad.what} ({bad.ref}, fixed in {nccl.fmt(bad.fixed)})")
+        kind = "known bad" if level == "fail" else (
+            f"between {nccl.fmt(bad.reported)} (reported) and {nccl.fmt(bad.fixed)}, untested for"
+        )
+        parts.append(f"{kind}: {bad.what} ({bad.ref}: {bad.evidence})")
     target = nccl.fmt(max(bad.fixed for _, bad in found))
     return Check(
         "nccl",
         status,
         f"NCCL {v} ({source}) is " + "; ".join(parts),
-        f"use NCCL >= {target} in the server image (e.g. pip install 'nvidia-nccl-cu12>={target}', or -cu13)",
+        f"use NCCL {target} (the first release reported without these) in the server image, as its default "
+        f"NCCL_WHEEL does (pip install 'nvidia-nccl-cu13=={target}', or -cu12)",
     )
 
 
