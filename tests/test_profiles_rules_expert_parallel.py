@@ -1,5 +1,6 @@
-"""launcher.profiles.rules.expert_parallel: DeepEP's normal mode and the RDMA NIC its low-latency
-mode needs; a passing and a failing case each, with level and message."""
+"""launcher.profiles.rules.expert_parallel: DeepEP's normal mode, and what its low-latency mode needs
+within a host (P2P between every pair, not an RDMA NIC); a passing and a failing case each, with level
+and message."""
 
 from __future__ import annotations
 
@@ -57,38 +58,90 @@ def test_deepep_rule_passes(make, server):
     assert by_rule(findings, "deepep_normal_mode") == []
 
 
-# ---- DeepEP needs an RDMA NIC -------------------------------------------------------------------
+# ---- DeepEP low-latency within a host: P2P, not RDMA ------------------------------------------------
+
+RULE = "deepep_low_latency_transport"
+DEEPEP = {"moe-a2a-backend": "deepep"}
 
 
-def test_deepep_without_an_rdma_nic_is_ineligible(make):
-    _, findings = make(server={"moe-a2a-backend": "deepep"}, facts=facts("pcie-switch", "12.0", rdma_nics=[]))
-    [f] = by_rule(findings, "deepep_needs_rdma_nic", "ineligible")
-    assert f.key == "server.moe-a2a-backend" and "IBGDA" in f.message and "legacy.py" in f.message
-    with pytest.raises(UserError, match="no RDMA NIC"):
-        build_plan("ep-deepep", "eagle3", facts("pcie-switch", "12.0", p2p_ok=True, rdma_nics=[]), environ=ENV)
+def test_ep_deepep_without_an_rdma_nic_is_eligible_with_p2p():
+    """SGLang keeps allow_nvlink_for_low_latency_mode=True: DeepEP sets NVSHMEM_DISABLE_P2P=0 and writes
+    to peers through P2P pointers, IBGDA only where there is none (legacy.py:108, internode_ll.cu)."""
+    plan, findings = build_plan_findings("ep-deepep", facts("pcie-switch", "12.0", p2p_ok=True, rdma_nics=[]))
+    assert not [f for f in findings if f.level in ("error", "ineligible")]
+    conditions = plan.requires["conditions"]
+    assert any("NVSHMEM's P2P transport coming up over PCIe without an RDMA NIC" in c for c in conditions)
+    assert not any("RDMA NIC (mlx5" in c for c in conditions)
+    assert any("memory-ordering" in w for w in plan.warnings)
 
 
-def test_deepep_nic_unknown_is_a_condition(make):
-    plan, findings = make(server={"moe-a2a-backend": "deepep"})
-    assert [f.level for f in by_rule(findings, "deepep_needs_rdma_nic")] == ["requires"]
-    assert any("RDMA NIC" in c for c in plan.requires["conditions"])
+def build_plan_findings(name, host):
+    from launcher.profiles import plan as plans
+
+    return plans.evaluate(name, "eagle3", host, environ=ENV)
 
 
-def test_deepep_with_a_nic_over_pcie_warns_about_memory_ordering(make):
-    _, findings = make(server={"moe-a2a-backend": "deepep"}, facts=facts("pcie-switch", "12.0", rdma_nics=["mlx5_0"]))
-    [f] = by_rule(findings, "deepep_needs_rdma_nic")
-    assert f.level == "warning" and "memory-ordering" in f.message
+def test_ep_deepep_without_p2p_is_ineligible_naming_the_pairs():
+    with pytest.raises(UserError, match="P2P is not OK between GPU0 and GPU3"):
+        build_plan("ep-deepep", "eagle3", facts("pcie-switch", "12.0", p2p_ok=False, bad_pairs=[(0, 3)], rdma_nics=["mlx5_0"]), environ=ENV)
+
+
+def test_deepep_without_p2p_in_a_profile_that_does_not_require_it(make):
+    _, findings = make(server=DEEPEP, facts=facts("pcie-switch", "12.0", p2p_ok=False, bad_pairs=[(1, 2)], rdma_nics=["mlx5_0"]))
+    [f] = by_rule(findings, RULE, "ineligible")
+    assert f.key == "server.moe-a2a-backend" and "GPU1 and GPU2" in f.message and "legacy.py:108" in f.message
+
+
+def test_deepep_p2p_unknown_is_a_condition(make):
+    plan, findings = make(server=DEEPEP)
+    assert sorted(f.level for f in by_rule(findings, RULE)) == ["requires", "requires"]
+    assert any("peer-to-peer access between every GPU pair" in c for c in plan.requires["conditions"])
+    assert any("without an RDMA NIC (unproven" in c for c in plan.requires["conditions"])
+
+
+def test_deepep_with_a_nic_over_pcie_only_warns_about_memory_ordering(make):
+    _, findings = make(server=DEEPEP, facts=facts("pcie-switch", "12.0", p2p_ok=True, rdma_nics=["mlx5_0"]))
+    [f] = by_rule(findings, RULE)
+    assert f.level == "warning" and "memory-ordering" in f.message and "legacy.py:56-57" in f.message
+
+
+def test_deepep_refuses_more_than_two_pcie_named_gpus(make):
+    host = facts("pcie-switch", "8.0", p2p_ok=True, rdma_nics=[])
+    for g in host.gpus:
+        g.name = "NVIDIA A100-PCIE-40GB"
+    _, findings = make(server={**DEEPEP, "tp-size": "8"}, facts=host)
+    [f] = by_rule(findings, RULE, "ineligible")
+    assert "A100-PCIE-40GB" in f.message and "envs.py:155-156" in f.message
+    _, two = make(server={**DEEPEP, "tp-size": "2"}, facts=host)
+    assert by_rule(two, RULE, "ineligible") == []
 
 
 @pytest.mark.parametrize(
     ("server", "host"),
-    [({"moe-a2a-backend": "deepep"}, facts("nvlink", "9.0", rdma_nics=["mlx5_0"])), ({"moe-a2a-backend": "none"}, facts("pcie-switch", rdma_nics=[]))],
+    [
+        (DEEPEP, facts("nvlink", "9.0", p2p_ok=True, rdma_nics=[])),  # NVLink, no NIC: nothing to say
+        ({"moe-a2a-backend": "none"}, facts("pcie-switch", p2p_ok=False, rdma_nics=[])),
+        ({"moe-a2a-backend": "deepep", "deepep-mode": "normal"}, facts("pcie-switch", p2p_ok=True, rdma_nics=[])),
+    ],
 )
-def test_deepep_nic_rule_passes(make, server, host):
+def test_deepep_transport_rule_passes(make, server, host):
     _, findings = make(server=server, facts=host)
-    assert by_rule(findings, "deepep_needs_rdma_nic") == []
+    assert by_rule(findings, RULE) == []
 
 
 def test_ep_deepep_profile_passes_on_pcie():
     plan = build_plan("ep-deepep", "eagle3", facts("pcie-switch", "12.0", p2p_ok=True), environ=ENV)
     assert plan.flags[plan.flags.index("--deepep-mode") + 1] == "low_latency"
+
+
+@pytest.mark.parametrize(("nics", "shown"), [([], "none"), (["mlx5_0", "mlx5_1"], "mlx5_0, mlx5_1")])
+def test_the_doctor_still_reports_rdma_nics_without_calling_deepep_impossible(nics, shown):
+    from rich.console import Console
+
+    from launcher.doctor import report
+    from launcher.doctor.diagnose import Report
+
+    console = Console(width=200, record=True)
+    console.print(report.facts_table(Report(facts("pcie-switch", "12.0", p2p_ok=True, rdma_nics=nics), {}, [], {})))
+    row = next(line for line in console.export_text().splitlines() if "RDMA NICs" in line)
+    assert shown in row and "DeepEP" not in row

@@ -23,7 +23,7 @@ from launcher.profiles.rules.allreduce import (
     symm_mem_eligibility,
 )
 from launcher.profiles.rules.context import Context, Finding, Level
-from launcher.profiles.rules.expert_parallel import deepep_needs_rdma_nic, deepep_normal_mode
+from launcher.profiles.rules.expert_parallel import deepep_low_latency_transport, deepep_normal_mode
 from launcher.profiles.rules.host import gpu_count, host_requirements
 from launcher.profiles.rules.nccl_env import (
     ll128_on_pcie,
@@ -51,7 +51,7 @@ RULES: list[tuple[Rule, bool]] = [
     (expandable_segments_with_pcie_ipc, False),
     (pcie_ipc_fallback, False),
     (fusion_over_pcie, False),
-    (deepep_needs_rdma_nic, False),
+    (deepep_low_latency_transport, False),
     (sglang_flags, True),
     (deepep_normal_mode, False),
     (symm_mem_eligibility, False),

@@ -7,26 +7,53 @@ from collections.abc import Iterator
 from launcher.profiles.rules.context import Context, Finding
 
 
-def deepep_needs_rdma_nic(ctx: Context) -> Iterator[Finding]:
-    """DeepEP low-latency kernels reach every rank through IBGDA, within one host too (DeepEP legacy.py)."""
-    if not str(ctx.server.get("moe-a2a-backend", "none")).startswith("deepep"):
+def deepep_low_latency_transport(ctx: Context) -> Iterator[Finding]:
+    """DeepEP low-latency mode within one host: peer-to-peer writes, not RDMA (docs/evidence.md,
+    "Expert parallelism and DeepEP").
+
+    SGLang builds DeepEP's Buffer without `allow_nvlink_for_low_latency_mode`, so it stays True
+    (sglang/srt/layers/moe/token_dispatcher/deepep.py:285-304, DeepEP deep_ep/buffers/legacy.py:39) and
+    DeepEP sets NVSHMEM_DISABLE_P2P=0 (legacy.py:108). The kernels then store straight into a peer's
+    buffer wherever NVSHMEM gives a P2P pointer, and use IBGDA only where it gives none
+    (csrc/kernels/legacy/internode_ll.cu:44-51, 263-272). So a host needs P2P between every GPU pair,
+    not an RDMA NIC; whether NVSHMEM's P2P transport comes up over PCIe without a NIC is unproven.
+    """
+    if ctx.server.get("moe-a2a-backend", "none") != "deepep" or ctx.server.get("deepep-mode", "auto") == "normal":
         return
-    key = "server.moe-a2a-backend"
-    nics = ctx.facts.rdma_nics if ctx.facts is not None else None
-    if nics == []:
+    rule, key, f = "deepep_low_latency_transport", "server.moe-a2a-backend", ctx.facts
+    # The profile's own `requires.p2p` is checked by host_requirements; say it here only for profiles without it.
+    if not ctx.resolved.requires.p2p:
+        if f is not None and f.p2p_ok is False:
+            pairs = ", ".join(f"GPU{a} and GPU{b}" for a, b in f.p2p_bad_pairs[:3]) or "some GPUs"
+            yield ctx.finding(
+                "ineligible", rule, key,
+                "DeepEP's low-latency kernels write into each peer GPU through NVSHMEM's P2P mapping within a host "
+                "(DeepEP deep_ep/buffers/legacy.py:108, csrc/kernels/legacy/internode_ll.cu:263-272), and "
+                f"`launcher doctor` found P2P not OK between {pairs}; use the ep profile (NCCL all-to-all) instead",
+            )
+        elif f is None or f.p2p_ok is None:
+            yield ctx.finding("requires", rule, key, "GPU peer-to-peer access between every GPU pair (DeepEP low-latency writes to peers through NVSHMEM P2P)")
+    names = sorted({g.name for g in f.gpus if "PCIE" in g.name}) if f is not None else []
+    tp = ctx.tp_size()
+    if names and (tp is None or tp > 2):
         yield ctx.finding(
-            "ineligible", "deepep_needs_rdma_nic", key,
-            "DeepEP's low-latency mode sends tokens through RDMA (IBGDA) even between GPUs of one host "
-            "(DeepEP deep_ep/buffers/legacy.py:104-110, 561-563), and `launcher doctor` found no RDMA NIC; "
-            "use the ep profile (NCCL all-to-all) instead",
+            "ineligible", rule, key,
+            f"DeepEP refuses more than 2 ranks on GPUs whose name contains 'PCIE' ({', '.join(names)}: "
+            "'PCIe GPUs only have pairwise NVLink connections', deep_ep/utils/envs.py:155-156); use the ep profile",
         )
-    elif nics is None:
-        yield ctx.finding("requires", "deepep_needs_rdma_nic", key, "an RDMA NIC (mlx5 / InfiniBand) for DeepEP's IBGDA")
+    nics = f.rdma_nics if f is not None else None
+    if ctx.is_pcie() is not False and not nics:
+        yield ctx.finding(
+            "requires", rule, key,
+            "NVSHMEM's P2P transport coming up over PCIe without an RDMA NIC (unproven: DeepEP still sets "
+            "NVSHMEM_IB_ENABLE_IBGDA=1, legacy.py:109, and its dispatch kernel asserts IBGDA's QP count, "
+            "internode_ll.cu:284); prove it with `make up` and `make bench` on the host",
+        )
     if ctx.is_pcie():
         yield ctx.finding(
-            "warning", "deepep_needs_rdma_nic", key,
+            "warning", rule, key,
             "DeepEP warns that PCIe peer connections may give memory-ordering errors in low-latency mode "
-            "(deep_ep/buffers/legacy.py:56); check answers with `make bench` (correctness) before trusting it",
+            "(deep_ep/buffers/legacy.py:56-57); check answers with `make bench` (correctness) before trusting it",
         )
 
 
