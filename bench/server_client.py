@@ -59,20 +59,25 @@ class BodyTooLarge(ValueError):
     """A response body past its cap; the rest is never read and the connection is dropped."""
 
 
-async def read_capped(resp: aiohttp.ClientResponse, cap: int, what: str) -> bytes:
-    """The body, at most `cap` bytes: BodyTooLarge (naming the cap) as soon as it is longer."""
-    if resp.content_length is not None and resp.content_length > cap:
-        resp.close()
-        raise BodyTooLarge(f"{what} is {resp.content_length} bytes, over the {_size(cap)} cap")
+async def read_upto(resp: aiohttp.ClientResponse, cap: int) -> tuple[bytes, bool]:
+    """At most `cap` bytes of the body, and whether there was more (then the connection is dropped
+    and the rest never read)."""
     buf = bytearray()
-    while True:
+    while len(buf) <= cap:
         data = await resp.content.read(cap + 1 - len(buf))
         if not data:
-            return bytes(buf)
+            return bytes(buf), False
         buf += data
-        if len(buf) > cap:
-            resp.close()
-            raise BodyTooLarge(f"{what} is over the {_size(cap)} cap")
+    resp.close()
+    return bytes(buf[:cap]), True
+
+
+async def read_capped(resp: aiohttp.ClientResponse, cap: int, what: str) -> bytes:
+    """The body, at most `cap` bytes: BodyTooLarge (naming the cap) as soon as it is longer."""
+    body, more = await read_upto(resp, cap)
+    if more:
+        raise BodyTooLarge(f"{what} is over the {_size(cap)} cap")
+    return body
 
 
 class ServerClient:
@@ -308,11 +313,8 @@ class ServerClient:
 
     async def _error_body(self, resp: aiohttp.ClientResponse) -> str:
         """The first 300 characters of a non-200 body, read no further than error_body_cap."""
-        try:
-            body = await read_capped(resp, self.error_body_cap, "body")
-            note = ""
-        except BodyTooLarge:
-            body, note = b"", f" (body over the {_size(self.error_body_cap)} error body cap, not read)"
+        body, more = await read_upto(resp, self.error_body_cap)
+        note = f" (body cut at the {_size(self.error_body_cap)} error body cap)" if more else ""
         return body[:300].decode("utf-8", "replace").strip() + note
 
     async def _drain(self, resp: aiohttp.ClientResponse, state: StreamState) -> None:
