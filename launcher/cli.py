@@ -76,8 +76,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     print(f"# {plan.name} + spec {plan.spec} ({plan.status}): {plan.description}")
     print(f"# digest {plan.digest()}; from {', '.join(plan.sources)}")
-    if plan.requires:
-        print(f"# requires: {json.dumps(plan.requires)}")
+    declared = {k: v for k, v in plan.requires.items() if k != "conditions"}
+    if declared:
+        print(f"# requires: {json.dumps(declared)}")
+    # What the rules could not settle without host facts: each one a warning or a refusal on some hosts.
+    for condition in plan.requires.get("conditions", []):
+        print(f"# requires (host unknown; pass --host-facts): {condition}")
     for w in plan.warnings:
         print(f"# warning: {w}")
     for k, v in plan.env.items():

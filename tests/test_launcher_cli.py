@@ -93,6 +93,17 @@ def test_show_text_is_a_runnable_script():
     assert shlex.split(lines[-1])[:3] == ["python", "-m", "sglang.launch_server"]
 
 
+def test_show_without_host_facts_prints_the_fusion_over_pcie_risk():
+    """`make show PROFILE=fused` on a laptop names the risk it warns about with a PCIe host's facts."""
+    proc = run_launcher("show", "fused")
+    assert proc.returncode == 0, proc.stderr
+    conditions = [line for line in proc.stdout.splitlines() if line.startswith("# requires (host unknown")]
+    assert any("sglang#32330" in line for line in conditions)
+    assert any("NCCL_P2P_LEVEL=SYS" in line for line in conditions)
+    declared = next(line for line in proc.stdout.splitlines() if line.startswith("# requires: "))
+    assert "conditions" not in declared
+
+
 def test_show_with_host_facts_file(tmp_path):
     host = tmp_path / "facts.json"
     host.write_text(

@@ -12,7 +12,7 @@ from helpers_rules import NVLINK, PCIE, by_rule
 from launcher.profiles.plan import build_plan, evaluate
 
 # Fixtures shared by the rule tests: pytest looks them up by name in the test module.
-_env, make = helpers_rules._env, helpers_rules.make
+_env, make, sglang_parser = helpers_rules._env, helpers_rules.make, helpers_rules.sglang_parser
 
 
 # ---- (d) expandable segments + PCIe IPC all-reduce ----------------------------------------------
@@ -100,7 +100,8 @@ def test_fusion_over_pcie_at_tp8_warns_with_the_upstream_evidence(make):
 @pytest.mark.parametrize(("host", "tp"), [(PCIE, 2), (NVLINK, 8), (None, 8)])
 def test_fusion_at_tp2_on_nvlink_or_unknown_host_passes(make, host, tp):
     _, findings = make(server={**TRTLLM_FUSION, "tp-size": tp}, facts=host, requires={"patches": ["sm120-allreduce-fusion"]})
-    assert by_rule(findings, "fusion_over_pcie") == []
+    # an unknown host gets no warning, only the condition (test_fused_without_host_facts_lists_the_pcie_risk)
+    assert [f.level for f in by_rule(findings, "fusion_over_pcie")] == ([] if host else ["requires"])
 
 
 # ---- (g) torch symm-mem -------------------------------------------------------------------------
@@ -190,3 +191,77 @@ def test_fusion_backend_with_the_enforce_flag_unset_passes(make):
     plan, findings = evaluate("fused", "eagle3", environ=ENV)
     assert by_rule(findings, "fusion_disabled_by_enforce") == []
     assert "--enforce-disable-flashinfer-allreduce-fusion" not in plan.flags
+
+
+# ---- PCIe-IPC workspace wide enough for prefill -------------------------------------------------
+
+EAGLE = {"speculative-algorithm": "EAGLE3", "speculative-num-draft-tokens": 4}
+
+
+def test_pcie_ipc_with_sglangs_default_max_batch_takes_prefill(make):
+    plan, findings = make(env=IPC, server={"dtype": "bfloat16", **EAGLE})
+    [f] = by_rule(findings, "pcie_ipc_prefill_rows", "warning")
+    assert "512 requests" in f.message and "2048 rows" in f.message and "+66% TTFT" in f.message
+    assert "cuda-graph-max-bs-decode = 128" in f.message and f.message in plan.warnings
+
+
+@pytest.mark.parametrize(
+    "server",
+    [{"cuda-graph-max-bs-decode": 64, **EAGLE}, {"cuda-graph-max-bs-decode": 128, **EAGLE}, {},
+     {"max-running-requests": 32, **EAGLE}, {"cuda-graph-config": '{"decode": {"max_bs": 16}}', **EAGLE}],
+)
+def test_pcie_ipc_decode_sized_workspace_passes(make, server):
+    _, findings = make(env=IPC, server={"dtype": "bfloat16", **server})
+    assert by_rule(findings, "pcie_ipc_prefill_rows") == []
+
+
+def test_pcie_ipc_fixed_numel_is_left_alone(make):
+    _, findings = make(env={**IPC, "SGLANG_PCIE_IPC_MAX_NUMEL": 917504}, server=EAGLE)
+    assert by_rule(findings, "pcie_ipc_prefill_rows") == []
+
+
+@pytest.mark.parametrize("spec", ["eagle3", "ngram", "off"])
+def test_custom_ar_keeps_its_workspace_decode_sized(spec):
+    plan, findings = evaluate("custom-ar", spec, PCIE, environ=ENV)
+    assert plan.flags[plan.flags.index("--cuda-graph-max-bs-decode") + 1] == "64"
+    assert by_rule(findings, "pcie_ipc_prefill_rows") == []
+
+
+def test_custom_ar_flag_is_the_full_name(sglang_parser):
+    from launcher.profiles import sglang_args
+
+    assert sglang_args.flag_problems(["--model-path", "/m", "--cuda-graph-max-bs-decode", "64"]) == []
+    [(flag, msg)] = sglang_args.flag_problems(["--cuda-graph-max-bs", "64"])
+    assert "ambiguous" in msg
+
+
+# ---- fusion over PCIe before the host is known --------------------------------------------------
+
+
+def test_fused_without_host_facts_lists_the_pcie_risk():
+    plan, findings = evaluate("fused", "eagle3", None, environ=ENV)
+    [f] = by_rule(findings, "fusion_over_pcie", "requires")
+    assert "sglang#32330" in f.message and f.message in plan.requires["conditions"]
+
+
+def test_fused_with_pcie_facts_warns_and_lists_no_condition():
+    plan, findings = evaluate("fused", "eagle3", PCIE, environ=ENV)
+    assert [f.level for f in by_rule(findings, "fusion_over_pcie")] == ["warning"]
+
+
+def test_fused_on_nvlink_is_silent():
+    _, findings = evaluate("fused", "eagle3", NVLINK, environ=ENV)
+    assert by_rule(findings, "fusion_over_pcie") == []
+
+
+def test_every_interconnect_rule_is_a_condition_without_host_facts():
+    """Each rule that warns or refuses on a PCIe host's facts says so under requires.conditions without them."""
+    from launcher.profiles.loader import available_names
+
+    for name in available_names():
+        _, with_facts = evaluate(name, "eagle3", PCIE, environ=ENV)
+        plan, without = evaluate(name, "eagle3", None, environ=ENV)
+        host_rules = {f.rule for f in with_facts if f.level in ("warning", "error", "ineligible")} - {
+            f.rule for f in without if f.level in ("warning", "error", "ineligible")}
+        conditioned = {f.rule for f in without if f.level == "requires"}
+        assert host_rules - {"host_requirements", "gpu_count"} <= conditioned, name

@@ -20,14 +20,17 @@ from launcher.profiles.rules.allreduce import (
     fusion_needs_sm120_patch,
     fusion_over_pcie,
     pcie_ipc_fallback,
+    pcie_ipc_prefill_rows,
     symm_mem_eligibility,
 )
 from launcher.profiles.rules.context import Context, Finding, Level
 from launcher.profiles.rules.expert_parallel import deepep_low_latency_transport, deepep_normal_mode
 from launcher.profiles.rules.host import gpu_count, host_requirements
 from launcher.profiles.rules.nccl_env import (
+    graph_mixing_off_with_eager_nccl,
     ll128_on_pcie,
     nccl_proto_without_simple,
+    p2p_level_across_sockets,
     tree_with_cuda_graphs,
     unknown_nccl_env,
 )
@@ -61,6 +64,9 @@ RULES: list[tuple[Rule, bool]] = [
     (host_requirements, False),
     (fusion_disabled_by_enforce, False),
     (gpu_count, False),
+    (pcie_ipc_prefill_rows, False),
+    (graph_mixing_off_with_eager_nccl, False),
+    (p2p_level_across_sockets, False),
 ]
 
 

@@ -3,6 +3,7 @@ falls back, fails to start, or is slower than NCCL on a PCIe host."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 from launcher.profiles.rules.context import Context, Finding
@@ -64,7 +65,14 @@ def fusion_over_pcie(ctx: Context) -> Iterator[Finding]:
     if not ctx.server.get("flashinfer-allreduce-fusion-backend"):
         return
     tp = ctx.tp_size()
-    if ctx.is_pcie() and tp is not None and tp > 2:
+    pcie = ctx.is_pcie()
+    if pcie is None and (tp is None or tp > 2):
+        yield ctx.finding(
+            "requires", "fusion_over_pcie", "server.flashinfer-allreduce-fusion-backend",
+            "an NVLink host, or TP 2: trtllm all-reduce fusion over PCIe at TP > 2 is unproven and regressed "
+            "upstream (sglang#32330, vllm#48075); with a PCIe host's facts `launcher check` warns",
+        )
+    if pcie and tp is not None and tp > 2:
         yield ctx.finding(
             "warning", "fusion_over_pcie", "server.flashinfer-allreduce-fusion-backend",
             f"trtllm all-reduce fusion over PCIe at TP {tp} is unproven: upstream SGLang closed SM12X fusion "
@@ -114,3 +122,67 @@ def fusion_disabled_by_enforce(ctx: Context) -> Iterator[Finding]:
             "has no effect while enforce-disable-flashinfer-allreduce-fusion is on (base.toml sets it); "
             "add enforce-disable-flashinfer-allreduce-fusion = false under [server]",
         )
+
+
+# SGLang's own view of decode-sized rows: the autotune profiles powers of two up to 512 rows
+# ("Powers of two cover the captured decode batches", pcie_ipc_ar.py:181-194).
+PCIE_IPC_DECODE_ROWS = 512
+# Default decode CUDA-graph max batch at TP >= 4 on GPUs of 60 GB and more (memory_hook.py:132-170):
+# 512 (H100/A100 class, H200/RTX PRO 6000 96 GB class, B200). TP < 4 gets 256 below 160 GB.
+_DEFAULT_MAX_BS = {True: 512, False: 256}
+
+
+def _decode_max_bs(ctx: Context) -> tuple[int | None, str]:
+    """The decode CUDA-graph max batch the flags set, or SGLang's default for a large GPU, and where from."""
+    from launcher.profiles.rules.context import _as_int
+
+    explicit = _as_int(ctx.server.get("cuda-graph-max-bs-decode"))
+    if explicit is not None:
+        return explicit, "--cuda-graph-max-bs-decode"
+    bs = ctx.server.get("cuda-graph-bs-decode")
+    sizes = [_as_int(b) for b in (bs if isinstance(bs, list) else str(bs).split())] if bs else []
+    if sizes and all(s is not None for s in sizes):
+        return max(s for s in sizes if s is not None), "--cuda-graph-bs-decode"
+    raw = ctx.server.get("cuda-graph-config")
+    if isinstance(raw, str):
+        try:
+            decode = json.loads(raw).get("decode") or {}
+        except (ValueError, AttributeError):
+            decode = {}
+        if isinstance(decode, dict) and isinstance(decode.get("max_bs"), int):
+            return decode["max_bs"], "--cuda-graph-config decode.max_bs"
+        if isinstance(decode, dict) and isinstance(decode.get("bs"), list) and decode["bs"]:
+            return max(decode["bs"]), "--cuda-graph-config decode.bs"
+    tp = ctx.tp_size()
+    default = _DEFAULT_MAX_BS[tp is None or tp >= 4]
+    running = _as_int(ctx.server.get("max-running-requests"))
+    if running is not None and running < default:  # memory_hook.py:182-188 clamps only the default
+        return running, "--max-running-requests (clamps SGLang's default)"
+    return default, f"SGLang's default for GPUs of 60 GB or more at TP {tp if tp is not None else '?'} (memory_hook.py:132-170)"
+
+
+def pcie_ipc_prefill_rows(ctx: Context) -> Iterator[Finding]:
+    """PCIe-IPC's workspace is decode max batch x draft tokens rows (pcie_ipc_ar.py:136-163, base_runner.py:367-390);
+    any prefill chunk of at most that many tokens takes the one-shot kernel, which cost 66% TTFT (pcie_ipc_ar.py:30-48)."""
+    if str(ctx.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")) != "1" or ctx.env.get("SGLANG_PCIE_IPC_MAX_NUMEL"):
+        return
+    max_bs, source = _decode_max_bs(ctx)
+    if max_bs is None:
+        return
+    from launcher.profiles.rules.context import _as_int
+
+    speculative = bool(ctx.server.get("speculative-algorithm"))
+    # unset: SGLang auto-picks 4 draft tokens for non-Llama targets (speculative_hook.py:1159-1174)
+    drafts = (_as_int(ctx.server.get("speculative-num-draft-tokens")) or 4) if speculative else 1
+    rows = max_bs * drafts
+    if rows <= PCIE_IPC_DECODE_ROWS:
+        return
+    per = f" x {drafts} draft tokens" if drafts > 1 else ""
+    yield ctx.finding(
+        "warning", "pcie_ipc_prefill_rows", "env.SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",
+        f"PCIe-IPC sizes its workspace for {max_bs} requests ({source}){per} = {rows} rows "
+        "(pcie_ipc_ar.py:136-163), so every prefill chunk of up to "
+        f"{rows} tokens also takes the one-shot kernel, which SGLang measured at +66% TTFT against NCCL "
+        f"(pcie_ipc_ar.py:30-48); set cuda-graph-max-bs-decode = {PCIE_IPC_DECODE_ROWS // drafts} or lower under "
+        "[server] (the custom-ar profile sets 64)",
+    )

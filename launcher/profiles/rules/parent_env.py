@@ -12,6 +12,7 @@ from launcher.profiles.rules.context import Context, Finding
 # in each of them: a profile value wins over SGLang's in every worker, where the kernels run.
 PARENT_SET_ENV = {
     "CUDA_DEVICE_MAX_CONNECTIONS": "always 8 (engine.py:1921)",
+    "NCCL_GRAPH_MIXING_SUPPORT": "0 under --dcp-size > 1 when unset or under --enable-symm-mem (engine.py:1916-1920)",
     "NCCL_CUMEM_ENABLE": "0 when unset, 1 under --enable-symm-mem (engine.py:1898-1907)",
     "NCCL_NVLS_ENABLE": "0 when unset, 1 under --enable-nccl-nvls or --enable-symm-mem (engine.py:1908-1915)",
     "TRTLLM_ENABLE_PDL": "1 unless set to 0 (engine.py:1923-1925)",
