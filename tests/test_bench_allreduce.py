@@ -162,6 +162,24 @@ def test_outputs_are_written_for_mixed_rows(tmp_path):
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_plot_says_its_line_is_time_us_not_p50():
+    """At 4 KiB on CPU the time_us line sat at 1928 µs while p50 was 520: the axis must name the line."""
+    import matplotlib.pyplot as plt
+
+    from bench.allreduce.output import latency_figure
+
+    ranks = [{"rows": [{"count": 2048, "wrong": 0, "mean_us": 1928.0, "samples_us": [500.0, 520.0, 540.0, 900.0],
+                        "method": "m"}]}]
+    rows = rows_for({**_fields(nranks=1), "sizes": [4096]}, BackendRun(status="ok", ranks=ranks), 2, None)
+    fig = latency_figure(rows, None)
+    ax = fig.axes[0]
+    [line] = ax.get_lines()
+    assert list(line.get_ydata()) == [rows[0]["time_us"]] and rows[0]["time_us"] != rows[0]["time_us_p50"]
+    label = ax.get_ylabel()
+    assert "line time_us" in label and "p50 line" not in label and "p50..p99" in label
+    plt.close(fig)
+
+
 # ----- input checks (exit 2, before any process starts) -----------------------------------------
 
 
