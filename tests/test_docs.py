@@ -145,6 +145,8 @@ NOT_SETTINGS = {
     "SITE_PACKAGES": "a placeholder for a path (docs/patches.md)",
     "DIR_A": "a placeholder for a bundle folder (bench compare)",
     "DIR_B": "a placeholder for a bundle folder (bench compare)",
+    "SO_REUSEADDR": "a socket option (the fleet router's port check, docs/fleet.md)",
+    "TIME_WAIT": "a TCP connection state (docs/fleet.md)",
 }
 SETTING_LIKE = re.compile(r"(?<![\w$/.-])([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)(?![\w/(-])")
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
+import math
 import os
+import signal
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from launcher import settings
@@ -15,6 +19,7 @@ from launcher.errors import RuntimeFailure, UserError, run_cli
 from launcher.fleet import fleetfile, rolling
 from launcher.fleet import router as router_mod
 from launcher.runtime.control_client import SyncControlClient
+from launcher.runtime.states import SWITCH_TIMEOUT_MAX_S
 
 
 def cmd_router(args: argparse.Namespace) -> int:
@@ -25,9 +30,8 @@ def cmd_router(args: argparse.Namespace) -> int:
         return 0
     if importlib.util.find_spec("sglang_router") is None:
         raise UserError("sglang-router is not installed; pip install 'sglang-router>=0.3.2,<0.4'")
-    prom_host, _, prom_port = fleet.router.prometheus.rpartition(":")
     for host, port, what in ((fleet.router.host, fleet.router.port, "router.url"),
-                             (prom_host, int(prom_port), "router.prometheus")):
+                             (fleet.router.prometheus_host, fleet.router.prometheus_port, "router.prometheus")):
         _port_free(host, port, f"{args.fleet}: key '{what}'")
     print(f"sglang-router on {fleet.router.url} for {len(fleet.host)} host(s): {' '.join(cmd)}", flush=True)
     os.execvp(cmd[0], cmd)  # the router is this process from here on (supervisord/compose manage it)
@@ -35,8 +39,12 @@ def cmd_router(args: argparse.Namespace) -> int:
 
 
 def _port_free(host: str, port: int, where: str) -> None:
-    """The router exits with a Rust panic when a port is taken; say it in one line first."""
+    """The router exits with a Rust panic when a port is taken; say it in one line first.
+
+    Binds as the router does (SO_REUSEADDR), so connections of a router that just ended, still in
+    TIME_WAIT, do not refuse a restart the router itself would accept; a listener still refuses."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:
@@ -88,7 +96,39 @@ def cmd_switch(args: argparse.Namespace) -> int:
     fleet = fleetfile.load(args.fleet)
     spec = args.spec or settings.default_spec()
     history = Path(args.history) if args.history else rolling.default_history(Path(args.fleet))
-    return rolling.switch(fleet, args.profile, spec, history, timeout_s=args.timeout)
+    with _signals_interrupt():
+        try:
+            return rolling.switch(fleet, args.profile, spec, history, timeout_s=args.timeout)
+        except rolling.Interrupted as exc:
+            print(f"interrupted by {signal.Signals(exc.signum).name}; the fleet history records where it stopped",
+                  file=sys.stderr)
+            return 128 + exc.signum
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM become rolling.Interrupted, so the host taken out of the router is put back
+    (and recorded) before the CLI exits; without this SIGTERM would end the process where it stands."""
+    def raise_interrupted(signum: int, _frame: object) -> None:
+        raise rolling.Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _switch_timeout(raw: str) -> float:
+    """--timeout: what the control API accepts as a health-gate timeout, so it is refused here, not per host."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (0 < value <= SWITCH_TIMEOUT_MAX_S):  # also NaN and infinities
+        raise argparse.ArgumentTypeError(f"{raw!r}: give seconds in (0, {SWITCH_TIMEOUT_MAX_S:.0f}]")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,7 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fleet", required=True)
     s.add_argument("profile")
     s.add_argument("--spec", default=None, help="spec mode (default $SPEC, else eagle3)")
-    s.add_argument("--timeout", type=float, default=None, help="seconds each host's switch may take")
+    s.add_argument("--timeout", type=_switch_timeout, default=None,
+                   help="seconds each host's switch may take in all (also its health-gate timeout); default: "
+                        "the switch's own worst case from KIT_DRAIN_TIMEOUT_S, KIT_STOP_WAIT_S, "
+                        "KIT_HEALTH_TIMEOUT_S and KIT_ROLLBACK_TIMEOUT_S (docs/fleet.md)")
     s.add_argument("--history", default=None, help="fleet history file (default: <fleet file>.history.jsonl)")
     s.set_defaults(fn=cmd_switch)
     return p

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated
@@ -45,12 +46,17 @@ def normalise_url(value: str) -> str:
     parts = urlsplit(value.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{value!r} is not an http(s) URL with a host, e.g. http://10.0.0.11:30000")
+    if "@" in parts.netloc:  # the spelling below would drop them, and the router would never send them
+        raise ValueError("has user credentials (user:password@); give scheme://host:port only: the control "
+                         "API's token comes from token_env, and the router sends no credentials")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise ValueError(f"{value!r} has a path or query; give scheme://host:port only")
     try:
         port = parts.port
     except ValueError as exc:
         raise ValueError(f"{value!r} has an invalid port") from exc
+    if port == 0:
+        raise ValueError(f"{value!r} has port 0; give the port the service listens on (1-65535)")
     host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
     return f"{parts.scheme}://{host}:{port or (443 if parts.scheme == 'https' else 80)}"
 
@@ -67,10 +73,17 @@ class Router(BaseModel):
     @field_validator("prometheus")
     @classmethod
     def _hostport(cls, v: str) -> str:
-        host, sep, port = v.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{v!r} is not host:port, e.g. 127.0.0.1:29000")
+        split_hostport(v)
         return v
+
+    @model_validator(mode="after")
+    def _ports_apart(self) -> Router:
+        """The exporter and the router on one address and port: the second bind fails at start."""
+        host, port = split_hostport(self.prometheus)
+        if port == self.port and _may_collide(host, self.host):
+            raise ValueError(f"router.prometheus {self.prometheus!r} is the port of router.url {self.url!r}; "
+                             "give the exporter a port of its own")
+        return self
 
     @property
     def host(self) -> str:
@@ -79,6 +92,41 @@ class Router(BaseModel):
     @property
     def port(self) -> int:
         return urlsplit(self.url).port or 80
+
+    @property
+    def prometheus_host(self) -> str:
+        """The exporter's address as a socket and the router take it: an IPv6 one without brackets."""
+        return split_hostport(self.prometheus)[0]
+
+    @property
+    def prometheus_port(self) -> int:
+        return split_hostport(self.prometheus)[1]
+
+
+def split_hostport(value: str) -> tuple[str, int]:
+    """host:port or [IPv6]:port; ValueError with an example otherwise (a bare IPv6 address is ambiguous)."""
+    example = "e.g. 127.0.0.1:29000 or [::1]:29000"
+    if value.startswith("["):
+        host, sep, port = value[1:].partition("]:")
+        if not sep or not host or "]" in host:
+            raise ValueError(f"{value!r} is not [IPv6]:port, {example}")
+    else:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"{value!r} is not host:port, {example}")
+        if ":" in host:
+            raise ValueError(f"{value!r}: put an IPv6 address in brackets, {example}")
+    if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r}: the port must be 1-65535, {example}")
+    return host, int(port)
+
+
+def _may_collide(a: str, b: str) -> bool:
+    """Could two listeners on these addresses take the same socket? The same address, a wildcard, or
+    localhost beside a loopback address it may resolve to."""
+    a, b = a.lower(), b.lower()
+    pair = {a, b}
+    return a == b or bool(pair & {"0.0.0.0", "::", ""}) or ("localhost" in pair and bool(pair & {"127.0.0.1", "::1"}))
 
 
 class Host(BaseModel):
@@ -139,7 +187,7 @@ def load(path: str | Path) -> Fleet:
     """Read and validate a fleet file; UserError (exit 2) names the file, the key and the fix."""
     p = Path(path)
     try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+        raw = tomllib.loads(_read_regular(p).decode("utf-8"))
     except FileNotFoundError as exc:
         raise UserError(f"{p}: fleet file not found; write one as in docs/fleet.md") from exc
     except (OSError, UnicodeDecodeError) as exc:
@@ -152,6 +200,20 @@ def load(path: str | Path) -> Fleet:
         hints = {"extra_forbidden": "remove it; a fleet file has [router] (url, prometheus) and [[host]] "
                  "tables (name, server, control, token_env)", "missing": "add it (see docs/fleet.md)"}
         raise schema_error(p, exc, hints, "see docs/fleet.md") from exc
+
+
+def _read_regular(p: Path) -> bytes:
+    """The file's bytes, if it is a regular file: opened without blocking and checked on the open
+    descriptor, so a FIFO or a device is refused (UserError) instead of hanging the command."""
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UserError(f"{p}: not a regular file; give the path of a fleet file (TOML, see docs/fleet.md)")
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
 
 
 def require_tokens(fleet: Fleet, hosts: list[Host] | None = None) -> None:

@@ -5,6 +5,11 @@ through its control API (drain, restart, health gate, backend check; rollback on
 back, and wait until the router reports it healthy. The first host that fails stops the run: it has
 rolled back (its control API did that) and, if it serves again, goes back into the router; the hosts
 not reached yet are left as they were. Every step is a line in the fleet history.
+
+Nothing waits without end: each host's switch request has a total deadline (`--timeout`, else the
+switch's own worst case, control_client.switch_deadline_s). When it passes, or SIGINT/SIGTERM arrives
+(the CLI turns both into Interrupted), the host taken out goes back into the router if its /status
+says it answers, and the history records why the run stopped.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from launcher import atomic
 from launcher.errors import RuntimeFailure
 from launcher.fleet.fleetfile import Fleet, Host, require_tokens
 from launcher.fleet.router import RouterClient
-from launcher.runtime.control_client import SyncControlClient
+from launcher.runtime.control_client import SyncControlClient, switch_deadline_s
 from launcher.runtime.states import ANSWERING, OK_OUTCOMES, Outcome, State
 
 
@@ -32,6 +37,15 @@ class History:
     def step(self, host: str | None, step: str, **detail: object) -> None:
         entry = {"at": time.time(), "run": self.run, "host": host, "step": step, **self.target, **detail}
         atomic.append_line(self.path, json.dumps(entry, sort_keys=True))
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM during a rolling switch (raised by the CLI's handler): put back what was taken out."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        self.restoring = False  # raised while a host was being put back
 
 
 def default_history(fleet_file: Path) -> Path:
@@ -48,16 +62,25 @@ def switch(
     add_timeout_s: float = 120.0,
     say: Callable[[str], None] = print,
 ) -> int:
-    """0 when every host ends on the new plan; 1 at the first host that does not (named, with why)."""
+    """0 when every host ends on the new plan; 1 at the first host that does not (named, with why).
+
+    `timeout_s` is each host's health-gate timeout and the total wait for its switch request; without
+    it the wait is the switch's own worst case. Interrupted propagates after the host is put back."""
     require_tokens(fleet)
     log = History(history, run=f"{int(time.time())}", target={"profile": profile, "spec": spec})
     log.step(None, "begin", hosts=[h.name for h in fleet.host])
     with RouterClient(fleet.router.url) as router:
         router.workers()  # the router must answer before any host is touched
         for host in fleet.host:
-            rc = _one(host, profile, spec, router, log, timeout_s, add_timeout_s, say)
+            left = [h.name for h in fleet.host[fleet.host.index(host) + 1 :]]
+            try:
+                rc = _one(host, profile, spec, router, log, timeout_s, add_timeout_s, say)
+            except Interrupted as exc:
+                log.step(None, "stopped", interrupted_host=host.name, signal=exc.signum, untouched=left)
+                if left:
+                    say(f"stopped: {', '.join(left)} left on their current plan")
+                raise
             if rc:
-                left = [h.name for h in fleet.host[fleet.host.index(host) + 1 :]]
                 log.step(None, "stopped", failed_host=host.name, untouched=left)
                 if left:
                     say(f"stopped: {', '.join(left)} left on their current plan")
@@ -72,20 +95,46 @@ def _one(host: Host, profile: str, spec: str, router: RouterClient, log: History
     control = SyncControlClient(host.control, host.token(), url_from=host.url_from())
     status = control.status()
     if (status.get("profile"), status.get("spec"), status.get("state")) == (profile, spec, State.SERVING):
+        if router.find(host.server) is None:  # e.g. left out by an earlier run that was stopped
+            router.add(host.server)
+            router.wait_healthy(host.server, add_timeout_s)
+            log.step(host.name, "restored_to_router", state=State.SERVING)
         log.step(host.name, "skipped", reason="already serving this plan")
         say(f"{host.name}: already on {profile} + {spec}")
         return 0
+    deadline = timeout_s if timeout_s is not None else switch_deadline_s(None)
+    try:
+        return _out_switch_in(host, profile, spec, router, control, log, timeout_s, deadline, add_timeout_s, say)
+    except Interrupted as exc:
+        if exc.restoring:  # a second signal while putting it back: recorded there, stop now
+            raise
+        log.step(host.name, "interrupted", signal=exc.signum)
+        say(f"{host.name}: interrupted (signal {exc.signum}); putting it back if it serves")
+        _restore(host, router, log, add_timeout_s, say)
+        raise
+
+
+def _out_switch_in(host: Host, profile: str, spec: str, router: RouterClient, control: SyncControlClient,
+                   log: History, timeout_s: float | None, deadline: float, add_timeout_s: float,
+                   say: Callable[[str], None]) -> int:
+    """Out of the router, switch (at most `deadline` s), back in; 1 when the host did not end on the plan."""
     removed = router.remove(host.server)
     log.step(host.name, "removed_from_router", was_registered=removed)
-    say(f"{host.name}: out of the router; switching")
-    code, body = control.switch(profile, spec, timeout_s)
+    say(f"{host.name}: out of the router; switching (waiting at most {deadline:.0f} s)")
+    log.step(host.name, "switching", deadline_s=deadline)
+    code, body = control.switch(profile, spec, timeout_s, deadline)
+    if body.get("timed_out"):
+        log.step(host.name, "switch_timed_out", deadline_s=deadline, error=body.get("error"))
+        say(f"{host.name}: {body.get('error')}")
+        _restore(host, router, log, add_timeout_s, say)
+        return 1
     outcome = body.get("outcome") or (Outcome.FAILED if code != 200 else Outcome.SWITCHED)
     log.step(host.name, "switched", outcome=outcome, http=code, error=body.get("error"),
              backends=body.get("backends"))
     if outcome not in OK_OUTCOMES:
         why = body.get("error") or f"outcome {outcome}"
-        _restore(host, router, log, add_timeout_s, say)
         say(f"{host.name}: switch {outcome}: {why}")
+        _restore(host, router, log, add_timeout_s, say)
         return 1
     router.add(host.server)
     try:
@@ -100,19 +149,25 @@ def _one(host: Host, profile: str, spec: str, router: RouterClient, log: History
 
 
 def _restore(host: Host, router: RouterClient, log: History, add_timeout_s: float, say: Callable[[str], None]) -> None:
-    """After a failed switch the host runs its old plan again (rolled back): serve with it."""
+    """After a failed, timed-out or interrupted switch: back into the router only if the host answers
+    (a rolled-back host runs its old plan again); one that is still switching or down stays out.
+    A second SIGINT/SIGTERM here is recorded and ends the wait."""
     try:
         state = SyncControlClient(host.control, host.token(), url_from=host.url_from()).status().get("state")
-    except RuntimeFailure as exc:
-        log.step(host.name, "left_out", reason=str(exc))
-        return
-    if state not in ANSWERING:
-        log.step(host.name, "left_out", reason=f"state {state}")
-        say(f"{host.name}: left out of the router (state {state})")
-        return
-    router.add(host.server)
-    try:
+        if state not in ANSWERING:
+            log.step(host.name, "left_out", reason=f"state {state}")
+            say(f"{host.name}: left out of the router (state {state}); once it serves, "
+                "re-run `launcher fleet switch` to finish and put it back")
+            return
+        if router.find(host.server) is None:
+            router.add(host.server)
         router.wait_healthy(host.server, add_timeout_s)
         log.step(host.name, "restored_to_router", state=state)
+        say(f"{host.name}: back in the router (state {state})")
     except RuntimeFailure as exc:
         log.step(host.name, "left_out", reason=str(exc))
+        say(f"{host.name}: left out of the router: {exc}")
+    except Interrupted as exc:
+        exc.restoring = True
+        log.step(host.name, "left_out", reason=f"signal {exc.signum} while putting it back")
+        raise

@@ -28,11 +28,10 @@ HEALTH_ARGS = ("--health-check-interval-secs", "5", "--health-failure-threshold"
 def argv(fleet: Fleet, extra: list[str] | None = None, python: str = sys.executable) -> list[str]:
     """The router's command line: loopback unless the fleet file says otherwise, round robin (the
     default cache_aware policy sent every short prompt to the first worker), every host's server."""
-    prom_host, _, prom_port = fleet.router.prometheus.rpartition(":")
     return [
         python, "-m", MODULE,
         "--host", fleet.router.host, "--port", str(fleet.router.port),
-        "--prometheus-host", prom_host, "--prometheus-port", prom_port,
+        "--prometheus-host", fleet.router.prometheus_host, "--prometheus-port", str(fleet.router.prometheus_port),
         "--policy", "round_robin", *HEALTH_ARGS,
         "--worker-urls", *[h.server for h in fleet.host],
         *(extra or []),

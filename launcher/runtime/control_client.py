@@ -3,21 +3,49 @@
 `launcher switch/status` and `bench run` both use it. Unreachable servers and answers that are not
 JSON become RuntimeFailure naming the URL; a switch that cannot reach the API comes back as outcome
 `failed` with the reason, so a bench matrix records it and goes on.
+
+Every request is bounded. A switch request lasts as long as the switch on the host, so its default
+deadline is that switch's own worst case, from the settings registry (switch_deadline_s); a caller
+may pass a shorter total deadline. A switch that does not answer in time comes back as outcome
+`failed` with `timed_out: true`: the host may still be switching.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import httpx
 
+from launcher import settings
 from launcher.errors import RuntimeFailure
 
 T = TypeVar("T")
 STATUS_TIMEOUT_S = 30.0
+# Beyond the switch's own timeouts: a health probe can outlast its gate by one read (30 s), the drain
+# probe by 5 s, the activation check takes up to 3 s, supervisord's start call and the network the rest.
+SWITCH_MARGIN_S = 60.0
+# The switch's STOP_MARGIN_S (launcher/runtime/switch.py; a test keeps them equal): named here, not
+# imported, so the client does not load the whole switch (supervisord, profiles) to compute a number.
+STOP_MARGIN_S = 30.0
 URL_FROM = "--url / KIT_CONTROL_URL"  # where `launcher switch/status` take the URL; other callers name theirs
+
+
+def switch_deadline_s(timeout_s: float | None = None, environ: Mapping[str, str] | None = None) -> float:
+    """The longest a switch request can take on a host run with these settings, so a client that
+    waits this long has waited for any switch that still ends by itself:
+
+        KIT_DRAIN_TIMEOUT_S + 2 x (KIT_STOP_WAIT_S + STOP_MARGIN_S)      drain; the switch's stop and the rollback's
+        + (timeout_s, else KIT_HEALTH_TIMEOUT_S) + KIT_ROLLBACK_TIMEOUT_S  the new plan's gate; the old plan's gate
+        + SWITCH_MARGIN_S
+
+    4260 s (71 min) with the defaults. Read from this process's environment: set the same values as
+    the host's server, or pass a deadline."""
+    stop = float(settings.KIT_STOP_WAIT_S.get(environ) or 0) + STOP_MARGIN_S
+    health = timeout_s if timeout_s is not None else float(settings.KIT_HEALTH_TIMEOUT_S.get(environ) or 0)
+    return (float(settings.KIT_DRAIN_TIMEOUT_S.get(environ) or 0) + 2 * stop + health
+            + float(settings.KIT_ROLLBACK_TIMEOUT_S.get(environ) or 0) + SWITCH_MARGIN_S)
 
 
 def _why(exc: BaseException) -> str:
@@ -78,16 +106,24 @@ class ControlClient:
         plan = data.get("plan") if isinstance(data, dict) else None
         return plan if isinstance(plan, dict) else None
 
-    async def switch(self, profile: str, spec: str, timeout_s: float | None) -> tuple[int, dict[str, Any]]:
-        """POST /switch; returns (HTTP status, body). The call lasts as long as the switch does."""
+    async def switch(self, profile: str, spec: str, timeout_s: float | None,
+                     deadline_s: float | None = None) -> tuple[int, dict[str, Any]]:
+        """POST /switch; returns (HTTP status, body). The call lasts as long as the switch does, and at
+        most `deadline_s` in all (default switch_deadline_s(timeout_s)): a total, not a per-read timeout,
+        so a server that trickles bytes cannot stretch it."""
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         body = {"profile": profile, "spec": spec, "timeout_s": timeout_s}
-        read = None if timeout_s is None else timeout_s + 120
+        deadline = switch_deadline_s(timeout_s) if deadline_s is None else deadline_s
         try:
-            r = await self.http.post(
-                f"{self.url}/switch", json=body, headers=headers,
-                timeout=httpx.Timeout(read, connect=self.connect_timeout),
-            )
+            async with asyncio.timeout(deadline):
+                r = await self.http.post(
+                    f"{self.url}/switch", json=body, headers=headers,
+                    timeout=httpx.Timeout(deadline, connect=min(self.connect_timeout, deadline)),
+                )
+        except (TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout):  # sent: the host may have begun
+            return 0, {"outcome": "failed", "timed_out": True, "deadline_s": deadline,
+                       "error": f"control API at {self.url} did not answer the switch within {deadline:.0f} s; "
+                                "the host may still be switching (see its /status)"}
         except httpx.HTTPError as exc:
             return 0, {"outcome": "failed", "error": f"control API at {self.url} unreachable: {_why(exc)}"}
         try:
@@ -116,5 +152,6 @@ class SyncControlClient:
     def profiles(self) -> list[dict[str, Any]]:
         return self._run(lambda c: c.profiles())
 
-    def switch(self, profile: str, spec: str, timeout_s: float | None) -> tuple[int, dict[str, Any]]:
-        return self._run(lambda c: c.switch(profile, spec, timeout_s))
+    def switch(self, profile: str, spec: str, timeout_s: float | None,
+               deadline_s: float | None = None) -> tuple[int, dict[str, Any]]:
+        return self._run(lambda c: c.switch(profile, spec, timeout_s, deadline_s))
