@@ -35,6 +35,7 @@ STATE_LAYOUT = {
     "socket": "supervisor.sock",
     "logs": "logs",
     "server_log": "logs/sglang.log",
+    "starts": "starts",  # one JSON record per server start: the activation lines each rank logged (activation.py)
     "supervisord_log": "logs/supervisord.log",
 }
 
@@ -55,6 +56,7 @@ class StatePaths:
     socket: Path
     logs: Path
     server_log: Path
+    starts: Path
     supervisord_log: Path
 
     def __init__(self, root: Path):

@@ -7,53 +7,148 @@ the degraded setting, serve at start, and what /status and `launcher status` sho
 
 from __future__ import annotations
 
+import json
+import time
+
 import httpx
 import pytest
 from helpers_profiles import ENV
 
 from launcher.profiles import loader
 from launcher.profiles import plan as plans
+from launcher.profiles.hostfacts import HostFacts
 from launcher.runtime import activation
 from launcher.runtime.server_exec import START_MARKER
-from testsupport.standin.activation import startup_lines, switched_on
+from testsupport.standin.activation import GAVE_UP, mscclpp_failure_lines, startup_lines, switched_on
 from testsupport.standin.server_args import parse_server_argv
 
-LINE = "[2026-11-30 10:00:01 TP0] FlashInfer PCIe-IPC workspace built (world=8, max_numel=1, hidden=7168)"
+
+def _plan(name="custom-ar", **env):
+    return plans.build_plan(name, "off", environ={**ENV, **env})
 
 
-def test_each_detector_reads_active_inactive_or_unknown():
-    log = f"boot\n{LINE}\nready\n"
-    (ipc,) = activation.check(["pcie-ipc"], log)
-    assert ipc == {"name": "pcie-ipc", "expected": True, "active": True, "evidence": LINE}
-    (mscclpp,) = activation.check(["mscclpp"], "PyMscclpp is disabled due to an unsupported world size: 2.\n")
-    assert mscclpp["active"] is False and mscclpp["evidence"].startswith("PyMscclpp is disabled")
-    (fusion,) = activation.check(["fusion"], "nothing about it\n")
-    assert fusion["active"] is False
-    assert "no 'FlashInfer AllReduce Fusion enabled and workspace initialized'" in fusion["evidence"]
-    assert "flashinfer_comm_fusion.py" in fusion["evidence"]
-    (deepep,) = activation.check(["deepep"], log)
+def _start(plan, lines, pid=42):
+    """A log as SGLang writes it: server_exec's start line, then the ranks' lines."""
+    marker = f"{START_MARKER}{plan.name} spec off digest {plan.digest()} pid {pid} start 1: x"
+    (record,) = activation.scan("\n".join([marker, *lines]))
+    return record
+
+
+def _lines(plan, withhold=(), missing=frozenset()):
+    return startup_lines(parse_server_argv(plan.flags), plan.env, set(withhold), missing)
+
+
+FACTS_TP2 = HostFacts(gpus=[{"index": 0, "compute_cap": "12.0"}, {"index": 1, "compute_cap": "12.0"}],
+                      interconnect="pcie-switch", p2p_ok=True, p2p_bad_pairs=[])
+
+
+def test_a_backend_is_active_only_when_every_rank_logged_it():
+    plan = _plan()
+    (ipc,), decode = activation.assess(plan, _start(plan, _lines(plan)))
+    assert ipc["active"] is True and "on every rank: TP0, TP1, TP2, TP3, TP4, TP5, TP6, TP7" in ipc["evidence"]
+    assert decode["backend"] == "pcie-ipc"
+    (ipc,), decode = activation.assess(plan, _start(plan, _lines(plan, missing={3, 5})))
+    assert (ipc["active"], ipc["verdict"], ipc["missing_ranks"]) == (False, "failed", ["TP3", "TP5"])
+    assert "not on TP3, TP5" in ipc["evidence"]
+    assert decode["backend"] is None and "ranks disagree" in decode["why"]
+    # a line without SGLang's rank prefix cannot be counted: unknown, never active
+    plain = "FlashInfer PCIe-IPC workspace built (world=8, max_numel=1, hidden=7168)"
+    (ipc,), _ = activation.assess(plan, _start(plan, [plain]))
+    assert ipc["active"] is None and "no rank tag" in ipc["evidence"]
+
+
+def test_rank_prefixes_in_sglangs_format():
+    assert activation.rank_of("[2026-11-30 10:00:01 TP3] x") == "TP3"
+    assert activation.rank_of("[2026-11-30 10:00:01.123 DP0 PP1 TP3 EP3] x") == "PP1 TP3"
+    assert activation.rank_of("[2026-11-30 10:00:01] x") == ""
+    assert activation.expected_ranks({"tp-size": "2", "pp-size": "2"}) == ["PP0 TP0", "PP0 TP1", "PP1 TP0", "PP1 TP1"]
+
+
+def test_custom_all_reduce_ahead_of_pcie_ipc_at_tp2():
+    """At TP 2 SGLang's `ca` takes every decode reduction first; the PCIe-IPC workspace still gets built."""
+    plan = _plan(KIT_TP_SIZE="2")
+    record = _start(plan, _lines(plan))
+    assert "CustomAllreduce is disabled" not in record["seen"]  # SGLang logs nothing while ca is on
+    (ipc,), decode = activation.assess(plan, record, FACTS_TP2, "")
+    assert (ipc["active"], ipc["verdict"]) == (False, "superseded") and "but ca comes first" in ipc["evidence"]
+    assert decode["backend"] == "ca" and "P2P" in decode["why"]
+    assert activation.summary([ipc]).startswith("pcie-ipc: ")
+    # no host facts: whether ca is on cannot be known, so PCIe-IPC is unknown, never active
+    (ipc,), decode = activation.assess(plan, record)
+    assert ipc["active"] is None and "KIT_HOST_FACTS" in ipc["evidence"]
+    assert decode["backend"] is None and decode["why"].startswith("unknown: ca")
+    # P2P broken, or ca turned off by flag: PCIe-IPC carries them
+    broken = FACTS_TP2.model_copy(update={"p2p_ok": False})
+    assert activation.assess(plan, record, broken, "")[0][0]["active"] is True
+    off = plan.model_copy(update={"flags": [*plan.flags, "--disable-custom-all-reduce"]})
+    (ipc,), decode = activation.assess(off, record)
+    assert ipc["active"] is True and decode["backend"] == "pcie-ipc"
+    # TP 8 on a PCIe host: SGLang's own warning on every rank says ca is off
+    plan8 = _plan()
+    assert activation.assess(plan8, _start(plan8, _lines(plan8)))[0][0]["active"] is True
+
+
+def test_fallbacks_are_named_evidence():
+    plan = _plan("fused")
+    preflight = ("[2026-11-30 10:00:01 TP0] FlashInfer workspace preflight: cuMemCreate probe failed on at least "
+                 "one rank. Skipping allreduce fusion to avoid cross-rank desync inside the flashinfer collective.")
+    (fusion,), _ = activation.assess(plan, _start(plan, [preflight]))
+    assert fusion["verdict"] == "fell_back" and "flashinfer_comm_fusion.py:387" in fusion["evidence"]
+    probe = "[2026-11-30 10:00:01 TP1] FlashInfer workspace preflight probe failed (CUDA_ERROR_NOT_SUPPORTED). Skipping allreduce fusion."
+    assert "flashinfer_comm_fusion.py:368" in activation.assess(plan, _start(plan, [probe]))[0][0]["evidence"]
+    (fusion,), _ = activation.assess(plan, _start(plan, ["warmup"]))
+    assert fusion["active"] is False and "no 'FlashInfer AllReduce Fusion enabled" in fusion["evidence"]
+    (deepep,), _ = activation.assess(_plan("ep-deepep"), _start(plan, []))
     assert deepep["active"] is None and "no line" in deepep["evidence"]
-    statuses = activation.check(["pcie-ipc", "fusion", "deepep"], log)
-    assert [s["name"] for s in activation.inactive(statuses)] == ["fusion"]
-    assert activation.summary(statuses).startswith("fusion: no 'FlashInfer AllReduce Fusion")
+    # every fallback line the stand-in prints holds one of the follower's search keys
+    for name, line in GAVE_UP.items():
+        assert any(k in line for k in activation.KEYS), name
 
 
 def test_the_up_line_wins_over_an_unrelated_fallback():
     """pcie_ipc_ar.py warns 'reductions stay on NCCL' for fp16 too, while the bf16 workspace is up."""
-    warning = "FlashInfer PCIe-IPC all-reduce serves bf16 only; torch.float16 reductions stay on NCCL."
-    (ipc,) = activation.check(["pcie-ipc"], f"{warning}\n{LINE}\n")
-    assert ipc["active"] is True
-    # ... but the evidence says that some reductions (here: every fp16 one) skip it
-    assert ipc["evidence"] == f"{LINE}; but also: {warning}"
-    assert activation.check(["pcie-ipc"], f"{LINE}\n")[0]["evidence"] == LINE
+    plan = _plan()
+    warning = "[2026-11-30 10:00:01 TP0] FlashInfer PCIe-IPC all-reduce serves bf16 only; torch.float16 reductions stay on NCCL."
+    (ipc,), _ = activation.assess(plan, _start(plan, [warning, *_lines(plan)]))
+    assert ipc["active"] is True and ipc["evidence"].endswith(f"; but also: {warning}")
 
 
-def test_only_the_running_servers_part_of_the_log_counts(tmp_path):
-    log = tmp_path / "server.log"
-    log.write_text(f"{START_MARKER}custom-ar spec off digest a: x\n{LINE}\n{START_MARKER}custom-ar spec off digest a: x\nwarmup\n")
-    assert activation.check_server(["pcie-ipc"], log)[0]["active"] is False
-    assert activation.check_server([], log) == []
-    assert activation.check_server(["pcie-ipc"], tmp_path / "absent.log")[0]["active"] is False
+def test_mscclpp_death_is_read_with_its_exception():
+    plan = _plan("mscclpp")
+    record = _start(plan, mscclpp_failure_lines(parse_server_argv(plan.flags)))
+    cause = activation.cause_text(record)
+    assert "Failed to initialize MSCCL++ collectives" in cause and "pymscclpp.py:1114" in cause
+    assert "RuntimeError: SIMULATED MSCCL++" in cause
+
+
+def test_follower_keeps_each_start_across_rotation_and_restarts(tmp_path):
+    log, starts = tmp_path / "logs" / "sglang.log", tmp_path / "starts"
+    log.parent.mkdir()
+    plan = _plan()
+    marker = f"{START_MARKER}custom-ar spec off digest {plan.digest()} pid 7 start 5: x\n"
+    log.write_text(f"{START_MARKER}old spec off digest a pid 6 start 4: x\n{_lines(plan)[1]}\n{marker}")
+    follower = activation.Follower(log, starts)
+    follower.poll()
+    assert follower.record_for(7)["seen"] == {} and follower.record_for(6) is None  # read from the last start on
+    with log.open("a") as fh:
+        fh.write("\n".join(_lines(plan)[:9]))  # the last line not yet complete
+    follower.poll()
+    log.rename(log.with_name("sglang.log.1"))  # supervisord rotates
+    log.write_text("\n".join(_lines(plan)[9:]) + "\n" + "filler\n" * 1000)
+    follower.poll()
+    assert activation.assess(plan, follower.record_for(7))[0][0]["active"] is True
+    # a new control API finds the start line in the backup and reads on from there
+    assert activation.assess(plan, activation.Follower(log, starts).record_for(7) or {})[0][0]["active"] is True
+    fresh = activation.Follower(log, starts)
+    fresh.poll()
+    assert activation.assess(plan, fresh.record_for(7))[0][0]["active"] is True
+    # ... and once the logs are gone, the record the state dir kept
+    for f in log.parent.iterdir():
+        f.unlink()
+    later = activation.Follower(log, starts)
+    later.poll()
+    assert activation.assess(plan, later.record_for(7))[0][0]["active"] is True
+    assert json.loads((starts / "5-7.json").read_text())["pid"] == 7
 
 
 @pytest.mark.parametrize(
@@ -80,13 +175,17 @@ def test_expects_is_inherited_and_checked(tmp_path, monkeypatch):
 
 
 def test_standin_prints_the_line_for_what_argv_and_env_switch_on():
-    args = parse_server_argv(["--tp-size", "8", "--flashinfer-allreduce-fusion-backend", "trtllm", "--enable-mscclpp"])
+    args = parse_server_argv(["--tp-size", "4", "--ep-size", "4", "--flashinfer-allreduce-fusion-backend", "trtllm",
+                              "--enable-mscclpp"])
     env = {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}
     assert switched_on(args, env) == ["fusion", "pcie-ipc", "mscclpp"]
     lines = startup_lines(args, env, {"mscclpp"})
-    assert [activation.check([n], "\n".join(lines))[0]["active"] for n in ("fusion", "pcie-ipc", "mscclpp")] == [
-        True, True, False]
-    assert all(line.startswith("SIMULATED ") for line in lines)
+    seen = activation.scan("\n".join([f"{START_MARKER}x spec off digest d pid 1 start 1: x", *lines]))[0]["seen"]
+    assert seen["FlashInfer PCIe-IPC workspace built"]["ranks"] == ["TP0", "TP1", "TP2", "TP3"]
+    assert seen["PyMscclpp is unavailable"]["ranks"] == ["TP0", "TP1", "TP2", "TP3"]
+    assert "Created MSCCL++ communicator" not in seen
+    assert lines[0].startswith("[") and " TP0 EP0] " in lines[0]
+    assert all(line.endswith(" [SIMULATED]") for line in lines)
     off = parse_server_argv(["--flashinfer-allreduce-fusion-backend", "trtllm",
                              "--enforce-disable-flashinfer-allreduce-fusion"])
     assert switched_on(off, {}) == []
@@ -152,3 +251,111 @@ def test_serve_at_start_checks_and_shows_it(kit_stack):
     assert "expected backend not active: pcie-ipc" in st["last_error"]
     started = stack.history()[-1]
     assert started["outcome"] == "started" and started["backends"][0]["active"] is False
+
+
+# ----- through the real switch and /status ----------------------------------------------------------------
+
+def _profile(stack, name: str, extends: str, **env: str) -> None:
+    """A test profile in the stack's profile folder: `extends` with stand-in settings in [env]."""
+    lines = "".join(f'{k} = "{v}"\n' for k, v in env.items())
+    (stack.profiles_dir / f"{name}.toml").write_text(
+        f'description = "test"\nstatus = "experimental"\nextends = "{extends}"\n[env]\n{lines}')
+
+
+def _poll(fn, timeout: float = 20):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"not true after {timeout}s: {last}")
+
+
+def test_every_rank_proves_it_and_one_missing_rank_rolls_back(kit_stack):
+    stack = kit_stack("baseline", "off")
+    body = stack.switch("custom-ar", "off").json()
+    assert body["outcome"] == "switched", body
+    assert "on every rank: TP0, TP1, TP2, TP3, TP4, TP5, TP6, TP7" in body["backends"][0]["evidence"]
+    assert body["decode_allreduce"]["backend"] == "pcie-ipc"
+    st = _poll(lambda: (s := stack.status())["decode_allreduce"] and s)
+    assert st["decode_allreduce"]["backend"] == "pcie-ipc" and st["backends"][0]["active"] is True
+    assert "decode all-reduce: pcie-ipc" in stack.cli("status").stdout
+
+    _profile(stack, "ipc-rank3", "custom-ar", STANDIN_ACTIVATION_MISSING_RANKS="3")
+    body = stack.switch("ipc-rank3", "off").json()
+    assert body["outcome"] == "rolled_back" and body["failed_step"] == "activation", body
+    (ipc,) = body["backends"]
+    assert (ipc["active"], ipc["verdict"], ipc["missing_ranks"]) == (False, "failed", ["TP3"])
+    assert "not on TP3" in body["error"]
+    assert stack.wait_state({"rolled_back"}, 20)["profile"] == "custom-ar"
+
+
+def test_custom_all_reduce_ahead_at_tp2_rolls_back_and_says_which_carries_decode(kit_stack, tmp_path):
+    facts = tmp_path / "facts.json"
+    facts.write_text(FACTS_TP2.model_dump_json())
+    stack = kit_stack("baseline", "off", extra_env={"KIT_TP_SIZE": "2", "KIT_HOST_FACTS": str(facts)})
+    st = _poll(lambda: (s := stack.status())["decode_allreduce"] and s)
+    assert st["decode_allreduce"]["backend"] == "ca"  # baseline at TP 2: SGLang's custom all-reduce
+    body = stack.switch("custom-ar", "off").json()
+    assert body["outcome"] == "rolled_back" and body["failed_step"] == "activation", body
+    (ipc,) = body["backends"]
+    assert (ipc["active"], ipc["verdict"]) == (False, "superseded") and "PCIe-IPC workspace built" in ipc["evidence"]
+    assert body["decode_allreduce"]["backend"] == "ca"
+    st = stack.wait_state({"rolled_back"}, 20)
+    assert "but ca comes first" in st["last_error"]
+    cli = stack.cli("status")
+    assert "decode all-reduce: ca" in cli.stdout
+
+
+def test_status_stays_right_after_60mb_of_log(kit_stack):
+    stack = kit_stack("baseline", "off")
+    _profile(stack, "ipc-chatty", "custom-ar", STANDIN_LOG_FILLER_MB="64")
+    body = stack.switch("ipc-chatty", "off", timeout_s=60).json()
+    assert body["outcome"] == "switched", body
+    assert body["backends"][0]["active"] is True
+    logs = stack.state_dir / "logs"
+    assert (logs / "sglang.log.1").exists()  # rotated: the start lines are no longer in the live file
+    # the monitor reads the backends again for the running server: still proven, from the start record
+    st = _poll(lambda: (s := stack.status())["decode_allreduce"] and s)
+    assert st["backends"][0]["active"] is True and st["decode_allreduce"]["backend"] == "pcie-ipc"
+    stack.stop()
+    record = json.loads(max((stack.state_dir / "starts").glob("*.json")).read_text())
+    assert record["profile"] == "ipc-chatty"
+    assert len(record["seen"]["FlashInfer PCIe-IPC workspace built"]["ranks"]) == 8
+
+
+def test_mscclpp_death_rolls_back_quoting_its_cause(kit_stack):
+    stack = kit_stack("baseline", "off")
+    _profile(stack, "mscclpp-dies", "mscclpp", STANDIN_FAULT="mscclpp_init_failure")
+    body = stack.switch("mscclpp-dies", "off").json()
+    assert body["outcome"] == "rolled_back" and body["failed_step"] == "health", body
+    assert "Failed to initialize MSCCL++ collectives" in body["error"] and "RuntimeError: SIMULATED" in body["error"]
+    st = stack.wait_state({"rolled_back"}, 20)
+    assert "Failed to initialize MSCCL++ collectives" in st["last_error"]
+    assert "Failed to initialize MSCCL++ collectives" in stack.history()[-1]["error"]
+
+
+@pytest.mark.parametrize("start_secs", ["30", "1"])
+def test_serve_names_mscclpps_cause_instead_of_a_bare_crash_loop(kit_stack, start_secs):
+    """Dying within KIT_START_SECS ends in supervisord's FATAL (crash loop); dying later, as a real server
+    that loads for a while does, in endless restarts: either way /status quotes the cause."""
+    stack = kit_stack("mscclpp", "off", extra_env={"KIT_START_SECS": start_secs}, start=False)
+    _profile(stack, "mscclpp-dies", "mscclpp", STANDIN_FAULT="mscclpp_init_failure")
+    stack.env["PROFILE"] = "mscclpp-dies"
+    with pytest.raises(AssertionError):
+        stack.start(timeout=0.5)  # never serving
+
+    def quoted():
+        try:
+            st = stack.status()
+        except httpx.HTTPError:
+            return None
+        return st if "Failed to initialize MSCCL++ collectives" in (st["last_error"] or "") else None
+
+    st = _poll(quoted, 40)
+    assert "RuntimeError: SIMULATED MSCCL++" in st["last_error"] and st["state"] in ("failed", "starting")
+    if start_secs == "30":
+        st = _poll(lambda: (s := stack.status())["state"] == "failed" and "crash loop" in s["last_error"] and s, 40)
+        assert "Failed to initialize MSCCL++ collectives" in st["last_error"]

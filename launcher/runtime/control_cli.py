@@ -55,14 +55,23 @@ def _switch(args: argparse.Namespace) -> int:
         if body.get("rollback_error"):
             print(f"rollback: {body['rollback_error']}")
         _print_backends(body.get("backends") or [])
+        _print_decode(body.get("decode_allreduce"))
     return 0 if outcome in OK_OUTCOMES else 1
+
+
+def _print_decode(decode: dict | None) -> None:
+    """Which backend carries the decode all-reduce, by SGLang's precedence (activation.assess)."""
+    if decode:
+        print(f"decode all-reduce: {decode.get('backend') or 'unknown'} ({decode.get('why')})")
 
 
 def _print_backends(backends: list[dict]) -> None:
     """What the profile expects to run, and the server log's word on it."""
     shown = {True: "active", False: "NOT ACTIVE", None: "unknown"}
     for b in backends:
-        print(f"backend {b.get('name')}: {shown.get(b.get('active'), '?')} ({b.get('evidence')})")
+        verdict = b.get("verdict")
+        how = f" - {verdict}" if verdict in ("failed", "superseded", "fell_back") else ""
+        print(f"backend {b.get('name')}: {shown.get(b.get('active'), '?')}{how} ({b.get('evidence')})")
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -77,6 +86,7 @@ def _status(args: argparse.Namespace) -> int:
     if st.get("last_error"):
         print(f"last error: {st['last_error']}")
     _print_backends(st.get("backends") or [])
+    _print_decode(st.get("decode_allreduce"))
     for h in st.get("history", [])[-5:]:
         frm = (h.get("from") or {}).get("profile")
         to = (h.get("to") or {}).get("profile")

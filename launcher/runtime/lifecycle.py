@@ -48,7 +48,9 @@ class Lifecycle:
         self.sd = state_dir
         self.paths = state_layout.StatePaths(state_dir)
         self.sup = Supervisor(self.paths.socket)
-        self.switcher = Switcher(state_dir, self.sup)
+        # What each server start logged, kept in the state dir as it appears (activation.Follower).
+        self.follower = activation.Follower(self.paths.server_log, self.paths.starts)
+        self.switcher = Switcher(state_dir, self.sup, follower=self.follower)
         self.lock = asyncio.Lock()
         committed = runtime_state.committed(state_dir)
         self.last_good: Plan | None = committed.plan if committed else None
@@ -68,7 +70,8 @@ class Lifecycle:
         self.retries = 0
         self.recovery: asyncio.Task | None = None
         self.backends: list[dict] = []  # activation of the running plan's expected backends
-        self.backends_of: tuple[int, str | None] | None = None  # (pid, digest) they were read for
+        self.decode_allreduce: dict | None = None  # {"backend", "why"}: what carries the decode all-reduce
+        self.backends_of: tuple | None = None  # (pid, digest, follower version) they were read for
 
     # ----- what /status shows ----------------------------------------------------------------------
     def set_state(self, state: State) -> None:
@@ -98,14 +101,17 @@ class Lifecycle:
             "last_error": self.last_error,
             "patch_check": patch_check(),
             "backends": self.backends,
+            "decode_allreduce": self.decode_allreduce,
             "history": hist,
             "history_skipped": skipped,
         }
 
     def check_backends(self, plan: Plan) -> list[dict]:
-        """Read the running server's activation lines (activation.py) and keep them for /status."""
-        self.backends = activation.check_server(plan.expects, self.paths.server_log)
-        self.backends_of = (self.pid, plan.digest())
+        """Judge the running server's start record (activation.py) and keep the verdicts for /status."""
+        version = self.follower.version
+        facts, note = activation.load_facts()
+        self.backends, self.decode_allreduce = activation.assess(plan, self.follower.record_for(self.pid), facts, note)
+        self.backends_of = (self.pid, plan.digest(), version)
         return self.backends
 
     # ----- the monitor -----------------------------------------------------------------------------
@@ -138,6 +144,7 @@ class Lifecycle:
 
     async def _tick(self, client: httpx.AsyncClient) -> None:
         busy = self.lock.locked()  # a reading taken while a switch ran describes that switch's servers
+        await asyncio.to_thread(self.follower.poll)  # the server log since the last tick, into the start records
         await self._probe(client)
         try:
             info = await asyncio.to_thread(self.sup.info)
@@ -150,6 +157,9 @@ class Lifecycle:
             return
         if pid and self.pid and pid != self.pid:
             self.restarts += 1
+            cause = activation.cause_text(self.follower.record_for(self.pid))  # the start that died, in its own words
+            if cause:
+                self.last_error = f"server died and was restarted by supervisord; the server log says: {cause}"
         if pid:
             self.pid = pid
         cur = self.current
@@ -160,7 +170,7 @@ class Lifecycle:
             self.last_error = ("no readable plan in profile.json or committed.json: the running server's plan is "
                                "unknown; switch to a profile to record one")
             return
-        if self.health == "ok" and self.backends_of != (self.pid, cur.digest()):
+        if self.health == "ok" and self.backends_of != (self.pid, cur.digest(), self.follower.version):
             self.check_backends(cur)  # a server started by serve, or restarted after a crash
         if statename == "FATAL":
             await self._crash_loop(info)
@@ -190,7 +200,7 @@ class Lifecycle:
         runtime_state.append_history(
             self.sd,
             {"ts": time.time(), "from": None, "to": label(cur), "outcome": Outcome.STARTED, "durations": {},
-             "backends": self.backends, "error": error},
+             "backends": self.backends, "decode_allreduce": self.decode_allreduce, "error": error},
         )
         self.last_error = error
         self.last_good = cur
@@ -202,6 +212,9 @@ class Lifecycle:
         """supervisord gave up (FATAL): say so in /status, and start the server again with backoff."""
         now = time.time()
         reason = info.get("spawnerr") or f"exit status {info.get('exitstatus')}"
+        cause = activation.cause_text(self.follower.record_for(0))  # the last start's own word on why
+        if cause:
+            reason += f"; the server log says: {cause}"
         if self.retry_at is None:
             self.retry_at = now + self.backoff_s
             self.last_error = (f"server crash loop: supervisord gave up after {settings.KIT_START_RETRIES.get()} retries "
@@ -318,6 +331,7 @@ class Lifecycle:
         if outcome in (Outcome.SWITCHED, Outcome.DEGRADED):
             self.current = self.last_good = plan
             self.backends, self.backends_of = entry.get("backends", []), None
+            self.decode_allreduce = entry.get("decode_allreduce")
             self.reset_retries()  # a crash of the new server starts its own backoff
         elif outcome == Outcome.ROLLED_BACK:
             self.current = previous

@@ -39,7 +39,8 @@ def server_grace_s(stop_wait_s: float) -> float:
 
 MIN_STOP_WAIT_S = int(LEFTOVER_GRACE_S + STOP_MARGIN_S + MIN_SERVER_GRACE_S + 0.999)  # the registry's lower bound
 START_MARKER = "server_exec: profile "
-"""Starts the line written before each server start: the activation check reads the log after the last one."""
+"""Starts the line written before each server start (`... digest D pid P start MS: argv`): the control API's
+log follower (activation.Follower) keeps what each start logged under its pid and start time."""
 
 
 def supervise(cmd: list[str], stop_grace_s: float) -> int:
@@ -92,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"server_exec: sitecustomize did not apply {path}; is {sitecustomize_dir()} on PYTHONPATH?", file=sys.stderr)
         return 1
     os.environ.pop(settings.KIT_CONTROL_TOKEN.name, None)  # the server has no business holding the control secret
-    print(f"{START_MARKER}{plan.name} spec {plan.spec} digest {plan.digest()}: {' '.join(cmd)}", flush=True)
+    print(f"{START_MARKER}{plan.name} spec {plan.spec} digest {plan.digest()} pid {os.getpid()} "
+          f"start {int(time.time() * 1000)}: {' '.join(cmd)}", flush=True)
     # supervisord kills the group after KIT_STOP_WAIT_S: end the tree well before that.
     return supervise(cmd, server_grace_s(settings.KIT_STOP_WAIT_S.get()))
 

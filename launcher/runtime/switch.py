@@ -61,10 +61,13 @@ def group_alive(pgid: int) -> bool:
 class Switcher:
     """The switch phases. `phase` is what /status shows while one runs."""
 
-    def __init__(self, state_dir: Path, supervisor: Supervisor, timeouts: Timeouts | None = None):
+    def __init__(self, state_dir: Path, supervisor: Supervisor, timeouts: Timeouts | None = None,
+                 follower: activation.Follower | None = None):
         self.sd = state_dir
         self.sup = supervisor
         self.timeouts = timeouts or Timeouts()
+        paths = state_layout.StatePaths(state_dir)
+        self.follower = follower or activation.Follower(paths.server_log, paths.starts)
         self.phase: Phase | None = None
         self.active: Plan | None = None  # the plan last rendered and started: what health is probed on
         self.server_changed_at = 0.0  # a health reading older than this describes a server that is gone
@@ -133,15 +136,29 @@ class Switcher:
                     raise GateFailed(f"health timeout: {url}/health_generate not 200 after {timeout_s:.0f}s")
                 await asyncio.sleep(0.2)
 
-    async def activation_check(self, plan: Plan) -> list[dict]:
-        """The expected backends of the healthy new server, from its log (activation.py)."""
+    async def activation_check(self, plan: Plan) -> tuple[list[dict], dict]:
+        """The expected backends of the healthy new server and the decode all-reduce's carrier, from what
+        its start logged on every rank (activation.py), SGLang's precedence and the host facts."""
         self.phase = Phase.ACTIVATION
-        log = state_layout.StatePaths(self.sd).server_log
+        facts, note = await self._call(activation.load_facts)
         deadline = time.monotonic() + LOG_GRACE_S
         while True:
-            statuses = activation.check_server(plan.expects, log)
+            pid = int((await self._call(self.sup.info)).get("pid") or 0)
+            await self._call(self.follower.catch_up)
+            statuses, decode = activation.assess(plan, self.follower.record_for(pid), facts, note)
             if not activation.inactive(statuses) or time.monotonic() > deadline:
-                return statuses
+                return statuses, decode
+            await asyncio.sleep(0.25)
+
+    async def death_cause(self, starts_before: int) -> str | None:
+        """The log's word on why a server started after `starts_before` start lines died (its cause line
+        and exception, e.g. MSCCL++'s 'Failed to initialize MSCCL++ collectives'), waiting briefly for it."""
+        deadline = time.monotonic() + LOG_GRACE_S
+        while True:
+            await self._call(self.follower.catch_up)
+            cause = self.follower.cause_since(starts_before)
+            if cause or time.monotonic() > deadline:
+                return cause
             await asyncio.sleep(0.25)
 
     async def bring_up(self, plan: Plan, timeout_s: float) -> None:
@@ -185,6 +202,8 @@ class Switcher:
             t = lap("stop", t)
             step = "start"
             journal.advance(self.sd, j, Phase.STARTING)
+            await self._call(self.follower.catch_up)
+            starts_before = self.follower.starts
             await self.start(new)
             t = lap("start", t)
             step = "health"
@@ -192,7 +211,7 @@ class Switcher:
             await self.health_gate(new.server_url, timeout_s or self.timeouts.health_s)
             t = lap("health", t)
             step = "activation"
-            entry["backends"] = await self.activation_check(new)
+            entry["backends"], entry["decode_allreduce"] = await self.activation_check(new)
             lap("activation", t)
             missing = activation.summary(entry["backends"])
             if missing and settings.KIT_ACTIVATION_FAILURE.get() == "rollback":
@@ -205,6 +224,10 @@ class Switcher:
         except Exception as exc:  # the gate, a full disk, a supervisord fault: all take the rollback path
             lap(step, t)
             entry["error"] = describe(exc)
+            if step == "health" and isinstance(exc, GateFailed) and "exited" in str(exc):
+                cause = await self.death_cause(starts_before)
+                if cause:
+                    entry["error"] += f"; the server log says: {cause}"
             entry["failed_step"] = step
             entry["log_tail"] = runtime_state.tail(state_layout.StatePaths(self.sd).server_log, 50)
         if current is None:

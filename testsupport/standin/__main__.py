@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 
 from launcher.errors import RuntimeFailure, run_cli
+from testsupport.standin.activation import mscclpp_failure_lines
 from testsupport.standin.engine import VERSION, Engine
 from testsupport.standin.server import serve
 from testsupport.standin.server_args import parse_server_argv
@@ -38,6 +40,9 @@ def _run(argv: list[str]) -> int:
             file=sys.stderr,
             flush=True,
         )
+    if engine.settings.fault == "mscclpp_init_failure":
+        print("\n".join(mscclpp_failure_lines(args)), file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # SGLang's launcher kills its own tree (engine.py:1976-1980)
     if engine.settings.fault == "crash_at_start":
         raise RuntimeFailure("SIMULATED fault crash_at_start: the server failed during start-up")
     if engine.settings.crash_while and os.path.exists(engine.settings.crash_while):

@@ -1,22 +1,36 @@
-"""The start-up lines SGLang 0.5.23 logs when a non-NCCL backend comes up, or when it gives one up.
+"""The start-up lines SGLang 0.5.23 logs when a non-NCCL backend comes up, gives one up, or dies of one.
 
-The stand-in prints the line for each backend its argv and environment switch on, as the real
-server would (texts from the wheel: launcher/runtime/activation.py lists where). A backend named in
-``STANDIN_WITHHOLD_ACTIVATION`` gets SGLang's fallback warning instead: the server still answers
-health, as the real one does when it quietly runs NCCL. Every line starts with "SIMULATED".
+The stand-in prints them in SGLang's own format, one per TP rank, as each rank's scheduler would:
+``[2026-11-30 10:00:01 TP3 EP3] message`` (``managers/scheduler.py:6279-6298``, ``utils/common.py:2630``;
+texts from the wheel: launcher/runtime/activation.py lists where).
+
+- A backend its argv and environment switch on gets its "up" line on every rank; a backend named in
+  ``STANDIN_WITHHOLD_ACTIVATION`` gets SGLang's fallback warning instead (healthy, but running NCCL),
+  and the ranks in ``STANDIN_ACTIVATION_MISSING_RANKS`` log nothing about it (up on some ranks only).
+- Above 2 GPUs without ``--disable-custom-all-reduce`` every rank logs SGLang's warning that its custom
+  all-reduce is off on PCIe-only GPUs (the stand-in plays a PCIe host).
+- ``STANDIN_FAULT=mscclpp_init_failure``: what SGLang logs when MSCCL++ fails to start, which it raises
+  again (``pymscclpp.py:1110-1115``) and nothing catches, so the scheduler dies and the launcher
+  kills its tree (``scheduler.py:6370-6373``, ``engine.py:1976-1980``).
+
+The lines the stand-in adds carry "[SIMULATED]" at their end (or in the exception's message), so no
+simulated line is ever taken for a real one.
 """
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Mapping
 
 from testsupport.standin.server_args import ServerArgs
 
+MARK = " [SIMULATED]"
 UP = {
-    "fusion": "FlashInfer AllReduce Fusion enabled and workspace initialized: backend=trtllm, rank=0, "
+    "fusion": "FlashInfer AllReduce Fusion enabled and workspace initialized: backend=trtllm, rank={rank}, "
     "world_size={tp}, max_token_num=2048, hidden_dim=7168",
     "pcie-ipc": "FlashInfer PCIe-IPC workspace built (world={tp}, max_numel=917504, hidden=7168)",
-    "mscclpp": "Created MSCCL++ communicator: group=tp world_size={tp} device=cuda:0 allreduce_configs=8 "
+    "mscclpp": "Created MSCCL++ communicator: group=tp world_size={tp} device=cuda:{rank} allreduce_configs=8 "
     "allgather_configs=0",
 }
 GAVE_UP = {
@@ -25,6 +39,36 @@ GAVE_UP = {
     "pcie-ipc": "FlashInfer PCIe-IPC workspace (max_numel=917504) failed: simulated; reductions stay on NCCL",
     "mscclpp": "PyMscclpp is unavailable because its dependencies failed to import: No module named 'cupy'",
 }
+CA_OFF = (
+    "CustomAllReduceV2 is disabled because it's not supported on more than two PCIe-only GPUs. To silence this "
+    "warning, specify disable_custom_all_reduce=True explicitly.",
+    "CustomAllreduce is disabled because it's not supported on more than two PCIe-only GPUs. To silence this "
+    "warning, specify disable_custom_all_reduce=True explicitly.",
+)
+FILLER = ("Decode batch, #running-req: 1, #token: 4096, token usage: 0.01, accept len: 2.00, accept rate: 0.50, "
+          "cuda graph: True, gen throughput (token/s): 80.00, #queue-req: 0" + MARK)
+
+
+def _flag_int(flags: list[str], *names: str) -> int:
+    for i, tok in enumerate(flags):
+        for name in names:
+            if tok == name and i + 1 < len(flags):
+                return int(flags[i + 1]) if flags[i + 1].isdigit() else 1
+            if tok.startswith(name + "="):
+                value = tok.split("=", 1)[1]
+                return int(value) if value.isdigit() else 1
+    return 1
+
+
+def prefix(args: ServerArgs, rank: int | None) -> str:
+    """SGLang's log prefix: the time, then the scheduler's rank tags (none for the launcher process)."""
+    tags = ""
+    if rank is not None:
+        if args.tp_size > 1:
+            tags += f" TP{rank}"
+        if _flag_int(args.ignored_args, "--ep-size", "--expert-parallel-size", "--ep") > 1:
+            tags += f" EP{rank}"
+    return f"[{time.strftime('%Y-%m-%d %H:%M:%S')}{tags}] "
 
 
 def switched_on(args: ServerArgs, environ: Mapping[str, str]) -> list[str]:
@@ -40,8 +84,56 @@ def switched_on(args: ServerArgs, environ: Mapping[str, str]) -> list[str]:
     return on
 
 
-def startup_lines(args: ServerArgs, environ: Mapping[str, str], withhold: set[str]) -> list[str]:
-    return [
-        "SIMULATED " + (GAVE_UP[name] if name in withhold else UP[name].format(tp=args.tp_size))
-        for name in switched_on(args, environ)
+def parse_ranks(text: str) -> set[int]:
+    return {int(r) for r in text.replace(" ", "").split(",") if r}
+
+
+def startup_lines(args: ServerArgs, environ: Mapping[str, str], withhold: set[str],
+                  missing_ranks: set[int] | frozenset[int] = frozenset()) -> list[str]:
+    lines = []
+    tp = max(1, args.tp_size)
+    for rank in range(tp):
+        if tp > 2 and "--disable-custom-all-reduce" not in args.ignored_args:
+            lines += [prefix(args, rank) + text + MARK for text in CA_OFF]
+        if rank in missing_ranks:
+            continue
+        for name in switched_on(args, environ):
+            text = GAVE_UP[name] if name in withhold else UP[name].format(tp=tp, rank=rank)
+            lines.append(prefix(args, rank) + text + MARK)
+    return lines
+
+
+def mscclpp_failure_lines(args: ServerArgs) -> list[str]:
+    """What a TP rank logs when MSCCL++ fails to start, then the launcher's line before it kills the tree."""
+    site = "/usr/local/lib/python3.12/dist-packages/sglang/srt/distributed"
+    exc = "RuntimeError: SIMULATED MSCCL++ executor setup failed: no IPC path between GPU 0 and GPU 3"
+    tb = [
+        "Traceback (most recent call last):",
+        f'  File "{site}/device_communicators/pymscclpp.py", line 1112, in __init__',
+        "    self._create_algorithms()",
+        exc,
     ]
+    lines = [prefix(args, 0) + "Failed to initialize MSCCL++ collectives", *tb,
+             prefix(args, 0) + "Scheduler hit an exception: Traceback (most recent call last):",
+             f'  File "{site}/parallel_state.py", line 472, in __init__',
+             "    self.pymscclpp_comm = PyMscclppCommunicator(",
+             exc,
+             prefix(args, None) + "Received sigquit from a child process. It usually means the child failed."]
+    return lines
+
+
+def write_filler(megabytes: float) -> None:
+    """SGLang-like decode log lines, `megabytes` of them, to stderr (a chatty server)."""
+    line = prefix_plain() + FILLER + "\n"
+    block = line * max(1, (1 << 20) // len(line))
+    left = int(megabytes * (1 << 20))
+    while left > 0:
+        chunk = block[:left] if left < len(block) else block
+        cut = chunk.rfind("\n") + 1 or len(chunk)
+        sys.stderr.write(chunk[:cut])
+        left -= cut
+    sys.stderr.flush()
+
+
+def prefix_plain() -> str:
+    return f"[{time.strftime('%Y-%m-%d %H:%M:%S')} TP0] "

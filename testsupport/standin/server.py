@@ -22,7 +22,7 @@ from aiohttp import web
 
 from launcher.errors import RuntimeFailure
 from testsupport.standin import simulation
-from testsupport.standin.activation import startup_lines
+from testsupport.standin.activation import parse_ranks, startup_lines, write_filler
 from testsupport.standin.engine import VERSION, Engine, ProfilingError
 from testsupport.standin.metrics import render_metrics
 
@@ -326,8 +326,11 @@ async def _announce_ready(engine: Engine) -> None:
         return
     await asyncio.sleep(engine.settings.startup_delay_s)
     withhold = {n.strip() for n in engine.settings.withhold_activation.split(",") if n.strip()}
-    for line in startup_lines(engine.args, os.environ, withhold):  # logged before ready, as SGLang does
+    missing = parse_ranks(engine.settings.activation_missing_ranks)
+    for line in startup_lines(engine.args, os.environ, withhold, missing):  # logged before ready, as SGLang does
         print(line, file=sys.stderr, flush=True)
+    if engine.settings.log_filler_mb:
+        write_filler(engine.settings.log_filler_mb)  # blocks the loop: health answers once it is written
     print("SIMULATED: The server is fired up and ready to roll!", file=sys.stderr, flush=True)
 
 

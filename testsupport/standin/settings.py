@@ -20,6 +20,9 @@ Faults:
   are numbered from 1; request ``die_on_request`` gets ``die_after_chunks`` chunks, then the process
   exits at once with status 1 (``os._exit``: no [DONE], no clean-up). A request with fewer chunks
   than that completes and the server lives on.
+- ``mscclpp_init_failure``: print SGLang 0.5.23's lines for a failed MSCCL++ start (its cause line, the
+  traceback, the scheduler's and the launcher's lines) and die before listening, as SGLang does
+  (testsupport/standin/activation.py).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ CONFIG_ENV = "STANDIN_CONFIG"
 PROFILE_ENV = "KIT_ACTIVE_PROFILE"
 ENV_PREFIX = "STANDIN_"
 
-Fault = Literal["none", "crash_at_start", "hang_at_start", "die_mid_stream"]
+Fault = Literal["none", "crash_at_start", "hang_at_start", "die_mid_stream", "mscclpp_init_failure"]
 
 
 class StandinSettings(BaseModel):
@@ -65,6 +68,12 @@ class StandinSettings(BaseModel):
     withhold_activation: str = Field(
         "", description="Comma-separated backends (fusion, pcie-ipc, mscclpp) whose start-up line is replaced "
         "by SGLang's fallback warning: healthy, but running NCCL."
+    )
+    activation_missing_ranks: str = Field(
+        "", description="Comma-separated TP ranks that log no line for the backends switched on: up on some ranks only."
+    )
+    log_filler_mb: float = Field(
+        0.0, ge=0, description="MB of SGLang-like decode log lines written after the start-up lines, before ready."
     )
     corrupt_output: bool = Field(
         False, description="Different text and accept length 1.0 (wrong all-reduce)."
