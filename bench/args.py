@@ -8,8 +8,12 @@ they can be called from Python (tools/, tests) without going through argparse.
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from typing import Any, ClassVar, TypeVar
+
+from launcher.errors import run_cli
 
 T = TypeVar("T", bound="CliArgs")
 
@@ -41,3 +45,24 @@ class CliArgs:
     def parse(cls: type[T], argv: list[str] | None) -> T:
         """Parse argv (exit 2 on a malformed flag, as argparse does) into the dataclass."""
         return cls.from_cli_args(cls.parser().parse_args(argv))
+
+
+def entry_point(args_type: type[T], work: Callable[[T], int]) -> Callable[[list[str] | None], int]:
+    """A subcommand's `main(argv)`: parse argv into its `*Args`, run `work`, and map kit errors to one
+    stderr line and an exit code (run_cli), so no command writes that sequence again."""
+
+    def main(argv: list[str] | None = None) -> int:
+        args = args_type.parse(argv)
+        return run_cli(lambda: work(args))
+
+    main.__doc__ = f"Entry point for `{args_type.prog} ...`."
+    return main
+
+
+def print_result(result: dict[str, Any], *, as_json: bool, render: Callable[[dict[str, Any]], None]) -> int:
+    """`--json` prints the result as JSON; otherwise `render` prints it for a person. Exit 0."""
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        render(result)
+    return 0

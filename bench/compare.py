@@ -22,9 +22,9 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import bundle
-from bench.args import CliArgs
+from bench.args import CliArgs, entry_point
 from bench.stats import spread_exceeded
-from launcher.errors import UserError, run_cli
+from launcher.errors import UserError
 
 METRICS = (
     ("tok/s", "output_throughput"),
@@ -204,9 +204,7 @@ def compare(*, dir_a: str, dir_b: str, force: bool = False, as_json: bool = Fals
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = CompareArgs.parse(argv)
-    return run_cli(lambda: run_main(args))
+main = entry_point(CompareArgs, run_main)
 
 
 if __name__ == "__main__":

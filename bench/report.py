@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bench import bundle
-from bench.args import CliArgs
+from bench.args import CliArgs, entry_point
 from bench.stats import fmt_mean_sd
 from launcher import atomic
-from launcher.errors import run_cli
 
 SIM_BANNER = (
     "> **SIMULATED**: measured against the stand-in server (a test double with configured timings), "
@@ -232,9 +231,7 @@ def run_main(args: ReportArgs) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = ReportArgs.parse(argv)
-    return run_cli(lambda: run_main(args))
+main = entry_point(ReportArgs, run_main)
 
 
 if __name__ == "__main__":

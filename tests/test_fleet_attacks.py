@@ -27,7 +27,7 @@ from launcher.fleet import cli as fleet_cli
 from launcher.fleet import fleetfile
 from launcher.runtime import control_client
 from launcher.runtime.control_client import SyncControlClient, switch_deadline_s
-from testsupport.net import free_port
+from testsupport.net import LoopbackHost, free_port
 from testsupport.stack import FleetStack, stop_group
 
 SMALL_BOUNDS = {"KIT_DRAIN_TIMEOUT_S": "1", "KIT_STOP_WAIT_S": "5", "KIT_HEALTH_TIMEOUT_S": "2",
@@ -45,7 +45,7 @@ def wait_for(what: str, check: Callable[[], object], timeout: float = 60.0) -> o
         time.sleep(0.1)
 
 
-class HangingHost:
+class HangingHost(LoopbackHost):
     """A host whose server is healthy and whose control API says `serving`, but never answers POST /switch."""
 
     token = "sekrit"
@@ -56,14 +56,6 @@ class HangingHost:
         self.loop = asyncio.new_event_loop()
         self.runners: list[web.AppRunner] = []
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-
-    @property
-    def server_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_port}"
-
-    @property
-    def control_url(self) -> str:
-        return f"http://127.0.0.1:{self.control_port}"
 
     async def _ok(self, _request: web.Request) -> web.Response:
         return web.json_response({"ok": True})

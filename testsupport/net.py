@@ -53,3 +53,18 @@ def ignore_http_errors(fn) -> None:
         fn()
     except httpx.HTTPError:
         pass
+
+
+class LoopbackHost:
+    """A host of the tests on 127.0.0.1: its SGLang port and its control API port, and their URLs."""
+
+    server_port: int
+    control_port: int
+
+    @property
+    def server_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_port}"
+
+    @property
+    def control_url(self) -> str:
+        return f"http://127.0.0.1:{self.control_port}"

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from testsupport.net import free_port
+from testsupport.net import LoopbackHost, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ def stop_group(proc: subprocess.Popen | None, wait_s: float) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-class KitStack:
+class KitStack(LoopbackHost):
     def __init__(self, tmp: Path, profile: str = "baseline", spec: str = "off", extra_env: dict | None = None):
         self.tmp = tmp
         self.state_dir = tmp / "state"
@@ -80,14 +80,6 @@ class KitStack:
         }
         self.proc: subprocess.Popen | None = None
         self.log = tmp / "serve.log"
-
-    @property
-    def server_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_port}"
-
-    @property
-    def control_url(self) -> str:
-        return f"http://127.0.0.1:{self.control_port}"
 
     def start(self, timeout: float = 30) -> KitStack:
         self.proc = subprocess.Popen(

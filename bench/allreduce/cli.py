@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bench.allreduce.sizes import DTYPES, default_sizes, parse_sizes
-from bench.args import CliArgs
-from launcher.errors import RuntimeFailure, UserError, run_cli
+from bench.args import CliArgs, entry_point
+from launcher.errors import RuntimeFailure, UserError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,10 +296,7 @@ def _run_backends(args: AllreduceArgs, *, planned: list[tuple[Any, str | None]],
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point for `bench allreduce ...`."""
-    args = AllreduceArgs.parse(argv)
-    return run_cli(lambda: run_main(args))
+main = entry_point(AllreduceArgs, run_main)
 
 
 if __name__ == "__main__":

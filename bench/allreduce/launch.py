@@ -114,7 +114,7 @@ def _child_env() -> dict[str, str]:
     return worker_environ(os.environ)
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+def stop_ranks(procs: list[subprocess.Popen[bytes]]) -> None:
     """SIGTERM each rank's process group, then SIGKILL whatever is left."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         alive = [p for p in procs if p.poll() is None]
@@ -194,7 +194,7 @@ def run_backend(
                     )
             outcome = _watch(procs, spec, workdir, logs, on_progress)
         finally:
-            _stop(procs)
+            stop_ranks(procs)
         if outcome is not None:
             return outcome
         ranks = [json.loads((workdir / f"rank{r}.json").read_text()) for r in range(spec.nranks)]

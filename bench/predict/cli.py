@@ -9,14 +9,13 @@ break-even accept length = baseline tok/s x (draft + verify ms) / 1000
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bench.args import CliArgs
+from bench.args import CliArgs, entry_point, print_result
 from bench.predict import model
-from launcher.errors import UserError, run_cli
+from launcher.errors import UserError
 
 _DOC = __doc__ or ""  # inside the class body, __doc__ is the class's own
 
@@ -267,19 +266,12 @@ def _print(result: dict[str, Any]) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point for `bench predict ...`."""
-    args = PredictArgs.parse(argv)
+def run_main(args: PredictArgs) -> int:
+    """Predict, then print JSON or the tables."""
+    return print_result(predict(args), as_json=args.json, render=_print)
 
-    def body() -> int:
-        result = predict(args)
-        if args.json:
-            print(json.dumps(result, indent=2))
-        else:
-            _print(result)
-        return 0
 
-    return run_cli(body)
+main = entry_point(PredictArgs, run_main)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from rich.console import Console
 from bench.args import CliArgs
 from bench.run.matrix import MatrixRun
 from bench.run.selection import KEYWORDS, csv, given_name, single_name
-from bench.run.settings import RunSettings
+from bench.run.settings import RunKnobs, RunSettings
 from bench.server_client import APIS
 from bench.workload import WORKLOADS
 from launcher import settings
@@ -44,8 +44,8 @@ def _positive_ints(flag: str, value: str) -> list[int]:
     return nums
 
 
-@dataclass(frozen=True)
-class RunArgs(CliArgs):
+@dataclass(kw_only=True)
+class RunArgs(CliArgs, RunKnobs):
     """The flags as given; `settings()` checks them and resolves URLs from the environment."""
 
     prog: ClassVar[str] = "bench run"
@@ -58,22 +58,7 @@ class RunArgs(CliArgs):
     control: str | None = None
     profiles: str | None = None
     spec: str | None = None
-    repeats: int = 3
     concurrency: str = "1"
-    num_prompts: int = 16
-    max_tokens: int = 256
-    workload: str = "chat"
-    api: str = "generate"
-    ignore_eos: bool = False
-    warmup: int = 2
-    no_switch: bool = False
-    connect_timeout: float = 5.0
-    switch_timeout: float = 1800.0
-    health_timeout: float = 600.0
-    read_timeout: float = 600.0
-    request_timeout: float = 1800.0
-    min_exact_match: float = 0.9
-    seed: int = 1234
     out: str = DEFAULT_OUT
     fleet: str | None = None
 
@@ -93,32 +78,32 @@ class RunArgs(CliArgs):
         p.add_argument("--spec", default=None,
                        help=f"comma-separated spec modes (default {RunSettings.DEFAULT_SPECS}); with --no-switch, the "
                             "one mode the running server uses")
-        p.add_argument("--repeats", type=int, default=3, help="measured repeats per concurrency level (default 3)")
-        p.add_argument("--concurrency", default="1", help="comma-separated concurrency levels (default 1)")
-        p.add_argument("--num-prompts", type=int, default=16, help="requests per repeat (default 16)")
-        p.add_argument("--max-tokens", type=int, default=256, help="max new tokens per request (default 256)")
-        p.add_argument("--workload", choices=WORKLOADS, default="chat",
+        p.add_argument("--repeats", type=int, default=cls.repeats, help=f"measured repeats per concurrency level (default {cls.repeats})")
+        p.add_argument("--concurrency", default=cls.concurrency, help=f"comma-separated concurrency levels (default {cls.concurrency})")
+        p.add_argument("--num-prompts", type=int, default=cls.num_prompts, help=f"requests per repeat (default {cls.num_prompts})")
+        p.add_argument("--max-tokens", type=int, default=cls.max_tokens, help=f"max new tokens per request (default {cls.max_tokens})")
+        p.add_argument("--workload", choices=WORKLOADS, default=cls.workload,
                        help="bundled chat-templated prompts (default) or seeded random words")
-        p.add_argument("--api", choices=APIS, default="generate",
+        p.add_argument("--api", choices=APIS, default=cls.api,
                        help="SGLang native /generate (default; per-request spec_verify_ct) or OpenAI chat")
         p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
-        p.add_argument("--warmup", type=int, default=2,
-                       help="uncounted warm-up requests after each switch (default 2)")
+        p.add_argument("--warmup", type=int, default=cls.warmup,
+                       help=f"uncounted warm-up requests after each switch (default {cls.warmup})")
         p.add_argument("--no-switch", action="store_true", help="bench whatever is running; do not switch")
-        p.add_argument("--connect-timeout", type=float, default=5.0,
-                       help="seconds to wait for a connection (default 5)")
-        p.add_argument("--switch-timeout", type=float, default=1800.0,
-                       help="seconds a switch (restart + health gate) may take (default 1800)")
-        p.add_argument("--health-timeout", type=float, default=600.0,
-                       help="seconds to wait for /health after a switch or restart (default 600)")
-        p.add_argument("--read-timeout", type=float, default=600.0,
-                       help="seconds a request may go without receiving a byte, headers included (default 600)")
-        p.add_argument("--request-timeout", type=float, default=1800.0,
+        p.add_argument("--connect-timeout", type=float, default=cls.connect_timeout,
+                       help=f"seconds to wait for a connection (default {cls.connect_timeout:g})")
+        p.add_argument("--switch-timeout", type=float, default=cls.switch_timeout,
+                       help=f"seconds a switch (restart + health gate) may take (default {cls.switch_timeout:g})")
+        p.add_argument("--health-timeout", type=float, default=cls.health_timeout,
+                       help=f"seconds to wait for /health after a switch or restart (default {cls.health_timeout:g})")
+        p.add_argument("--read-timeout", type=float, default=cls.read_timeout,
+                       help=f"seconds a request may go without receiving a byte, headers included (default {cls.read_timeout:g})")
+        p.add_argument("--request-timeout", type=float, default=cls.request_timeout,
                        help="seconds one request may take in all; a stream that never ends fails then "
-                            "(default 1800)")
-        p.add_argument("--min-exact-match", type=float, default=0.9,
-                       help="correctness gate: least share of outputs identical to baseline's (default 0.9)")
-        p.add_argument("--seed", type=int, default=1234, help="seed of the random workload (default 1234)")
+                            f"(default {cls.request_timeout:g})")
+        p.add_argument("--min-exact-match", type=float, default=cls.min_exact_match,
+                       help=f"correctness gate: least share of outputs identical to baseline's (default {cls.min_exact_match:g})")
+        p.add_argument("--seed", type=int, default=cls.seed, help=f"seed of the random workload (default {cls.seed})")
         p.add_argument("--out", default=DEFAULT_OUT,
                        help="results folder; the bundle goes to OUT/<run-id>/ (default results)")
         p.add_argument("--fleet", default=None,
@@ -155,10 +140,9 @@ class RunArgs(CliArgs):
                     given_name(flag, name)
         url = _url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()
         control = _url("--control", self.control) if self.control else settings.control_url()
-        mine = {f.name for f in fields(self)}
-        same = {f.name: getattr(self, f.name) for f in fields(RunSettings) if f.name in mine}
+        same = {f.name: getattr(self, f.name) for f in fields(RunKnobs)}
         return RunSettings(**{
-            **same, "url": url, "profiles": profiles, "specs": specs, "control": control, "concurrency": concurrency,
+            **same, "out": self.out, "url": url, "profiles": profiles, "specs": specs, "control": control, "concurrency": concurrency,
             "control_given": bool(self.control) or settings.KIT_CONTROL_URL.is_set(), "argv": list(argv),
         })
 

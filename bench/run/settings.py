@@ -6,21 +6,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 
-@dataclass
-class RunSettings:
-    """`profiles` and `specs` are what the user asked for (None: not given); the server resolves them."""
+@dataclass(kw_only=True)
+class RunKnobs:
+    """How each cell is measured: the same names and defaults on the command line (RunArgs) and in the
+    manifest (RunSettings)."""
 
-    DEFAULT_PROFILES: ClassVar[str] = "stable"
-    DEFAULT_SPECS: ClassVar[str] = "eagle3,off"
-
-    url: str
-    out: str
-    profiles: str | None = None
-    specs: str | None = None
-    control: str | None = None
-    control_given: bool = False  # --control or KIT_CONTROL_URL: an unreachable one is then an error
     repeats: int = 3
-    concurrency: list[int] = field(default_factory=lambda: [1])
     num_prompts: int = 16
     max_tokens: int = 256
     workload: str = "chat"
@@ -35,6 +26,22 @@ class RunSettings:
     request_timeout: float = 1800.0  # one whole request
     min_exact_match: float = 0.9
     seed: int = 1234
+
+
+@dataclass(kw_only=True)
+class RunSettings(RunKnobs):
+    """`profiles` and `specs` are what the user asked for (None: not given); the server resolves them."""
+
+    DEFAULT_PROFILES: ClassVar[str] = "stable"
+    DEFAULT_SPECS: ClassVar[str] = "eagle3,off"
+
+    url: str
+    out: str
+    profiles: str | None = None
+    specs: str | None = None
+    control: str | None = None
+    control_given: bool = False  # --control or KIT_CONTROL_URL: an unreachable one is then an error
+    concurrency: list[int] = field(default_factory=lambda: [1])
     fleet_host: str | None = None  # `bench run --fleet`: the fleet file's name of the host measured
     argv: list[str] = field(default_factory=list)
 

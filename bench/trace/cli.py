@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bench.args import CliArgs
-from launcher.errors import UserError, run_cli
+from bench.args import CliArgs, entry_point, print_result
+from launcher.errors import UserError
 
 EPILOG = """step markers recognised: SGLang's step[VERIFY ..]/step[DECODE ..]/step[DRAFT ..]/step[EXTEND ..]
 spans, its verify/draft/draft_extend stage spans, else any annotation naming verify, decode, draft,
@@ -70,20 +69,13 @@ def run_main(args: TraceArgs) -> int:
         out = Path(args.out or "results/traces")
         path = capture(args.url, args.steps, out, args.server_dir, not args.no_load, args.timeout_s)
         print(f"captured {path}", file=sys.stderr)
+    from bench.trace.report import print_report
+
     result = {"file": str(path), **analyse_events(load_events(path))}
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        from bench.trace.report import print_report
-
-        print_report(result)
-    return 0
+    return print_result(result, as_json=args.json, render=print_report)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point for `bench trace ...`."""
-    args = TraceArgs.parse(argv)
-    return run_cli(lambda: run_main(args))
+main = entry_point(TraceArgs, run_main)
 
 
 if __name__ == "__main__":

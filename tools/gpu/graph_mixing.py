@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -261,25 +260,14 @@ def exit_code(summary: dict[str, Any]) -> int:
 # ----- bounded child processes (the watchdog) -----------------------------------------------------
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = [p for p in procs if p.poll() is None]
-        for p in alive:
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 3.0
-        while alive and time.monotonic() < deadline and any(p.poll() is None for p in alive):
-            time.sleep(POLL_S)
-
-
 def run_bounded(cmds: list[list[str]], env: dict[str, str], logs: list[Path], timeout_s: float) -> dict[str, Any]:
     """Start every command in its own session; {'status': 'ok'|'failed'|'hang', 'codes', 'elapsed_s'}.
 
     A command that does not exit within timeout_s is a hang: every process is stopped (SIGTERM, then
     SIGKILL). One that fails stops the others after a short grace.
     """
+    from bench.allreduce.launch import stop_ranks
+
     t0 = time.monotonic()
     procs: list[subprocess.Popen] = []
     try:
@@ -305,7 +293,7 @@ def run_bounded(cmds: list[list[str]], env: dict[str, str], logs: list[Path], ti
                         "reason": f"no exit within {timeout_s:g} s; stopped"}
             time.sleep(POLL_S)
     finally:
-        _stop(procs)
+        stop_ranks(procs)
         for p in procs:
             if p in _LIVE:
                 _LIVE.remove(p)
@@ -394,10 +382,12 @@ def drive(args: argparse.Namespace, argv: list[str]) -> int:
     deadline = t0 + args.total_timeout_s
     results: list[dict[str, Any]] = []
 
+    from bench.allreduce.launch import stop_ranks
+
     def on_total_timeout() -> None:  # the driver's own watchdog: every pair is bounded, this is the backstop
         emit({"event": "hang", "case": "run", "reason": f"the whole run passed --total-timeout-s "
               f"{args.total_timeout_s:g}", "pairs_done": [r["label"] for r in results]})
-        _stop(list(_LIVE))
+        stop_ranks(list(_LIVE))
         os._exit(EXIT_HANG)
 
     backstop = threading.Timer(args.total_timeout_s + 30.0, on_total_timeout)
@@ -651,19 +641,10 @@ def _safety(args, ops, weights, graph_group, eager_group, device, cuda, state) -
     import torch
     import torch.distributed as dist
 
-    dtype = torch.bfloat16
-    x_in = _input(args.safety_rows, args.hidden, args.rank, device, dtype)
-    ar = _allreduce(graph_group)
-    reference = run_step(x_in.clone(), weights, ops, ar, args.k)
-    step = _Step(lambda x: run_step(x, weights, ops, ar, args.k), x_in, cuda)
-    n = args.eager_rows * args.hidden
-    idx = torch.arange(n, device=device)
-    pattern = ((idx + 3 * args.rank) % 5 + 1).to(dtype)  # small integers: sums exact in bf16
-    expected = sum(((idx + 3 * r) % 5 + 1).to(torch.float32) for r in range(args.nranks)).to(dtype)
-    ebuf = torch.empty(n, device=device, dtype=dtype)
+    step, reference, pattern, expected, ebuf, other = _graph_and_eager(args, ops, weights, graph_group, device, cuda,
+                                                                        eager_n=args.eager_rows * args.hidden)
     wrong_graph = torch.zeros((), device=device, dtype=torch.int64)
     wrong_eager = torch.zeros((), device=device, dtype=torch.int64)
-    other = torch.cuda.Stream() if cuda else None
     _sync(cuda)
     dist.barrier()
     t0 = time.perf_counter()
@@ -671,15 +652,7 @@ def _safety(args, ops, weights, graph_group, eager_group, device, cuda, state) -
     for i in range(args.safety_steps):
         out = step()
         wrong_graph += (out != reference).sum()
-        if cuda:
-            with torch.cuda.stream(other):
-                ebuf.copy_(pattern)
-                dist.all_reduce(ebuf, group=eager_group)
-                wrong_eager += (ebuf != expected).sum()
-        else:
-            ebuf.copy_(pattern)
-            dist.all_reduce(ebuf, group=eager_group)
-            wrong_eager += (ebuf != expected).sum()
+        wrong_eager += _eager_allreduce(ebuf, pattern, expected, eager_group, other)
         done = i + 1
         if done % 500 == 0:
             _sync(cuda)
@@ -692,38 +665,52 @@ def _safety(args, ops, weights, graph_group, eager_group, device, cuda, state) -
             "us_per_step": elapsed * 1e6 / max(done, 1)}
 
 
-def _same_comm(args, ops, weights, graph_group, device, cuda, state) -> dict[str, Any]:
-    """The case NCCL documents as unsupported with 0: an eager call on the graph's communicator while a
-    replay is outstanding (no synchronisation between them)."""
+def _graph_and_eager(args, ops, weights, graph_group, device, cuda, eager_n):
+    """What both concurrency cases replay and run beside it: the captured step and its eager reference;
+    an eager buffer of `eager_n` elements, its per-rank pattern (small integers: the sum over ranks is
+    exact in bf16) and that sum; the side stream (None on CPU)."""
     import torch
-    import torch.distributed as dist
 
     dtype = torch.bfloat16
     x_in = _input(args.safety_rows, args.hidden, args.rank, device, dtype)
     ar = _allreduce(graph_group)
     reference = run_step(x_in.clone(), weights, ops, ar, args.k)
     step = _Step(lambda x: run_step(x, weights, ops, ar, args.k), x_in, cuda)
-    n = 4 * args.hidden
-    idx = torch.arange(n, device=device)
+    idx = torch.arange(eager_n, device=device)
     pattern = ((idx + 3 * args.rank) % 5 + 1).to(dtype)
     expected = sum(((idx + 3 * r) % 5 + 1).to(torch.float32) for r in range(args.nranks)).to(dtype)
-    ebuf = torch.empty(n, device=device, dtype=dtype)
+    ebuf = torch.empty(eager_n, device=device, dtype=dtype)
+    return step, reference, pattern, expected, ebuf, torch.cuda.Stream() if cuda else None
+
+
+def _eager_allreduce(ebuf, pattern, expected, group, stream):
+    """One eager all-reduce of a known pattern on `group`, from `stream` when given (CUDA); the count of
+    wrong elements, as a tensor (no synchronisation)."""
+    import contextlib
+
+    import torch
+    import torch.distributed as dist
+
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        ebuf.copy_(pattern)
+        dist.all_reduce(ebuf, group=group)
+        return (ebuf != expected).sum()
+
+
+def _same_comm(args, ops, weights, graph_group, device, cuda, state) -> dict[str, Any]:
+    """The case NCCL documents as unsupported with 0: an eager call on the graph's communicator while a
+    replay is outstanding (no synchronisation between them)."""
+    import torch
+
+    step, reference, pattern, expected, ebuf, other = _graph_and_eager(args, ops, weights, graph_group, device, cuda,
+                                                                        eager_n=4 * args.hidden)
     wrong_graph = torch.zeros((), device=device, dtype=torch.int64)
     wrong_eager = torch.zeros((), device=device, dtype=torch.int64)
-    other = torch.cuda.Stream() if cuda else None
     _sync(cuda)
     t0 = time.perf_counter()
     for i in range(args.same_comm_steps):
         out = step()  # outstanding: not waited for
-        if cuda:
-            with torch.cuda.stream(other):
-                ebuf.copy_(pattern)
-                dist.all_reduce(ebuf, group=graph_group)
-                wrong_eager += (ebuf != expected).sum()
-        else:
-            ebuf.copy_(pattern)
-            dist.all_reduce(ebuf, group=graph_group)
-            wrong_eager += (ebuf != expected).sum()
+        wrong_eager += _eager_allreduce(ebuf, pattern, expected, graph_group, other)
         wrong_graph += (out != reference).sum()
         if (i + 1) % 50 == 0:
             state.progress(f"same-comm {i + 1}/{args.same_comm_steps} enqueued")
