@@ -1,0 +1,162 @@
+"""bench/tune/order.py: cost-model order, budget parsing and fit, the successive-halving planner."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from bench.tune.order import (
+    CellState,
+    Halving,
+    Priors,
+    cell_cost_s,
+    cells_that_fit,
+    load_curves,
+    lower_bound,
+    next_batch,
+    parse_budget,
+    predict,
+    rank,
+)
+from bench.tune.space import DEFAULT_POINTS, Candidate, build_space
+from launcher.errors import UserError
+
+
+def _allreduce_json(tmp_path, rows):
+    (tmp_path / "allreduce.json").write_text(json.dumps(rows))
+    return tmp_path
+
+
+def _row(backend, profile, size, us):
+    return {"backend": backend, "profile": profile, "nranks": 8, "graph": True, "type": "bf16", "size_B": size,
+            "time_us": us, "status": "ok"}
+
+
+def test_defaults_reproduce_the_target_hosts_decode_rate():
+    off = predict(Candidate("baseline", "off"))
+    assert off.tokps == pytest.approx(1000 / (6.0 + 122 * 50 / 1000))  # 82.6 tok/s, README's 82
+    assert "default 50" in off.allreduce_source
+
+
+def test_rank_uses_each_profiles_measured_allreduce(tmp_path):
+    size1, size4 = 1 * 7168 * 2, 4 * 7168 * 2
+    folder = _allreduce_json(tmp_path, [
+        _row("nccl", None, size1, 60.0), _row("nccl", None, size4, 70.0),
+        _row("pcie-ipc", "custom-ar", size1, 10.0), _row("pcie-ipc", "custom-ar", size4, 12.0),
+    ])
+    curves = load_curves(folder)  # a folder or its allreduce.json
+    cands = [Candidate("baseline", "off"), Candidate("custom-ar", "off")]
+    ranked = rank(cands, curves)
+    assert [p.candidate.profile for p in ranked] == ["custom-ar", "baseline"]
+    assert ranked[0].allreduce_us == pytest.approx(10.0) and "custom-ar" in ranked[0].allreduce_source
+    assert ranked[1].allreduce_us == pytest.approx(60.0)  # no curve of its own: the profile-less NCCL one
+
+
+def test_rank_is_stable_on_ties_and_prefers_speculation_when_allreduce_is_cheap():
+    cands, _ = build_space(["a", "b"], ["off", "eagle3"], DEFAULT_POINTS)
+    ranked = rank(cands)
+    labels = [p.candidate.label for p in ranked]
+    assert labels.index("a+off") < labels.index("b+off")  # equal predictions keep the space's order
+    cheap = rank(cands, priors=Priors(allreduce_us=5.0))
+    assert cheap[0].candidate.spec == "eagle3"
+    assert load_curves(None) == []
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("20m", 1200), ("3h", 10800), ("90s", 90), ("1h30m", 5400),
+                                               (" 2H ", 7200)])
+def test_budget_parses(text, seconds):
+    assert parse_budget(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "20", "m", "1.5h", "-3h", "0m", "3d", "20m3h", "0h0m0s"])
+def test_a_bad_budget_is_exit_2(text):
+    with pytest.raises(UserError) as exc:
+        parse_budget(text)
+    assert exc.value.exit_code == 2
+
+
+def test_cells_that_fit_and_too_small_for_one():
+    assert cells_that_fit(3600, switch_s=300, repeat_s=60, repeats=2) == 8
+    with pytest.raises(UserError, match="too small for one cell.*at least --budget 420s") as exc:
+        cells_that_fit(400, switch_s=300, repeat_s=60, repeats=2)
+    assert exc.value.exit_code == 2
+
+
+def _space(n):
+    return [Candidate(f"p{i}", "off") for i in range(n)]
+
+
+def _simulate(cands, truth, *, budget, switch_s=100.0, repeat_s=30.0, sd=1.0, seed=0, halving=None):
+    """Drive the planner as the CLI will: run each batch, charge its cost, until it says done."""
+    rng = random.Random(seed)
+    results: dict[str, CellState] = {}
+    spent, calls = 0.0, []
+    while True:
+        nb = next_batch(cands, results, remaining_s=budget - spent, switch_s=switch_s, repeat_s=repeat_s,
+                        halving=halving or Halving())
+        calls.append(nb)
+        if nb.done:
+            return nb, results, spent, calls
+        cost = sum(cell_cost_s(switch_s, repeat_s, n) for _, n in nb.batch)
+        assert cost == pytest.approx(nb.cost_s)
+        assert cost <= budget - spent + 1e-9, "a batch exceeded the remaining budget"
+        spent += cost
+        for c, n in nb.batch:
+            old = results.get(c.label, CellState())
+            results[c.label] = CellState(old.tokps + tuple(rng.gauss(truth[c.label], sd) for _ in range(n)))
+
+
+def test_halving_screens_all_then_halves_to_two_finalists():
+    cands = _space(8)
+    truth = {c.label: 80.0 + 3 * i for i, c in enumerate(cands)}  # p7 fastest
+    nb, results, spent, calls = _simulate(cands, truth, budget=1e9)
+    assert nb.reason == "finalists"
+    assert {c.label for c in nb.survivors} == {"p7+off", "p6+off"}
+    assert [len(call.batch) for call in calls[:-1]] == [8, 4]  # round 0 all, round 1 half
+    assert len(results["p7+off"].tokps) == 4 and len(results["p0+off"].tokps) == 2
+    assert calls[1].dropped  # the dropped half is named with its bound
+
+
+def test_planner_never_exceeds_the_budget_across_seeds():
+    for seed in range(50):
+        rng = random.Random(seed)
+        cands = _space(rng.randint(1, 12))
+        truth = {c.label: rng.uniform(50, 100) for c in cands}
+        budget = rng.uniform(0, 5000)
+        _, _, spent, _ = _simulate(cands, truth, budget=budget, switch_s=rng.uniform(10, 300),
+                                   repeat_s=rng.uniform(5, 60), seed=seed)
+        assert spent <= budget
+
+
+def test_budget_cut_ends_with_reason_and_measures_in_promise_order():
+    cands = _space(6)
+    nb = next_batch(cands, {}, remaining_s=cell_cost_s(100, 30, 2) * 2.5, switch_s=100, repeat_s=30)
+    assert [c.label for c, _ in nb.batch] == ["p0+off", "p1+off"] and not nb.done
+    results = {c.label: CellState((90.0, 91.0)) for c, _ in nb.batch}
+    nb2 = next_batch(cands, results, remaining_s=50, switch_s=100, repeat_s=30)
+    assert nb2.done and nb2.reason == "budget"
+
+
+def test_failed_cells_drop_out_and_are_never_planned_again():
+    cands = _space(3)
+    results = {"p0+off": CellState(failed="rolled back"), "p1+off": CellState((90.0, 90.5))}
+    nb = next_batch(cands, results, remaining_s=1e9, switch_s=1, repeat_s=1)
+    assert [(c.label, n) for c, n in nb.batch] == [("p2+off", 2)]
+    assert nb.dropped == {"p0+off": "failed: rolled back"}
+    everything_failed = {c.label: CellState(failed="x") for c in cands}
+    assert next_batch(cands, everything_failed, remaining_s=1e9, switch_s=1, repeat_s=1).reason == "nothing left"
+
+
+def test_halving_keeps_by_lower_bound_not_mean():
+    cands = _space(4)
+    results = {
+        "p0+off": CellState((100.0, 60.0)),  # best mean, wild spread
+        "p1+off": CellState((79.0, 79.2)),
+        "p2+off": CellState((78.0, 78.1)),
+        "p3+off": CellState((50.0, 50.1)),
+    }
+    nb = next_batch(cands, results, remaining_s=1e9, switch_s=1, repeat_s=1)
+    assert {c.label for c in nb.survivors} == {"p1+off", "p2+off"}
+    assert lower_bound([5.0]) == 5.0 and lower_bound([]) == float("-inf")
