@@ -1,0 +1,127 @@
+"""bench/tune/decision.py: a winner only beyond noise, against the runner-up and the running plan."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from bench.tune.decision import (
+    Decision,
+    Objective,
+    Repeat,
+    RequestTiming,
+    bootstrap_diff,
+    decide,
+    goodput,
+    interleave,
+)
+
+N = 8  # interleaved repeats per arm: a sane final round
+
+
+def _arms(rng, means, n=N, sd=3.0):
+    return {k: [rng.gauss(m, sd) for _ in range(n)] for k, m in means.items()}
+
+
+def test_interleave_is_round_robin():
+    assert interleave(["A", "B"], 3) == ["A", "B", "A", "B", "A", "B"]
+    assert interleave(["A", "B", "C"], 2) == ["A", "B", "C", "A", "B", "C"]
+    with pytest.raises(ValueError):
+        interleave(["A", "A"], 2)
+
+
+def test_bootstrap_is_seeded_and_covers_the_difference():
+    a, b = [10.0, 11, 12, 13, 14, 15], [5.0, 6, 7, 8, 9, 10]
+    assert bootstrap_diff(a, b, seed=3) == bootstrap_diff(a, b, seed=3)
+    diff, low, high = bootstrap_diff(a, b, seed=3)
+    assert diff == 5.0 and low < 5.0 < high and low > 0
+
+
+@pytest.mark.parametrize("n", [8, 12])
+def test_equal_distributions_give_no_winner_in_95_percent_of_seeds(n):
+    seeds = 200
+    false_winners = 0
+    for seed in range(seeds):
+        rng = random.Random(seed)
+        d = decide(_arms(rng, {"a": 100, "b": 100, "inc": 100}, n=n), "inc", seed=seed, resamples=2000)
+        false_winners += d.outcome == "winner"
+    assert false_winners / seeds <= 0.05
+
+
+@pytest.mark.parametrize("n", [8, 12])
+def test_contender_equal_to_the_running_plan_alone_wins_rarely(n):
+    """No runner-up: one comparison, the looser case."""
+    seeds = 200
+    wins = sum(
+        decide(_arms(random.Random(s), {"a": 100, "inc": 100}, n=n), "inc", seed=s, resamples=2000).outcome
+        == "winner"
+        for s in range(seeds)
+    )
+    assert wins / seeds <= 0.05
+
+
+def test_a_clearly_faster_candidate_wins():
+    for seed in range(20):
+        rng = random.Random(seed)
+        d = decide(_arms(rng, {"fast": 110, "mid": 100, "inc": 95}), "inc", seed=seed)
+        assert d.outcome == "winner" and d.chosen == "fast"
+        assert d.runner_up == "mid" and [c.role for c in d.comparisons] == ["runner-up", "running plan"]
+        assert all(c.significant and c.ci_low > 0 for c in d.comparisons)
+
+
+def test_beating_the_running_plan_is_not_enough_when_the_runner_up_ties():
+    rng = random.Random(1)
+    d = decide(_arms(rng, {"a": 110, "b": 110, "inc": 90}, sd=0.5), "inc", seed=1)
+    assert d.outcome == "no significant difference" and d.chosen == "inc"
+    assert d.contender in ("a", "b")
+    assert not d.comparisons[0].significant and d.comparisons[1].significant
+
+
+def test_a_fast_but_wrong_cell_never_wins():
+    for seed in range(20):
+        rng = random.Random(seed)
+        d = decide(_arms(rng, {"wrong": 200, "ok": 110, "inc": 95}), "inc", seed=seed,
+                   rejected={"wrong": "correctness: exact match 0.40 < 0.9"})
+        assert d.chosen != "wrong" and d.contender == "ok"
+        assert d.rejected == {"wrong": "correctness: exact match 0.40 < 0.9"}
+    only_wrong = decide(_arms(random.Random(0), {"wrong": 200, "inc": 95}), "inc",
+                        rejected={"wrong": "rolled back"})
+    assert only_wrong.outcome == "no correct candidate" and only_wrong.chosen == "inc"
+
+
+def test_too_few_repeats_or_no_running_plan_measured_declares_nothing():
+    rng = random.Random(0)
+    few = decide(_arms(rng, {"fast": 150, "inc": 90}, n=3), "inc")
+    assert few.outcome == "no significant difference"
+    unmeasured = decide(_arms(rng, {"fast": 150, "mid": 90}), "inc")
+    assert unmeasured.outcome == "no significant difference" and unmeasured.chosen == "inc"
+
+
+def test_decision_serialises_with_rule_and_numbers():
+    d = decide(_arms(random.Random(0), {"fast": 110, "inc": 95}), "inc", seed=7)
+    data = json.loads(json.dumps(d.to_json()))
+    assert data["outcome"] == "winner" and data["seed"] == 7 and data["resamples"] == 10_000
+    assert "percentile-bootstrap" in data["rule"] and "running plan stays" in data["rule"]
+    assert set(data["means"]) == {"fast", "inc"} and data["repeats"] == {"fast": N, "inc": N}
+    assert data["comparisons"][0]["ci_low"] > 0
+    assert isinstance(d, Decision)
+
+
+def test_goodput_counts_requests_meeting_both_targets():
+    reqs = (
+        RequestTiming(ok=True, ttft_ms=100, tpot_ms=10, output_tokens=50),  # meets
+        RequestTiming(ok=True, ttft_ms=300, tpot_ms=10, output_tokens=50),  # TTFT too slow
+        RequestTiming(ok=True, ttft_ms=100, tpot_ms=30, output_tokens=50),  # TPOT too slow
+        RequestTiming(ok=True, ttft_ms=100, tpot_ms=None, output_tokens=1),  # one token: TTFT alone
+        RequestTiming(ok=False, ttft_ms=50, tpot_ms=5, output_tokens=0),  # failed
+    )
+    rep = Repeat(tokps=99.0, duration_s=2.0, requests=reqs)
+    assert goodput(rep, 200, 20) == 1.0  # 2 requests / 2 s
+    assert goodput(rep, 200, 20, "tok/s") == 25.5  # 51 tokens / 2 s
+    obj = Objective("goodput", concurrency=16, ttft_ms=200, tpot_ms=20)
+    assert obj.value(rep) == 1.0 and "TTFT ≤ 200 ms" in obj.describe()
+    assert Objective().value(rep) == 99.0
+    with pytest.raises(ValueError):
+        Objective("goodput", ttft_ms=200)
