@@ -1,0 +1,79 @@
+"""The winner as a user profile: a TOML file that `extends` the winning profile, pins its EAGLE-3
+point as the `[server]` keys of profiles/spec/eagle3.toml (`speculative-num-steps`,
+`speculative-eagle-topk`, `speculative-num-draft-tokens`), and carries its evidence in comments:
+bundle path, figures, date and host fingerprint. Nothing from a measurement reaches a TOML value but
+numbers; comment text is cut to one printable line, so a GPU name cannot break the file.
+
+Known gap (launcher/profiles/loader.py `apply_spec`): the spec overlay is laid over the profile
+last, so under `--spec eagle3` the overlay's own (3, 1, 4) replaces these pins, and `launcher check`
+warns that the keys belong to the overlay. The pins take effect once the plan carries speculation
+parameters of its own (`Plan.spec_params`, in progress); tests/test_bench_tune_profile_out.py holds
+a strict xfail that turns red the day they do.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.tune.space import Candidate
+from launcher.profiles.catalog import check_name
+
+
+@dataclass(frozen=True)
+class Evidence:
+    bundle: str  # where the tune's bundle is
+    date: str  # UTC, ISO 8601
+    figures: Mapping[str, str] = field(default_factory=dict)  # "tok/s" -> "95.2 ± 0.3 (n=8)", …
+    host: Mapping[str, Any] = field(default_factory=dict)  # launcher.doctor.fingerprint.host_fingerprint()
+    decision: str = ""  # the rule's one-line outcome
+
+
+def _line(text: object, limit: int = 200) -> str:
+    """One printable line: control characters (newlines included) become spaces."""
+    return re.sub(r"[\x00-\x1f\x7f\u2028\u2029]", " ", str(text))[:limit]
+
+
+def host_summary(host: Mapping[str, Any]) -> str:
+    """`8x NVIDIA RTX PRO 6000 …, driver 580.65, pcie-switch, NCCL 2.27.3`, or why unavailable."""
+    if not host:
+        return "unknown"
+    if host.get("available") is False:
+        return f"unavailable ({host.get('reason', 'no reason given')})"
+    gpus = host.get("gpus") or []
+    names = sorted({g.get("name", "?") for g in gpus if isinstance(g, dict)})
+    parts = [f"{len(gpus)}x {'/'.join(names) or '?'}"]
+    for key, label in (("driver", "driver "), ("interconnect", ""), ("nccl", "NCCL ")):
+        if host.get(key):
+            parts.append(f"{label}{host[key]}")
+    return ", ".join(parts)
+
+
+def render(name: str, winner: Candidate, evidence: Evidence) -> str:
+    """The profile file's text for `winner`, to be saved as `<folder>/<name>.toml`."""
+    check_name("profile", name)
+    check_name("profile", winner.profile)
+    lines = [
+        f"# Written by `bench tune` on {_line(evidence.date)}: the fastest correct setup it measured on this host.",
+        f"# winner: {_line(winner.label)}",
+        f"# bundle: {_line(evidence.bundle, 400)}",
+        f"# host: {_line(host_summary(evidence.host), 400)}",
+    ]
+    lines += [f"# {_line(k, 60)}: {_line(v)}" for k, v in evidence.figures.items()]
+    if evidence.decision:
+        lines.append(f"# decision: {_line(evidence.decision, 400)}")
+    if winner.spec != "off":
+        lines.append(f"# run it with --spec {winner.spec} (SPEC={winner.spec} for make)")
+    point = f" {winner.point.text}" if winner.point else ""
+    description = f"bench tune winner: {winner.profile} + {winner.spec}{point}, measured {evidence.date[:10]}"
+    lines += [
+        f'extends = "{winner.profile}"',
+        f'description = "{_line(description).replace(chr(92), "").replace(chr(34), "")}"',
+        'status = "experimental"',
+    ]
+    if winner.spec_params:
+        lines += ["", "[server]", "# the EAGLE-3 point the tune measured (steps, topk, draft tokens)"]
+        lines += [f"{k} = {int(v)}" for k, v in winner.spec_params.items()]
+    return "\n".join(lines) + "\n"
