@@ -42,6 +42,7 @@ VERBS = (
     "fleet-up",
     "fleet-status",
     "fleet-switch",
+    "monitor",
 )
 
 FAKE_DOCKER = r"""#!/bin/sh

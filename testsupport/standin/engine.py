@@ -59,6 +59,12 @@ class Stats:
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
     spec_verify_calls_total: int = 0
+    # Latency histograms as SGLang's TokenizerMetricsCollector observes them, keyed by is_streaming
+    # ("true"/"false"): time to first token, per-request TPOT; inter-token latency has no such label.
+    ttft_s: dict[str, list[float]] = field(default_factory=dict)
+    tpot_s: dict[str, list[float]] = field(default_factory=dict)
+    inter_token_s: list[float] = field(default_factory=list)
+    by_stream: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def avg_spec_accept_length(self) -> float | None:
@@ -96,7 +102,7 @@ class Engine:
         return self.settings.default_max_tokens if requested is None else requested
 
     # ----- generation ------------------------------------------------------------------------
-    async def generate(self, prompt: str, max_new_tokens: int) -> AsyncIterator[Chunk]:
+    async def generate(self, prompt: str, max_new_tokens: int, stream: bool = True) -> AsyncIterator[Chunk]:
         """Yield the chunks of one request at their due times (sleeping against a fixed schedule)."""
         loop = asyncio.get_running_loop()
         t0 = loop.time()
@@ -109,12 +115,22 @@ class Engine:
         offsets = simulation.chunk_offsets_s(len(counts), self.settings.ttft_ms, self.interval_ms)
         output_ids: list[int] = []
         verify_ct = 0
+        streaming = "true" if stream else "false"
+        first_at: float | None = None
+        last_at = t0
         self.stats.running += 1
         try:
             for k, (count, offset) in enumerate(zip(counts, offsets, strict=True)):
                 await self._maybe_die(request_number, k)
                 await asyncio.sleep(max(0.0, t0 + offset - loop.time()))
                 new_ids = simulation.token_ids(prompt, count, self.settings.corrupt_output, len(output_ids))
+                now = loop.time()
+                if count and first_at is None:
+                    first_at = now
+                    self.stats.ttft_s.setdefault(streaming, []).append(now - t0)
+                elif count:
+                    self.stats.inter_token_s.extend([(now - last_at) / count] * count)
+                last_at = now
                 output_ids.extend(new_ids)
                 if speculative and count:
                     verify_ct += 1
@@ -126,6 +142,12 @@ class Engine:
             self.stats.prompt_tokens_total += simulation.prompt_token_count(prompt)
             self.stats.generation_tokens_total += len(output_ids)
             self.stats.spec_verify_calls_total += verify_ct
+            counts_ = self.stats.by_stream.setdefault(streaming, {"requests": 0, "prompt": 0, "generation": 0})
+            counts_["requests"] += 1
+            counts_["prompt"] += simulation.prompt_token_count(prompt)
+            counts_["generation"] += len(output_ids)
+            if first_at is not None and len(output_ids) > 1:
+                self.stats.tpot_s.setdefault(streaming, []).append((last_at - first_at) / (len(output_ids) - 1))
         finally:
             self.stats.running -= 1
 

@@ -103,7 +103,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
     if not body.get("stream"):
         last = None
-        async with contextlib.aclosing(engine.generate(prompt, n)) as chunks:
+        async with contextlib.aclosing(engine.generate(prompt, n, stream=False)) as chunks:
             async for chunk in chunks:
                 last = chunk
         return _json(event(last))
@@ -171,7 +171,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
     if not body.get("stream"):
         last = None
-        async with contextlib.aclosing(engine.generate(prompt, n)) as chunks:
+        async with contextlib.aclosing(engine.generate(prompt, n, stream=False)) as chunks:
             async for chunk in chunks:
                 last = chunk
         assert last is not None

@@ -15,6 +15,9 @@
 # reads the rest, cache mounts included); containers use the host network (the private engine has no
 # bridge); the GPU reservation and the unlimited memlock (refused here) are removed; the server
 # command is the SIMULATED stand-in.
+# The `monitoring` compose profile (prom/prometheus, grafana/grafana) is not brought up: its images live in
+# a registry this machine cannot reach. tests/test_monitoring_prometheus.py stands in for it in `make test`:
+# Debian's prometheus binary scrapes a real kit stack with the shipped config, rules and dashboard queries.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
