@@ -120,7 +120,7 @@ BASE_CHECK = @$(DOCKER) image inspect $(call shquote,$(BASE_IMAGE)) >/dev/null 2
 # -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
 EXEC_T = $(shell [ -t 0 ] || echo -T)
 
-.PHONY: help build up switch status down logs bench allreduce doctor demo test e2e lint check show profiles venv docs fleet-up fleet-status fleet-switch
+.PHONY: help build up switch status down logs bench allreduce doctor demo test e2e lint check show profiles venv docs fleet-up fleet-status fleet-switch monitor
 
 help: ## list the verbs (this text)
 	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>]\n\nVerbs:\n'
@@ -286,3 +286,14 @@ docs: ## regenerate .env.example and docs/settings.md from the settings registry
 profiles: ## list profiles with their status and description
 	@if $(PY) -c 'import launcher' >/dev/null 2>&1; then $(PY) -m launcher profiles; \
 	else echo "($(PY) cannot import launcher; profile files found:)"; printf '  %s\n' $(KNOWN_PROFILES); fi
+# Prometheus and Grafana (compose profile `monitoring`, docs/monitoring.md): the scrape targets first
+# (the compose stack's server, or with FLEET every host and the router), then the two services, then
+# SIGHUP so Prometheus rereads edited rules (docker/monitoring/rules/).
+monitor: $(if $(FLEET),$(VENV_KIT_STAMP))
+monitor: ## Prometheus (9090) and Grafana (3000) on KIT_BIND_ADDR; FLEET=<fleet file> scrapes every host
+	$(ENGINE_CHECK)
+	$(if $(FLEET),$(PY),$(PYTHON)) docker/monitoring/targets.py$(if $(FLEET), --fleet $(FLEET)) --out docker/monitoring/targets
+	$(COMPOSE_ANY) --profile monitoring up -d prometheus grafana
+	$(COMPOSE_ANY) --profile monitoring kill -s SIGHUP prometheus
+	@echo "Prometheus http://$(or $(call dotenv,KIT_BIND_ADDR),127.0.0.1):9090, Grafana http://$(or $(call dotenv,KIT_BIND_ADDR),127.0.0.1):3000 (dashboard pcie-spec-kit)"
+
