@@ -279,13 +279,6 @@ fleet-switch: ## rolling switch of every host of FLEET to PROFILE/SPEC, one at a
 	@[ -n "$(FLEET)" ] || { echo "make fleet-switch needs FLEET=<fleet file> (docs/fleet.md)" >&2; exit 2; }
 	$(PY) -m launcher fleet switch $(PROFILE) --spec $(SPEC) --fleet $(FLEET)
 
-docs: $(VENV_KIT_STAMP)
-docs: ## regenerate .env.example and docs/settings.md from the settings registry (launcher/settings.py)
-	$(PY) -m launcher settings --write
-
-profiles: ## list profiles with their status and description
-	@if $(PY) -c 'import launcher' >/dev/null 2>&1; then $(PY) -m launcher profiles; \
-	else echo "($(PY) cannot import launcher; profile files found:)"; printf '  %s\n' $(KNOWN_PROFILES); fi
 # Prometheus and Grafana (compose profile `monitoring`, docs/monitoring.md): the scrape targets first
 # (the compose stack's server, or with FLEET every host and the router), then the two services, then
 # SIGHUP so Prometheus rereads edited rules (docker/monitoring/rules/).
@@ -296,4 +289,12 @@ monitor: ## Prometheus (9090) and Grafana (3000) on KIT_BIND_ADDR; FLEET=<fleet 
 	$(COMPOSE_ANY) --profile monitoring up -d prometheus grafana
 	$(COMPOSE_ANY) --profile monitoring kill -s SIGHUP prometheus
 	@echo "Prometheus http://$(or $(call dotenv,KIT_BIND_ADDR),127.0.0.1):9090, Grafana http://$(or $(call dotenv,KIT_BIND_ADDR),127.0.0.1):3000 (dashboard pcie-spec-kit)"
+
+docs: $(VENV_KIT_STAMP)
+docs: ## regenerate .env.example and docs/settings.md from the settings registry (launcher/settings.py)
+	$(PY) -m launcher settings --write
+
+profiles: ## list profiles with their status and description
+	@if $(PY) -c 'import launcher' >/dev/null 2>&1; then $(PY) -m launcher profiles; \
+	else echo "($(PY) cannot import launcher; profile files found:)"; printf '  %s\n' $(KNOWN_PROFILES); fi
 
