@@ -216,6 +216,7 @@ class ControlAPI(Section, title='control API'):
     KIT_CONTROL_HOST = Setting(STR, "127.0.0.1", "Address the control API listens on (the server image sets 0.0.0.0; compose publishes it on KIT_BIND_ADDR).", "server client")
     KIT_CONTROL_PORT = Setting(PORT, 30100, "Port the control API listens on.", "server client")
     KIT_CONTROL_URL = Setting(URL, None, "Control API URL for clients (launcher switch/status, bench); unset: http://KIT_CONTROL_HOST:KIT_CONTROL_PORT.", "client")
+    KIT_METRICS_AUTH = Setting(BOOL, False, "1: the control API's GET /metrics needs Authorization: Bearer $KIT_CONTROL_TOKEN, as a switch does; 0 (default): open, like /status and like Prometheus exporters, protected by the address it listens on (it shows no secret, env value or model path).", "server")
 
 
 class ServerRuntime(Section, title='server runtime'):

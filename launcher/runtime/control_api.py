@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Annotated
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from launcher import settings, state_layout
 from launcher.errors import KitError, UserError, run_cli
 from launcher.profiles.loader import check_name
 from launcher.runtime.lifecycle import Busy, Lifecycle
+from launcher.runtime.metrics import KitCollector
 from launcher.runtime.states import SWITCH_TIMEOUT_MAX_S as TIMEOUT_MAX
 from launcher.runtime.states import Outcome
 
@@ -37,6 +39,9 @@ class SwitchRequest(BaseModel):
 
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 TOKEN = web.AppKey("token", str)  # "" when unset: state-changing calls are refused
+METRICS = web.AppKey("metrics", CollectorRegistry)  # the kit's own families only (KitCollector)
+METRICS_AUTH = web.AppKey("metrics_auth", bool)  # KIT_METRICS_AUTH: /metrics needs the token too
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what every Prometheus 2.x and 3.x reads
 
 
 def _authorized(request: web.Request) -> web.Response | None:
@@ -53,6 +58,17 @@ def _authorized(request: web.Request) -> web.Response | None:
 
 async def get_status(request: web.Request) -> web.Response:
     return web.json_response(request.app[LIFECYCLE].status())
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    """The numbers /status shows, in Prometheus text format (launcher/runtime/metrics.py). Open unless
+    KIT_METRICS_AUTH=1; a family that cannot be built is left out, the scrape still answers 200."""
+    if request.app[METRICS_AUTH]:
+        denied = _authorized(request)
+        if denied:
+            return denied
+    body = generate_latest(request.app[METRICS])
+    return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
 async def get_profiles(request: web.Request) -> web.Response:
@@ -121,15 +137,19 @@ async def no_tracebacks(request: web.Request, handler):
         return web.json_response({"error": f"internal error: {type(exc).__name__}"}, status=500)
 
 
-def make_app(state_dir: Path, token: str | None) -> web.Application:
+def make_app(state_dir: Path, token: str | None, metrics_auth: bool = False) -> web.Application:
     app = web.Application(middlewares=[no_tracebacks], client_max_size=64 * 1024)
     rt = Lifecycle(state_dir)
     app[LIFECYCLE] = rt
     app[TOKEN] = token or ""
+    app[METRICS] = CollectorRegistry(auto_describe=False)
+    app[METRICS].register(KitCollector(rt))
+    app[METRICS_AUTH] = metrics_auth
     app.router.add_get("/status", get_status)
     app.router.add_get("/profiles", get_profiles)
     app.router.add_get("/specs", get_specs)
     app.router.add_get("/plan", get_plan)
+    app.router.add_get("/metrics", get_metrics)
     app.router.add_post("/switch", post_switch)
 
     async def background(app: web.Application):
@@ -155,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         sd = state_layout.state_paths(args.state_dir).root
         host, port = settings.KIT_CONTROL_HOST.get(), settings.KIT_CONTROL_PORT.get()
         print(f"control API on http://{host}:{port} (state {sd})", file=sys.stderr, flush=True)
-        web.run_app(make_app(sd, settings.KIT_CONTROL_TOKEN.get()), host=host, port=port, print=None, handle_signals=True)
+        app = make_app(sd, settings.KIT_CONTROL_TOKEN.get(), bool(settings.KIT_METRICS_AUTH.get()))
+        web.run_app(app, host=host, port=port, print=None, handle_signals=True)
         return 0
 
     return run_cli(body)

@@ -16,6 +16,7 @@ Transitions the monitor makes (every HEALTH_PERIOD_S, never while a switch or a 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import traceback
 from pathlib import Path
@@ -25,7 +26,7 @@ import httpx
 from launcher import settings, state_layout
 from launcher.errors import RuntimeFailure
 from launcher.profiles.plan import Plan, reach_url
-from launcher.runtime import activation, journal
+from launcher.runtime import activation, journal, metrics
 from launcher.runtime import state as runtime_state
 from launcher.runtime.admission import patch_check, validated_plan
 from launcher.runtime.states import ANSWERING, STATE_AFTER, Outcome, Phase, Resolution, State
@@ -72,6 +73,42 @@ class Lifecycle:
         self.backends: list[dict] = []  # activation of the running plan's expected backends
         self.decode_allreduce: dict | None = None  # {"backend", "why"}: what carries the decode all-reduce
         self.backends_of: tuple | None = None  # (pid, digest, follower version) they were read for
+        # Switches by outcome (/status `switches`, /metrics kit_switch_*): history.jsonl's end, then each
+        # entry this process appends; None while the history cannot be read (unknown, not 0).
+        self.switch_counts: metrics.SwitchCounts | None = metrics.SwitchCounts.from_history(state_dir)
+        self._counts_tried = time.monotonic()
+        self._history_cache: tuple[object, tuple[list[dict], int]] | None = None
+
+    # ----- what /status and /metrics share ---------------------------------------------------------
+    def health_age_s(self) -> float | None:
+        """Seconds since the last /health probe; None before the first."""
+        return None if self.health_at is None else round(time.time() - self.health_at, 3)
+
+    def history_view(self) -> tuple[list[dict], int]:
+        """history.jsonl's last 20 entries and its skipped lines (state.read_history), read again only
+        when the file changed (its inode, size, mtime), so /status and /metrics stay cheap."""
+        try:
+            st = os.stat(self.paths.history)
+            key: object = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
+        except FileNotFoundError:
+            key = "absent"
+        except OSError:
+            key = None  # cannot tell whether it changed: read it
+        if key is None or self._history_cache is None or self._history_cache[0] != key:
+            self._history_cache = (key, runtime_state.read_history(self.sd, 20))
+        return self._history_cache[1]
+
+    def switch_counts_now(self) -> metrics.SwitchCounts | None:
+        """The switch counts; a history that could not be read is tried again now and then."""
+        if self.switch_counts is None and time.monotonic() - self._counts_tried >= metrics.RETRY_BASELINE_S:
+            self._counts_tried = time.monotonic()
+            self.switch_counts = metrics.SwitchCounts.from_history(self.sd)
+        return self.switch_counts
+
+    def recorded(self, entry: dict) -> None:
+        """An entry this process appended to history.jsonl: count it (a re-read history already has it)."""
+        if self.switch_counts is not None:
+            self.switch_counts.observe(entry)
 
     # ----- what /status shows ----------------------------------------------------------------------
     def set_state(self, state: State) -> None:
@@ -80,7 +117,8 @@ class Lifecycle:
 
     def status(self) -> dict:
         cur = self.current
-        hist, skipped = runtime_state.read_history(self.sd, 20)
+        hist, skipped = self.history_view()
+        counts = self.switch_counts_now()
         health = self.health
         if self.health_at is None or self.health_at < self.switcher.server_changed_at:
             health = "unknown"  # no reading of the server that runs now yet
@@ -93,7 +131,7 @@ class Lifecycle:
             "since": self.since,
             "since_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since)),
             "health": health,
-            "health_age_s": None if self.health_at is None else round(time.time() - self.health_at, 3),
+            "health_age_s": self.health_age_s(),
             "restarts": self.restarts,
             "retry": {"attempts": self.retries, "next_at": self.retry_at},
             "pid": self.pid,
@@ -104,6 +142,8 @@ class Lifecycle:
             "decode_allreduce": self.decode_allreduce,
             "history": hist,
             "history_skipped": skipped,
+            "switches": counts.as_status() if counts is not None else None,
+            "build": metrics.build_info(),
         }
 
     def check_backends(self, plan: Plan) -> list[dict]:
@@ -287,6 +327,7 @@ class Lifecycle:
         try:
             if not runtime_state.history_has(self.sd, j.id):  # its outcome may be in history already
                 runtime_state.append_history(self.sd, entry)
+                self.recorded(entry)
             journal.clear(self.sd)
         except OSError as exc:
             self.last_error = f"recovered, but could not record it: {describe(exc)}"
@@ -321,6 +362,8 @@ class Lifecycle:
                     "nothing was changed: free space in KIT_STATE_DIR and retry"
                 ) from exc
             self._after_switch(entry, plan, previous, before)
+            if "history_error" not in entry:  # else the next start records it, as interrupted
+                self.recorded(entry)
             info = await asyncio.to_thread(self.sup.info)
             self.pid = int(info.get("pid") or 0)
             return entry

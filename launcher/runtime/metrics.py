@@ -1,0 +1,288 @@
+"""The control API's own /metrics (Prometheus text format): the numbers /status shows, read from the
+same place at scrape time.
+
+One source: `Lifecycle` keeps the state, the restart counts, the health reading, the backend verdicts
+and the switch counts (`SwitchCounts`); /status and `KitCollector` both read them, so the two can never
+disagree. The switch counts survive a control API restart because they are derived from history.jsonl
+when the Lifecycle is built (the last HISTORY_COUNT_BYTES of it, read once) and then advanced by every
+entry the control API itself appends.
+
+What a scrape may show is bounded: names that follow the profile-name pattern, 16-hex digests, fixed
+vocabularies (states, outcomes, restart reasons); anything else reads "other". Never a token, a
+profile's env value, a model path or an error text. A series whose value is not known (no plan, no
+health reading yet, a backend whose verdict is unknown, a history that cannot be read) is absent,
+never a made-up 0; a family that fails to build is left out with its traceback in the log, so a
+scrape always answers 200 with what is known.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib.metadata
+import json
+import math
+import os
+import re
+import stat
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from launcher import __version__
+from launcher.profiles.policy import NAME_PATTERN
+from launcher.runtime.states import Outcome, State
+from launcher.state_layout import StatePaths
+
+if TYPE_CHECKING:
+    from launcher.runtime.lifecycle import Lifecycle
+
+OTHER = "other"  # a label value outside its pattern or vocabulary
+UNKNOWN = "unknown"  # a build fact this process cannot tell
+NAME_RE = re.compile(NAME_PATTERN)
+DIGEST_RE = re.compile(r"[0-9a-f]{16}")  # Plan.digest(): 16 hex characters
+VERSION_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,39}")
+PATCH_SET_RE = re.compile(r"[0-9a-f]{64}")
+PATCH_SET_SHOWN = 12  # hex characters of the patch set's sha256 shown in kit_build_info
+
+# The image writes the patch set's sha256 here at build (Dockerfile; also its label
+# pcie-spec-kit.patches.sha256); outside the image there is none.
+IMAGE_PATCH_SET_FILE = Path("/opt/kit/patches.sha256")
+
+# Outcomes of a switch as history.jsonl records them. `started` (serve's first healthy start of a plan)
+# is not a switch; `unchanged` is never written to history. An unknown outcome string counts as "other".
+SWITCH_OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome if o not in (Outcome.STARTED, Outcome.UNCHANGED))
+# A switch takes seconds (the SIMULATED server) to most of an hour (a 1T-parameter load, health-gate up to 3600 s).
+SWITCH_BUCKETS_S: tuple[float, ...] = (1, 2, 5, 10, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600)
+HISTORY_COUNT_BYTES = 16 << 20  # how much of history.jsonl's end the switch counts are derived from at start
+RETRY_BASELINE_S = 10.0  # an unreadable history is tried again at most this often (at scrape time)
+
+RESTART_CRASH = "crash"  # the server died and supervisord restarted it (/status `restarts`)
+RESTART_RETRY = "retry"  # the control API restarted it after supervisord gave up (FATAL; /status `retry.attempts`)
+
+
+def bounded(value: object, pattern: re.Pattern[str]) -> str:
+    """A label value: `value` when it is a string that fully matches `pattern`, else "other"."""
+    return value if isinstance(value, str) and pattern.fullmatch(value) else OTHER
+
+
+# ----- switch counts ---------------------------------------------------------------------------------
+@dataclass
+class SwitchCounts:
+    """Switches by outcome and a histogram of their total time, from history entries.
+
+    `truncated`: history.jsonl was longer than the window read at start, so older entries are not
+    counted. `skipped`: lines of that window that were not a JSON object (not counted either)."""
+
+    totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SWITCH_OUTCOMES, 0))
+    buckets: dict[str, list[int]] = field(  # per outcome: count per bucket (the last: +Inf)
+        default_factory=lambda: {o: [0] * (len(SWITCH_BUCKETS_S) + 1) for o in SWITCH_OUTCOMES})
+    sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SWITCH_OUTCOMES, 0.0))
+    truncated: bool = False
+    skipped: int = 0
+
+    def observe(self, entry: dict) -> None:
+        """Count one history entry (anything that is not a switch is ignored)."""
+        outcome = entry.get("outcome")
+        if outcome in (Outcome.STARTED, Outcome.UNCHANGED):
+            return
+        label = outcome if outcome in SWITCH_OUTCOMES else OTHER
+        self.totals[label] = self.totals.get(label, 0) + 1
+        durations = entry.get("durations")
+        total = durations.get("total_s") if isinstance(durations, dict) else None
+        if isinstance(total, bool) or not isinstance(total, int | float) or not math.isfinite(total) or total < 0:
+            return  # a switch without a readable total time is counted, but not timed
+        counts = self.buckets.setdefault(label, [0] * (len(SWITCH_BUCKETS_S) + 1))
+        counts[next((i for i, b in enumerate(SWITCH_BUCKETS_S) if total <= b), len(SWITCH_BUCKETS_S))] += 1
+        self.sums[label] = self.sums.get(label, 0.0) + float(total)
+
+    def as_status(self) -> dict:
+        return {"outcomes": dict(self.totals), "history_truncated": self.truncated}
+
+    @classmethod
+    def from_history(cls, sd: Path, max_bytes: int = HISTORY_COUNT_BYTES) -> SwitchCounts | None:
+        """Counts from the end of history.jsonl; empty when there is none yet, None when it cannot be
+        read (not a regular file, no permission): the counts are then unknown, not 0."""
+        path = StatePaths(sd).history
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return cls()
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(errno.EINVAL, f"{path} is not a regular file")
+            start = max(0, st.st_size - max_bytes)
+            data = os.pread(fd, st.st_size - start, start)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        out = cls(truncated=start > 0)
+        lines = data.split(b"\n")
+        if start > 0:
+            lines = lines[1:]  # the window may start mid-line
+        for raw in lines:
+            if not raw.strip():
+                continue
+            try:
+                entry = json_loads(raw)
+            except ValueError:
+                out.skipped += 1
+                continue
+            if isinstance(entry, dict):
+                out.observe(entry)
+            else:
+                out.skipped += 1
+        return out
+
+
+def json_loads(raw: bytes) -> object:
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+# ----- build facts -----------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def build_info() -> dict[str, str]:
+    """Kit version, the installed SGLang's version (from its metadata: nothing is imported) and the
+    image's patch set (the first PATCH_SET_SHOWN hex characters of its sha256); "unknown" where not known."""
+    try:
+        sglang = bounded(importlib.metadata.version("sglang"), VERSION_RE)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        sglang = UNKNOWN
+    patch_set = UNKNOWN
+    try:
+        with open(IMAGE_PATCH_SET_FILE, "rb") as fh:
+            text = fh.read(128).decode("ascii", "replace").strip()
+        if PATCH_SET_RE.fullmatch(text):
+            patch_set = text[:PATCH_SET_SHOWN]
+    except OSError:
+        pass
+    return {"version": bounded(__version__, VERSION_RE), "sglang": sglang, "patch_set": patch_set}
+
+
+# ----- the collector ---------------------------------------------------------------------------------
+def _plan_spec_labels(plan: object) -> dict[str, str] | None:
+    """steps/topk/draft_tokens of the plan's EAGLE point where Plan carries one ("none" for a plan
+    without a point: off, ngram), so the label set stays the same across switches."""
+    if not hasattr(plan, "spec_params"):
+        return None
+    params = getattr(plan, "spec_params", None)
+    out = {}
+    for key in ("steps", "topk", "draft_tokens"):
+        value = params.get(key) if isinstance(params, dict) else getattr(params, key, None)
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**6
+        out[key] = str(value) if ok else "none" if value is None else OTHER
+    return out
+
+
+class KitCollector(Collector):
+    """Reads the Lifecycle at scrape time. Every family is built on its own: one that fails is left
+    out (traceback to the log), the others are still served."""
+
+    def __init__(self, lc: Lifecycle):
+        self.lc = lc
+
+    def collect(self) -> Iterable[Metric]:
+        builders: tuple[Callable[[], list[Metric]], ...] = (
+            self._build, self._plan, self._state, self._switches, self._backends, self._restarts,
+            self._health, self._history,
+        )
+        for build in builders:
+            try:
+                families = build()
+            except Exception:
+                traceback.print_exc()
+                continue
+            yield from families
+
+    def _build(self) -> list[Metric]:
+        info = build_info()
+        g = GaugeMetricFamily("kit_build_info", "The kit's version, the installed SGLang's and the image's patch set "
+                              "(first 12 hex characters of its sha256); always 1.", labels=["version", "sglang", "patch_set"])
+        g.add_metric([info["version"], info["sglang"], info["patch_set"]], 1)
+        return [g]
+
+    def _plan(self) -> list[Metric]:
+        plan = self.lc.current
+        if plan is None:
+            return []  # no readable plan: absent
+        labels = {"profile": bounded(plan.name, NAME_RE), "spec": bounded(plan.spec, NAME_RE),
+                  "digest": bounded(plan.digest(), DIGEST_RE)}
+        labels.update(_plan_spec_labels(plan) or {})
+        g = GaugeMetricFamily("kit_plan_info", "The running plan (as /status shows it); 1.", labels=list(labels))
+        g.add_metric(list(labels.values()), 1)
+        return [g]
+
+    def _state(self) -> list[Metric]:
+        now = State(self.lc.state)
+        g = GaugeMetricFamily("kit_server_state", "1 for the state /status shows, 0 for every other.", labels=["state"])
+        for s in State:
+            g.add_metric([s.value], 1 if s == now else 0)
+        return [g]
+
+    def _switches(self) -> list[Metric]:
+        counts = self.lc.switch_counts_now()
+        if counts is None:
+            return []  # history.jsonl unreadable: the counts are unknown
+        total = CounterMetricFamily("kit_switch", "Switches by outcome, from history.jsonl (at control API start) "
+                                    "and every switch since.", labels=["outcome"])
+        for outcome, n in counts.totals.items():
+            total.add_metric([outcome], n)
+        hist = HistogramMetricFamily("kit_switch_duration_seconds", "Total time of a switch, by outcome.",
+                                     labels=["outcome"])
+        for outcome, per_bucket in counts.buckets.items():
+            cumulative, acc = [], 0
+            for bound, n in zip([*SWITCH_BUCKETS_S, math.inf], per_bucket, strict=True):
+                acc += n
+                cumulative.append((_le(bound), acc))
+            hist.add_metric([outcome], cumulative, counts.sums.get(outcome, 0.0))
+        return [total, hist]
+
+    def _backends(self) -> list[Metric]:
+        g = GaugeMetricFamily("kit_backend_active", "1 when an expected backend of the running plan is proven "
+                              "active, 0 when not; absent while its verdict is unknown.", labels=["backend"])
+        for b in list(self.lc.backends):
+            active = b.get("active") if isinstance(b, dict) else None
+            if isinstance(active, bool):
+                g.add_metric([bounded(b.get("name"), NAME_RE)], 1 if active else 0)
+        return [g]
+
+    def _restarts(self) -> list[Metric]:
+        c = CounterMetricFamily("kit_server_restarts", "Unplanned server restarts since the control API started: "
+                                "crash (supervisord restarted it), retry (restarted after supervisord gave up).",
+                                labels=["reason"])
+        c.add_metric([RESTART_CRASH], self.lc.restarts)
+        c.add_metric([RESTART_RETRY], self.lc.retries)
+        return [c]
+
+    def _health(self) -> list[Metric]:
+        age = self.lc.health_age_s()
+        if age is None:
+            return []
+        g = GaugeMetricFamily("kit_health_age_seconds", "Seconds since the server's /health was last probed.")
+        g.add_metric([], age)
+        return [g]
+
+    def _history(self) -> list[Metric]:
+        _, skipped = self.lc.history_view()
+        g = GaugeMetricFamily("kit_history_skipped_lines", "Broken lines in the tail of history.jsonl that "
+                              "/status reads (its history_skipped).")
+        g.add_metric([], skipped)
+        return [g]
+
+
+def _le(bound: float) -> str:
+    if math.isinf(bound):
+        return "+Inf"
+    return f"{float(bound)}"
