@@ -5,6 +5,8 @@ Layout of `<out>/<run-id>/`:
     manifest.json                   host fingerprint, kit/sglang versions, the server's plans, settings, complete
     <profile>__<spec>.json          summary of one (profile, spec): keys below
     <profile>__<spec>.requests.jsonl  one line per measured request (raw timings and text)
+    <profile>__<spec>__<S>-<K>-<D>.json (and .requests.jsonl)  a cell at an EAGLE-3 point (`bench run
+                                    --eagle3 S,K,D`): `spec_params` {steps, topk, draft_tokens} in the file
     summary.csv, summary.md, *.png  rebuilt from the files above by `bench report`
 
 Result-file keys follow `sglang.benchmark.serving` where they overlap: completed, duration,
@@ -25,7 +27,7 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +50,32 @@ def make_run_id(now: float | None = None) -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
-def cell_name(profile: str, spec: str) -> str:
-    return f"{profile}__{spec}"
+def cell_name(profile: str, spec: str, spec_params: Mapping[str, Any] | None = None) -> str:
+    """`fused__eagle3`, or `fused__eagle3__1-1-2` for a cell at an EAGLE-3 point: a file name and a key."""
+    name = f"{profile}__{spec}"
+    if spec_params:
+        name += "__" + "-".join(str(int(spec_params[k])) for k in SPEC_PARAM_KEYS)
+    return name
+
+
+SPEC_PARAM_KEYS = ("steps", "topk", "draft_tokens")
+
+
+def point_text(spec_params: Mapping[str, Any] | None) -> str:
+    """`(1,1,2)` for a point, "" for none: what follows the spec name in a label."""
+    if not spec_params:
+        return ""
+    return "(" + ",".join(str(spec_params.get(k)) for k in SPEC_PARAM_KEYS) + ")"
+
+
+def cell_label(cell: Mapping[str, Any]) -> str:
+    """`fused+eagle3`, or `fused+eagle3(1,1,2)`: how summaries and messages name a cell."""
+    return f"{cell['profile']}+{cell['spec']}{point_text(cell.get('spec_params'))}"
+
+
+def cell_key(cell: Mapping[str, Any]) -> str:
+    """A cell's identity in a bundle (its file name): profile, spec and EAGLE-3 point."""
+    return cell_name(cell["profile"], cell["spec"], cell.get("spec_params"))
 
 
 _NAME = re.compile(bundle_schema.policy.NAME_PATTERN)
@@ -64,12 +90,17 @@ def inside(run_dir: Path, name: str) -> Path:
     return path
 
 
-def cell_file(run_dir: Path, profile: str, spec: str, suffix: str) -> Path:
-    """The file of one (profile, spec): both names follow the profile name rule, the path stays inside."""
+def cell_file(run_dir: Path, profile: str, spec: str, suffix: str,
+              spec_params: Mapping[str, Any] | None = None) -> Path:
+    """The file of one (profile, spec[, point]): both names follow the profile name rule, the point is
+    whole numbers, the path stays inside."""
     for kind, name in (("profile", profile), ("spec", spec)):
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise RuntimeFailure(f"{kind} name {str(name)[:80]!r} cannot name a file in the bundle {run_dir}")
-    return inside(run_dir, f"{cell_name(profile, spec)}{suffix}")
+    if spec_params is not None and not all(
+            type(spec_params.get(k)) is int and spec_params[k] >= 1 for k in SPEC_PARAM_KEYS):
+        raise RuntimeFailure(f"spec_params {str(spec_params)[:80]} cannot name a file in the bundle {run_dir}")
+    return inside(run_dir, f"{cell_name(profile, spec, spec_params)}{suffix}")
 
 
 # ----- provenance --------------------------------------------------------------------------------
@@ -174,20 +205,22 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
 
 
 def write_cell(run_dir: Path, cell: dict[str, Any]) -> Path:
-    return atomic.write_json(cell_file(run_dir, cell["profile"], cell["spec"], SUFFIX), cell)
+    return atomic.write_json(cell_file(run_dir, cell["profile"], cell["spec"], SUFFIX, cell.get("spec_params")), cell)
 
 
-def append_requests(run_dir: Path, profile: str, spec: str, rows: Iterable[dict[str, Any]]) -> None:
-    path = cell_file(run_dir, profile, spec, REQUESTS_SUFFIX)
+def append_requests(run_dir: Path, profile: str, spec: str, rows: Iterable[dict[str, Any]],
+                    spec_params: Mapping[str, Any] | None = None) -> None:
+    path = cell_file(run_dir, profile, spec, REQUESTS_SUFFIX, spec_params)
     with path.open("a", encoding="utf-8") as fh:
         for row in rows:
             fh.write(json.dumps(row, sort_keys=True) + "\n")
 
 
-def read_requests(run_dir: Path, profile: str, spec: str) -> list[dict[str, Any]]:
+def read_requests(run_dir: Path, profile: str, spec: str,
+                  spec_params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The request rows of one cell, each checked (bundle_schema.RequestRow); UserError names a bad line."""
     try:
-        path = cell_file(run_dir, profile, spec, REQUESTS_SUFFIX)
+        path = cell_file(run_dir, profile, spec, REQUESTS_SUFFIX, spec_params)
     except RuntimeFailure as exc:
         raise UserError(str(exc)) from None
     if not path.is_file():
@@ -226,5 +259,5 @@ def load(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             bundle_schema.check(bundle_schema.Cell, data, str(p))
             cells.append(data)
     order = {name: i for i, name in enumerate(manifest.get("matrix", []))}
-    cells.sort(key=lambda c: (order.get(cell_name(c["profile"], c["spec"]), len(order)), c["profile"], c["spec"]))
+    cells.sort(key=lambda c: (order.get(cell_key(c), len(order)), c["profile"], c["spec"], cell_key(c)))
     return manifest, cells

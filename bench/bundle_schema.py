@@ -84,9 +84,20 @@ class _Correctness(_Part):
     exact_match_rate: Num = None
 
 
+class _SpecParams(BaseModel):
+    """An EAGLE-3 point (`bench run --eagle3`); absent or null in bundles older than points, and for
+    the spec overlay's own."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    steps: Annotated[int, Field(ge=1)]
+    topk: Annotated[int, Field(ge=1)]
+    draft_tokens: Annotated[int, Field(ge=1)]
+
+
 class Cell(_Part):
     profile: Name
     spec: Name
+    spec_params: _SpecParams | None = None
     valid: bool | None = None
     by_concurrency: dict[Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,5}$")], _Level] = {}
     correctness: _Correctness = _Correctness()

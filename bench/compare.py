@@ -47,7 +47,7 @@ def fingerprint(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> dict[s
         "driver": host.get("driver"),
         "sglang version": (manifest.get("server") or {}).get("sglang_version"),
         "simulated": bool(manifest.get("simulated")),
-        "setups": {bundle.cell_name(c["profile"], c["spec"]): _setup(c) for c in cells},
+        "setups": {bundle.cell_key(c): _setup(c) for c in cells},
     }
 
 
@@ -88,11 +88,12 @@ def _level_stats(cell: dict[str, Any], level: str, key: str) -> tuple[float | No
 
 
 def deltas(cells_a: list[dict[str, Any]], cells_b: list[dict[str, Any]], k: float = 2.0) -> list[dict[str, Any]]:
-    """One entry per (profile, spec, concurrency, metric) present in both bundles."""
-    index_b = {(c["profile"], c["spec"]): c for c in cells_b}
+    """One entry per (profile, spec, EAGLE-3 point, concurrency, metric) present in both bundles: cells
+    match by (profile, spec, spec_params), a cell without a point (older bundles too) only one without."""
+    index_b = {bundle.cell_key(c): c for c in cells_b}
     out = []
     for ca in cells_a:
-        cb = index_b.get((ca["profile"], ca["spec"]))
+        cb = index_b.get(bundle.cell_key(ca))
         if cb is None:
             continue
         levels = [lv for lv in (ca.get("by_concurrency") or {}) if lv in (cb.get("by_concurrency") or {})]
@@ -101,7 +102,8 @@ def deltas(cells_a: list[dict[str, Any]], cells_b: list[dict[str, Any]], k: floa
                 ma, sa, na = _level_stats(ca, level, key)
                 mb, sb, nb = _level_stats(cb, level, key)
                 row: dict[str, Any] = {
-                    "profile": ca["profile"], "spec": ca["spec"], "concurrency": int(level), "metric": label,
+                    "profile": ca["profile"], "spec": ca["spec"] + bundle.point_text(ca.get("spec_params")),
+                    "spec_params": ca.get("spec_params"), "concurrency": int(level), "metric": label,
                     "a": ma, "a_sd": sa, "b": mb, "b_sd": sb, "delta": None, "delta_pct": None, "beyond_spread": None,
                     "note": None,
                 }

@@ -74,11 +74,11 @@ def tpot(path: Path, run_dir: Path, cells: list[dict[str, Any]], simulated: bool
             continue
         values = [
             r["tpot_s"] * 1000.0
-            for r in bundle.read_requests(run_dir, c["profile"], c["spec"])
+            for r in bundle.read_requests(run_dir, c["profile"], c["spec"], c.get("spec_params"))
             if r.get("ok") and r.get("concurrency") == concurrency and r.get("tpot_s") is not None
         ]
         if values:
-            labels.append(f"{c['profile']}\n{c['spec']}")
+            labels.append(f"{c['profile']}\n{c['spec']}{bundle.point_text(c.get('spec_params'))}")
             data.append(values)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(labels) + 2), 4.5))
     if data:

@@ -25,7 +25,7 @@ SIM_BANNER = (
 BASE = ("baseline", "off")
 MAX_REASON = 160  # the full reason is in <profile>__<spec>.json
 CSV_FIELDS = [
-    "profile", "spec", "concurrency", "status", "valid", "invalid_reason", "correctness", "exact_match_rate",
+    "profile", "spec", "spec_params", "concurrency", "status", "valid", "invalid_reason", "correctness", "exact_match_rate",
     "first_divergence", "output_throughput_mean", "output_throughput_sd", "speedup_vs_baseline_off",
     "mean_ttft_ms_mean", "mean_ttft_ms_sd", "mean_tpot_ms_mean", "mean_tpot_ms_sd", "mean_itl_ms_mean",
     "mean_itl_ms_sd", "p99_itl_ms_mean", "mean_e2e_latency_ms_mean", "accept_length_mean", "accept_length_sd",
@@ -34,10 +34,11 @@ CSV_FIELDS = [
 
 
 def rows(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (profile, spec, concurrency) with everything the tables and plots show."""
+    """One row per (profile, spec, EAGLE-3 point, concurrency) with everything the tables and plots show;
+    a cell at a point shows it after its spec (`eagle3(1,1,2)`), so two points are two rows and two bars."""
     base_tps: dict[str, float] = {}
     for c in cells:
-        if (c["profile"], c["spec"]) == BASE and c.get("valid"):
+        if (c["profile"], c["spec"]) == BASE and not c.get("spec_params") and c.get("valid"):
             for level, agg in (c.get("by_concurrency") or {}).items():
                 if agg.get("output_throughput_mean"):
                     base_tps[level] = agg["output_throughput_mean"]
@@ -55,7 +56,8 @@ def rows(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> list[dict[str
             out.append(
                 {
                     "profile": c["profile"],
-                    "spec": c["spec"],
+                    "spec": c["spec"] + bundle.point_text(c.get("spec_params")),
+                    "spec_params": bundle.point_text(c.get("spec_params"))[1:-1] or None,
                     "concurrency": int(level),
                     "status": status,
                     "valid": valid,

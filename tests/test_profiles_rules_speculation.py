@@ -22,3 +22,40 @@ def test_speculation_in_profile_warns(make):
 def test_speculation_from_the_overlay_does_not_warn(make):
     _, findings = make(server={"mem-fraction-static": 0.8}, spec="eagle3")
     assert by_rule(findings, "speculation_in_profile") == []
+
+
+# ---- EAGLE's (steps, topk, draft tokens) against SGLang's own checks ------------------------------
+
+
+def test_eagle_spec_params_passes_the_overlay_and_chain_points(make):
+    from helpers_profiles import ENV
+
+    from launcher.profiles.plan import evaluate
+
+    _, findings = make(server={"mem-fraction-static": 0.8}, spec="eagle3")
+    assert by_rule(findings, "eagle_spec_params") == []
+    for point in ("1,1,2", "5,1,6", "3,4,8"):
+        _, findings = evaluate("t", "eagle3", None, environ=ENV, spec_params=point)
+        assert by_rule(findings, "eagle_spec_params") == [], point
+
+
+def test_eagle_spec_params_refuses_what_sglang_would_change_or_fail_on(make):
+    from helpers_profiles import ENV
+
+    from launcher.profiles.plan import evaluate
+
+    make(server={"attention-backend": "trtllm_mha", "page-size": 16}, spec="eagle3")
+    for point, words in (("3,1,5", "replaces draft tokens by steps + 1 = 4"),
+                         ("2,4,40", "draft tree holds 20 candidates"),
+                         ("3,4,8", "trtllm_mha attention backend only supports top-k 1"),
+                         ("3,4,8", "page-size 16 needs attention backend flashinfer/fa3/triton")):
+        _, findings = evaluate("t", "eagle3", None, environ=ENV, spec_params=point)
+        assert any(words in f.message for f in by_rule(findings, "eagle_spec_params", "error")), (point, words)
+
+
+def test_eagle_spec_params_reports_an_overlay_value_below_1(make):
+    _, findings = make(spec="eagle3", extra={"spec/eagle3.toml": (
+        'description = "e"\n[server]\nspeculative-algorithm = "EAGLE3"\nspeculative-num-steps = 0\n'
+        'speculative-eagle-topk = 1\nspeculative-num-draft-tokens = 1\n')})
+    [f] = by_rule(findings, "eagle_spec_params", "error")
+    assert f.key == "server.speculative-num-steps" and "whole number from 1" in f.message

@@ -111,14 +111,19 @@ class KitStack(LoopbackHost):
             time.sleep(0.1)
         raise AssertionError(f"not {states} after {timeout}s: {last}\n{self.log.read_text()[-3000:]}")
 
-    def switch(self, profile: str, spec: str = "off", token: str | None = "default", timeout_s: float | None = None) -> httpx.Response:
+    def switch(self, profile: str, spec: str = "off", token: str | None = "default", timeout_s: float | None = None,
+               spec_params: object = None) -> httpx.Response:
+        """POST /switch; `spec_params` (an EAGLE point as a mapping, or anything to send as is) only when given."""
         headers = {}
         tok = self.token if token == "default" else token
         if tok is not None:
             headers["Authorization"] = f"Bearer {tok}"
+        body: dict = {"profile": profile, "spec": spec, "timeout_s": timeout_s}
+        if spec_params is not None:
+            body["spec_params"] = spec_params
         return httpx.post(
             f"{self.control_url}/switch",
-            json={"profile": profile, "spec": spec, "timeout_s": timeout_s},
+            json=body,
             headers=headers,
             timeout=120,
         )

@@ -1,4 +1,4 @@
-"""One (profile, spec) result of `bench run`: its record, its verdict over repeats, its correctness gate.
+"""One (profile, spec[, EAGLE-3 point]) result of `bench run`: its record, its verdict over repeats, its correctness gate.
 
 A cell is invalid when any of its repeats is, or when fewer ran than asked; its numbers are the
 first concurrency level's aggregate, `by_concurrency` holds every level. The gate compares each
@@ -15,11 +15,17 @@ from bench.run import correctness
 from bench.run.settings import RunSettings
 
 
-def new_cell(*, profile: str, spec: str, settings: RunSettings, num_prompts: int) -> dict[str, Any]:
-    """The record of a cell before anything ran: invalid with no reason until it is closed."""
+def new_cell(*, profile: str, spec: str, settings: RunSettings, num_prompts: int,
+             spec_params: dict[str, int] | None = None) -> dict[str, Any]:
+    """The record of a cell before anything ran: invalid with no reason until it is closed.
+
+    `spec_params`: the EAGLE-3 point the cell was switched to (`bench run --eagle3`), None for the spec
+    overlay's own; `plan_spec_params` is the point the running plan reports (/plan), whichever it is."""
     return {
         "profile": profile,
         "spec": spec,
+        "spec_params": dict(spec_params) if spec_params else None,
+        "plan_spec_params": None,
         "valid": False,
         "invalid_reason": None,
         "simulated": False,
@@ -36,7 +42,7 @@ def new_cell(*, profile: str, spec: str, settings: RunSettings, num_prompts: int
         "concurrency_levels": list(settings.concurrency),
         "warmup": settings.warmup,
         "per_repeat": [],
-        "requests_file": f"{bundle.cell_name(profile, spec)}{bundle.REQUESTS_SUFFIX}",
+        "requests_file": f"{bundle.cell_name(profile, spec, spec_params)}{bundle.REQUESTS_SUFFIX}",
     }
 
 
@@ -49,6 +55,7 @@ def record_plan(cell: dict[str, Any], plan: dict[str, Any] | None) -> None:
     cell["plan_digest"] = plan.get("digest")
     cell["setup_digest"] = plan.get("setup_digest")
     cell["local"] = plan.get("local")
+    cell["plan_spec_params"] = plan.get("spec_params")
 
 
 def close_cell(cell: dict[str, Any], *, concurrency: list[int], repeats: int) -> None:
@@ -73,14 +80,17 @@ def close_cell(cell: dict[str, Any], *, concurrency: list[int], repeats: int) ->
 
 
 def apply_gate(*, run_dir: Path, cells: dict[str, dict[str, Any]], min_exact_match: float) -> None:
-    """Every cell's correctness against baseline's outputs under the same spec mode."""
+    """Every cell's correctness against baseline's outputs under the same spec mode (at the same EAGLE-3
+    point when baseline ran it, else at the overlay's)."""
     settings = correctness.GateSettings(min_exact_match=min_exact_match)
     outputs = {
-        key: correctness.reference_outputs(bundle.read_requests(run_dir, c["profile"], c["spec"]))
+        key: correctness.reference_outputs(bundle.read_requests(run_dir, c["profile"], c["spec"], c.get("spec_params")))
         for key, c in cells.items()
     }
     for key, cell in cells.items():
-        base_key = bundle.cell_name(correctness.BASELINE, cell["spec"])
+        base_key = bundle.cell_name(correctness.BASELINE, cell["spec"], cell.get("spec_params"))
+        if base_key not in cells:
+            base_key = bundle.cell_name(correctness.BASELINE, cell["spec"])
         base = cells.get(base_key)
         cell["correctness"] = correctness.gate(
             cell["spec"],

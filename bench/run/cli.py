@@ -58,6 +58,7 @@ class RunArgs(CliArgs, RunKnobs):
     control: str | None = None
     profiles: str | None = None
     spec: str | None = None
+    eagle3: str | None = None
     concurrency: str = "1"
     out: str = DEFAULT_OUT
     fleet: str | None = None
@@ -78,6 +79,10 @@ class RunArgs(CliArgs, RunKnobs):
         p.add_argument("--spec", default=None,
                        help=f"comma-separated spec modes (default {RunSettings.DEFAULT_SPECS}); with --no-switch, the "
                             "one mode the running server uses")
+        p.add_argument("--eagle3", default=None, metavar="S,K,D[;S,K,D...]",
+                       help="EAGLE-3 points (steps, top-k, draft tokens) measured as extra cells per profile, each "
+                            "switched with its point and labelled profile+eagle3(S,K,D), e.g. --eagle3 '1,1,2;3,1,4'; "
+                            "the server refuses a point SGLang would not run as given (HTTP 400, exit 2)")
         p.add_argument("--repeats", type=int, default=cls.repeats, help=f"measured repeats per concurrency level (default {cls.repeats})")
         p.add_argument("--concurrency", default=cls.concurrency, help=f"comma-separated concurrency levels (default {cls.concurrency})")
         p.add_argument("--num-prompts", type=int, default=cls.num_prompts, help=f"requests per repeat (default {cls.num_prompts})")
@@ -138,11 +143,19 @@ class RunArgs(CliArgs, RunKnobs):
             for name in csv(value):
                 if name not in KEYWORDS:
                     given_name(flag, name)
+        eagle3 = None
+        if self.eagle3 is not None:
+            if self.no_switch:
+                raise UserError("--eagle3 switches to each point; drop --no-switch (or --eagle3)")
+            from launcher.profiles.spec_params import parse_list
+
+            eagle3 = [p.model_dump() for p in parse_list(self.eagle3, "--eagle3")]
         url = _url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()
         control = _url("--control", self.control) if self.control else settings.control_url()
         same = {f.name: getattr(self, f.name) for f in fields(RunKnobs)}
         return RunSettings(**{
-            **same, "out": self.out, "url": url, "profiles": profiles, "specs": specs, "control": control, "concurrency": concurrency,
+            **same, "out": self.out, "url": url, "profiles": profiles, "specs": specs, "eagle3": eagle3, "control": control,
+            "concurrency": concurrency,
             "control_given": bool(self.control) or settings.KIT_CONTROL_URL.is_set(), "argv": list(argv),
         })
 

@@ -1,4 +1,7 @@
-"""The run loop of `bench run`: for each (profile, spec) switch, health-gate, warm up, measure.
+"""The run loop of `bench run`: for each (profile, spec[, EAGLE-3 point]) switch, health-gate, warm up, measure.
+
+A cell is a (profile, spec) pair, plus, for each `--eagle3 S,K,D` point, a (profile, eagle3, point)
+cell switched with that point (control API `spec_params`) and labelled `profile+eagle3(S,K,D)`.
 
 Honesty rules enforced here:
 * warm-up requests are sent after every switch and never counted;
@@ -46,6 +49,7 @@ from launcher.runtime import activation
 from launcher.runtime.control_client import ControlClient
 
 OK_SWITCH = ("switched", "unchanged")
+EAGLE3 = "eagle3"  # the spec mode `--eagle3` points are switched under
 class MatrixRun:
     """One `bench run`: owns the bundle folder and the cells measured so far.
 
@@ -60,7 +64,7 @@ class MatrixRun:
         self.work_dir = Path(settings.out) / f".{self.run_id}.partial"  # where it is written until then
         self.prompts: list[Prompt] = build_workload(settings.workload, settings.num_prompts, settings.seed)
         self.cells: dict[str, dict[str, Any]] = {}
-        self.matrix: list[tuple[str, str]] = []
+        self.matrix: list[tuple[str, str, dict[str, int] | None]] = []  # (profile, spec, EAGLE-3 point)
         self.current: dict[str, Any] | None = None
         self.manifest: dict[str, Any] = {}
         self.started = False
@@ -86,7 +90,7 @@ class MatrixRun:
             "plans": {},  # cell -> the plan the server ran for it, as its control API reported it
             "settings": self.s.to_json(),
             "gate": asdict(correctness.GateSettings(min_exact_match=self.s.min_exact_match)),
-            "matrix": [bundle.cell_name(p, s) for p, s in self.matrix],
+            "matrix": [bundle.cell_name(p, s, sp) for p, s, sp in self.matrix],
         }
         bundle.write_manifest(self.work_dir, self.manifest)
         self.started = True
@@ -178,9 +182,9 @@ class MatrixRun:
             ) as progress:
                 self._progress = progress
                 self._task = progress.add_task("bench", total=per_cell * len(self.matrix))
-                for profile, spec in self.matrix:
+                for profile, spec, point in self.matrix:
                     before = progress.tasks[0].completed
-                    await self._run_cell(server, control, profile, spec)
+                    await self._run_cell(server, control, profile, spec, point)
                     progress.update(self._task, completed=before + per_cell)
             self._progress = None
         path = self.finish(complete=True)
@@ -189,20 +193,29 @@ class MatrixRun:
 
     async def _plan_matrix(
         self, control: ControlClient | None, status: dict[str, Any] | None, info: dict[str, Any]
-    ) -> list[tuple[str, str]]:
-        """The cells, from the server's own lists (switching) or its running profile (--no-switch)."""
+    ) -> list[tuple[str, str, dict[str, int] | None]]:
+        """The cells, from the server's own lists (switching) or its running profile (--no-switch);
+        each profile's spec modes first, then its `--eagle3` points."""
         s = self.s
         if not s.switching:
-            return [no_switch_label(s.profiles, s.specs, status, info)]
+            return [(*no_switch_label(s.profiles, s.specs, status, info), None)]
         assert control is not None
         where = f"the control API at {s.control}"
         profiles = resolve_profiles(s.profiles or RunSettings.DEFAULT_PROFILES, await control.profiles(), where)
-        specs = resolve_specs(s.specs or RunSettings.DEFAULT_SPECS, await control.spec_modes(), where)
-        return [(p, sp) for p in profiles for sp in specs]
+        modes = await control.spec_modes()
+        specs = resolve_specs(s.specs or RunSettings.DEFAULT_SPECS, modes, where)
+        points = list(s.eagle3 or [])
+        if points and EAGLE3 not in modes:
+            raise UserError(f"--eagle3 needs spec mode {EAGLE3}; {where} knows: {', '.join(modes) or '(none)'}")
+        cells: list[tuple[str, str, dict[str, int] | None]] = []
+        for p in profiles:
+            cells += [(p, sp, None) for sp in specs]
+            cells += [(p, EAGLE3, dict(point)) for point in points]
+        return cells
 
     async def _record_plan(self, control: ControlClient | None, cell: dict[str, Any]) -> None:
         """The plan the server runs now, from its control API, into the manifest and the cell."""
-        name = bundle.cell_name(cell["profile"], cell["spec"])
+        name = bundle.cell_key(cell)
         plan = None
         if control is not None:
             try:
@@ -235,17 +248,19 @@ class MatrixRun:
             return ""
         return activation.summary(cell["backends"])
 
-    async def _run_cell(self, server: ServerClient, control: ControlClient | None, profile: str, spec: str) -> None:
+    async def _run_cell(self, server: ServerClient, control: ControlClient | None, profile: str, spec: str,
+                        point: dict[str, int] | None = None) -> None:
         s = self.s
-        cell = new_cell(profile=profile, spec=spec, settings=s, num_prompts=len(self.prompts))
+        cell = new_cell(profile=profile, spec=spec, settings=s, num_prompts=len(self.prompts), spec_params=point)
         self.current = cell
+        name = bundle.cell_label(cell)
         if self._progress is not None:
             label = "SIMULATED " if self.simulated else ""
-            self._progress.update(self._task, description=f"{label}{profile} + {spec}")
+            self._progress.update(self._task, description=f"{label}{name}")
         if s.switching:
             assert control is not None
-            self._say(f"switching to {profile} + {spec} ...")
-            code, body = await control.switch(profile, spec, s.switch_timeout)
+            self._say(f"switching to {name} ...")
+            code, body = await control.switch(profile, spec, s.switch_timeout, spec_params=point)
             if code in (401, 403):
                 raise UserError(f"control API refused the switch (HTTP {code}): {body.get('error')}; set KIT_CONTROL_TOKEN")
             outcome = body.get("outcome") or ("failed" if code != 200 else "unknown")
@@ -258,19 +273,19 @@ class MatrixRun:
             if outcome not in OK_SWITCH:
                 cell["invalid_reason"] = f"switch {outcome}: {body.get('error') or 'no reason given'}"
                 wanted = body.get("to") or {}
-                self.manifest["plans"][bundle.cell_name(profile, spec)] = {
-                    "name": profile, "spec": spec, "digest": wanted.get("digest"),
+                self.manifest["plans"][bundle.cell_key(cell)] = {
+                    "name": profile, "spec": spec, "spec_params": point, "digest": wanted.get("digest"),
                     "error": f"never ran: {cell['invalid_reason']}",
                 }
                 record_plan(cell, wanted)
-                self._say(f"{profile} + {spec}: {cell['invalid_reason']}; going on with the next profile")
+                self._say(f"{name}: {cell['invalid_reason']}; going on with the next profile")
                 self._close_cell(cell)
                 return
         await self._record_plan(control, cell)
         missing = await self._check_backends(control, cell)
         if missing:
             cell["invalid_reason"] = f"expected backend not active: {missing}"
-            self._say(f"{profile} + {spec}: INVALID ({cell['invalid_reason']}); going on with the next profile")
+            self._say(f"{name}: INVALID ({cell['invalid_reason']}); going on with the next profile")
             self._close_cell(cell)
             return
         try:
@@ -297,9 +312,9 @@ class MatrixRun:
                 rep, rows = await measure_repeat(server=server, control=control, prompts=self.prompts, spec=spec,
                                                  concurrency=c, repeat=r, on_done=self._advance)
                 cell["per_repeat"].append(rep)
-                bundle.append_requests(self.work_dir, profile, spec, rows)
+                bundle.append_requests(self.work_dir, profile, spec, rows, point)
                 if not rep["valid"]:
-                    self._say(f"{profile} + {spec} c={c} repeat {r + 1}: INVALID ({rep['invalid_reason']})")
+                    self._say(f"{name} c={c} repeat {r + 1}: INVALID ({rep['invalid_reason']})")
                     try:
                         await server.wait_healthy(s.health_timeout)
                     except RuntimeFailure as exc:
@@ -318,7 +333,7 @@ class MatrixRun:
 
     def _close_cell(self, cell: dict[str, Any]) -> None:
         close_cell(cell, concurrency=self.s.concurrency, repeats=self.s.repeats)
-        key = bundle.cell_name(cell["profile"], cell["spec"])
+        key = bundle.cell_key(cell)
         self.cells[key] = cell
         if self.current is cell:
             self.current = None
@@ -326,7 +341,7 @@ class MatrixRun:
         verdict = "valid" if cell["valid"] else f"INVALID ({cell['invalid_reason']})"
         tps = cell.get("output_throughput_mean")
         detail = f", {tps:.1f} tok/s" if cell["valid"] and tps is not None else ""
-        self._say(f"{cell['profile']} + {cell['spec']}: {verdict}{detail}")
+        self._say(f"{bundle.cell_label(cell)}: {verdict}{detail}")
 
     def _apply_gate(self) -> None:
         apply_gate(run_dir=self.work_dir, cells=self.cells, min_exact_match=self.s.min_exact_match)

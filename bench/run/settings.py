@@ -30,7 +30,8 @@ class RunKnobs:
 
 @dataclass(kw_only=True)
 class RunSettings(RunKnobs):
-    """`profiles` and `specs` are what the user asked for (None: not given); the server resolves them."""
+    """`profiles` and `specs` are what the user asked for (None: not given); the server resolves them.
+    `eagle3`: the `--eagle3` points, each {"steps", "topk", "draft_tokens"}, measured as extra cells."""
 
     DEFAULT_PROFILES: ClassVar[str] = "stable"
     DEFAULT_SPECS: ClassVar[str] = "eagle3,off"
@@ -39,6 +40,7 @@ class RunSettings(RunKnobs):
     out: str
     profiles: str | None = None
     specs: str | None = None
+    eagle3: list[dict[str, int]] | None = None
     control: str | None = None
     control_given: bool = False  # --control or KIT_CONTROL_URL: an unreachable one is then an error
     concurrency: list[int] = field(default_factory=lambda: [1])

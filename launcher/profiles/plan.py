@@ -1,4 +1,4 @@
-"""Profile + spec mode (+ model overlay) + host facts -> Plan: the exact environment and SGLang command line.
+"""Profile + spec mode + host facts -> Plan: the exact environment and SGLang command line.
 
 This is the one module that turns profile keys into command-line flags.
 """
@@ -13,13 +13,16 @@ from collections.abc import Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from launcher import settings
 from launcher.errors import UserError
 from launcher.profiles import loader as profiles
 from launcher.profiles.envsubst import Placeholders, UnsetVariable, expand
 from launcher.profiles.hostfacts import HostFacts
+from launcher.profiles.spec_params import SpecParams, from_flags, from_server
+from launcher.profiles.spec_params import apply as apply_spec_params
+from launcher.profiles.spec_params import coerce as coerce_spec_params
 
 DEFAULT_SERVER_CMD = ("python", "-m", "sglang.launch_server")
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -43,9 +46,16 @@ class Plan(BaseModel):
     warnings: list[str]
     sources: list[str]
     server_url: str  # where the server answers, from the flags it was built with (a wildcard address on loopback)
-    # The model overlay laid last (profiles/model/<name>.toml), None for none; its flags and env are in
-    # `flags`/`env`, so both digests cover it. Left out of `to_json` when None.
-    model_overlay: str | None = None
+    # EAGLE's (steps, topk, draft_tokens) as the flags pin them (the overlay's, or a --spec-params point);
+    # None for off/ngram. Carried by the flags, so both digests follow it.
+    spec_params: SpecParams | None = None
+
+    @model_validator(mode="after")
+    def _spec_params_from_flags(self) -> Plan:
+        """A plan stored before plans carried `spec_params` reads them off its flags."""
+        if self.spec_params is None:
+            self.spec_params = from_flags(self.flags)
+        return self
 
     def digest(self) -> str:
         """Hash of what the server actually gets: env, flags (not the command that runs them), patches."""
@@ -64,8 +74,7 @@ class Plan(BaseModel):
         """Hash of the setup alone: env, flags without host-local values, patches, and the models' identity.
 
         Equal on two hosts that run the same setup with the model stored elsewhere or another port,
-        so a result can be reproduced and compared across hosts; `digest` still tells them apart. A
-        model overlay counts through what it sets (flags, env), not through its name."""
+        so a result can be reproduced and compared across hosts; `digest` still tells them apart."""
         payload = {"env": self.env, "flags": split_local(self.flags)[0], "patches": sorted(self.patches),
                    "model": self.model()}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
@@ -77,8 +86,6 @@ class Plan(BaseModel):
 
     def to_json(self) -> dict:
         data = self.model_dump()
-        if data.get("model_overlay") is None:
-            data.pop("model_overlay", None)
         data["digest"] = self.digest()
         data["setup_digest"] = self.setup_digest()
         data["local"] = self.local()
@@ -124,21 +131,10 @@ def _scalar_str(value: object) -> str:
     return str(value)
 
 
-def model_overlay_of(model_overlay: str | None, environ: Mapping[str, str]) -> str | None:
-    """The model overlay to lay: `model_overlay` when given ("" is none), else the MODEL_OVERLAY setting."""
-    if model_overlay is None:
-        return settings.MODEL_OVERLAY.get(environ)
-    return model_overlay or None
-
-
-def resolve(profile: str, spec: str, environ: Mapping[str, str],
-            model_overlay: str | None = None) -> tuple[profiles.Resolved, dict[str, str], dict]:
-    """Load, lay the spec overlay and the model overlay (a name; None: none), and expand `${VAR}`
-    references in every value."""
+def resolve(profile: str, spec: str, environ: Mapping[str, str]) -> tuple[profiles.Resolved, dict[str, str], dict]:
+    """Load, lay the spec overlay, and expand `${VAR}` references in every value."""
     res = profiles.load(profile)
     profiles.apply_spec(res, spec)
-    if model_overlay:
-        profiles.apply_model_overlay(res, model_overlay)
     unset: list[str] = []  # every unset variable is named in one error, not one per attempt
 
     def value_of(value: str, where: str) -> str:
@@ -199,18 +195,20 @@ def evaluate(
     *,
     environ: Mapping[str, str] | None = None,
     use_parser: bool = False,
-    model_overlay: str | None = None,
+    spec_params: SpecParams | dict | str | None = None,
 ):
     """Build the plan and every rule finding, without raising on rule errors (doctor needs them all).
 
-    `model_overlay`: a model overlay's name, "" for none; None reads the MODEL_OVERLAY setting from
-    `environ` (a deployment's choice, so every plan a server builds carries it)."""
+    `spec_params`: an EAGLE point (steps, topk, draft_tokens) replacing the spec overlay's three flags;
+    UserError naming it when the spec mode is not EAGLE."""
     from launcher.profiles import rules
 
     env_src = dict(os.environ) if environ is None else environ
     spec = spec or settings.default_spec(env_src)
-    overlay = model_overlay_of(model_overlay, env_src)
-    res, env, server = resolve(profile, spec, env_src, overlay)
+    res, env, server = resolve(profile, spec, env_src)
+    point = coerce_spec_params(spec_params)
+    if point is not None:
+        apply_spec_params(server, point, spec)
     flags = compose_flags(server)
     ctx = rules.Context(resolved=res, spec=spec, env=env, server=server, facts=host_facts, flags=flags)
     findings = rules.evaluate(ctx, use_parser=use_parser)
@@ -232,7 +230,7 @@ def evaluate(
         warnings=[f.message for f in findings if f.level == "warning"],
         sources=[str(p) for p in res.chain],
         server_url=reach_url(server),
-        model_overlay=overlay,
+        spec_params=from_server(server),
     )
     return plan, findings
 

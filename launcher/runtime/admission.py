@@ -6,6 +6,7 @@ from launcher import settings
 from launcher.errors import UserError
 from launcher.profiles import sglang_args
 from launcher.profiles.plan import Plan, build_plan
+from launcher.profiles.spec_params import SpecParams
 
 
 def host_facts():
@@ -23,11 +24,12 @@ def patch_check() -> str:
     return settings.KIT_PATCH_CHECK.get() or "enforce"
 
 
-def validated_plan(profile: str, spec: str) -> Plan:
-    """The plan for (profile, spec), or UserError (HTTP 400 / exit 2) with nothing changed."""
+def validated_plan(profile: str, spec: str, spec_params: SpecParams | None = None) -> Plan:
+    """The plan for (profile, spec) at an EAGLE point (None: the spec overlay's), or UserError
+    (HTTP 400 / exit 2) with nothing changed; a point for a spec mode that is not EAGLE is one."""
     from launcher.runtime import patch_record
 
-    plan = build_plan(profile, spec, host_facts(), use_parser=sglang_args.available())
+    plan = build_plan(profile, spec, host_facts(), use_parser=sglang_args.available(), spec_params=spec_params)
     if patch_check() == "enforce":
         absent = patch_record.missing(plan.patches)
         if absent:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from launcher import settings, state_layout
 from launcher.errors import KitError, UserError, run_cli
 from launcher.profiles.loader import check_name
+from launcher.profiles.spec_params import SpecParams
 from launcher.runtime.lifecycle import Busy, Lifecycle
 from launcher.runtime.metrics import KitCollector
 from launcher.runtime.states import SWITCH_TIMEOUT_MAX_S as TIMEOUT_MAX
@@ -29,12 +30,14 @@ from launcher.runtime.states import Outcome
 
 
 class SwitchRequest(BaseModel):
-    """POST /switch body. timeout_s: a finite number of seconds in (0, SWITCH_TIMEOUT_MAX_S]."""
+    """POST /switch body. timeout_s: a finite number of seconds in (0, SWITCH_TIMEOUT_MAX_S];
+    spec_params: an EAGLE-3 point {"steps", "topk", "draft_tokens"} (whole numbers >= 1, nothing else)."""
 
     model_config = ConfigDict(extra="forbid")
     profile: Annotated[str, Field(strict=True)]
     spec: Annotated[str | None, Field(strict=True)] = None
     timeout_s: Annotated[float | None, Field(strict=True, gt=0, le=TIMEOUT_MAX, allow_inf_nan=False)] = None
+    spec_params: SpecParams | None = None
 
 
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
@@ -57,7 +60,11 @@ def _authorized(request: web.Request) -> web.Response | None:
 
 
 async def get_status(request: web.Request) -> web.Response:
-    return web.json_response(request.app[LIFECYCLE].status())
+    rt = request.app[LIFECYCLE]
+    st = rt.status()
+    # The running EAGLE point beside profile and spec (None for off/ngram, or before any plan).
+    st.setdefault("spec_params", rt.current.spec_params.model_dump() if rt.current and rt.current.spec_params else None)
+    return web.json_response(st)
 
 
 async def get_metrics(request: web.Request) -> web.Response:
@@ -98,7 +105,8 @@ async def post_switch(request: web.Request) -> web.Response:
     denied = _authorized(request)
     if denied:
         return denied
-    usage = (f'body must be JSON {{"profile": str, "spec": str, "timeout_s": number in (0, {TIMEOUT_MAX:.0f}]}}')
+    usage = (f'body must be JSON {{"profile": str, "spec": str, "timeout_s": number in (0, {TIMEOUT_MAX:.0f}], '
+             '"spec_params": {"steps": int, "topk": int, "draft_tokens": int} (each >= 1, EAGLE-3 only)}')
     try:
         raw = json.loads(await request.read())
     except (ValueError, RecursionError):
@@ -114,7 +122,7 @@ async def post_switch(request: web.Request) -> web.Response:
     except UserError as exc:
         return _bad_request(str(exc))
     try:
-        entry = await rt.switch(profile, spec, req.timeout_s)
+        entry = await rt.switch(profile, spec, req.timeout_s, req.spec_params)
     except Busy:
         return web.json_response({"error": "another switch is running; retry when /status shows it finished"}, status=409)
     except UserError as exc:

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from launcher import settings
 from launcher.errors import RuntimeFailure, UserError, run_cli
+from launcher.profiles.spec_params import parse as parse_spec_params
 from launcher.runtime.control_client import ControlClient, SyncControlClient
 from launcher.runtime.states import OK_OUTCOMES
 
@@ -19,9 +20,9 @@ from launcher.runtime.states import OK_OUTCOMES
 async def _switch_with_spinner(args: argparse.Namespace, token: str) -> tuple[int, dict]:
     """POST /switch while polling /status for the phase, shown with the elapsed time."""
     console = Console(stderr=True)
-    label = f"switching to {args.profile} + {args.spec}"
+    label = f"switching to {_target(args)}"
     async with ControlClient(args.url, token) as client, ControlClient(args.url) as poller:
-        call = asyncio.create_task(client.switch(args.profile, args.spec, args.timeout_s))
+        call = asyncio.create_task(client.switch(args.profile, args.spec, args.timeout_s, spec_params=args.point))
         t0 = time.monotonic()
         with console.status(label) as spinner:
             while not call.done():
@@ -31,6 +32,11 @@ async def _switch_with_spinner(args: argparse.Namespace, token: str) -> tuple[in
                     phase = (await poller.status(timeout=2)).get("phase") or "…"
                 spinner.update(f"{label}: {phase} ({time.monotonic() - t0:.1f}s)")
         return call.result()
+
+
+def _target(args: argparse.Namespace) -> str:
+    """`fused + eagle3`, or `fused + eagle3(1,1,2)` with --spec-params."""
+    return f"{args.profile} + {args.spec}{args.point.label() if args.point else ''}"
 
 
 def _switch(args: argparse.Namespace) -> int:
@@ -49,7 +55,7 @@ def _switch(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(body, indent=2))
     else:
-        print(f"{outcome}: {args.profile} + {args.spec}" + (f" in {total:.1f}s" if total is not None else ""))
+        print(f"{outcome}: {_target(args)}" + (f" in {total:.1f}s" if total is not None else ""))
         if body.get("error"):
             print(f"reason: {body['error']}")
         if body.get("rollback_error"):
@@ -79,7 +85,9 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
-    print(f"{st.get('profile')} + {st.get('spec')}  state={st.get('state')}  health={st.get('health')}  "
+    sp = st.get("spec_params")
+    point = f"({sp.get('steps')},{sp.get('topk')},{sp.get('draft_tokens')})" if isinstance(sp, dict) else ""
+    print(f"{st.get('profile')} + {st.get('spec')}{point}  state={st.get('state')}  health={st.get('health')}  "
           f"restarts={st.get('restarts')}  since {st.get('since_iso')}")
     if st.get("patch_check") and st["patch_check"] != "enforce":
         print(f"patch check: {st['patch_check']} ({settings.KIT_PATCH_CHECK.name})")
@@ -112,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("profile")
     s.add_argument("--spec", default=None, help="default $SPEC, else eagle3")
     s.add_argument("--timeout-s", type=_timeout, default=None, help="health-gate timeout for the new profile")
+    s.add_argument("--spec-params", default=None, metavar="S,K,D",
+                   help="EAGLE-3 point: steps, top-k, draft tokens (replaces the eagle3 overlay's; e.g. 1,1,2)")
     s.add_argument("--url", default=None, help="default $KIT_CONTROL_URL, else http://$KIT_CONTROL_HOST:$KIT_CONTROL_PORT")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=_switch)
@@ -125,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         args.url = args.url or settings.control_url()
         if hasattr(args, "spec"):
             args.spec = args.spec or settings.default_spec()
+            args.point = parse_spec_params(args.spec_params) if args.spec_params is not None else None
         return args.fn(args)
 
     return run_cli(body)

@@ -107,12 +107,15 @@ class ControlClient:
         return plan if isinstance(plan, dict) else None
 
     async def switch(self, profile: str, spec: str, timeout_s: float | None,
-                     deadline_s: float | None = None) -> tuple[int, dict[str, Any]]:
+                     deadline_s: float | None = None, spec_params: Any = None) -> tuple[int, dict[str, Any]]:
         """POST /switch; returns (HTTP status, body). The call lasts as long as the switch does, and at
         most `deadline_s` in all (default switch_deadline_s(timeout_s)): a total, not a per-read timeout,
-        so a server that trickles bytes cannot stretch it."""
+        so a server that trickles bytes cannot stretch it. `spec_params`: an EAGLE-3 point (a SpecParams
+        or a {"steps", "topk", "draft_tokens"} mapping), sent only when given."""
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        body = {"profile": profile, "spec": spec, "timeout_s": timeout_s}
+        body: dict[str, Any] = {"profile": profile, "spec": spec, "timeout_s": timeout_s}
+        if spec_params is not None:
+            body["spec_params"] = spec_params.model_dump() if hasattr(spec_params, "model_dump") else dict(spec_params)
         deadline = switch_deadline_s(timeout_s) if deadline_s is None else deadline_s
         try:
             async with asyncio.timeout(deadline):
@@ -153,5 +156,5 @@ class SyncControlClient:
         return self._run(lambda c: c.profiles())
 
     def switch(self, profile: str, spec: str, timeout_s: float | None,
-               deadline_s: float | None = None) -> tuple[int, dict[str, Any]]:
-        return self._run(lambda c: c.switch(profile, spec, timeout_s, deadline_s))
+               deadline_s: float | None = None, spec_params: Any = None) -> tuple[int, dict[str, Any]]:
+        return self._run(lambda c: c.switch(profile, spec, timeout_s, deadline_s, spec_params))

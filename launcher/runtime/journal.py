@@ -24,6 +24,7 @@ class Label(BaseModel):
     model_config = ConfigDict(extra="ignore")
     profile: str
     spec: str
+    spec_params: dict[str, int] | None = None  # the plan's EAGLE point (switch.label); None when not EAGLE
     digest: str | None = None
 
 
@@ -37,7 +38,11 @@ class Journal(BaseModel):
     to: Label | None = None
 
     def record(self) -> dict:
-        return self.model_dump(by_alias=True)
+        data = self.model_dump(by_alias=True)
+        for side in ("from", "to"):  # a label without a point reads as it did before points
+            if isinstance(data.get(side), dict) and data[side].get("spec_params") is None:
+                data[side].pop("spec_params")
+        return data
 
 
 def begin(sd: Path, from_: dict | None, to: dict, phase: str = Phase.DRAINING) -> Journal:

@@ -26,6 +26,7 @@ import httpx
 from launcher import settings, state_layout
 from launcher.errors import RuntimeFailure
 from launcher.profiles.plan import Plan, reach_url
+from launcher.profiles.spec_params import SpecParams
 from launcher.runtime import activation, journal, metrics
 from launcher.runtime import state as runtime_state
 from launcher.runtime.admission import patch_check, validated_plan
@@ -339,12 +340,13 @@ class Lifecycle:
         return entry
 
     # ----- a switch --------------------------------------------------------------------------------
-    async def switch(self, profile: str, spec: str, timeout_s: float | None) -> dict:
+    async def switch(self, profile: str, spec: str, timeout_s: float | None, spec_params: SpecParams | None = None) -> dict:
         """Validate, then switch under the lock; the history entry. Busy when another switch runs,
-        UserError for a plan that does not validate, RuntimeFailure when the journal cannot be written."""
+        UserError for a plan that does not validate, RuntimeFailure when the journal cannot be written.
+        `spec_params`: an EAGLE point; it is in the plan's flags, so "unchanged" (equal digests) means the same point."""
         if self.lock.locked():
             raise Busy
-        plan = await asyncio.to_thread(validated_plan, profile, spec)
+        plan = await asyncio.to_thread(validated_plan, profile, spec, spec_params)
         if self.lock.locked():  # another switch started while this one was validating
             raise Busy
         async with self.lock:  # no await between the check and here: one event loop, so atomic

@@ -280,4 +280,6 @@ def label(plan: Plan | None) -> dict | None:
     """A plan as history and the journal name it."""
     if plan is None:
         return None
-    return {"profile": plan.name, "spec": plan.spec, "digest": plan.digest()}
+    sp = plan.spec_params
+    return {"profile": plan.name, "spec": plan.spec, "spec_params": sp.model_dump() if sp else None,
+            "digest": plan.digest()}

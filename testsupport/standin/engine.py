@@ -92,11 +92,13 @@ class Engine:
 
     @property
     def accept_length(self) -> float:
-        return simulation.effective_accept_length(self.settings, self.args.speculative)
+        return simulation.effective_accept_length(self.settings, self.args.speculative, self.args.eagle_point)
 
     @property
     def interval_ms(self) -> float:
-        return self.settings.verify_ms if self.args.speculative else self.settings.decode_ms
+        if not self.args.speculative:
+            return self.settings.decode_ms
+        return simulation.verify_interval_ms(self.settings, self.args.eagle_point)
 
     def max_tokens(self, requested: int | None) -> int:
         return self.settings.default_max_tokens if requested is None else requested

@@ -28,6 +28,14 @@ class ServerArgs:
         """Any speculative algorithm (EAGLE3, NGRAM, ...) turns on verify-pass timing."""
         return bool(self.speculative_algorithm) and self.speculative_algorithm.upper() != "NONE"
 
+    @property
+    def eagle_point(self) -> tuple[int, int, int] | None:
+        """(steps, topk, draft tokens) under EAGLE/EAGLE3 with all three given; None otherwise."""
+        values = (self.speculative_num_steps, self.speculative_eagle_topk, self.speculative_num_draft_tokens)
+        if (self.speculative_algorithm or "").upper() not in ("EAGLE", "EAGLE3") or any(v is None for v in values):
+            return None
+        return values  # type: ignore[return-value]
+
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 

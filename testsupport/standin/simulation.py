@@ -21,6 +21,24 @@ How a request of ``N = max_new_tokens`` tokens is served (N is always reached: t
 
 The lifetime ``avg_spec_accept_length`` in /server_info is total tokens over total verify passes of
 all chunks sent so far, which (SGLang-like) is cumulative since start.
+
+EAGLE speculation parameters (``--speculative-algorithm EAGLE``/``EAGLE3`` with all of
+``--speculative-num-steps S``, ``--speculative-eagle-topk K``, ``--speculative-num-draft-tokens D``;
+``eagle_point_figures``): the settings' ``verify_ms`` and ``accept_length`` are the figures at the
+reference point (3, 1, 4), the eagle3 overlay's, and are used unchanged there. Another point scales them:
+
+* verify cost grows with the steps: a pass is one target verify forward plus S draft forwards, each
+  draft forward costing ``DRAFT_STEP_SHARE`` (0.25) of the target's, so
+  ``verify_ms(S) = verify_ms * (1 + 0.25 S) / (1 + 0.25 * 3)``;
+* accepted tokens grow with the draft tokens and saturate: the i-th draft token beyond the first is
+  accepted with a chance that falls geometrically (``ACCEPT_DECAY`` 0.6), so
+  ``A(D) = 1 + (accept_length - 1) * (1 - 0.6^(D-1)) / (1 - 0.6^3)``, at most D, and at most
+  ``1 + (accept_length - 1) / (1 - 0.6^3)`` however large D is;
+* top-k is not modelled (SGLang's own checks on it are the plan's, launcher/profiles/rules/speculation.py).
+
+Throughput goes as ``A / verify_ms``, so the optimum is not the largest point: with the defaults
+(accept_length 2.0) (1,1,2) and (2,1,3) beat (3,1,4) by about 6 %, and (7,1,8) is about 29 % slower.
+A non-EAGLE algorithm (NGRAM) keeps the settings' figures.
 """
 
 from __future__ import annotations
@@ -44,6 +62,26 @@ _CORRUPT_SALT = "corrupt"
 _CLEAN_SALT = "clean"
 
 
+REFERENCE_POINT = (3, 1, 4)  # (steps, topk, draft tokens) the settings' verify_ms and accept_length describe
+DRAFT_STEP_SHARE = 0.25  # one draft forward's cost, as a share of the target's verify forward
+ACCEPT_DECAY = 0.6  # each further draft token is accepted with this much less chance than the one before
+
+
+def eagle_point_figures(verify_ms: float, accept_length: float, point: tuple[int, int, int] | None) -> tuple[float, float]:
+    """``(verify_ms, accept_length)`` at an EAGLE point ``(steps, topk, draft_tokens)`` from the figures at
+    REFERENCE_POINT (the module docstring gives the model); the figures unchanged at it or for None."""
+    if point is None:
+        return verify_ms, accept_length
+    steps, _topk, draft = point
+    ref_steps, _, ref_draft = REFERENCE_POINT
+    if (steps, draft) == (ref_steps, ref_draft):
+        return verify_ms, accept_length
+    verify = verify_ms * (1 + DRAFT_STEP_SHARE * steps) / (1 + DRAFT_STEP_SHARE * ref_steps)
+    gain = (1 - ACCEPT_DECAY ** (max(draft, 1) - 1)) / (1 - ACCEPT_DECAY ** (ref_draft - 1))
+    accept = min(float(max(draft, 1)), 1 + (accept_length - 1) * gain)
+    return verify, max(1.0, round(accept, 6))
+
+
 def accept_fraction(accept_length: float) -> Fraction:
     """The accept length as an exact fraction, so the schedule has no float rounding surprises."""
     if accept_length < 1:
@@ -51,11 +89,18 @@ def accept_fraction(accept_length: float) -> Fraction:
     return Fraction(accept_length).limit_denominator(1_000_000)
 
 
-def effective_accept_length(settings: StandinSettings, speculative: bool) -> float:
-    """Tokens per chunk the server will use: 1.0 without speculation or with corrupt output."""
+def effective_accept_length(settings: StandinSettings, speculative: bool,
+                            point: tuple[int, int, int] | None = None) -> float:
+    """Tokens per chunk the server will use: 1.0 without speculation or with corrupt output; at an
+    EAGLE ``point`` the settings' figure scaled by ``eagle_point_figures``."""
     if not speculative or settings.corrupt_output:
         return 1.0
-    return settings.accept_length
+    return eagle_point_figures(settings.verify_ms, settings.accept_length, point)[1]
+
+
+def verify_interval_ms(settings: StandinSettings, point: tuple[int, int, int] | None = None) -> float:
+    """One verify pass's interval: the settings' ``verify_ms``, scaled at an EAGLE ``point``."""
+    return eagle_point_figures(settings.verify_ms, settings.accept_length, point)[0]
 
 
 def chunk_token_counts(max_new_tokens: int, accept_length: float, speculative: bool) -> list[int]:

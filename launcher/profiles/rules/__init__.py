@@ -40,7 +40,7 @@ from launcher.profiles.rules.parent_env import (
     parent_set_env_conflict,
 )
 from launcher.profiles.rules.parser import sglang_flags
-from launcher.profiles.rules.speculation import speculation_in_profile
+from launcher.profiles.rules.speculation import eagle_spec_params, speculation_in_profile
 
 Rule = Callable[[Context], Iterator[Finding]]
 
@@ -67,6 +67,7 @@ RULES: list[tuple[Rule, bool]] = [
     (pcie_ipc_prefill_rows, False),
     (graph_mixing_off_with_eager_nccl, False),
     (p2p_level_across_sockets, False),
+    (eagle_spec_params, False),
 ]
 
 
