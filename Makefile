@@ -6,8 +6,8 @@
 #   make bench                      every profile end to end, side by side, with a report
 #   make down
 #
-# Checks of PROFILE, SPEC and MODEL_PATH are plain make and shell, plus the host's python3 (3.11 or
-# newer, standard library only) asking the launcher which profiles and spec modes exist
+# Checks of PROFILE, SPEC, MODEL_OVERLAY and MODEL_PATH are plain make and shell, plus the host's python3
+# (3.11 or newer, standard library only) asking the launcher which profiles, spec modes and model overlays exist
 # (launcher/profiles/catalog.py), so they work on a host without the kit's Python environment, and
 # they stop before any docker command runs. `make -n VERB` prints the docker commands a verb runs.
 
@@ -16,6 +16,9 @@ SHELL := /bin/sh
 
 PROFILE ?= $(or $(call dotenv,PROFILE),baseline)
 SPEC ?= $(or $(call dotenv,SPEC),$(DEFAULT_SPEC))
+# The model overlay (profiles/model/<name>.toml) laid over every profile: one choice per deployment,
+# so `make switch` keeps the server's. Empty: none.
+MODEL_OVERLAY ?= $(call dotenv,MODEL_OVERLAY)
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 HADOLINT ?= $(if $(wildcard $(VENV)/bin/hadolint),$(VENV)/bin/hadolint,hadolint)
@@ -61,6 +64,10 @@ catalog = $(eval CATALOG_OUT := $(shell (KIT_PROFILES_DIR=$(call shquote,$(KIT_P
 KNOWN_PROFILES = $(eval KNOWN_PROFILES := $(call catalog,profiles))$(KNOWN_PROFILES)
 KNOWN_SPECS = $(eval KNOWN_SPECS := $(call catalog,specs))$(KNOWN_SPECS)
 DEFAULT_SPEC = $(eval DEFAULT_SPEC := $(call catalog,default-spec))$(DEFAULT_SPEC)
+KNOWN_MODEL_OVERLAYS = $(eval KNOWN_MODEL_OVERLAYS := $(call catalog,model-overlays))$(KNOWN_MODEL_OVERLAYS)
+# MODEL_OVERLAY=<value> goes on a command only when it, or .env, names one: an empty value then still
+# wins over .env, and nothing changes for a deployment without one.
+MODEL_OVERLAY_ARG = $(if $(or $(MODEL_OVERLAY),$(call dotenv,MODEL_OVERLAY)),MODEL_OVERLAY=$(MODEL_OVERLAY) )
 # Compose cannot split a colon-separated variable into volumes, so with KIT_PROFILES_DIR set the
 # launcher writes an override that mounts each folder read-only at its own path in the server and
 # bench containers and passes the variable on; every compose verb lays it over the compose file.
@@ -70,6 +77,7 @@ COMPOSE_FILES = $(if $(KIT_PROFILES_DIR), $(if $(filter -f --file,$(COMPOSE)),,-
 
 # ---- checks, before any recipe runs --------------------------------------------------------------
 PROFILE_GOALS := up switch show allreduce fleet-switch
+MODEL_OVERLAY_GOALS := up show allreduce
 MODEL_GOALS := up bench allreduce
 
 ifneq ($(filter $(PROFILE_GOALS),$(MAKECMDGOALS)),)
@@ -78,6 +86,14 @@ $(error unknown PROFILE '$(PROFILE)'. Known profiles: $(KNOWN_PROFILES) (profile
 endif
 ifneq ($(words $(SPEC))$(filter $(SPEC),$(KNOWN_SPECS)),1$(SPEC))
 $(error unknown SPEC '$(SPEC)'. Known spec modes: $(KNOWN_SPECS) (profiles/spec/<mode>.toml$(if $(KIT_PROFILES_DIR), or <dir>/spec/<mode>.toml for a dir in KIT_PROFILES_DIR)))
+endif
+endif
+
+ifneq ($(filter $(MODEL_OVERLAY_GOALS),$(MAKECMDGOALS)),)
+ifneq ($(strip $(MODEL_OVERLAY)),)
+ifneq ($(words $(MODEL_OVERLAY))$(filter $(MODEL_OVERLAY),$(KNOWN_MODEL_OVERLAYS)),1$(MODEL_OVERLAY))
+$(error unknown MODEL_OVERLAY '$(MODEL_OVERLAY)'. Known model overlays: $(or $(KNOWN_MODEL_OVERLAYS),(none)) (profiles/model/<name>.toml$(if $(KIT_PROFILES_DIR), or <dir>/model/<name>.toml for a dir in KIT_PROFILES_DIR)); leave it empty for none)
+endif
 endif
 endif
 
@@ -123,10 +139,10 @@ EXEC_T = $(shell [ -t 0 ] || echo -T)
 .PHONY: help build up switch status down logs bench allreduce doctor demo test e2e lint check show profiles venv docs fleet-up fleet-status fleet-switch monitor
 
 help: ## list the verbs (this text)
-	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>]\n\nVerbs:\n'
+	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>] [MODEL_OVERLAY=<model overlay>]\n\nVerbs:\n'
 	@grep -E '^[a-z0-9-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed 's/:.*## /|/' | awk -F'|' '{printf "  %-10s %s\n", $$1, $$2}'
-	@printf '\nProfiles:   %s\nSpec modes: %s\nNow:        PROFILE=%s SPEC=%s PY=%s\n' \
-		'$(KNOWN_PROFILES)' '$(KNOWN_SPECS)' '$(PROFILE)' '$(SPEC)' '$(PY)'
+	@printf '\nProfiles:       %s\nSpec modes:     %s\nModel overlays: %s\nNow:            PROFILE=%s SPEC=%s MODEL_OVERLAY=%s PY=%s\n' \
+		'$(KNOWN_PROFILES)' '$(KNOWN_SPECS)' '$(KNOWN_MODEL_OVERLAYS)' '$(PROFILE)' '$(SPEC)' '$(MODEL_OVERLAY)' '$(PY)'
 
 build: $(PROFILES_OVERRIDE_DEP)
 build: ## build the server and bench images (labels carry the patch-set hash and git revision)
@@ -140,14 +156,14 @@ up: ## build if needed, start SGLang with PROFILE and SPEC, wait until /health a
 	$(BASE_CHECK)
 	$(BUILD_ENV) $(COMPOSE_CMD) build $(BUILD_ARGS) server
 	mkdir -p $(RESULTS_DIR)
-	PROFILE=$(PROFILE) SPEC=$(SPEC) $(COMPOSE_CMD) up -d server
+	$(MODEL_OVERLAY_ARG)PROFILE=$(PROFILE) SPEC=$(SPEC) $(COMPOSE_CMD) up -d server
 	@cid=$$($(COMPOSE_CMD) ps -q server); start=$$(date +%s); last=-30; \
 	echo "waiting for the server to become healthy (up to $(UP_TIMEOUT)s; loading a large model takes minutes)"; \
 	while :; do \
 		state=$$($(DOCKER) inspect -f '{{.State.Status}}/{{if .State.Health}}{{.State.Health.Status}}{{end}}' "$$cid") || exit 1; \
 		elapsed=$$(( $$(date +%s) - start )); \
 		case "$$state" in \
-		running/healthy) echo "server healthy after $${elapsed}s: PROFILE=$(PROFILE) SPEC=$(SPEC); make status, make logs"; exit 0 ;; \
+		running/healthy) echo "server healthy after $${elapsed}s: PROFILE=$(PROFILE) SPEC=$(SPEC)$(if $(MODEL_OVERLAY), MODEL_OVERLAY=$(MODEL_OVERLAY)); make status, make logs"; exit 0 ;; \
 		running/starting|running/) ;; \
 		*) echo "server is $$state after $${elapsed}s; see: make logs" >&2; exit 1 ;; \
 		esac; \
@@ -191,7 +207,7 @@ allreduce: ## all-reduce latency for PROFILE's environment beside nccl-tests, in
 	$(BASE_CHECK)
 	$(BUILD_ENV) $(COMPOSE_CMD) build $(BUILD_ARGS) server
 	mkdir -p $(RESULTS_DIR)
-	$(COMPOSE_CMD) run --rm --no-deps --entrypoint bench server allreduce --profile $(PROFILE) \
+	$(MODEL_OVERLAY_ARG)$(COMPOSE_CMD) run --rm --no-deps --entrypoint bench server allreduce --profile $(PROFILE) \
 		--out /results/allreduce/$$(date -u +%Y%m%dT%H%M%SZ)-$(PROFILE) $(ALLREDUCE_ARGS)
 
 doctor: $(PROFILES_OVERRIDE_DEP)
@@ -260,8 +276,8 @@ check: ## validate every profile: schema, rules, SGLang's own argument parser wh
 	$(PY) -m launcher check --all
 
 show: $(VENV_KIT_STAMP)
-show: ## print the resolved plan (env and SGLang command line) for PROFILE and SPEC
-	$(PY) -m launcher show $(PROFILE) --spec $(SPEC)$(if $(wildcard .env), --env-file .env)
+show: ## print the resolved plan (env and SGLang command line) for PROFILE, SPEC and MODEL_OVERLAY
+	$(PY) -m launcher show $(PROFILE) --spec $(SPEC)$(if $(MODEL_OVERLAY_ARG), --model-overlay '$(MODEL_OVERLAY)')$(if $(wildcard .env), --env-file .env)
 
 FLEET ?= $(call dotenv,FLEET)
 fleet-up: $(VENV_KIT_STAMP)

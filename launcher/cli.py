@@ -57,6 +57,16 @@ def _spec_params(args: argparse.Namespace):
     return parse(args.spec_params)
 
 
+def _model_overlay_arg(p: argparse.ArgumentParser, extra: str = "") -> None:
+    p.add_argument("--model-overlay", default=None, metavar="NAME",
+                   help=f"model overlay laid last (profiles/model/<name>.toml), '' for none{extra} "
+                        f"(default ${settings.MODEL_OVERLAY.name}, else none)")
+
+
+def _combo_label(spec: str, overlay: str | None) -> str:
+    return spec + (f" + model {overlay}" if overlay else "")
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     from launcher.profiles.loader import describe_all, search_dirs
 
@@ -83,13 +93,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     _load_env_file(args.env_file)
     # The real parser as `check` and `render` use it: show never prints flags SGLang would refuse.
     plan = build_plan(args.profile, _spec(args), _facts(args.host_facts), use_parser=sglang_args.available(),
-                      spec_params=_spec_params(args))
+                      model_overlay=args.model_overlay, spec_params=_spec_params(args))
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
         return 0
     import shlex
 
-    print(f"# {plan.name} + spec {plan.spec} ({plan.status}): {plan.description}")
+    model = f" + model {plan.model_overlay}" if plan.model_overlay else ""
+    print(f"# {plan.name} + spec {plan.spec}{model} ({plan.status}): {plan.description}")
     if plan.spec_params is not None:
         sp = plan.spec_params
         print(f"# spec params: steps {sp.steps}, topk {sp.topk}, draft tokens {sp.draft_tokens}")
@@ -110,8 +121,15 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from launcher.profiles import sglang_args
-    from launcher.profiles.loader import available_names, spec_modes
-    from launcher.profiles.plan import check_environ, evaluate
+    from launcher.profiles.loader import (
+        MODEL_DIR,
+        available_names,
+        find_file,
+        model_overlays,
+        spec_modes,
+        unknown_model_overlay,
+    )
+    from launcher.profiles.plan import check_environ, evaluate, model_overlay_of
 
     every = args.all or not args.profiles
     names = available_names() if every else args.profiles
@@ -120,6 +138,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     # for must run EAGLE (a point for ngram/off is an error naming it, from the plan).
     spec_arg = args.spec or ("eagle3" if point is not None else "all")
     specs = spec_modes() if spec_arg == "all" else [spec_arg]
+    # Every profile: every model overlay too (and none); named profiles: the one MODEL_OVERLAY names.
+    chosen = args.model_overlay if args.model_overlay is not None else ("all" if every else None)
+    overlays: list[str | None] = [None, *model_overlays()] if chosen == "all" else [model_overlay_of(chosen, os.environ)]
+    # A wrong name is the answer, not a FAIL per plan; --all checks every overlay but still names a
+    # wrong MODEL_OVERLAY, which the server would refuse to start with.
+    asked = [o for o in overlays if o]
+    if args.model_overlay is None and settings.MODEL_OVERLAY.get():
+        asked.append(settings.MODEL_OVERLAY.get())
+    for overlay in asked:
+        if find_file(overlay, MODEL_DIR) is None:
+            raise unknown_model_overlay(overlay)
+    combos = [(spec, overlay) for spec in specs for overlay in overlays]
     use_parser = sglang_args.available()
     if args.require_parser and not use_parser:
         raise UserError("sglang is not importable, so flags cannot be checked; install sglang==0.5.23 (see .ci/run)")
@@ -129,32 +159,38 @@ def cmd_check(args: argparse.Namespace) -> int:
     warned: dict[str, dict[str, list[str]]] = {}  # warning -> profile -> spec modes: each printed once
     for name in names:
         file_errors: set[str] = set()
-        for spec in specs:
+        for spec, overlay in combos:
+            label = f"{name} + {_combo_label(spec, overlay)}"
             try:
-                _, findings = evaluate(name, spec, facts, environ=env, use_parser=use_parser, spec_params=point)
+                _, findings = evaluate(name, spec, facts, environ=env, use_parser=use_parser, model_overlay=overlay or "",
+                                       spec_params=point)
             except UserError as exc:
                 if not every or point is not None:  # a point the mode cannot take is the answer, not a row  # a profile named on the command line: its error is the answer
                     raise
                 # --all: one broken file must not hide the others
-                print(f"FAIL  {name} + {spec}")
+                print(f"FAIL  {label}")
                 print(f"      error: {exc}" if str(exc) not in file_errors else "      error: as above")
                 file_errors.add(str(exc))
                 bad += 1
                 continue
             errors = [f for f in findings if f.level in ("error", "ineligible")]
-            print(f"{'FAIL' if errors else 'ok  '}  {name} + {spec}")
+            print(f"{'FAIL' if errors else 'ok  '}  {label}")
             for f in errors:
                 print(f"      {f.level}: {f.render()}")
             for f in findings:
                 if f.level == "warning":
-                    warned.setdefault(f.render(), {}).setdefault(name, []).append(spec)
+                    warned.setdefault(f.render(), {}).setdefault(name, []).append(_combo_label(spec, overlay))
             bad += bool(errors)
     for text, where in warned.items():
         print(f"warning: {text}")
-        print(f"      for: {_plans(where, specs)}")
-    total = len(names) * len(specs)
-    at = f" at spec params {point.text()}" if point is not None else ""
-    print(f"{total - bad} ok, {bad} invalid ({len(names)} profile(s) x {len(specs)} spec mode(s){at})")
+        print(f"      for: {_plans(where, len(combos), len(overlays) > 1)}")
+    total = len(names) * len(combos)
+    shape = f"{len(names)} profile(s) x {len(specs)} spec mode(s)"
+    if overlays != [None]:
+        shape += f" x {len(overlays)} model overlay(s): {', '.join(o or 'none' for o in overlays)}"
+    if point is not None:
+        shape += f" at spec params {point.text()}"
+    print(f"{total - bad} ok, {bad} invalid ({shape})")
     if env.used:
         print(f"note: unset {', '.join(sorted(env.used))} checked as placeholders")
     if use_parser:
@@ -167,10 +203,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plans(where: dict[str, list[str]], specs: list[str]) -> str:
+def _plans(where: dict[str, list[str]], combos: int, overlays: bool = False) -> str:
     """`a, b (every spec mode); c + off`: the plans a warning applies to, short."""
-    whole = [name for name, modes in where.items() if len(modes) == len(specs)]
-    parts = [", ".join(whole) + (" (every spec mode)" if len(specs) > 1 else "")] if whole else []
+    whole = [name for name, modes in where.items() if len(modes) == combos]
+    every = " (every spec mode and model overlay)" if overlays else " (every spec mode)"
+    parts = [", ".join(whole) + (every if combos > 1 else "")] if whole else []
     parts += [f"{name} + {'/'.join(modes)}" for name, modes in where.items() if name not in whole]
     return "; ".join(parts)
 
@@ -180,7 +217,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     from launcher.profiles.plan import build_plan
     from launcher.profiles.render import write_plan
 
-    plan = build_plan(args.profile, _spec(args), _facts(args.host_facts), use_parser=sglang_args.available())
+    plan = build_plan(args.profile, _spec(args), _facts(args.host_facts), use_parser=sglang_args.available(),
+                      model_overlay=args.model_overlay)
     path = write_plan(Path(args.state_dir), plan)
     print(path)
     return 0
@@ -207,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     _spec_params_arg(s)
     s.add_argument("--host-facts", help="JSON from `launcher doctor --json`")
     s.add_argument("--env-file", help="docker-compose style .env whose values fill unset variables")
+    _model_overlay_arg(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_show)
 
@@ -215,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--all", action="store_true", help="every profile (default when none is named)")
     s.add_argument("--spec", default=None, help="spec mode to check, or all (default; eagle3 with --spec-params)")
     _spec_params_arg(s)
+    _model_overlay_arg(s, ", or all (the default with --all: none and every overlay)")
     s.add_argument("--host-facts")
     s.add_argument("--require-parser", action="store_true", help="fail when sglang is not importable")
     s.set_defaults(fn=cmd_check)
@@ -224,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     _spec_arg(s)
     s.add_argument("--state-dir", required=True)
     s.add_argument("--host-facts")
+    _model_overlay_arg(s)
     s.set_defaults(fn=cmd_render)
 
     for name, (_, helptext) in DISPATCHED.items():

@@ -22,18 +22,19 @@ ENV = {"MODEL_PATH": "/models/target", "DRAFT_MODEL_PATH": "/models/draft"}
 
 
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Drop every KIT_* knob and SPEC so a developer's shell cannot change what a test sees."""
+    """Drop every KIT_* knob, SPEC and MODEL_OVERLAY so a developer's shell cannot change what a test sees."""
     for key in list(os.environ):
-        if key.startswith("KIT_") or key == "SPEC":
+        if key.startswith("KIT_") or key in ("SPEC", "MODEL_OVERLAY"):
             monkeypatch.delenv(key)
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """Environment for a subprocess: the caller's, minus KIT_*/SPEC/PYTHONPATH, plus ENV and `extra`."""
+    """Environment for a subprocess: the caller's, minus KIT_*/SPEC/MODEL_OVERLAY/PYTHONPATH, plus ENV and `extra`."""
     env = {
-        k: v for k, v in os.environ.items() if not k.startswith("KIT_") and k not in ("SPEC", "PYTHONPATH")
+        k: v for k, v in os.environ.items()
+        if not k.startswith("KIT_") and k not in ("SPEC", "MODEL_OVERLAY", "PYTHONPATH")
     }
     env.update(ENV)
     env.update(extra)

@@ -94,6 +94,16 @@ def test_default_config(default_cfg):
     assert mounts["/results"].startswith(str(project / "results"))
 
 
+def test_the_model_overlay_reaches_the_server_and_is_none_by_default(default_cfg, project):
+    """The server reads MODEL_OVERLAY at start and for every switch; the built-in overlays are under the
+    profiles mount, a user's under its KIT_PROFILES_DIR folder."""
+    assert default_cfg[1]["services"]["server"]["environment"]["MODEL_OVERLAY"] == ""
+    (project / ".env").write_text("MODEL_PATH=/srv/models/kimi\nMODEL_OVERLAY=kimi-k2\n")
+    assert loaded(project)["services"]["server"]["environment"]["MODEL_OVERLAY"] == "kimi-k2"
+    shell = loaded(project, MODEL_OVERLAY="deepseek-v3")["services"]["server"]["environment"]
+    assert shell["MODEL_OVERLAY"] == "deepseek-v3"  # the environment wins over .env, as make's does
+
+
 def test_ports_are_loopback_only_by_default_and_configurable(default_cfg, project):
     server = default_cfg[1]["services"]["server"]
     assert sorted(server["ports"]) == ["127.0.0.1:30000:30000/tcp", "127.0.0.1:30100:30100/tcp"]

@@ -12,6 +12,7 @@ from helpers_profiles import BUILTIN, child_env, profile_toml, run_launcher, wri
 
 PROFILE_NAMES = sorted(p.stem for p in BUILTIN.glob("*.toml") if p.stem != "base")
 SPEC_MODES = sorted(p.stem for p in (BUILTIN / "spec").glob("*.toml"))
+MODEL_OVERLAYS = sorted(p.stem for p in (BUILTIN / "model").glob("*.toml"))
 
 
 def assert_user_error(proc, *needles: str) -> None:
@@ -155,6 +156,58 @@ def test_show_without_model_path_names_the_variable():
     assert_user_error(proc, "MODEL_PATH", "base.toml", "server.model-path")
 
 
+def test_show_lays_the_model_overlay_named_by_the_option_or_the_setting():
+    proc = run_launcher("show", "fused", "--spec", "off", "--model-overlay", "kimi-k2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["model_overlay"] == "kimi-k2" and doc["sources"][-1].endswith("model/kimi-k2.toml")
+    assert doc["argv"][-4:] == ["--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2"]
+    text = run_launcher("show", "fused", "--spec", "off", env=child_env(MODEL_OVERLAY="kimi-k2"))
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("# fused + spec off + model kimi-k2 (")
+    assert shlex.split(text.stdout.splitlines()[-1])[-2:] == ["--reasoning-parser", "kimi_k2"]
+    # '' on the command line is none, whatever the setting says
+    none = run_launcher("show", "fused", "--spec", "off", "--model-overlay", "", "--json",
+                        env=child_env(MODEL_OVERLAY="kimi-k2"))
+    assert "model_overlay" not in json.loads(none.stdout) and "--tool-call-parser" not in json.loads(none.stdout)["argv"]
+
+
+def test_show_env_file_can_name_the_model_overlay(tmp_path):
+    envfile = tmp_path / ".env"
+    envfile.write_text("MODEL_OVERLAY=deepseek-v3\n")
+    proc = run_launcher("show", "baseline", "--spec", "off", "--json", "--env-file", str(envfile))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["model_overlay"] == "deepseek-v3"
+
+
+@pytest.mark.parametrize("how", ["option", "setting"])
+def test_an_unknown_model_overlay_is_exit_2_naming_it_and_the_known_ones(how):
+    args, env = (["--model-overlay", "kimi"], child_env()) if how == "option" else ([], child_env(MODEL_OVERLAY="kimi"))
+    for cmd in (["show", "baseline"], ["check", "baseline"], ["check", "--all"]):
+        proc = run_launcher(*cmd, *args, env=env)
+        assert_user_error(proc, "unknown model overlay 'kimi'", *MODEL_OVERLAYS)
+
+
+def test_serve_starts_with_the_model_overlay_setting_and_refuses_an_unknown_one(tmp_path):
+    env = child_env(KIT_PATCH_CHECK="skip", MODEL_OVERLAY="kimi-k2")
+    proc = run_launcher("serve", "--dry-run", "--state-dir", str(tmp_path / "a"), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "serve: profile baseline + eagle3 + model kimi-k2 (digest" in proc.stderr
+    assert json.loads((tmp_path / "a" / "profile.json").read_text())["model_overlay"] == "kimi-k2"
+    bad = run_launcher("serve", "--dry-run", "--state-dir", str(tmp_path / "b"), env={**env, "MODEL_OVERLAY": "nope"})
+    assert_user_error(bad, "unknown model overlay 'nope'", *MODEL_OVERLAYS)
+
+
+def test_model_overlays_of_a_user_folder_are_known(tmp_path):
+    root = write_profiles(tmp_path / "u", {"model/mine.toml": profile_toml("mine", server={"tool-call-parser": "qwen"})})
+    proc = run_launcher("show", "baseline", "--spec", "off", "--model-overlay", "mine", "--json",
+                        env=child_env(KIT_PROFILES_DIR=str(root)))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["argv"][-2:] == ["--tool-call-parser", "qwen"]
+    bad = run_launcher("show", "baseline", "--model-overlay", "nope", env=child_env(KIT_PROFILES_DIR=str(root)))
+    assert_user_error(bad, "unknown model overlay 'nope'", "mine", *MODEL_OVERLAYS)
+
+
 # ---- check --------------------------------------------------------------------------------------
 
 
@@ -166,9 +219,33 @@ def test_check_all_with_the_real_parser():
     assert "flags checked with SGLang 0.5.23's argument parser" in proc.stdout
     for name in PROFILE_NAMES:
         for spec in SPEC_MODES:
-            assert f"ok    {name} + {spec}" in proc.stdout
+            assert f"ok    {name} + {spec}\n" in proc.stdout
+            for overlay in MODEL_OVERLAYS:  # --all checks every model overlay too
+                assert f"ok    {name} + {spec} + model {overlay}\n" in proc.stdout
     assert "FAIL" not in proc.stdout
     assert "checked as placeholders" in proc.stdout
+    n = len(PROFILE_NAMES) * len(SPEC_MODES) * (len(MODEL_OVERLAYS) + 1)
+    assert f"{n} ok, 0 invalid (" in proc.stdout and f"model overlay(s): none, {', '.join(MODEL_OVERLAYS)})" in proc.stdout
+
+
+def test_check_named_profiles_take_the_setting_or_the_option():
+    plain = run_launcher("check", "baseline", "--spec", "off")
+    assert plain.returncode == 0 and plain.stdout.startswith("ok    baseline + off\n"), plain.stdout
+    assert "model overlay" not in plain.stdout
+    setting = run_launcher("check", "baseline", "--spec", "off", env=child_env(MODEL_OVERLAY="kimi-k2"))
+    assert setting.returncode == 0 and "ok    baseline + off + model kimi-k2\n" in setting.stdout, setting.stdout
+    every = run_launcher("check", "baseline", "--spec", "off", "--model-overlay", "all")
+    assert [line for line in every.stdout.splitlines() if line.startswith("ok")] == [
+        "ok    baseline + off", *(f"ok    baseline + off + model {o}" for o in MODEL_OVERLAYS)]
+
+
+def test_check_all_fails_a_user_model_overlay_sglang_refuses(tmp_path):
+    root = write_profiles(tmp_path / "u", {"model/typo.toml": profile_toml("typo", server={"reasoning-parser": "kimi-k2"})})
+    proc = run_launcher("check", "--all", "--spec", "off", "--require-parser", env=child_env(KIT_PROFILES_DIR=str(root)))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    for name in PROFILE_NAMES:
+        assert f"FAIL  {name} + off + model typo" in proc.stdout and f"ok    {name} + off + model kimi-k2" in proc.stdout
+    assert f"{root / 'model' / 'typo.toml'}: key 'server.reasoning-parser'" in proc.stdout
 
 
 def test_check_bad_user_profile_fails_through_the_parser(bad_user_dir):
@@ -282,7 +359,8 @@ def test_check_all_checks_every_profile_past_a_broken_file_and_sums_up(tmp_path)
     assert f"error: {root / 'aaa-broken.toml'}:2: TOML syntax error" in proc.stdout
     for name in [*PROFILE_NAMES, "zzz-fine"]:
         assert f"ok    {name} + off" in proc.stdout
-    assert f"{len(PROFILE_NAMES) + 1} ok, 1 invalid" in proc.stdout
+    overlays = len(MODEL_OVERLAYS) + 1  # --all: none and every model overlay
+    assert f"{(len(PROFILE_NAMES) + 1) * overlays} ok, {overlays} invalid" in proc.stdout
 
 
 def test_check_prints_each_warning_once_with_the_profiles_it_applies_to():

@@ -46,8 +46,8 @@ VERBS = (
 )
 
 FAKE_DOCKER = r"""#!/bin/sh
-printf '%s %s | MODEL_PATH=%s PROFILE=%s SPEC=%s\n' "$(basename "$0")" "$*" "${MODEL_PATH-<unset>}" \
-    "${PROFILE-<unset>}" "${SPEC-<unset>}" >> "$CALLS"
+printf '%s %s | MODEL_PATH=%s PROFILE=%s SPEC=%s%s\n' "$(basename "$0")" "$*" "${MODEL_PATH-<unset>}" \
+    "${PROFILE-<unset>}" "${SPEC-<unset>}" "${MODEL_OVERLAY+ MODEL_OVERLAY=$MODEL_OVERLAY}" >> "$CALLS"
 me=$(basename "$0")
 if [ "$me" = docker ] && [ "$1" = compose ]; then
     [ -n "$FAKE_NO_PLUGIN" ] && exit 1
@@ -285,6 +285,63 @@ def test_a_kit_profiles_dir_folder_that_does_not_exist_stops_before_docker(kit, 
     proc = kit.make("up", "PROFILE=fused", **kit.with_models(KIT_PROFILES_DIR=str(tmp_path / "nope")))
     assert proc.returncode == 2 and f"KIT_PROFILES_DIR: {tmp_path / 'nope'} is not a folder" in proc.stderr
     assert kit.compose_calls() == []
+
+
+def _model_overlays(kit: Kit, *names: str) -> None:
+    for name in names:
+        (kit.root / "profiles" / "model").mkdir(exist_ok=True)
+        (kit.root / "profiles" / "model" / f"{name}.toml").write_text('description = "scratch overlay"\n')
+
+
+@pytest.mark.parametrize("verb", ["up", "show", "allreduce"])
+def test_unknown_model_overlay_stops_before_docker(kit, verb):
+    _model_overlays(kit, "kimi-k2", "deepseek-v3")
+    proc = kit.make(verb, "PROFILE=fused", "MODEL_OVERLAY=kimi", **kit.with_models())
+    assert proc.returncode != 0
+    assert "unknown MODEL_OVERLAY 'kimi'. Known model overlays: deepseek-v3 kimi-k2" in proc.stderr, proc.stderr
+    assert "leave it empty for none" in proc.stderr
+    assert kit.docker_calls() == []
+
+
+def test_the_model_overlay_reaches_the_server_and_show(kit):
+    _model_overlays(kit, "kimi-k2")
+    assert re.search(r"^Model overlays: +kimi-k2$", kit.make("help").stdout, re.M)
+    proc = kit.make("up", "PROFILE=fused", "MODEL_OVERLAY=kimi-k2", **kit.with_models())
+    assert proc.returncode == 0, proc.stderr
+    assert "server healthy after" in proc.stdout and "MODEL_OVERLAY=kimi-k2" in proc.stdout
+    start = next(c for c in kit.compose_calls() if c.startswith("docker compose up -d server |"))
+    assert start.endswith("PROFILE=fused SPEC=eagle3 MODEL_OVERLAY=kimi-k2"), start
+    dry = kit.make("-n", "up", "PROFILE=fused", "MODEL_OVERLAY=kimi-k2", **kit.with_models()).stdout
+    assert "MODEL_OVERLAY=kimi-k2 PROFILE=fused SPEC=eagle3 docker compose up -d server" in dry
+    show = kit.make("-n", "show", "PY=/opt/py/bin/python", "PROFILE=fused", "SPEC=off", "MODEL_OVERLAY=kimi-k2").stdout
+    assert "/opt/py/bin/python -m launcher show fused --spec off --model-overlay 'kimi-k2'" in show, show
+    # A switch keeps the server's overlay: it is a per-deployment choice, not a switch argument.
+    switch = kit.make("-n", "switch", "PROFILE=fused", "SPEC=off", "MODEL_OVERLAY=kimi-k2").stdout
+    assert "launcher switch fused --spec off" in switch and "kimi" not in switch.split("launcher switch")[1]
+
+
+def test_the_model_overlay_from_dotenv_and_an_empty_one_on_the_command_line(kit):
+    _model_overlays(kit, "kimi-k2")
+    (kit.root / ".env").write_text(f"MODEL_PATH={kit.model}\nDRAFT_MODEL_PATH={kit.draft}\nMODEL_OVERLAY=kimi-k2\n")
+    assert "MODEL_OVERLAY=kimi-k2 PROFILE=baseline SPEC=eagle3 docker compose up -d server" in kit.make("-n", "up").stdout
+    # an empty value still wins over .env (as for compose): none
+    empty = kit.make("-n", "up", "MODEL_OVERLAY=").stdout
+    assert "MODEL_OVERLAY= PROFILE=baseline SPEC=eagle3 docker compose up -d server" in empty, empty
+    assert "--model-overlay ''" in kit.make("-n", "show", "PY=/p", "MODEL_OVERLAY=").stdout
+    # without one anywhere, nothing is added: the commands are as before
+    (kit.root / ".env").write_text(f"MODEL_PATH={kit.model}\nDRAFT_MODEL_PATH={kit.draft}\n")
+    assert "\nPROFILE=baseline SPEC=eagle3 docker compose up -d server" in kit.make("-n", "up").stdout
+    assert "--model-overlay" not in kit.make("-n", "show", "PY=/p").stdout
+
+
+def test_model_overlays_from_kit_profiles_dir(kit, tmp_path):
+    extra = tmp_path / "extra"
+    (extra / "model").mkdir(parents=True)
+    (extra / "model" / "mine.toml").write_text('description = "my model"\n')
+    bad = kit.make("up", "MODEL_OVERLAY=nope", **kit.with_models(KIT_PROFILES_DIR=str(extra)))
+    assert bad.returncode != 0 and "Known model overlays: mine" in bad.stderr and "<dir>/model/<name>.toml" in bad.stderr
+    ok = kit.make("-n", "up", "MODEL_OVERLAY=mine", **kit.with_models(KIT_PROFILES_DIR=str(extra)))
+    assert ok.returncode == 0 and "MODEL_OVERLAY=mine PROFILE=baseline" in ok.stdout, ok.stderr
 
 
 def test_the_default_spec_comes_from_the_launcher(kit):

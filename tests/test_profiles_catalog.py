@@ -51,6 +51,8 @@ def test_every_query_runs_with_the_standard_library_alone(tmp_path):
     assert specs.stdout.split() == ["eagle3", "ngram", "off", "quick"], specs.stderr
     assert bare("default-spec").stdout.strip() == settings.default_spec({})
     assert bare("default-spec", SPEC="ngram").stdout.strip() == "ngram"
+    models = bare("model-overlays", KIT_PROFILES_DIR=str(user))
+    assert models.returncode == 0 and "deepseek-v3 kimi-k2" in models.stdout, models.stderr
     over = bare("compose-override", KIT_PROFILES_DIR=str(user))
     assert over.returncode == 0 and str(user) in over.stdout, over.stderr
 
@@ -61,6 +63,17 @@ def test_the_loader_answers_with_the_catalog(tmp_path, monkeypatch):
     assert loader.available_names() == catalog.available_names()
     assert loader.spec_modes() == catalog.spec_modes()
     assert loader.find_file("quick", loader.SPEC_DIR) == user / "spec" / "quick.toml"
+
+
+def test_model_overlays_come_from_each_folders_model_subfolder(tmp_path, monkeypatch):
+    user = write_profiles(tmp_path / "mine", {"model/kimi-k2.toml": profile_toml("mine"),
+                                              "model/qwen.toml": profile_toml("q"), "model/not a name.toml": "x"})
+    monkeypatch.setenv("KIT_PROFILES_DIR", str(user))
+    assert catalog.model_overlays() == loader.model_overlays() == ["deepseek-v3", "kimi-k2", "qwen"]
+    assert catalog.find_file("kimi-k2", catalog.MODEL_DIR) == user / "model" / "kimi-k2.toml"  # the user's wins
+    assert bare("model-overlays", KIT_PROFILES_DIR=str(user)).stdout.split() == ["deepseek-v3", "kimi-k2", "qwen"]
+    with pytest.raises(UserError, match="model overlay name"):
+        catalog.find_file("a/b", catalog.MODEL_DIR)
 
 
 def test_compose_override_mounts_each_folder_read_only_at_its_own_path(tmp_path):

@@ -1,4 +1,4 @@
-"""launcher.profiles.loader: profile files, schema, discovery, `extends`, base.toml first, spec overlay last, `false` unsets."""
+"""launcher.profiles.loader: profile files, schema, discovery, `extends`, base.toml first, spec overlay then model overlay last, `false` unsets."""
 
 from __future__ import annotations
 
@@ -145,6 +145,81 @@ def test_real_profiles_inherit_nccl_tuned():
     assert res.requires.patches == ["sm120-allreduce-fusion"]
     assert res.requires.p2p is True  # inherited from nccl-tuned
     assert res.origin["env.NCCL_PROTO"] == BUILTIN / "nccl-tuned.toml"
+
+
+# ---- model overlays -----------------------------------------------------------------------------
+
+
+def test_model_overlay_is_laid_last_over_profile_and_spec(builtin):
+    write_profiles(builtin, {
+        "p.toml": profile_toml("p", env={"SHARED": "profile"}, server={"port": 2}),
+        "model/m.toml": profile_toml("m", env={"SHARED": "model"},
+                                     server={"port": 4, "tool-call-parser": "kimi_k2", "host": False}),
+    })
+    res = profiles.load("p")
+    profiles.apply_spec(res, "on")
+    profiles.apply_model_overlay(res, "m")
+    assert res.server["port"] == 4 and res.server["tool-call-parser"] == "kimi_k2"  # over the spec's 3
+    assert "host" not in res.server  # false drops a key, as in every overlay
+    assert res.env["SHARED"] == "model" and res.env["BASE_ONLY"] == "b"
+    assert res.chain[-2:] == [builtin / "spec" / "on.toml", builtin / "model" / "m.toml"]
+    assert res.origin["server.tool-call-parser"] == builtin / "model" / "m.toml"
+    assert res.description == "p"  # the profile's own description stays
+
+
+def test_unknown_model_overlay_names_it_the_known_ones_and_the_setting(builtin):
+    write_profiles(builtin, {"p.toml": profile_toml("p"), "model/kimi.toml": profile_toml("k"),
+                             "model/dsv3.toml": profile_toml("d")})
+    assert profiles.model_overlays() == ["dsv3", "kimi"]
+    with pytest.raises(UserError) as exc:
+        profiles.apply_model_overlay(profiles.load("p"), "kimi-k9")
+    msg = str(exc.value)
+    assert "unknown model overlay 'kimi-k9'" in msg and "dsv3, kimi" in msg and "MODEL_OVERLAY" in msg
+    with pytest.raises(UserError, match=r"model overlay name '\.\./p' is not valid"):
+        profiles.apply_model_overlay(profiles.load("p"), "../p")
+
+
+@pytest.mark.parametrize("extra", ['extends = "p"\n', 'status = "stable"\n', '[requires]\np2p = true\n',
+                                   '[expects]\nfusion = true\n'])
+def test_a_model_overlay_holds_description_env_and_server_only(builtin, extra):
+    key = extra.split()[0].strip("[]")
+    write_profiles(builtin, {"p.toml": profile_toml("p"), "model/m.toml": 'description = "m"\n' + extra})
+    with pytest.raises(UserError, match=rf"model/m.toml: key '{key}': a model overlay holds only description"):
+        profiles.apply_model_overlay(profiles.load("p"), "m")
+
+
+def test_a_model_overlay_needs_a_description_and_obeys_the_profile_rules(builtin):
+    write_profiles(builtin, {"p.toml": profile_toml("p"), "model/bare.toml": "[server]\nx = 1\n",
+                             "model/path.toml": profile_toml("m", env={"PATH": "/evil"}),
+                             "model/dash.toml": profile_toml("m", server={"--tool-call-parser": "kimi_k2"})})
+    with pytest.raises(UserError, match=r"bare.toml: key 'description' is missing"):
+        profiles.apply_model_overlay(profiles.load("p"), "bare")
+    with pytest.raises(UserError, match=r"path.toml: key 'env.PATH': a profile may not set it"):
+        profiles.apply_model_overlay(profiles.load("p"), "path")
+    with pytest.raises(UserError, match=r"dash.toml: key 'server.--tool-call-parser': write the flag without"):
+        profiles.apply_model_overlay(profiles.load("p"), "dash")
+
+
+def test_model_overlays_in_a_user_folder_are_known_and_shadow_builtins(builtin, tmp_path, monkeypatch):
+    write_profiles(builtin, {"p.toml": profile_toml("p"), "model/kimi.toml": profile_toml("built-in", server={"a": 1})})
+    user = user_dir(tmp_path, monkeypatch, {"model/kimi.toml": profile_toml("mine", server={"a": 2}),
+                                            "model/mine.toml": profile_toml("m")})
+    assert profiles.model_overlays() == ["kimi", "mine"]
+    res = profiles.load("p")
+    profiles.apply_model_overlay(res, "kimi")
+    assert res.server["a"] == 2 and res.chain[-1] == user / "model" / "kimi.toml"
+    assert "kimi" not in profiles.available_names() and "model" not in profiles.available_names()
+
+
+def test_builtin_model_overlays_set_the_models_parsers():
+    assert {"kimi-k2", "deepseek-v3"} <= set(profiles.model_overlays())
+    kimi = profiles.read_model_overlay(BUILTIN / "model" / "kimi-k2.toml")
+    assert kimi.server == {"tool-call-parser": "kimi_k2", "reasoning-parser": "kimi_k2"} and kimi.env == {}
+    # The attention backend stays SGLang's (triton for MLA on SM120): the file says why, sets nothing.
+    text = (BUILTIN / "model" / "kimi-k2.toml").read_text()
+    assert "attention-backend" not in kimi.server and "trtllm_mla" in text and "docs/evidence.md" in text
+    dsv3 = profiles.read_model_overlay(BUILTIN / "model" / "deepseek-v3.toml")
+    assert dsv3.server == {"tool-call-parser": "deepseekv3"}
 
 
 # ---- discovery ----------------------------------------------------------------------------------

@@ -347,6 +347,77 @@ def test_setup_digest_changes_with_the_model_and_with_the_setup(tmp_path):
     assert plans.build_plan("nccl-tuned", "off", environ=env).setup_digest() != base
 
 
+def test_setup_digest_covers_a_model_overlay_through_what_it_sets(user):
+    user({"model/same.toml": profile_toml("same parsers", server={"tool-call-parser": "kimi_k2",
+                                                                   "reasoning-parser": "kimi_k2"}),
+          "model/empty.toml": profile_toml("sets nothing")})
+    none = build_plan("baseline", "eagle3", environ=ENV)
+    kimi = build_plan("baseline", "eagle3", environ=ENV, model_overlay="kimi-k2")
+    assert kimi.setup_digest() != none.setup_digest() and kimi.digest() != none.digest()
+    # the same flags under another name are the same setup; an overlay that sets nothing changes nothing
+    assert build_plan("baseline", "eagle3", environ=ENV, model_overlay="same").setup_digest() == kimi.setup_digest()
+    assert build_plan("baseline", "eagle3", environ=ENV, model_overlay="empty").setup_digest() == none.setup_digest()
+
+
+# ---- model overlays ----------------------------------------------------------------------------------
+
+
+def _flag(plan, flag: str) -> str | None:
+    return plan.flags[plan.flags.index(flag) + 1] if flag in plan.flags else None
+
+
+@pytest.mark.parametrize("spec", SPEC_MODES)
+def test_a_model_overlay_is_laid_over_profile_and_spec_and_recorded(spec):
+    plan = build_plan("fused", spec, environ=ENV, model_overlay="kimi-k2")
+    assert _flag(plan, "--tool-call-parser") == "kimi_k2" and _flag(plan, "--reasoning-parser") == "kimi_k2"
+    assert plan.flags[-4:] == ["--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2"]  # laid last
+    assert plan.model_overlay == "kimi-k2" and plan.sources[-1] == str(BUILTIN / "model" / "kimi-k2.toml")
+    assert plan.env == build_plan("fused", spec, environ=ENV).env  # parsers only: no env
+    doc = plan.to_json()
+    assert doc["model_overlay"] == "kimi-k2"
+    assert plans.Plan.from_json(doc) == plan  # a stored plan keeps its overlay
+
+
+def test_the_model_overlay_setting_is_the_default_and_an_empty_name_is_none():
+    with_setting = {**ENV, "MODEL_OVERLAY": "deepseek-v3"}
+    plan = build_plan("baseline", "off", environ=with_setting)
+    assert plan.model_overlay == "deepseek-v3" and _flag(plan, "--tool-call-parser") == "deepseekv3"
+    assert build_plan("baseline", "off", environ=with_setting, model_overlay="kimi-k2").model_overlay == "kimi-k2"
+    none = build_plan("baseline", "off", environ=with_setting, model_overlay="")
+    assert none.model_overlay is None and "--tool-call-parser" not in none.flags
+    assert build_plan("baseline", "off", environ={**ENV, "MODEL_OVERLAY": ""}).model_overlay is None
+
+
+def test_without_a_model_overlay_the_plan_document_is_unchanged():
+    """Goldens and stored plans: no `model_overlay` key unless one was laid."""
+    plan = build_plan("baseline", "off", environ=ENV)
+    assert plan.model_overlay is None and "model_overlay" not in plan.to_json()
+    assert plans.Plan.from_json(plan.to_json()).model_overlay is None
+
+
+def test_an_unknown_model_overlay_setting_names_it_and_the_known_ones():
+    with pytest.raises(UserError) as exc:
+        build_plan("baseline", "off", environ={**ENV, "MODEL_OVERLAY": "kimi-k9"})
+    assert "unknown model overlay 'kimi-k9'" in str(exc.value)
+    assert "deepseek-v3, kimi-k2" in str(exc.value) and "MODEL_OVERLAY" in str(exc.value)
+
+
+@pytest.mark.parametrize("overlay", sorted(p.stem for p in (BUILTIN / "model").glob("*.toml")))
+def test_every_builtin_model_overlay_passes_sglangs_parser(overlay):
+    pytest.importorskip("sglang")
+    plan = build_plan("baseline", "eagle3", environ=ENV, model_overlay=overlay, use_parser=True)
+    assert plan.model_overlay == overlay and "--tool-call-parser" in plan.flags
+
+
+def test_sglangs_parser_refuses_a_parser_name_it_does_not_have_naming_the_overlay(user):
+    pytest.importorskip("sglang")
+    root = user({"model/typo.toml": profile_toml("typo", server={"tool-call-parser": "kimi-k2"})})
+    with pytest.raises(UserError) as exc:
+        build_plan("baseline", "off", environ=ENV, model_overlay="typo", use_parser=True)
+    assert f"{root / 'model' / 'typo.toml'}: key 'server.tool-call-parser'" in str(exc.value)
+    assert "invalid choice: 'kimi-k2'" in str(exc.value)
+
+
 def test_split_local_takes_each_local_flag_with_its_value():
     setup, local = plans.split_local(["--model-path", "/m", "--tp-size", "8", "--trust-remote-code", "--port", "1"])
     assert setup == ["--tp-size", "8", "--trust-remote-code"]

@@ -222,3 +222,21 @@ def test_simultaneous_switches_one_wins(kit_stack):
         t.join()
     assert sorted(codes) == [200, 409]
     assert [h["outcome"] for h in stack.history()] == ["started", "switched"]
+
+
+def test_a_switch_keeps_the_servers_model_overlay(kit_stack):
+    """MODEL_OVERLAY is the deployment's choice: every plan the server builds, at start and at each
+    switch, lays it; a switch request cannot name another."""
+    stack = kit_stack("baseline", "off", extra_env={"MODEL_OVERLAY": "kimi-k2"})
+    argv = stack.debug_env()["argv"]
+    assert argv[argv.index("--tool-call-parser") + 1] == "kimi_k2"
+    r = stack.switch("nccl-tuned", "eagle3")
+    assert r.status_code == 200 and r.json()["outcome"] == "switched", r.text
+    argv = stack.debug_env()["argv"]
+    assert argv[-4:] == ["--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2"]
+    plan = httpx.get(f"{stack.control_url}/plan", timeout=5).json()["plan"]
+    assert (plan["name"], plan["model_overlay"]) == ("nccl-tuned", "kimi-k2")
+    r = httpx.post(f"{stack.control_url}/switch", json={"profile": "baseline", "spec": "off", "model_overlay": ""},
+                   headers={"Authorization": f"Bearer {stack.token}"}, timeout=30)
+    assert r.status_code == 400 and "model_overlay" in r.json()["error"], r.text
+    assert stack.status()["profile"] == "nccl-tuned"

@@ -38,6 +38,7 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
     wheel = next((tmp / "dist").glob("pcie_spec_kit-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "launcher/builtin_profiles/fused.toml" in names and "launcher/site/sitecustomize.py" in names
+    assert "launcher/builtin_profiles/model/kimi-k2.toml" in names  # model overlays ship too
     assert not [n for n in names if n.startswith(("testsupport/", "tests/")) or "standin" in n]
     venv = tmp / "venv"
     made = _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp, env=env)

@@ -1,4 +1,4 @@
-"""Which profiles and spec modes exist, and where: file discovery only, standard library only.
+"""Which profiles, spec modes and model overlays exist, and where: file discovery only, standard library only.
 
 The one source of truth for names. The loader resolves names through these functions, and the
 Makefile asks this module (`python3 -m launcher.profiles.catalog profiles`) before any docker command
@@ -6,7 +6,8 @@ runs, on a GPU host that may have no kit virtualenv. So nothing imported here ma
 package (tests/test_profiles_catalog.py runs it with every non-stdlib import refused).
 
 Folders: each KIT_PROFILES_DIR folder (colon-separated, in order), then the built-in profiles. A
-profile is `<folder>/<name>.toml`, a spec mode `<folder>/spec/<mode>.toml`; the first folder that
+profile is `<folder>/<name>.toml`, a spec mode `<folder>/spec/<mode>.toml`, a model overlay (the flags
+one model needs whatever the profile: its parsers) `<folder>/model/<name>.toml`; the first folder that
 has a name wins, so a user's file shadows a built-in one. `base` is the implicit root, not a profile.
 
 `compose-override` writes the compose file that mounts those folders into the containers: compose
@@ -30,12 +31,14 @@ from launcher.resources import builtin_profiles_dir
 
 BASE_NAME = "base"
 SPEC_DIR = "spec"
+MODEL_DIR = "model"
+_KINDS = {"": "profile", SPEC_DIR: "spec", MODEL_DIR: "model overlay"}  # subfolder -> what its files are
 SERVICES = ("server", "bench")  # the containers that read profiles
 _NAME = re.compile(policy.NAME_PATTERN)
 
 
 def check_name(kind: str, name: object) -> str:
-    """A profile or spec name, or UserError: names are file names, never paths."""
+    """A profile, spec or model overlay name, or UserError: names are file names, never paths."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         shown = repr(name)[:80]
         raise UserError(
@@ -73,8 +76,9 @@ def _names_in(folder: Path) -> set[str]:
 
 
 def find_file(name: str, sub: str = "") -> Path | None:
-    """The file of profile `name` (or of spec mode `name` with sub="spec"): the first folder wins."""
-    check_name("spec" if sub else "profile", name)
+    """The file of profile `name` (of spec mode `name` with sub="spec", of model overlay `name` with
+    sub="model"): the first folder wins."""
+    check_name(_KINDS[sub], name)
     for d in search_dirs():
         folder = d / sub if sub else d
         p = folder / f"{name}.toml"
@@ -97,6 +101,14 @@ def spec_modes() -> list[str]:
     names: set[str] = set()
     for d in search_dirs():
         names |= _names_in(d / SPEC_DIR)
+    return sorted(names)
+
+
+def model_overlays() -> list[str]:
+    """Every model overlay in the search folders' model/ subfolders, sorted."""
+    names: set[str] = set()
+    for d in search_dirs():
+        names |= _names_in(d / MODEL_DIR)
     return sorted(names)
 
 
@@ -139,11 +151,13 @@ def _write_override(out: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`profiles`, `specs`, `default-spec`: one line of names for the Makefile; `compose-override`."""
+    """`profiles`, `specs`, `model-overlays`, `default-spec`: one line of names for the Makefile;
+    `compose-override`."""
     p = argparse.ArgumentParser(prog="python3 -m launcher.profiles.catalog", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("profiles", help="the known profile names, on one line")
     sub.add_parser("specs", help="the known spec modes, on one line")
+    sub.add_parser("model-overlays", help="the known model overlays, on one line")
     sub.add_parser("default-spec", help="the spec mode used when none is named (SPEC, else the default)")
     s = sub.add_parser("compose-override", help="the compose file that mounts the KIT_PROFILES_DIR folders")
     s.add_argument("--out", help="write it here (default: print it)")
@@ -154,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             print(" ".join(available_names()))
         elif args.cmd == "specs":
             print(" ".join(spec_modes()))
+        elif args.cmd == "model-overlays":
+            print(" ".join(model_overlays()))
         elif args.cmd == "default-spec":
             print(settings.default_spec())
         elif args.out:

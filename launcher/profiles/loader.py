@@ -11,10 +11,12 @@ A profile file is a public contract (users write their own):
     [server]                 # SGLang flag without dashes = value; true -> bare flag, false -> omitted
 
 Every profile implicitly starts from `base.toml`; speculation modes live in `spec/<mode>.toml`
-in the same format and are laid over the merged profile last. Which names exist, and in which
-folder, is launcher/profiles/catalog.py's answer (the Makefile asks it too).
+in the same format and are laid over the merged profile; a model overlay, `model/<name>.toml`
+(description, [env] and [server] only: what one model needs whatever the profile, such as its
+tool-call and reasoning parsers), is laid over both, last. Which names exist, and in which folder,
+is launcher/profiles/catalog.py's answer (the Makefile asks it too).
 
-Profile and spec names match policy.NAME_PATTERN (lowercase letters, digits, '.', '_', '-'; at
+Profile, spec and model overlay names match policy.NAME_PATTERN (lowercase letters, digits, '.', '_', '-'; at
 most 64) and resolve only to regular files inside the profile folders.
 """
 
@@ -28,14 +30,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from launcher import settings
 from launcher.errors import UserError, schema_error
 from launcher.profiles import policy
 from launcher.profiles.catalog import (  # discovery lives there; callers may import these from here too
     BASE_NAME,
+    MODEL_DIR,
     SPEC_DIR,
     available_names,
     check_name,
     find_file,
+    model_overlays,
     search_dirs,
     spec_modes,
 )
@@ -248,6 +253,38 @@ def apply_spec(resolved: Resolved, mode: str) -> None:
         raise UserError(f"unknown spec mode '{mode}'; known: {', '.join(spec_modes())} "
                         f"(spec/<mode>.toml in: {', '.join(map(str, search_dirs()))})")
     _merge(resolved, read_file(path), path)
+
+
+MODEL_OVERLAY_KEYS = ("description", "env", "server")
+
+
+def unknown_model_overlay(name: str) -> UserError:
+    known = ", ".join(model_overlays()) or "(none found)"
+    return UserError(
+        f"unknown model overlay '{name}'; known model overlays: {known} (model/<name>.toml in: "
+        f"{', '.join(map(str, search_dirs()))}); name one of them in {settings.MODEL_OVERLAY.name}, "
+        "or leave it empty for none"
+    )
+
+
+def read_model_overlay(path: Path) -> ProfileFile:
+    """A model overlay file: the profile format restricted to description, [env] and [server]."""
+    pf = read_file(path)
+    extra = sorted(set(pf.model_fields_set) - set(MODEL_OVERLAY_KEYS))
+    if extra:
+        raise UserError(f"{path}: key '{extra[0]}': a model overlay holds only description, [env] and [server] "
+                        "(what the model needs, whatever the profile); remove it")
+    if not pf.description:
+        raise UserError(f"{path}: key 'description' is missing; add a one-line description = \"...\"")
+    return pf
+
+
+def apply_model_overlay(resolved: Resolved, name: str) -> None:
+    """Lay the model overlay `model/<name>.toml` over a resolved profile and its spec mode, last."""
+    path = find_file(name, MODEL_DIR)
+    if path is None:
+        raise unknown_model_overlay(name)
+    _merge(resolved, read_model_overlay(path), path)
 
 
 def describe_all() -> list[dict[str, str]]:

@@ -1,4 +1,4 @@
-"""Profile + spec mode + host facts -> Plan: the exact environment and SGLang command line.
+"""Profile + spec mode (+ model overlay) + host facts -> Plan: the exact environment and SGLang command line.
 
 This is the one module that turns profile keys into command-line flags.
 """
@@ -49,6 +49,9 @@ class Plan(BaseModel):
     # EAGLE's (steps, topk, draft_tokens) as the flags pin them (the overlay's, or a --spec-params point);
     # None for off/ngram. Carried by the flags, so both digests follow it.
     spec_params: SpecParams | None = None
+    # The model overlay laid last (profiles/model/<name>.toml), None for none; its flags and env are in
+    # `flags`/`env`, so both digests cover it. Left out of `to_json` when None.
+    model_overlay: str | None = None
 
     @model_validator(mode="after")
     def _spec_params_from_flags(self) -> Plan:
@@ -74,7 +77,8 @@ class Plan(BaseModel):
         """Hash of the setup alone: env, flags without host-local values, patches, and the models' identity.
 
         Equal on two hosts that run the same setup with the model stored elsewhere or another port,
-        so a result can be reproduced and compared across hosts; `digest` still tells them apart."""
+        so a result can be reproduced and compared across hosts; `digest` still tells them apart. A
+        model overlay counts through what it sets (flags, env), not through its name."""
         payload = {"env": self.env, "flags": split_local(self.flags)[0], "patches": sorted(self.patches),
                    "model": self.model()}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
@@ -86,6 +90,8 @@ class Plan(BaseModel):
 
     def to_json(self) -> dict:
         data = self.model_dump()
+        if data.get("model_overlay") is None:
+            data.pop("model_overlay", None)
         data["digest"] = self.digest()
         data["setup_digest"] = self.setup_digest()
         data["local"] = self.local()
@@ -131,10 +137,21 @@ def _scalar_str(value: object) -> str:
     return str(value)
 
 
-def resolve(profile: str, spec: str, environ: Mapping[str, str]) -> tuple[profiles.Resolved, dict[str, str], dict]:
-    """Load, lay the spec overlay, and expand `${VAR}` references in every value."""
+def model_overlay_of(model_overlay: str | None, environ: Mapping[str, str]) -> str | None:
+    """The model overlay to lay: `model_overlay` when given ("" is none), else the MODEL_OVERLAY setting."""
+    if model_overlay is None:
+        return settings.MODEL_OVERLAY.get(environ)
+    return model_overlay or None
+
+
+def resolve(profile: str, spec: str, environ: Mapping[str, str],
+            model_overlay: str | None = None) -> tuple[profiles.Resolved, dict[str, str], dict]:
+    """Load, lay the spec overlay and the model overlay (a name; None: none), and expand `${VAR}`
+    references in every value."""
     res = profiles.load(profile)
     profiles.apply_spec(res, spec)
+    if model_overlay:
+        profiles.apply_model_overlay(res, model_overlay)
     unset: list[str] = []  # every unset variable is named in one error, not one per attempt
 
     def value_of(value: str, where: str) -> str:
@@ -195,17 +212,21 @@ def evaluate(
     *,
     environ: Mapping[str, str] | None = None,
     use_parser: bool = False,
+    model_overlay: str | None = None,
     spec_params: SpecParams | dict | str | None = None,
 ):
     """Build the plan and every rule finding, without raising on rule errors (doctor needs them all).
 
+    `model_overlay`: a model overlay's name, "" for none; None reads the MODEL_OVERLAY setting from
+    `environ` (a deployment's choice, so every plan a server builds carries it).
     `spec_params`: an EAGLE point (steps, topk, draft_tokens) replacing the spec overlay's three flags;
     UserError naming it when the spec mode is not EAGLE."""
     from launcher.profiles import rules
 
     env_src = dict(os.environ) if environ is None else environ
     spec = spec or settings.default_spec(env_src)
-    res, env, server = resolve(profile, spec, env_src)
+    overlay = model_overlay_of(model_overlay, env_src)
+    res, env, server = resolve(profile, spec, env_src, overlay)
     point = coerce_spec_params(spec_params)
     if point is not None:
         apply_spec_params(server, point, spec)
@@ -230,6 +251,7 @@ def evaluate(
         warnings=[f.message for f in findings if f.level == "warning"],
         sources=[str(p) for p in res.chain],
         server_url=reach_url(server),
+        model_overlay=overlay,
         spec_params=from_server(server),
     )
     return plan, findings

@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         plan = initial_plan(paths, profile, spec)
         conf = supervisor_conf.render(paths)
         render.write_plan(paths.root, plan)
-        print(f"serve: profile {plan.name} + {plan.spec} (digest {plan.digest()}), supervisord config {conf}", file=sys.stderr)
+        model = f" + model {plan.model_overlay}" if plan.model_overlay else ""
+        print(f"serve: profile {plan.name} + {plan.spec}{model} (digest {plan.digest()}), supervisord config {conf}",
+              file=sys.stderr)
         if args.dry_run:
             return 0
         sys.stdout.flush()
