@@ -549,7 +549,8 @@ def named_profiles() -> dict[str, set[str]]:
         if not path.exists():
             continue
         text = path.read_text()
-        names = set(re.findall(r"\bPROFILE=([a-z0-9][a-z0-9-]*)", text))
+        written = set(re.findall(r">\s*\S*/([a-z0-9][a-z0-9-]*)\.toml\b", text))  # one the text has the user write
+        names = set(re.findall(r"\bPROFILE=([a-z0-9][a-z0-9-]*)", text)) - written
         names |= set(re.findall(r"^PROFILE \?= \$\(or \$\(call dotenv,PROFILE\),([a-z0-9-]+)\)$", text, re.M))
         for name in names:
             found.setdefault(name, set()).add(str(path.relative_to(ROOT)))

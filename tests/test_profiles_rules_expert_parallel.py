@@ -88,7 +88,7 @@ def test_ep_deepep_without_p2p_is_ineligible_naming_the_pairs():
 
 def test_deepep_without_p2p_in_a_profile_that_does_not_require_it(make):
     _, findings = make(server=DEEPEP, facts=facts("pcie-switch", "12.0", p2p_ok=False, bad_pairs=[(1, 2)], rdma_nics=["mlx5_0"]))
-    [f] = by_rule(findings, RULE, "ineligible")
+    [f] = by_rule(findings, "deepep_low_latency_transport", "ineligible")
     assert f.key == "server.moe-a2a-backend" and "GPU1 and GPU2" in f.message and "legacy.py:108" in f.message
 
 

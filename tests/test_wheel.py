@@ -64,7 +64,7 @@ def test_launcher_profiles_lists_the_builtin_profiles(installed):
     r = _run([str(bindir / "launcher"), "profiles", "--json"], cwd=work, env=env)
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
-    assert sorted(row["name"] for row in rows) == BUILTIN and len(rows) == 8
+    assert sorted(row["name"] for row in rows) == BUILTIN and len(rows) == len(BUILTIN) >= 8
     assert all("site-packages/launcher/builtin_profiles/" in row["path"] for row in rows)
 
 

@@ -282,7 +282,7 @@ def run_rank(spec: RunSpec, rank: int) -> dict[str, Any]:
         raise RuntimeError(
             f"the profile's env did not reach this rank ({', '.join(missed)}): is the kit's sitecustomize on "
             f"PYTHONPATH ({os.environ.get('PYTHONPATH', '')}) and KIT_PROFILE_ENV "
-            f"({os.environ.get('KIT_PROFILE_ENV', 'unset')}) its rendered profile.env?"
+            f"({settings.KIT_PROFILE_ENV.raw() or 'unset'}) its rendered profile.env?"
         )
     import torch
 
