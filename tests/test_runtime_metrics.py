@@ -119,7 +119,7 @@ def test_counters_move_agree_with_status_survive_a_restart_and_show_no_secret(ki
     assert value(text, "kit_server_restarts_total", reason="retry") == st["retry"]["attempts"]
     assert value(text, "kit_history_skipped_lines") == st["history_skipped"] == 0
     assert 0 <= value(text, "kit_health_age_seconds") < 5
-    for secret in (stack.token, "envvalue-7c1e5a", "/models", "sim", "draft", "NCCL_SOCKET_IFNAME"):
+    for secret in (stack.token, "envvalue-7c1e5a", "/models", "models/sim", "models/draft", "NCCL_SOCKET_IFNAME"):
         assert secret not in text, secret
     promtool_check(text)
 
