@@ -4,7 +4,8 @@ aiohttp, not httpx: its HTTP parser and stream reader are C-accelerated (llhttp)
 streamed line costs a few microseconds, while httpx's async streaming goes through pure-Python
 h11 and anyio layers. The client must stay far below the server's chunk interval (a verify pass
 is 10-30 ms); `tools/bench_accuracy.py` measures the CPU cost per chunk.
-What each timing means: bench/request_record.py.
+What each timing means: bench/request_record.py. Reading the stream: bench/sse_stream.py; the caps
+on what a bad server can make it hold: bench/capped_body.py.
 """
 
 from __future__ import annotations
@@ -18,16 +19,18 @@ from typing import Any
 
 import aiohttp
 
-from bench.request_record import RequestRecord
-from bench.sse_events import (
-    COMPLETION_AT,
-    FINISH_NULL_AT,
-    MalformedEvent,
-    ServerError,
-    StreamLimit,
-    StreamState,
-    decode,
+from bench.capped_body import (
+    ERROR_BODY_CAP,
+    JSON_CAP,
+    LINE_CAP,
+    BodyTooLarge,
+    read_capped,
+    read_upto,
+    size_text,
 )
+from bench.request_record import RequestRecord
+from bench.sse_events import MalformedEvent, ServerError, StreamLimit, StreamState
+from bench.sse_stream import consume
 from bench.workload import Prompt
 from launcher.errors import RuntimeFailure
 from launcher.runtime.metrics_text import sample_sums
@@ -36,48 +39,12 @@ APIS = ("generate", "chat")
 READ_BUFSIZE = 4 * 1024 * 1024  # cumulative /generate text grows with the reply; lines can be long
 DEFAULT_READ_TIMEOUT_S = 600.0  # --read-timeout: silence before a request is given up
 DEFAULT_REQUEST_TIMEOUT_S = 1800.0  # --request-timeout: a whole request, first byte to last
-MiB = 1024 * 1024
-# What a bad server can make the client hold. Every cap is named in the error it causes.
-LINE_CAP = 8 * MiB  # one SSE event (a cumulative /generate event holds the whole reply), and the reply text
-ERROR_BODY_CAP = 64 * 1024  # the body of a non-200 answer; 300 characters of it are kept
-JSON_CAP = 16 * MiB  # /server_info, /metrics
-DRAIN_CAP = 64 * 1024  # what may follow [DONE] before the connection is dropped instead of reused
-DRAIN_TIMEOUT_S = 1.0
 
 
 def token_limit(max_tokens: int) -> int:
     """The most output tokens a request may stream: --max-tokens plus a margin (a speculative
     verify pass may overshoot by its draft length); past it the request fails."""
     return max_tokens + max(16, max_tokens // 10)
-
-
-def _size(n: int) -> str:
-    return f"{n // MiB} MiB" if n >= MiB and n % MiB == 0 else f"{n // 1024} KiB" if n % 1024 == 0 else f"{n} bytes"
-
-
-class BodyTooLarge(ValueError):
-    """A response body past its cap; the rest is never read and the connection is dropped."""
-
-
-async def read_upto(resp: aiohttp.ClientResponse, cap: int) -> tuple[bytes, bool]:
-    """At most `cap` bytes of the body, and whether there was more (then the connection is dropped
-    and the rest never read)."""
-    buf = bytearray()
-    while len(buf) <= cap:
-        data = await resp.content.read(cap + 1 - len(buf))
-        if not data:
-            return bytes(buf), False
-        buf += data
-    resp.close()
-    return bytes(buf[:cap]), True
-
-
-async def read_capped(resp: aiohttp.ClientResponse, cap: int, what: str) -> bytes:
-    """The body, at most `cap` bytes: BodyTooLarge (naming the cap) as soon as it is longer."""
-    body, more = await read_upto(resp, cap)
-    if more:
-        raise BodyTooLarge(f"{what} is over the {_size(cap)} cap")
-    return body
 
 
 class ServerClient:
@@ -280,7 +247,8 @@ class ServerClient:
                 if resp.status != 200:
                     record.error = f"HTTP {resp.status}: {await self._error_body(resp)}"
                     return record
-                got_done = await self._consume(resp, state)
+                got_done = await consume(resp, state, api=self.api, incremental_text=self.incremental_text,
+                                         line_cap=self.line_cap)
                 record.e2e_s = state.end - state.sent
         except asyncio.CancelledError:
             if not state.timed_out or task is None:
@@ -314,101 +282,8 @@ class ServerClient:
     async def _error_body(self, resp: aiohttp.ClientResponse) -> str:
         """The first 300 characters of a non-200 body, read no further than error_body_cap."""
         body, more = await read_upto(resp, self.error_body_cap)
-        note = f" (body cut at the {_size(self.error_body_cap)} error body cap)" if more else ""
+        note = f" (body cut at the {size_text(self.error_body_cap)} error body cap)" if more else ""
         return body[:300].decode("utf-8", "replace").strip() + note
-
-    async def _drain(self, resp: aiohttp.ClientResponse, state: StreamState) -> None:
-        """Read what follows [DONE] so the connection is reused; past DRAIN_CAP bytes or DRAIN_TIMEOUT_S
-        the connection is dropped instead."""
-        state.closing = True
-        left = DRAIN_CAP
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(DRAIN_TIMEOUT_S):
-                while left > 0:
-                    data = await resp.content.read(left)
-                    if not data:
-                        return
-                    left -= len(data)
-        resp.close()
-
-    async def _consume(self, resp: aiohttp.ClientResponse, state: StreamState) -> bool:
-        """Read SSE events as bytes arrive; returns True when the stream ended with [DONE].
-
-        This is the per-chunk hot path. Cumulative /generate events grow with the reply, so a
-        full JSON parse of each would cost O(reply) per chunk: mid-stream events are only
-        searched, from the end where SGLang puts meta_info, for `completion_tokens` and a null
-        `finish_reason` (inside JSON strings quotes are escaped, so text cannot fake the keys).
-        An event is parsed fully when it is the first, finishes the request, lacks the counter
-        (an error) or when text arrives incrementally.
-
-        A partial event waits in `buf`, searched only where new bytes arrived (linear in the event's
-        length); one longer than line_cap fails the request.
-        """
-        perf = time.perf_counter
-        loads = json.loads
-        fast = self.api == "generate" and not self.incremental_text
-        on_event = state.generate_event if self.api == "generate" else state.chat_event
-        record = state.r
-        gaps, tokens = record.chunk_gaps_s, record.chunk_tokens
-        content = resp.content
-        cap = self.line_cap
-        buf = bytearray()
-        pending: bytes | None = None  # last searched-only event, parsed at the end if needed
-        while True:
-            data = await content.readany()
-            if not data:
-                break
-            now = perf()
-            state.activity = now
-            if buf:
-                seek = len(buf) - 1  # a separator may straddle the old end
-                buf += data
-                if buf.find(b"\n\n", seek) < 0:
-                    if len(buf) > cap:
-                        raise StreamLimit(f"an SSE event longer than the {_size(cap)} line cap")
-                    continue
-                data = bytes(buf)
-                buf.clear()
-            start = 0
-            while (cut := data.find(b"\n\n", start)) >= 0:
-                if cut - start > cap:
-                    raise StreamLimit(f"an SSE event longer than the {_size(cap)} line cap")
-                block = data[start:cut]
-                start = cut + 2
-                for raw in block.split(b"\n") if b"\n" in block else (block,):
-                    if not raw.startswith(b"data:"):
-                        continue
-                    if fast and state.last_mark is not None:
-                        i = raw.rfind(b'"completion_tokens"')
-                        m = COMPLETION_AT.match(raw, i) if i >= 0 else None
-                        j = raw.rfind(b'"finish_reason"')
-                        if m is not None and j >= 0 and FINISH_NULL_AT.match(raw, j) is not None:
-                            ct = int(m.group(1))
-                            if ct > state.last_tokens:
-                                state.check_tokens(ct)
-                                gaps.append(now - state.last_mark)
-                                tokens.append(ct - state.last_tokens)
-                                state.last_mark, state.last_tokens = now, ct
-                            record.completion_tokens = ct
-                            pending = raw
-                            continue
-                    payload = raw[5:].strip()
-                    if payload == b"[DONE]":
-                        if pending is not None:
-                            on_event(decode(loads, pending[5:]), now)
-                        state.end = now
-                        await self._drain(resp, state)
-                        return True
-                    pending = None
-                    on_event(decode(loads, payload), now)
-            if start < len(data):
-                if len(data) - start > cap:
-                    raise StreamLimit(f"an SSE event longer than the {_size(cap)} line cap")
-                buf += data[start:]
-        state.end = perf()
-        if pending is not None:
-            on_event(decode(loads, pending[5:]), state.end)
-        return False
 
     async def run(
         self,

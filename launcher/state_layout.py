@@ -35,7 +35,7 @@ STATE_LAYOUT = {
     "socket": "supervisor.sock",
     "logs": "logs",
     "server_log": "logs/sglang.log",
-    "starts": "starts",  # one JSON record per server start: the activation lines each rank logged (activation.py)
+    "starts": "starts",  # one JSON record per server start: the activation lines each rank logged (start_records.py)
     "supervisord_log": "logs/supervisord.log",
 }
 

@@ -1,8 +1,10 @@
 """launcher/runtime/activation.py: a profile's expected backends, proven from the server's own log.
 
-Unit: the detectors against SGLang's lines and its fallback warnings. Integration (real supervisord,
-control API and the stand-in, which prints SGLang's lines or withholds them): switch, roll back,
-the degraded setting, serve at start, and what /status and `launcher status` show.
+Unit: the verdicts against SGLang's lines and its fallback warnings (the lines read per rank:
+test_runtime_start_lines.py; the follower that keeps them: test_runtime_start_records.py).
+Integration (real supervisord, control API and the stand-in, which prints SGLang's lines or
+withholds them): switch, roll back, the degraded setting, serve at start, and what /status and
+`launcher status` show.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from helpers_profiles import ENV
 from launcher.profiles import loader
 from launcher.profiles import plan as plans
 from launcher.profiles.hostfacts import HostFacts
-from launcher.runtime import activation
+from launcher.runtime import activation, start_lines
 from launcher.runtime.server_exec import START_MARKER
-from testsupport.standin.activation import GAVE_UP, mscclpp_failure_lines, startup_lines, switched_on
+from testsupport.standin.activation import GAVE_UP, startup_lines, switched_on
 from testsupport.standin.server_args import parse_server_argv
 
 
@@ -30,7 +32,7 @@ def _plan(name="custom-ar", **env):
 def _start(plan, lines, pid=42):
     """A log as SGLang writes it: server_exec's start line, then the ranks' lines."""
     marker = f"{START_MARKER}{plan.name} spec off digest {plan.digest()} pid {pid} start 1: x"
-    (record,) = activation.scan("\n".join([marker, *lines]))
+    (record,) = start_lines.scan("\n".join([marker, *lines]))
     return record
 
 
@@ -57,10 +59,7 @@ def test_a_backend_is_active_only_when_every_rank_logged_it():
     assert ipc["active"] is None and "no rank tag" in ipc["evidence"]
 
 
-def test_rank_prefixes_in_sglangs_format():
-    assert activation.rank_of("[2026-11-30 10:00:01 TP3] x") == "TP3"
-    assert activation.rank_of("[2026-11-30 10:00:01.123 DP0 PP1 TP3 EP3] x") == "PP1 TP3"
-    assert activation.rank_of("[2026-11-30 10:00:01] x") == ""
+def test_expected_ranks_follow_tp_and_pp():
     assert activation.expected_ranks({"tp-size": "2", "pp-size": "2"}) == ["PP0 TP0", "PP0 TP1", "PP1 TP0", "PP1 TP1"]
 
 
@@ -102,7 +101,7 @@ def test_fallbacks_are_named_evidence():
     assert deepep["active"] is None and "no line" in deepep["evidence"]
     # every fallback line the stand-in prints holds one of the follower's search keys
     for name, line in GAVE_UP.items():
-        assert any(k in line for k in activation.KEYS), name
+        assert any(k in line for k in start_lines.KEYS), name
 
 
 def test_the_up_line_wins_over_an_unrelated_fallback():
@@ -111,44 +110,6 @@ def test_the_up_line_wins_over_an_unrelated_fallback():
     warning = "[2026-11-30 10:00:01 TP0] FlashInfer PCIe-IPC all-reduce serves bf16 only; torch.float16 reductions stay on NCCL."
     (ipc,), _ = activation.assess(plan, _start(plan, [warning, *_lines(plan)]))
     assert ipc["active"] is True and ipc["evidence"].endswith(f"; but also: {warning}")
-
-
-def test_mscclpp_death_is_read_with_its_exception():
-    plan = _plan("mscclpp")
-    record = _start(plan, mscclpp_failure_lines(parse_server_argv(plan.flags)))
-    cause = activation.cause_text(record)
-    assert "Failed to initialize MSCCL++ collectives" in cause and "pymscclpp.py:1114" in cause
-    assert "RuntimeError: SIMULATED MSCCL++" in cause
-
-
-def test_follower_keeps_each_start_across_rotation_and_restarts(tmp_path):
-    log, starts = tmp_path / "logs" / "sglang.log", tmp_path / "starts"
-    log.parent.mkdir()
-    plan = _plan()
-    marker = f"{START_MARKER}custom-ar spec off digest {plan.digest()} pid 7 start 5: x\n"
-    log.write_text(f"{START_MARKER}old spec off digest a pid 6 start 4: x\n{_lines(plan)[1]}\n{marker}")
-    follower = activation.Follower(log, starts)
-    follower.poll()
-    assert follower.record_for(7)["seen"] == {} and follower.record_for(6) is None  # read from the last start on
-    with log.open("a") as fh:
-        fh.write("\n".join(_lines(plan)[:9]))  # the last line not yet complete
-    follower.poll()
-    log.rename(log.with_name("sglang.log.1"))  # supervisord rotates
-    log.write_text("\n".join(_lines(plan)[9:]) + "\n" + "filler\n" * 1000)
-    follower.poll()
-    assert activation.assess(plan, follower.record_for(7))[0][0]["active"] is True
-    # a new control API finds the start line in the backup and reads on from there
-    assert activation.assess(plan, activation.Follower(log, starts).record_for(7) or {})[0][0]["active"] is True
-    fresh = activation.Follower(log, starts)
-    fresh.poll()
-    assert activation.assess(plan, fresh.record_for(7))[0][0]["active"] is True
-    # ... and once the logs are gone, the record the state dir kept
-    for f in log.parent.iterdir():
-        f.unlink()
-    later = activation.Follower(log, starts)
-    later.poll()
-    assert activation.assess(plan, later.record_for(7))[0][0]["active"] is True
-    assert json.loads((starts / "5-7.json").read_text())["pid"] == 7
 
 
 @pytest.mark.parametrize(
@@ -180,7 +141,7 @@ def test_standin_prints_the_line_for_what_argv_and_env_switch_on():
     env = {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}
     assert switched_on(args, env) == ["fusion", "pcie-ipc", "mscclpp"]
     lines = startup_lines(args, env, {"mscclpp"})
-    seen = activation.scan("\n".join([f"{START_MARKER}x spec off digest d pid 1 start 1: x", *lines]))[0]["seen"]
+    seen = start_lines.scan("\n".join([f"{START_MARKER}x spec off digest d pid 1 start 1: x", *lines]))[0]["seen"]
     assert seen["FlashInfer PCIe-IPC workspace built"]["ranks"] == ["TP0", "TP1", "TP2", "TP3"]
     assert seen["PyMscclpp is unavailable"]["ranks"] == ["TP0", "TP1", "TP2", "TP3"]
     assert "Created MSCCL++ communicator" not in seen

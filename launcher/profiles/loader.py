@@ -80,7 +80,7 @@ class Expects(BaseModel):
     a2a: Literal["none", "deepep"] | None = None
 
     def backends(self) -> list[str]:
-        """Names in activation.DETECTORS, in a fixed order."""
+        """Names in start_lines.DETECTORS, in a fixed order."""
         out = []
         if self.allreduce in ("pcie-ipc", "mscclpp"):
             out.append(self.allreduce)

@@ -27,7 +27,7 @@ from launcher import settings, state_layout
 from launcher.errors import RuntimeFailure
 from launcher.profiles.plan import Plan, reach_url
 from launcher.profiles.spec_params import SpecParams
-from launcher.runtime import activation, journal, metrics
+from launcher.runtime import activation, journal, metrics, start_lines, start_records
 from launcher.runtime import state as runtime_state
 from launcher.runtime.admission import patch_check, validated_plan
 from launcher.runtime.states import ANSWERING, STATE_AFTER, Outcome, Phase, Resolution, State
@@ -50,8 +50,8 @@ class Lifecycle:
         self.sd = state_dir
         self.paths = state_layout.StatePaths(state_dir)
         self.sup = Supervisor(self.paths.socket)
-        # What each server start logged, kept in the state dir as it appears (activation.Follower).
-        self.follower = activation.Follower(self.paths.server_log, self.paths.starts)
+        # What each server start logged, kept in the state dir as it appears (start_records.Follower).
+        self.follower = start_records.Follower(self.paths.server_log, self.paths.starts)
         self.switcher = Switcher(state_dir, self.sup, follower=self.follower)
         self.lock = asyncio.Lock()
         committed = runtime_state.committed(state_dir)
@@ -198,7 +198,7 @@ class Lifecycle:
             return
         if pid and self.pid and pid != self.pid:
             self.restarts += 1
-            cause = activation.cause_text(self.follower.record_for(self.pid))  # the start that died, in its own words
+            cause = start_lines.cause_text(self.follower.record_for(self.pid))  # the start that died, in its own words
             if cause:
                 self.last_error = f"server died and was restarted by supervisord; the server log says: {cause}"
         if pid:
@@ -253,7 +253,7 @@ class Lifecycle:
         """supervisord gave up (FATAL): say so in /status, and start the server again with backoff."""
         now = time.time()
         reason = info.get("spawnerr") or f"exit status {info.get('exitstatus')}"
-        cause = activation.cause_text(self.follower.record_for(0))  # the last start's own word on why
+        cause = start_lines.cause_text(self.follower.record_for(0))  # the last start's own word on why
         if cause:
             reason += f"; the server log says: {cause}"
         if self.retry_at is None:

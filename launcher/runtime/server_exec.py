@@ -40,7 +40,7 @@ def server_grace_s(stop_wait_s: float) -> float:
 MIN_STOP_WAIT_S = int(LEFTOVER_GRACE_S + STOP_MARGIN_S + MIN_SERVER_GRACE_S + 0.999)  # the registry's lower bound
 START_MARKER = "server_exec: profile "
 """Starts the line written before each server start (`... digest D pid P start MS: argv`): the control API's
-log follower (activation.Follower) keeps what each start logged under its pid and start time."""
+log follower (start_records.Follower) keeps what each start logged under its pid and start time."""
 
 
 def supervise(cmd: list[str], stop_grace_s: float) -> int:

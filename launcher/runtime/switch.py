@@ -19,7 +19,7 @@ import httpx
 from launcher import settings, state_layout
 from launcher.profiles.plan import Plan
 from launcher.profiles.render import write_plan
-from launcher.runtime import activation, journal
+from launcher.runtime import activation, journal, start_records
 from launcher.runtime import state as runtime_state
 from launcher.runtime.metrics_text import running_requests
 from launcher.runtime.states import Outcome, Phase
@@ -62,12 +62,12 @@ class Switcher:
     """The switch phases. `phase` is what /status shows while one runs."""
 
     def __init__(self, state_dir: Path, supervisor: Supervisor, timeouts: Timeouts | None = None,
-                 follower: activation.Follower | None = None):
+                 follower: start_records.Follower | None = None):
         self.sd = state_dir
         self.sup = supervisor
         self.timeouts = timeouts or Timeouts()
         paths = state_layout.StatePaths(state_dir)
-        self.follower = follower or activation.Follower(paths.server_log, paths.starts)
+        self.follower = follower or start_records.Follower(paths.server_log, paths.starts)
         self.phase: Phase | None = None
         self.active: Plan | None = None  # the plan last rendered and started: what health is probed on
         self.server_changed_at = 0.0  # a health reading older than this describes a server that is gone

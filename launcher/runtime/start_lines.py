@@ -1,0 +1,240 @@
+"""SGLang's start-up lines, read per rank from the server log into one record per server start.
+
+Which lines tell that a backend came up, gave up, or why the server died (`DETECTORS`, `CA_OFF`,
+`CAUSES`; sources in docs/evidence.md, "Activation lines"), and the `Scanner` that reads whole log
+lines into per-start records: for each matched line, the ranks (`[time DPn PPn TPn EPn]` prefix) that
+logged it. The verdicts on those records are activation.py's; keeping them as the log rotates is
+start_records.py's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+UPSTREAM = "https://github.com/sgl-project/sglang/blob/v0.5.23/python/"
+EXCEPTION_WINDOW = 400  # lines after a cause line searched for the traceback's exception line
+
+
+@dataclass(frozen=True)
+class Detector:
+    name: str
+    line: str | None  # what SGLang logs on each rank when the backend is up; None: it logs nothing that tells
+    source: str  # where SGLang 0.5.23 logs it (file:line in the wheel)
+    fallbacks: tuple[tuple[str, str], ...] = ()  # (what it logs when it gives the backend up, where)
+    caveats: tuple[str, ...] = ()  # what it logs when some reductions skip a backend that is up
+    unknown_reason: str = ""
+
+
+FUSION_SRC = "sglang/srt/layers/flashinfer_comm_fusion.py"
+IPC_SRC = "sglang/srt/distributed/device_communicators/pcie_ipc_ar.py"
+MSCCLPP_SRC = "sglang/srt/distributed/device_communicators/pymscclpp.py"
+CA_SRC = "sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py"
+PS_SRC = "sglang/srt/distributed/parallel_state.py"
+
+DETECTORS: dict[str, Detector] = {
+    d.name: d
+    for d in (
+        Detector(
+            "fusion",
+            "FlashInfer AllReduce Fusion enabled and workspace initialized",
+            f"{FUSION_SRC}:580",
+            fallbacks=(
+                ("FlashInfer workspace preflight probe failed", f"{FUSION_SRC}:368"),
+                ("FlashInfer workspace preflight: cuMemCreate probe failed", f"{FUSION_SRC}:387"),
+                ("Disabling flashinfer allreduce fusion permanently", f"{FUSION_SRC}:594"),
+                ("FlashInfer AllReduce fusion disabled", f"{FUSION_SRC}:500"),
+                ("FlashInfer allreduce fusion disabled globally", f"{FUSION_SRC}:737"),
+                ("FlashInfer comm not available, skipping workspace initialization", f"{FUSION_SRC}:475"),
+            ),
+        ),
+        Detector(
+            "pcie-ipc",
+            "FlashInfer PCIe-IPC workspace built",
+            f"{IPC_SRC}:299",
+            fallbacks=(
+                ("reductions stay on NCCL", f"{IPC_SRC}:287"),
+                ("no pcie_ipc_comm; falling back to NCCL all-reduce", f"{IPC_SRC}:227"),
+                ("Deterministic inference is on; leaving PCIe-IPC all-reduce off", f"{IPC_SRC}:91"),
+                ("Setup FlashInfer PCIe-IPC allreduce failed", f"{PS_SRC}:501"),
+            ),
+            caveats=("serves bf16 only",),
+        ),
+        Detector(
+            "mscclpp",
+            "Created MSCCL++ communicator",
+            f"{MSCCLPP_SRC}:1123",
+            fallbacks=(
+                ("PyMscclpp is unavailable", f"{MSCCLPP_SRC}:1053"),
+                ("PyMscclpp is disabled", f"{MSCCLPP_SRC}:1077"),
+                ("PyMscclpp did not produce any usable tuned configurations", f"{MSCCLPP_SRC}:1120"),
+            ),
+        ),
+        Detector(
+            "deepep",
+            None,
+            "sglang/srt/layers/moe/token_dispatcher/deepep.py:304",
+            unknown_reason="SGLang 0.5.23 logs no line when it creates the DeepEP buffer; "
+            "check the a2a kernels in a trace (bench trace)",
+        ),
+    )
+}
+KNOWN: tuple[str, ...] = tuple(DETECTORS)
+
+CA_OFF: tuple[tuple[str, str], ...] = (  # SGLang's custom all-reduce turned itself off (legacy class decides)
+    ("CustomAllreduce is disabled", f"{CA_SRC}:466-510"),
+    ("Setup Custom allreduce failed", f"{PS_SRC}:514"),
+)
+CAUSES: tuple[tuple[str, str], ...] = (  # why a server died at start-up, most specific first
+    ("Failed to initialize MSCCL++ collectives", f"{MSCCLPP_SRC}:1114"),
+    ("Scheduler hit an exception", "sglang/srt/managers/scheduler.py:6372"),
+)
+NEEDLES: tuple[str, ...] = tuple(
+    [d.line for d in DETECTORS.values() if d.line]
+    + [f for d in DETECTORS.values() for f, _ in d.fallbacks]
+    + [c for d in DETECTORS.values() for c in d.caveats]
+    + [n for n, _ in CA_OFF]
+    + [n for n, _ in CAUSES]
+)
+# Cheap substrings that every needle line contains: the log is searched for these, the hits' lines
+# for the needles (a chatty server writes tens of MB; one search per key keeps that well under a second).
+# Every line SGLang logs with a needle in it holds one of these (tests/test_runtime_activation.py checks).
+KEYS: tuple[str, ...] = ("FlashInfer", "flashinfer", "PCIe-IPC", "pcie_ipc_comm", "MSCCL++", "PyMscclpp",
+                         "CustomAllreduce", "Custom allreduce", "Scheduler hit an exception")
+
+RANK_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
+MARKER_FIELDS = re.compile(r"profile (\S+) spec (\S+) digest (\S+)(?: pid (\d+))?(?: start (\d+))?:")
+
+
+def rank_of(line: str) -> str:
+    """The rank a scheduler line names ("TP3", "PP1 TP3"), or "" for a line without a TP/PP tag."""
+    m = RANK_PREFIX.match(line)
+    if not m:
+        return ""
+    tags = dict(re.findall(r"([A-Z_]+?)(\d+)", m.group(1)))
+    return " ".join(f"{t}{tags[t]}" for t in ("PP", "TP") if t in tags)
+
+
+def _clip(line: str) -> str:
+    return line.strip()[:300]
+
+
+# ----- reading the log into per-start records ----------------------------------------------------------
+
+
+class Scanner:
+    """Turns whole log lines into per-start records: {"start", "profile", "spec", "digest", "pid",
+    "marker", "seen": {needle: {"line", "ranks"}}, "cause": {"line", "source", "exception"} | None}."""
+
+    def __init__(self, on_start=None, on_change=None):
+        self.record: dict | None = None
+        self.on_start = on_start or (lambda rec: None)
+        self.on_change = on_change or (lambda rec: None)
+        self._exc_budget = 0  # lines left to find the exception line of the pending cause
+
+    def feed(self, text: str) -> None:
+        """`text` holds whole lines only."""
+        from launcher.runtime.server_exec import START_MARKER
+
+        hits: set[int] = set()
+        for key in (START_MARKER, *KEYS):
+            at = text.find(key)
+            while at >= 0:
+                hits.add(text.rfind("\n", 0, at) + 1)
+                end = text.find("\n", at)
+                at = -1 if end < 0 else text.find(key, end)
+        pos = 0
+        if self._exc_budget:
+            pos = self._find_exception(text, 0, len(text))
+        changed = False
+        for start in sorted(hits):
+            if start < pos:
+                continue
+            end = text.find("\n", start)
+            end = len(text) if end < 0 else end
+            line = text[start:end]
+            pos = end + 1
+            if START_MARKER in line:
+                if changed:
+                    self.on_change(self.record)
+                changed = False
+                self._begin(line[line.find(START_MARKER):])
+                continue
+            if self.record is None:
+                continue
+            changed |= self._match(line)
+            if self._exc_budget:  # the traceback's lines up to the next log record (hits among them are skipped)
+                pos = self._find_exception(text, pos, len(text))
+                changed = True
+        if changed:
+            self.on_change(self.record)
+
+    def _begin(self, marker: str) -> None:
+        m = MARKER_FIELDS.search(marker)
+        profile, spec, digest, pid, start = m.groups() if m else (None, None, None, None, None)
+        self.record = {"start": f"{start}-{pid}" if start and pid else None, "profile": profile, "spec": spec,
+                       "digest": digest, "pid": int(pid) if pid else None, "marker": _clip(marker),
+                       "seen": {}, "cause": None}
+        self._exc_budget = 0
+        self.on_start(self.record)
+
+    def _match(self, line: str) -> bool:
+        changed = False
+        rank = rank_of(line)
+        for needle in NEEDLES:
+            if needle not in line:
+                continue
+            seen = self.record["seen"].setdefault(needle, {"line": _clip(line), "ranks": []})
+            if rank not in seen["ranks"]:
+                seen["ranks"] = sorted([*seen["ranks"], rank], key=_rank_order)
+                changed = True
+            for cause, source in CAUSES:
+                if cause == needle and _cause_rank(self.record.get("cause")) > CAUSES.index((cause, source)):
+                    self.record["cause"] = {"line": _clip(line), "source": source, "exception": None}
+                    self._exc_budget = EXCEPTION_WINDOW
+                    changed = True
+        return changed
+
+    def _find_exception(self, text: str, pos: int, stop: int) -> int:
+        """Look for the pending cause's exception line (the traceback's last unindented line) in
+        text[pos:stop]; the position it read up to."""
+        while pos < stop and self._exc_budget:
+            end = text.find("\n", pos)
+            end = len(text) if end < 0 else end
+            line = text[pos:end]
+            if RANK_PREFIX.match(line) or line.startswith("server_exec: "):
+                self._exc_budget = 0  # the next log record: the traceback ended
+                break
+            pos = end + 1
+            self._exc_budget -= 1
+            if (line and not line[0].isspace() and not line.startswith(("Traceback (most recent call last)",
+                                                                       "During handling", "The above exception"))):
+                self.record["cause"]["exception"] = _clip(line)
+        return pos
+
+
+def _cause_rank(cause: dict | None) -> int:
+    if cause is None:
+        return len(CAUSES)
+    return next((i for i, (_, src) in enumerate(CAUSES) if src == cause["source"]), len(CAUSES))
+
+
+def _rank_order(rank: str) -> tuple:
+    return tuple(int(n) for n in re.findall(r"\d+", rank))
+
+
+def scan(text: str) -> list[dict]:
+    """Every start record in a log text (for tests and one-off reads)."""
+    out: list[dict] = []
+    s = Scanner(on_start=out.append)
+    s.feed(text if text.endswith("\n") else text + "\n")
+    return out
+
+
+def cause_text(record: dict | None) -> str | None:
+    """The log's word on why the start in `record` died: the cause line and the exception it raised."""
+    cause = (record or {}).get("cause")
+    if not cause:
+        return None
+    exc = f" -> {cause['exception']}" if cause.get("exception") else ""
+    return f"{cause['line']}{exc} ({cause['source']})"
