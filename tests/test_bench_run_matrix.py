@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from testsupport.stack import REPO, KitStack
+from testsupport.stack import REPO, KitStack, standin_stack
 
 STANDIN_CONFIG = {
     "default": {"ttft_ms": 5, "decode_ms": 3, "verify_ms": 4, "accept_length": 2.0},
@@ -21,15 +21,8 @@ STANDIN_CONFIG = {
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("bench-stack")
-    config = tmp / "standin.json"
-    config.write_text(json.dumps(STANDIN_CONFIG))
-    s = KitStack(tmp / "stack", "baseline", "off", {"STANDIN_CONFIG": str(config)})
-    try:
-        s.start(timeout=60)
+    with standin_stack(tmp_path_factory.mktemp("bench-stack"), STANDIN_CONFIG) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def bench(stack: KitStack, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.test_monitoring import MON, dashboard, grafana_to_promql, panel_exprs, rules_dir
-from testsupport.net import free_port
+from testsupport.net import free_port, until
 from testsupport.stack import KitStack, stop_group
 
 
@@ -36,13 +36,7 @@ def query(url: str, expr: str) -> list[dict]:
 
 
 def wait_for(what: str, fn, timeout: float = 30):
-    deadline, last = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not seen within {timeout}s (last: {last})")
+    return until(fn, timeout, what)
 
 
 @pytest.fixture()

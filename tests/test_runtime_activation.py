@@ -10,7 +10,6 @@ withholds them): switch, roll back, the degraded setting, serve at start, and wh
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import pytest
@@ -21,6 +20,7 @@ from launcher.profiles import plan as plans
 from launcher.profiles.hostfacts import HostFacts
 from launcher.runtime import activation, start_lines
 from launcher.runtime.server_exec import START_MARKER
+from testsupport.net import until
 from testsupport.standin.activation import GAVE_UP, startup_lines, switched_on
 from testsupport.standin.server_args import parse_server_argv
 
@@ -224,14 +224,7 @@ def _profile(stack, name: str, extends: str, **env: str) -> None:
 
 
 def _poll(fn, timeout: float = 20):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"not true after {timeout}s: {last}")
+    return until(fn, timeout)
 
 
 def test_every_rank_proves_it_and_one_missing_rank_rolls_back(kit_stack):

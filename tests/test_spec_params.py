@@ -15,7 +15,7 @@ from launcher.cli import main as launcher_main
 from launcher.errors import UserError
 from launcher.profiles import spec_params
 from launcher.profiles.plan import Plan, build_plan
-from testsupport.stack import REPO, KitStack
+from testsupport.stack import REPO, standin_stack
 from testsupport.standin.settings import StandinSettings
 from testsupport.standin.simulation import eagle_point_figures, effective_accept_length, verify_interval_ms
 
@@ -135,15 +135,8 @@ def test_standin_models_the_point_and_keeps_the_reference_figures():
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("spec-params-stack")
-    config = tmp / "standin.json"
-    config.write_text(json.dumps({"default": {"ttft_ms": 5, "decode_ms": 3, "verify_ms": 20, "accept_length": 2.0}}))
-    s = KitStack(tmp / "stack", "baseline", "off", {"STANDIN_CONFIG": str(config)})
-    try:
-        s.start(timeout=60)
+    with standin_stack(tmp_path_factory.mktemp("spec-params-stack"), {"default": {"ttft_ms": 5, "decode_ms": 3, "verify_ms": 20, "accept_length": 2.0}}) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def test_switch_with_spec_params_reaches_plan_status_and_history(stack):

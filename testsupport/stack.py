@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -204,3 +205,16 @@ class FleetStack:
 
     def stop(self) -> None:
         stop_group(self.proc, 20)
+
+
+@contextlib.contextmanager
+def standin_stack(tmp: Path, standin_config: dict, timeout: float = 60) -> Iterator[KitStack]:
+    """A started KitStack (baseline, off) whose stand-in reads `standin_config` (STANDIN_CONFIG); stopped after."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    config = tmp / "standin.json"
+    config.write_text(json.dumps(standin_config))
+    stack = KitStack(tmp / "stack", "baseline", "off", {"STANDIN_CONFIG": str(config)})
+    try:
+        yield stack.start(timeout=timeout)
+    finally:
+        stack.stop()

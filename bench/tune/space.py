@@ -87,9 +87,8 @@ def parse_points(text: str, flag: str = "--eagle3") -> tuple[Eagle3Point, ...]:
         problem = point.problem()
         if problem:
             raise UserError(f"{where}: {problem}")
-        if point not in out:
-            out.append(point)
-    return tuple(out)
+        out.append(point)
+    return tuple(dict.fromkeys(out))  # duplicates dropped, order kept
 
 
 @dataclass(frozen=True)
@@ -129,14 +128,11 @@ class Candidate:
 
 def parse_specs(text: str) -> tuple[str, ...]:
     """`off,ngram,eagle3` (any subset, in the order given)."""
-    out: list[str] = []
-    for raw in text.split(","):
-        name = raw.strip()
+    names = [raw.strip() for raw in text.split(",")]
+    for name in names:
         if name not in SPEC_MODES:
             raise UserError(f"--spec: unknown mode '{name[:40]}'; the tuner knows {', '.join(SPEC_MODES)}")
-        if name not in out:
-            out.append(name)
-    return tuple(out)
+    return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)
@@ -150,14 +146,11 @@ def parse_profiles(text: str, known: Sequence[str]) -> tuple[str, ...] | str:
     """Comma-separated names (each must be known), or the keyword `eligible` (returned as is)."""
     if text.strip() == ELIGIBLE:
         return ELIGIBLE
-    out: list[str] = []
-    for raw in text.split(","):
-        name = raw.strip()
+    names = [raw.strip() for raw in text.split(",")]
+    for name in names:
         if name not in known:
             raise UserError(f"--profiles: unknown profile '{name[:64]}'; known: {', '.join(known)} or '{ELIGIBLE}'")
-        if name not in out:
-            out.append(name)
-    return tuple(out)
+    return tuple(dict.fromkeys(names))
 
 
 def eligibility_by_spec(facts, specs: Iterable[str], environ: Mapping[str, str] | None = None) -> dict:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -248,11 +249,18 @@ def load(name: str) -> Resolved:
 
 def apply_spec(resolved: Resolved, mode: str) -> None:
     """Lay the speculation overlay `spec/<mode>.toml` over a resolved profile."""
-    path = find_file(mode, SPEC_DIR)
+    _lay(resolved, mode, SPEC_DIR, read_file, lambda: UserError(
+        f"unknown spec mode '{mode}'; known: {', '.join(spec_modes())} "
+        f"(spec/<mode>.toml in: {', '.join(map(str, search_dirs()))})"))
+
+
+def _lay(resolved: Resolved, name: str, folder: str, read: Callable[[Path], ProfileFile],
+         unknown: Callable[[], UserError]) -> None:
+    """Merge the overlay `<folder>/<name>.toml` (read by `read`, which checks its kind's keys) over `resolved`."""
+    path = find_file(name, folder)
     if path is None:
-        raise UserError(f"unknown spec mode '{mode}'; known: {', '.join(spec_modes())} "
-                        f"(spec/<mode>.toml in: {', '.join(map(str, search_dirs()))})")
-    _merge(resolved, read_file(path), path)
+        raise unknown()
+    _merge(resolved, read(path), path)
 
 
 MODEL_OVERLAY_KEYS = ("description", "env", "server")
@@ -281,10 +289,7 @@ def read_model_overlay(path: Path) -> ProfileFile:
 
 def apply_model_overlay(resolved: Resolved, name: str) -> None:
     """Lay the model overlay `model/<name>.toml` over a resolved profile and its spec mode, last."""
-    path = find_file(name, MODEL_DIR)
-    if path is None:
-        raise unknown_model_overlay(name)
-    _merge(resolved, read_model_overlay(path), path)
+    _lay(resolved, name, MODEL_DIR, read_model_overlay, lambda: unknown_model_overlay(name))
 
 
 def describe_all() -> list[dict[str, str]]:

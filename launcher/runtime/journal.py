@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from launcher import atomic
-from launcher.runtime.state import STATE_FILE_MODE, read_json
+from launcher.runtime.state import STATE_FILE_MODE, read_record
 from launcher.runtime.states import Phase
 from launcher.state_layout import StatePaths
 
@@ -66,12 +66,8 @@ def _write(sd: Path, j: Journal) -> None:
 
 def read(sd: Path) -> Journal | None:
     """The unfinished switch, if any. A damaged journal still says that a switch was cut short."""
-    path = StatePaths(sd).journal
-    if not path.exists():
-        return None
-    data = read_json(path)
     try:
-        return Journal.model_validate(data)
+        return read_record(StatePaths(sd).journal, Journal)
     except ValidationError:
         now = time.time()
         return Journal(id=f"damaged-{uuid.uuid4().hex[:6]}", started_at=now, updated_at=now, phase="unknown")

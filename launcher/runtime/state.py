@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -21,7 +22,8 @@ from launcher.state_layout import StatePaths
 STATE_FILE_MODE = 0o600
 MAX_STATE_FILE_BYTES = 4 << 20
 HISTORY_TAIL_BYTES = 256 << 10
-MAX_HISTORY_LINE_BYTES = 64 << 10  # a quarter of the tail window
+MAX_HISTORY_LINE_BYTES = 64 << 10
+M = TypeVar("M", bound=BaseModel)  # a quarter of the tail window
 
 
 class CommittedRecord(BaseModel):
@@ -41,6 +43,14 @@ def read_json(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def read_record(path: Path, model: type[M]) -> M | None:
+    """A state file as its model: None when absent, pydantic.ValidationError when there but damaged
+    (unreadable, not JSON, the wrong shape); each caller decides what damage means."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    return model.model_validate(read_json(path))
+
+
 def plan_or_none(data: object) -> Plan | None:
     """A stored plan when it has the shape the runtime relies on, else None."""
     try:
@@ -58,11 +68,8 @@ def committed(sd: Path) -> CommittedRecord | None:
     """The last plan that passed the health gate ({"committed_at", "plan"}); a damaged record is ignored
     with a warning on stderr, as if there were none."""
     path = StatePaths(sd).committed
-    if not path.exists():
-        return None
-    data = read_json(path)
     try:
-        return CommittedRecord.model_validate(data)
+        return read_record(path, CommittedRecord)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "(top level)"
