@@ -95,6 +95,9 @@ cat >"$user_profiles/spec/plain.toml" <<'TOML'
 description = "make e2e: a spec mode from a KIT_PROFILES_DIR folder (no speculative decoding)"
 TOML
 export KIT_PROFILES_DIR=$user_profiles
+# The test bases, named as a user names a base image (.env or the make command line): make build
+# checks that SGLANG_IMAGE exists before it builds, and passes both on as build arguments.
+export SGLANG_IMAGE=kit-test/sglang:0.5.23-cpu BENCH_BASE_IMAGE=kit-test/python:3.11
 # `make status` must name the running profile and spec mode, as /status reports them.
 expect_status() {
   local out
