@@ -64,9 +64,14 @@ def test_expected_ranks_follow_tp_and_pp():
 
 
 def test_custom_all_reduce_ahead_of_pcie_ipc_at_tp2():
-    """At TP 2 SGLang's `ca` takes every decode reduction first; the PCIe-IPC workspace still gets built."""
-    plan = _plan(KIT_TP_SIZE="2")
+    """At TP 2 SGLang's `ca` takes every decode reduction first; the PCIe-IPC workspace still gets built.
+    The shipped custom-ar turns `ca` off, so there PCIe-IPC carries them; without that flag it would not."""
+    shipped = _plan(KIT_TP_SIZE="2")
+    assert "--disable-custom-all-reduce" in shipped.flags
+    plan = shipped.model_copy(update={"flags": [f for f in shipped.flags if f != "--disable-custom-all-reduce"]})
     record = _start(plan, _lines(plan))
+    (ipc,), decode = activation.assess(shipped, record, FACTS_TP2, "")
+    assert ipc["active"] is True and decode["backend"] == "pcie-ipc"
     assert "CustomAllreduce is disabled" not in record["seen"]  # SGLang logs nothing while ca is on
     (ipc,), decode = activation.assess(plan, record, FACTS_TP2, "")
     assert (ipc["active"], ipc["verdict"]) == (False, "superseded") and "but ca comes first" in ipc["evidence"]
@@ -252,15 +257,19 @@ def test_custom_all_reduce_ahead_at_tp2_rolls_back_and_says_which_carries_decode
     stack = kit_stack("baseline", "off", extra_env={"KIT_TP_SIZE": "2", "KIT_HOST_FACTS": str(facts)})
     st = _poll(lambda: (s := stack.status())["decode_allreduce"] and s)
     assert st["decode_allreduce"]["backend"] == "ca"  # baseline at TP 2: SGLang's custom all-reduce
-    body = stack.switch("custom-ar", "off").json()
+    body = stack.switch("custom-ar", "off").json()  # the shipped profile turns ca off: PCIe-IPC proven
+    assert body["outcome"] == "switched" and body["decode_allreduce"]["backend"] == "pcie-ipc", body
+    (stack.profiles_dir / "ipc-with-ca.toml").write_text(
+        'description = "custom-ar with ca left on"\nextends = "custom-ar"\n[server]\ndisable-custom-all-reduce = false\n')
+    body = stack.switch("ipc-with-ca", "off").json()
     assert body["outcome"] == "rolled_back" and body["failed_step"] == "activation", body
     (ipc,) = body["backends"]
     assert (ipc["active"], ipc["verdict"]) == (False, "superseded") and "PCIe-IPC workspace built" in ipc["evidence"]
     assert body["decode_allreduce"]["backend"] == "ca"
     st = stack.wait_state({"rolled_back"}, 20)
     assert "but ca comes first" in st["last_error"]
-    cli = stack.cli("status")
-    assert "decode all-reduce: ca" in cli.stdout
+    cli = stack.cli("status")  # rolled back to the shipped custom-ar, whose ca is off
+    assert "decode all-reduce: pcie-ipc" in cli.stdout
 
 
 def test_status_stays_right_after_60mb_of_log(kit_stack):
