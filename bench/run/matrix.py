@@ -37,18 +37,16 @@ from rich.progress import (
 from bench import bundle
 from bench.request_record import RequestRecord
 from bench.run import correctness
-from bench.run.cell import apply_gate, close_cell, new_cell, record_plan
-from bench.run.repeat import measure_repeat
+from bench.run.cell import apply_gate, close_cell, new_cell
+from bench.run.measure import CellMeasurer
 from bench.run.selection import no_switch_label, resolve_profiles, resolve_specs
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.run.settings import RunSettings
 from bench.server_client import ServerClient
 from bench.workload import Prompt, build_workload
 from launcher.errors import RuntimeFailure, UserError
-from launcher.runtime import activation
 from launcher.runtime.control_client import ControlClient
 
-OK_SWITCH = ("switched", "unchanged")
 EAGLE3 = "eagle3"  # the spec mode `--eagle3` points are switched under
 class MatrixRun:
     """One `bench run`: owns the bundle folder and the cells measured so far.
@@ -182,9 +180,10 @@ class MatrixRun:
             ) as progress:
                 self._progress = progress
                 self._task = progress.add_task("bench", total=per_cell * len(self.matrix))
+                measurer = CellMeasurer(s, server, control, self.prompts, self._say, self._advance)
                 for profile, spec, point in self.matrix:
                     before = progress.tasks[0].completed
-                    await self._run_cell(server, control, profile, spec, point)
+                    await self._run_cell(measurer, profile, spec, point)
                     progress.update(self._task, completed=before + per_cell)
             self._progress = None
         path = self.finish(complete=True)
@@ -213,19 +212,6 @@ class MatrixRun:
             cells += [(p, EAGLE3, dict(point)) for point in points]
         return cells
 
-    async def _record_plan(self, control: ControlClient | None, cell: dict[str, Any]) -> None:
-        """The plan the server runs now, from its control API, into the manifest and the cell."""
-        name = bundle.cell_key(cell)
-        plan = None
-        if control is not None:
-            try:
-                plan = await control.running_plan()
-            except RuntimeFailure as exc:
-                self.manifest["plans"][name] = {"error": str(exc)}
-                return
-        self.manifest["plans"][name] = plan or {"error": "no control API: the running plan is unknown"}
-        record_plan(cell, plan)
-
     def _advance(self, _: RequestRecord) -> None:
         if self._progress is not None:
             self._progress.advance(self._task)
@@ -234,102 +220,26 @@ class MatrixRun:
         prefix = "SIMULATED " if self.simulated else ""
         self.console.print(f"{prefix}{text}", highlight=False, soft_wrap=True)
 
-    async def _check_backends(self, control: ControlClient | None, cell: dict[str, Any]) -> str:
-        """The profile's expected backends, as /status reads them off the server's log; "" when all run.
-
-        A cell whose backend fell back to NCCL would report NCCL's tok/s under the profile's name."""
-        if control is None:
-            cell["backends"] = None
-            return ""
-        try:
-            cell["backends"] = (await control.status()).get("backends") or []
-        except RuntimeFailure:
-            cell["backends"] = None
-            return ""
-        return activation.summary(cell["backends"])
-
-    async def _run_cell(self, server: ServerClient, control: ControlClient | None, profile: str, spec: str,
+    async def _run_cell(self, measurer: CellMeasurer, profile: str, spec: str,
                         point: dict[str, int] | None = None) -> None:
         s = self.s
         cell = new_cell(profile=profile, spec=spec, settings=s, num_prompts=len(self.prompts), spec_params=point)
         self.current = cell
-        name = bundle.cell_label(cell)
         if self._progress is not None:
             label = "SIMULATED " if self.simulated else ""
-            self._progress.update(self._task, description=f"{label}{name}")
-        if s.switching:
-            assert control is not None
-            self._say(f"switching to {name} ...")
-            code, body = await control.switch(profile, spec, s.switch_timeout, spec_params=point)
-            if code in (401, 403):
-                raise UserError(f"control API refused the switch (HTTP {code}): {body.get('error')}; set KIT_CONTROL_TOKEN")
-            outcome = body.get("outcome") or ("failed" if code != 200 else "unknown")
-            cell["switch"] = {
-                "outcome": outcome,
-                "http_status": code,
-                "error": body.get("error"),
-                "durations": body.get("durations") or {},
-            }
-            if outcome not in OK_SWITCH:
-                cell["invalid_reason"] = f"switch {outcome}: {body.get('error') or 'no reason given'}"
-                wanted = body.get("to") or {}
-                self.manifest["plans"][bundle.cell_key(cell)] = {
-                    "name": profile, "spec": spec, "spec_params": point, "digest": wanted.get("digest"),
-                    "error": f"never ran: {cell['invalid_reason']}",
-                }
-                record_plan(cell, wanted)
-                self._say(f"{name}: {cell['invalid_reason']}; going on with the next profile")
-                self._close_cell(cell)
-                return
-        await self._record_plan(control, cell)
-        missing = await self._check_backends(control, cell)
-        if missing:
-            cell["invalid_reason"] = f"expected backend not active: {missing}"
-            self._say(f"{name}: INVALID ({cell['invalid_reason']}); going on with the next profile")
-            self._close_cell(cell)
-            return
-        try:
-            await server.wait_healthy(s.health_timeout)
-            info = await server.server_info()
-        except (RuntimeFailure, *PROBE_ERRORS) as exc:
-            cell["invalid_reason"] = f"server not healthy: {exc}"
-            self._close_cell(cell)
-            return
-        server.configure_from_server_info(info)
-        sim = is_simulated(info)
-        self.simulated = self.simulated or sim
-        cell["simulated"] = sim
-        cell["server"] = {"version": info.get("version"), "start_time": info.get("start_time"), "simulated": sim}
-        if self.manifest["server"]["sglang_version"] is None:
-            self.manifest["server"]["sglang_version"] = info.get("version")
-        warm_reason = await self._warmup(server)
-        if warm_reason:
-            cell["invalid_reason"] = warm_reason
-            self._close_cell(cell)
-            return
-        for c in s.concurrency:
-            for r in range(s.repeats):
-                rep, rows = await measure_repeat(server=server, control=control, prompts=self.prompts, spec=spec,
-                                                 concurrency=c, repeat=r, on_done=self._advance)
-                cell["per_repeat"].append(rep)
-                bundle.append_requests(self.work_dir, profile, spec, rows, point)
-                if not rep["valid"]:
-                    self._say(f"{name} c={c} repeat {r + 1}: INVALID ({rep['invalid_reason']})")
-                    try:
-                        await server.wait_healthy(s.health_timeout)
-                    except RuntimeFailure as exc:
-                        cell["invalid_reason"] = f"server did not come back: {exc}"
-                        self._close_cell(cell)
-                        return
-        self._close_cell(cell)
+            self._progress.update(self._task, description=f"{label}{bundle.cell_label(cell)}")
 
-    async def _warmup(self, server: ServerClient) -> str | None:
-        if self.s.warmup <= 0:
-            return None
-        prompts = [self.prompts[i % len(self.prompts)] for i in range(self.s.warmup)]
-        records, _ = await server.run(prompts, 1)
-        bad = [r for r in records if not r.ok]
-        return f"warm-up request failed: {bad[0].error}" if bad else None
+        def on_plan(plan: dict[str, Any]) -> None:
+            self.manifest["plans"][bundle.cell_key(cell)] = plan
+
+        info = await measurer.fill(
+            cell, repeats=s.repeats, on_plan=on_plan,
+            on_rows=lambda rows: bundle.append_requests(self.work_dir, profile, spec, rows, point),
+        )
+        self.simulated = self.simulated or bool(cell["simulated"])
+        if info and self.manifest["server"]["sglang_version"] is None:
+            self.manifest["server"]["sglang_version"] = info.get("version")
+        self._close_cell(cell)
 
     def _close_cell(self, cell: dict[str, Any]) -> None:
         close_cell(cell, concurrency=self.s.concurrency, repeats=self.s.repeats)
