@@ -103,7 +103,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"# {plan.name} + spec {plan.spec}{model} ({plan.status}): {plan.description}")
     if plan.spec_params is not None:
         sp = plan.spec_params
-        print(f"# spec params: steps {sp.steps}, topk {sp.topk}, draft tokens {sp.draft_tokens}")
+        pinned = f" (the profile's [spec_params], {plan.spec_params_from})" if plan.spec_params_from else ""
+        print(f"# spec params: steps {sp.steps}, topk {sp.topk}, draft tokens {sp.draft_tokens}{pinned}")
     print(f"# digest {plan.digest()}; from {', '.join(plan.sources)}")
     declared = {k: v for k, v in plan.requires.items() if k != "conditions"}
     if declared:
@@ -162,8 +163,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         for spec, overlay in combos:
             label = f"{name} + {_combo_label(spec, overlay)}"
             try:
-                _, findings = evaluate(name, spec, facts, environ=env, use_parser=use_parser, model_overlay=overlay or "",
-                                       spec_params=point)
+                plan, findings = evaluate(name, spec, facts, environ=env, use_parser=use_parser,
+                                          model_overlay=overlay or "", spec_params=point)
             except UserError as exc:
                 if not every or point is not None:  # a point the mode cannot take is the answer, not a row  # a profile named on the command line: its error is the answer
                     raise
@@ -174,6 +175,8 @@ def cmd_check(args: argparse.Namespace) -> int:
                 bad += 1
                 continue
             errors = [f for f in findings if f.level in ("error", "ineligible")]
+            if plan.spec_params_from and plan.spec_params:  # a point the profile file pins, not the overlay's
+                label += f" at spec params {plan.spec_params.text()} ([spec_params] of {plan.spec_params_from})"
             print(f"{'FAIL' if errors else 'ok  '}  {label}")
             for f in errors:
                 print(f"      {f.level}: {f.render()}")

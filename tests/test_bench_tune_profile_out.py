@@ -24,27 +24,28 @@ def test_render_extends_pins_and_keeps_evidence_in_comments():
     text = render("tuned", WINNER, EVIDENCE)
     data = tomllib.loads(text)
     assert data["extends"] == "fused" and data["status"] == "experimental"
-    assert data["server"] == {"speculative-num-steps": 2, "speculative-eagle-topk": 1,
-                              "speculative-num-draft-tokens": 3}
+    assert data["spec_params"] == {"steps": 2, "topk": 1, "draft_tokens": 3}
+    assert "server" not in data
     comments = [line for line in text.splitlines() if line.startswith("#")]
     joined = "\n".join(comments)
     for needle in ("results/tune/20250101T000000Z-ab12", "2025-01-01", "95.2 ± 0.3", "8x NVIDIA RTX PRO 6000",
                    "580.65", "pcie-switch", "NCCL 2.27.3", "fused+eagle3(2,1,3)", "--spec eagle3"):
         assert needle in joined
     # a hostile GPU name stays inside its comment
-    assert set(data) == {"extends", "description", "status", "server"}
+    assert set(data) == {"extends", "description", "status", "spec_params"}
 
 
-def test_the_pinned_keys_are_the_eagle3_overlays_own():
-    from launcher.resources import builtin_profiles_dir
+def test_the_pinned_table_is_the_profile_formats_own():
+    from launcher.profiles.loader import ProfileFile
+    from launcher.profiles.spec_params import SpecParams
 
-    overlay = tomllib.loads((builtin_profiles_dir() / "spec" / "eagle3.toml").read_text())["server"]
-    assert set(WINNER.spec_params) <= set(overlay)
+    pf = ProfileFile.model_validate(tomllib.loads(render("tuned", WINNER, EVIDENCE)))
+    assert pf.spec_params == SpecParams(steps=2, topk=1, draft_tokens=3)
 
 
-def test_off_winner_has_no_server_table_and_bad_names_refuse():
+def test_off_winner_has_no_spec_params_table_and_bad_names_refuse():
     data = tomllib.loads(render("tuned-off", Candidate("baseline", "off"), EVIDENCE))
-    assert "server" not in data and data["extends"] == "baseline"
+    assert "spec_params" not in data and "server" not in data and data["extends"] == "baseline"
     with pytest.raises(UserError):
         render("../x", WINNER, EVIDENCE)
     assert host_summary({}) == "unknown"
@@ -61,14 +62,27 @@ def written(tmp_path_factory):
 def test_the_rendered_profile_passes_launcher_check(written):
     r = run_launcher("check", "tuned", env=child_env(KIT_PROFILES_DIR=str(written)))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "ok    tuned + eagle3" in r.stdout and "0 invalid" in r.stdout
+    assert "ok    tuned + eagle3 at spec params 2,1,3" in r.stdout and "0 invalid" in r.stdout
+    assert "belongs to the spec overlay" not in r.stdout + r.stderr
+    assert "ok    tuned + off" in r.stdout and "ok    tuned + ngram" in r.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="the spec overlay is laid over the profile last (loader.apply_spec), so "
-                   "--spec eagle3 puts back (3,1,4); waits for Plan.spec_params")
 def test_the_pins_reach_the_command_line_under_spec_eagle3(written):
-    r = run_launcher("show", "tuned", "--spec", "eagle3", "--json", env=child_env(KIT_PROFILES_DIR=str(written)))
+    env = child_env(KIT_PROFILES_DIR=str(written))
+    r = run_launcher("show", "tuned", "--spec", "eagle3", "--json", env=env)
     assert r.returncode == 0, r.stderr
-    flags = json.loads(r.stdout)["flags"]
+    plan = json.loads(r.stdout)
+    flags = plan["flags"]
     at = flags.index("--speculative-num-steps")
-    assert flags[at + 1] == "2"
+    assert flags[at:at + 6] == ["--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+                                "--speculative-num-draft-tokens", "3"]
+    assert flags.count("--speculative-num-steps") == 1
+    assert plan["spec_params"] == {"steps": 2, "topk": 1, "draft_tokens": 3}
+    assert plan["spec_params_from"] == str(written / "tuned.toml")
+    r = run_launcher("show", "tuned", "--spec", "eagle3", env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"# spec params: steps 2, topk 1, draft tokens 3 (the profile's [spec_params], {written / 'tuned.toml'})" \
+        in r.stdout
+    off = run_launcher("show", "tuned", "--spec", "off", "--json", env=env)
+    assert off.returncode == 0, off.stderr
+    assert json.loads(off.stdout)["spec_params"] is None and "spec_params_from" not in json.loads(off.stdout)

@@ -147,6 +147,71 @@ def test_real_profiles_inherit_nccl_tuned():
     assert res.origin["env.NCCL_PROTO"] == BUILTIN / "nccl-tuned.toml"
 
 
+# ---- [spec_params] ------------------------------------------------------------------------------
+
+
+def _pins(steps: object = 2, topk: object = 1, draft_tokens: object = 3) -> str:
+    return f"[spec_params]\nsteps = {steps}\ntopk = {topk}\ndraft_tokens = {draft_tokens}\n"
+
+
+def test_spec_params_are_inherited_through_extends_child_wins_with_origin(builtin):
+    from launcher.profiles.spec_params import SpecParams
+
+    write_profiles(builtin, {
+        "parent.toml": profile_toml("p") + _pins(2, 1, 3),
+        "child.toml": profile_toml("c", extends="parent"),
+        "grandchild.toml": profile_toml("g", extends="child") + _pins(1, 1, 2),
+        "plain.toml": profile_toml("x"),
+    })
+    child = profiles.load("child")
+    assert child.spec_params == SpecParams(steps=2, topk=1, draft_tokens=3)
+    assert child.origin["spec_params"] == builtin / "parent.toml"
+    grandchild = profiles.load("grandchild")
+    assert grandchild.spec_params == SpecParams(steps=1, topk=1, draft_tokens=2)
+    assert grandchild.origin["spec_params"] == builtin / "grandchild.toml"
+    plain = profiles.load("plain")
+    assert plain.spec_params is None and "spec_params" not in plain.origin
+    profiles.apply_spec(child, "on")  # an overlay leaves the profile's pin alone (plan.evaluate lays it)
+    assert child.spec_params == SpecParams(steps=2, topk=1, draft_tokens=3)
+
+
+@pytest.mark.parametrize(("folder", "kind"), [("spec/on.toml", "spec overlay"), ("model/m.toml", "model overlay")])
+def test_overlays_refuse_a_spec_params_table_naming_the_file(builtin, folder, kind):
+    write_profiles(builtin, {"p.toml": profile_toml("p"), folder: profile_toml("o") + _pins()})
+    res = profiles.load("p")
+    with pytest.raises(UserError) as exc:
+        profiles.apply_spec(res, "on") if kind == "spec overlay" else profiles.apply_model_overlay(res, "m")
+    msg = str(exc.value)
+    assert f"{builtin / folder}: key 'spec_params': a {kind} may not hold a [spec_params] table" in msg
+    assert "own [server] keys" in msg and "remove the table" in msg
+
+
+@pytest.mark.parametrize(("table", "key", "words"), [
+    (_pins(steps=0), "spec_params.steps", "greater than or equal to 1"),
+    (_pins(topk='"2"'), "spec_params.topk", "valid integer"),
+    (_pins(draft_tokens=2.0), "spec_params.draft_tokens", "valid integer"),
+    (_pins(steps="true"), "spec_params.steps", "valid integer"),
+    (_pins(steps=2000), "spec_params.steps", "less than or equal to 1024"),
+    (_pins() + "accept = 3\n", "spec_params.accept", "remove it; [spec_params] holds steps, topk and draft_tokens"),
+    ("[spec_params]\nsteps = 2\ntopk = 1\n", "spec_params.draft_tokens", "Field required"),
+    ('spec_params = "2,1,3"\n', "spec_params", "whole numbers from 1 to 1024"),
+])
+def test_bad_spec_params_name_file_and_key(tmp_path, monkeypatch, table, key, words):
+    root = user_dir(tmp_path, monkeypatch, {"bad.toml": 'description = "x"\n' + table})
+    with pytest.raises(UserError) as exc:
+        profiles.load("bad")
+    msg = str(exc.value)
+    assert msg.startswith(f"{root / 'bad.toml'}: key '{key}': ") and words in msg
+
+
+def test_a_bad_spec_params_table_is_exit_2_from_the_cli(tmp_path, monkeypatch, capsys):
+    from launcher.cli import main as launcher_main
+
+    root = user_dir(tmp_path, monkeypatch, {"bad.toml": profile_toml("x", extends="fused") + _pins(steps=0)})
+    assert launcher_main(["show", "bad", "--spec", "eagle3"]) == 2
+    assert f"{root / 'bad.toml'}: key 'spec_params.steps'" in capsys.readouterr().err
+
+
 # ---- model overlays -----------------------------------------------------------------------------
 
 

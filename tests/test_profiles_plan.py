@@ -13,6 +13,7 @@ from launcher import settings
 from launcher.errors import UserError
 from launcher.profiles import loader as profiles
 from launcher.profiles import plan as plans
+from launcher.profiles import spec_params
 from launcher.profiles.plan import build_plan, reach_url
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -416,6 +417,72 @@ def test_sglangs_parser_refuses_a_parser_name_it_does_not_have_naming_the_overla
         build_plan("baseline", "off", environ=ENV, model_overlay="typo", use_parser=True)
     assert f"{root / 'model' / 'typo.toml'}: key 'server.tool-call-parser'" in str(exc.value)
     assert "invalid choice: 'kimi-k2'" in str(exc.value)
+
+
+# ---- a profile's [spec_params] ----------------------------------------------------------------------
+
+PINS = "[spec_params]\nsteps = 2\ntopk = 1\ndraft_tokens = 3\n"
+
+
+def _point(plan) -> tuple[str | None, str | None, str | None]:
+    return tuple(_flag(plan, f"--{k}") for k in spec_params.KEYS)
+
+
+def test_a_profiles_spec_params_beat_the_overlay_and_an_explicit_point_beats_both(user):
+    root = user({"pinned.toml": profile_toml("pinned", extends="fused") + PINS,
+                 "kid.toml": profile_toml("kid", extends="pinned"),
+                 "same.toml": profile_toml("same", extends="fused")})
+    overlay = build_plan("same", "eagle3", environ=ENV)
+    pinned = build_plan("pinned", "eagle3", environ=ENV)
+    assert _point(overlay) == ("3", "1", "4") and overlay.spec_params_from is None
+    assert _point(pinned) == ("2", "1", "3") and pinned.flags.count("--speculative-num-steps") == 1
+    assert pinned.spec_params == spec_params.SpecParams(steps=2, topk=1, draft_tokens=3)
+    assert pinned.spec_params_from == str(root / "pinned.toml")
+    assert pinned.digest() != overlay.digest() and pinned.setup_digest() != overlay.setup_digest()
+    kid = build_plan("kid", "eagle3", environ=ENV)  # inherited through extends, origin kept
+    assert _point(kid) == ("2", "1", "3") and kid.spec_params_from == str(root / "pinned.toml")
+    explicit = build_plan("pinned", "eagle3", environ=ENV, spec_params="1,1,2")
+    assert _point(explicit) == ("1", "1", "2") and explicit.spec_params_from is None
+    assert explicit.digest() == build_plan("same", "eagle3", environ=ENV, spec_params="1,1,2").digest()
+    doc = pinned.to_json()
+    assert doc["spec_params_from"] == str(root / "pinned.toml") and "spec_params_from" not in overlay.to_json()
+    assert plans.Plan.from_json(doc) == pinned
+
+
+@pytest.mark.parametrize("spec", ["off", "ngram"])
+def test_a_profiles_spec_params_are_ignored_without_eagle(user, spec):
+    user({"pinned.toml": profile_toml("pinned", extends="fused") + PINS,
+          "same.toml": profile_toml("same", extends="fused")})
+    plan, findings = plans.evaluate("pinned", spec, environ=ENV)
+    assert plan.spec_params is None and plan.spec_params_from is None
+    assert not [f for f in findings if f.level == "error"]
+    assert plan.digest() == build_plan("same", spec, environ=ENV).digest()  # the same plan, no trace of the pins
+    assert "--speculative-num-steps" not in plan.flags
+
+
+def test_a_pinned_point_sglang_refuses_is_reported_as_the_rules_report_it_naming_the_profile(user):
+    root = user({"bad.toml": profile_toml("bad", extends="fused")
+                 + "[spec_params]\nsteps = 3\ntopk = 1\ndraft_tokens = 5\n",
+                 "same.toml": profile_toml("same", extends="fused")})
+    _, findings = plans.evaluate("bad", "eagle3", environ=ENV)
+    _, explicit = plans.evaluate("same", "eagle3", environ=ENV, spec_params="3,1,5")
+    got = [f for f in findings if f.rule == "eagle_spec_params"]
+    want = [f for f in explicit if f.rule == "eagle_spec_params"]
+    assert [(f.level, f.message) for f in got] == [(f.level, f.message) for f in want] and got
+    assert got[0].file == root / "bad.toml" and got[0].key == "spec_params.draft_tokens"
+    with pytest.raises(UserError) as exc:
+        build_plan("bad", "eagle3", environ=ENV)
+    assert f"{root / 'bad.toml'}: key 'spec_params.draft_tokens': EAGLE point (3,1,5): with top-k 1" in str(exc.value)
+    assert build_plan("bad", "off", environ=ENV).spec_params is None  # not EAGLE: the pin is not judged
+
+
+def test_a_pinned_tree_point_meets_the_backend_rule_naming_the_profile(user):
+    root = user({"tree.toml": profile_toml("tree", extends="fused", server={"attention-backend": "trtllm_mha"})
+                 + "[spec_params]\nsteps = 2\ntopk = 2\ndraft_tokens = 4\n"})
+    with pytest.raises(UserError) as exc:
+        build_plan("tree", "eagle3", environ=ENV)
+    assert f"{root / 'tree.toml'}: key 'spec_params.topk': EAGLE point (steps, topk, draft_tokens) = (2,2,4): " \
+        "the trtllm_mha attention backend only supports top-k 1" in str(exc.value)
 
 
 def test_split_local_takes_each_local_flag_with_its_value():

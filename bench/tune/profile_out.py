@@ -1,14 +1,12 @@
 """The winner as a user profile: a TOML file that `extends` the winning profile, pins its EAGLE-3
-point as the `[server]` keys of profiles/spec/eagle3.toml (`speculative-num-steps`,
-`speculative-eagle-topk`, `speculative-num-draft-tokens`), and carries its evidence in comments:
-bundle path, figures, date and host fingerprint. Nothing from a measurement reaches a TOML value but
-numbers; comment text is cut to one printable line, so a GPU name cannot break the file.
+point as the profile's `[spec_params]` table (`steps`, `topk`, `draft_tokens`), and carries its
+evidence in comments: bundle path, figures, date and host fingerprint. Nothing from a measurement
+reaches a TOML value but numbers; comment text is cut to one printable line, so a GPU name cannot
+break the file.
 
-Known gap (launcher/profiles/loader.py `apply_spec`): the spec overlay is laid over the profile
-last, so under `--spec eagle3` the overlay's own (3, 1, 4) replaces these pins, and `launcher check`
-warns that the keys belong to the overlay. The pins take effect once the plan carries speculation
-parameters of its own (`Plan.spec_params`, in progress); tests/test_bench_tune_profile_out.py holds
-a strict xfail that turns red the day they do.
+Under `--spec eagle3` the plan lays that table over the spec overlay's three keys
+(launcher/profiles/plan.py `evaluate`), so the profile runs the measured point; `--spec-params`
+still wins over it, and under off/ngram it is ignored. An off/ngram winner has no such table.
 """
 
 from __future__ import annotations
@@ -73,7 +71,7 @@ def render(name: str, winner: Candidate, evidence: Evidence) -> str:
         f'description = "{_line(description).replace(chr(92), "").replace(chr(34), "")}"',
         'status = "experimental"',
     ]
-    if winner.spec_params:
-        lines += ["", "[server]", "# the EAGLE-3 point the tune measured (steps, topk, draft tokens)"]
-        lines += [f"{k} = {int(v)}" for k, v in winner.spec_params.items()]
+    if winner.point:
+        lines += ["", "[spec_params]", "# the EAGLE-3 point the tune measured; applies under --spec eagle3"]
+        lines += [f"{k} = {int(getattr(winner.point, k))}" for k in ("steps", "topk", "draft_tokens")]
     return "\n".join(lines) + "\n"

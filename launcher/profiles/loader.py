@@ -9,12 +9,18 @@ A profile file is a public contract (users write their own):
     [expects]                # what must be running once it is healthy: allreduce, fusion, a2a
     [env]                    # NAME = scalar; false drops a key inherited through extends (sitecustomize never unsets a process variable)
     [server]                 # SGLang flag without dashes = value; true -> bare flag, false -> omitted
+    [spec_params]            # steps, topk, draft_tokens: the EAGLE point this profile runs under EAGLE speculation
 
 Every profile implicitly starts from `base.toml`; speculation modes live in `spec/<mode>.toml`
-in the same format and are laid over the merged profile; a model overlay, `model/<name>.toml`
+in the same format (but for [spec_params]: an overlay pins its point with its own [server] keys)
+and are laid over the merged profile; a model overlay, `model/<name>.toml`
 (description, [env] and [server] only: what one model needs whatever the profile, such as its
 tool-call and reasoning parsers), is laid over both, last. Which names exist, and in which folder,
 is launcher/profiles/catalog.py's answer (the Makefile asks it too).
+
+[spec_params] is inherited through `extends` as one table (the nearest file that has it wins) and
+is applied by plan.evaluate after the overlays, over the spec overlay's three keys, when the plan
+runs EAGLE speculation; an explicit point (`--spec-params`, the API's `spec_params`) wins over it.
 
 Profile, spec and model overlay names match policy.NAME_PATTERN (lowercase letters, digits, '.', '_', '-'; at
 most 64) and resolve only to regular files inside the profile folders.
@@ -45,6 +51,7 @@ from launcher.profiles.catalog import (  # discovery lives there; callers may im
     search_dirs,
     spec_modes,
 )
+from launcher.profiles.spec_params import SpecParams
 
 Scalar = str | int | float | bool
 _NAME = re.compile(policy.NAME_PATTERN)
@@ -103,6 +110,7 @@ class ProfileFile(BaseModel):
     expects: Expects = Expects()
     env: dict[str, Scalar] = {}
     server: dict[str, Scalar | list[Scalar]] = {}
+    spec_params: SpecParams | None = None  # EAGLE point; profiles only (overlays refuse it)
 
     @field_validator("description")
     @classmethod
@@ -148,8 +156,9 @@ class Resolved:
     expects: Expects = field(default_factory=Expects)
     env: dict[str, Scalar] = field(default_factory=dict)
     server: dict[str, Scalar | list[Scalar]] = field(default_factory=dict)
-    origin: dict[str, Path] = field(default_factory=dict)  # "env.NAME" / "server.flag" -> file
+    origin: dict[str, Path] = field(default_factory=dict)  # "env.NAME" / "server.flag" / "spec_params" -> file
     chain: list[Path] = field(default_factory=list)
+    spec_params: SpecParams | None = None  # the profile's [spec_params] pin (origin "spec_params"), None for none
 
 
 def read_file(path: Path) -> ProfileFile:
@@ -162,8 +171,12 @@ def read_file(path: Path) -> ProfileFile:
     try:
         pf = ProfileFile.model_validate(raw)
     except ValidationError as exc:
+        if exc.errors()[0]["loc"][:1] == ("spec_params",):
+            raise schema_error(path, exc, {"extra_forbidden": "remove it; [spec_params] holds steps, topk and "
+                                           "draft_tokens only"},
+                               "give steps, topk and draft_tokens, whole numbers from 1 to 1024 (e.g. steps = 3)") from exc
         hints = {"extra_forbidden": "remove it; allowed top-level keys are extends, description, status, "
-                 "[requires], [expects], [env], [server]"}
+                 "[requires], [expects], [env], [server], [spec_params]"}
         raise schema_error(path, exc, hints, "see the profile format in README.md") from exc
     _check_entries(path, pf)
     return pf
@@ -197,6 +210,9 @@ def _merge(into: Resolved, pf: ProfileFile, path: Path) -> None:
     exp = into.expects.model_dump()
     exp.update(pf.expects.model_dump(exclude_none=True))
     into.expects = Expects.model_validate(exp)
+    if pf.spec_params is not None:  # one point, whole: the nearest file's table wins
+        into.spec_params = pf.spec_params
+        into.origin["spec_params"] = path
     into.chain.append(path)
 
 
@@ -247,9 +263,23 @@ def load(name: str) -> Resolved:
     return resolved
 
 
+def _refuse_spec_params(path: Path, pf: ProfileFile, kind: str) -> None:
+    if pf.spec_params is not None:
+        raise UserError(f"{path}: key 'spec_params': a {kind} may not hold a [spec_params] table (it pins its "
+                        "point with its own [server] keys speculative-num-steps, speculative-eagle-topk and "
+                        "speculative-num-draft-tokens; a profile's [spec_params] is laid over them); remove the table")
+
+
+def read_spec_overlay(path: Path) -> ProfileFile:
+    """A spec overlay file: the profile format without [spec_params]."""
+    pf = read_file(path)
+    _refuse_spec_params(path, pf, "spec overlay")
+    return pf
+
+
 def apply_spec(resolved: Resolved, mode: str) -> None:
     """Lay the speculation overlay `spec/<mode>.toml` over a resolved profile."""
-    _lay(resolved, mode, SPEC_DIR, read_file, lambda: UserError(
+    _lay(resolved, mode, SPEC_DIR, read_spec_overlay, lambda: UserError(
         f"unknown spec mode '{mode}'; known: {', '.join(spec_modes())} "
         f"(spec/<mode>.toml in: {', '.join(map(str, search_dirs()))})"))
 
@@ -278,6 +308,7 @@ def unknown_model_overlay(name: str) -> UserError:
 def read_model_overlay(path: Path) -> ProfileFile:
     """A model overlay file: the profile format restricted to description, [env] and [server]."""
     pf = read_file(path)
+    _refuse_spec_params(path, pf, "model overlay")
     extra = sorted(set(pf.model_fields_set) - set(MODEL_OVERLAY_KEYS))
     if extra:
         raise UserError(f"{path}: key '{extra[0]}': a model overlay holds only description, [env] and [server] "

@@ -20,7 +20,8 @@ from launcher.errors import UserError
 from launcher.profiles import loader as profiles
 from launcher.profiles.envsubst import Placeholders, UnsetVariable, expand
 from launcher.profiles.hostfacts import HostFacts
-from launcher.profiles.spec_params import SpecParams, from_flags, from_server
+from launcher.profiles.spec_params import KEYS as SPEC_PARAM_KEYS
+from launcher.profiles.spec_params import SpecParams, from_flags, from_server, is_eagle
 from launcher.profiles.spec_params import apply as apply_spec_params
 from launcher.profiles.spec_params import coerce as coerce_spec_params
 
@@ -46,9 +47,13 @@ class Plan(BaseModel):
     warnings: list[str]
     sources: list[str]
     server_url: str  # where the server answers, from the flags it was built with (a wildcard address on loopback)
-    # EAGLE's (steps, topk, draft_tokens) as the flags pin them (the overlay's, or a --spec-params point);
-    # None for off/ngram. Carried by the flags, so both digests follow it.
+    # EAGLE's (steps, topk, draft_tokens) as the flags pin them (the overlay's, the profile's
+    # [spec_params], or a --spec-params point); None for off/ngram. Carried by the flags, so both
+    # digests follow it.
     spec_params: SpecParams | None = None
+    # The profile file whose [spec_params] table pinned `spec_params`; None when the point is the
+    # overlay's or an explicit one. Left out of `to_json` when None.
+    spec_params_from: str | None = None
     # The model overlay laid last (profiles/model/<name>.toml), None for none; its flags and env are in
     # `flags`/`env`, so both digests cover it. Left out of `to_json` when None.
     model_overlay: str | None = None
@@ -90,8 +95,9 @@ class Plan(BaseModel):
 
     def to_json(self) -> dict:
         data = self.model_dump()
-        if data.get("model_overlay") is None:
-            data.pop("model_overlay", None)
+        for key in ("model_overlay", "spec_params_from"):
+            if data.get(key) is None:
+                data.pop(key, None)
         data["digest"] = self.digest()
         data["setup_digest"] = self.setup_digest()
         data["local"] = self.local()
@@ -220,7 +226,11 @@ def evaluate(
     `model_overlay`: a model overlay's name, "" for none; None reads the MODEL_OVERLAY setting from
     `environ` (a deployment's choice, so every plan a server builds carries it).
     `spec_params`: an EAGLE point (steps, topk, draft_tokens) replacing the spec overlay's three flags;
-    UserError naming it when the spec mode is not EAGLE."""
+    UserError naming it when the spec mode is not EAGLE.
+
+    The point's precedence: `spec_params` > the profile's [spec_params] table (through `extends`) >
+    the spec overlay's [server] keys. The profile's table applies only when the composed keys run
+    EAGLE speculation; under off/ngram it is ignored, without an error."""
     from launcher.profiles import rules
 
     env_src = dict(os.environ) if environ is None else environ
@@ -228,11 +238,16 @@ def evaluate(
     overlay = model_overlay_of(model_overlay, env_src)
     res, env, server = resolve(profile, spec, env_src, overlay)
     point = coerce_spec_params(spec_params)
+    pinned_by: Path | None = None  # the profile file whose [spec_params] the plan runs
+    if point is None and res.spec_params is not None and is_eagle(server):
+        point, pinned_by = res.spec_params, res.origin["spec_params"]
     if point is not None:
         apply_spec_params(server, point, spec)
     flags = compose_flags(server)
     ctx = rules.Context(resolved=res, spec=spec, env=env, server=server, facts=host_facts, flags=flags)
     findings = rules.evaluate(ctx, use_parser=use_parser)
+    if pinned_by is not None:
+        _blame_profile_point(findings, pinned_by)
     requires = res.requires.model_dump(exclude_none=True)
     conditions = [f.message for f in findings if f.level == "requires"]
     if conditions:
@@ -253,8 +268,20 @@ def evaluate(
         server_url=reach_url(server),
         model_overlay=overlay,
         spec_params=from_server(server),
+        spec_params_from=str(pinned_by) if pinned_by is not None else None,
     )
     return plan, findings
+
+
+_PINNED_FIELD = dict(zip((f"server.{k}" for k in SPEC_PARAM_KEYS), SpecParams.model_fields, strict=True))
+
+
+def _blame_profile_point(findings: list, path: Path) -> None:
+    """The rules judge the point as the three server keys and name the file that set them (the spec
+    overlay); a point pinned by a profile's [spec_params] is that file's: name it and its key."""
+    for f in findings:
+        if f.rule == "eagle_spec_params" and f.key in _PINNED_FIELD:
+            f.key, f.file = f"spec_params.{_PINNED_FIELD[f.key]}", path
 
 
 def build_plan(profile: str, spec: str | None = None, host_facts: HostFacts | None = None, **options: Any) -> Plan:
