@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pytest
 
 from bench.tune.decision import (
@@ -125,3 +126,13 @@ def test_goodput_counts_requests_meeting_both_targets():
     assert Objective().value(rep) == 99.0
     with pytest.raises(ValueError):
         Objective("goodput", ttft_ms=200)
+
+
+def test_a_lead_below_the_minimum_gain_is_no_winner_however_quiet():
+    """A 0.5% lead measured with almost no noise is resolved by the bootstrap but not worth a switch."""
+    rng = np.random.default_rng(7)
+    base = 100 + rng.normal(0, 0.01, 8)
+    small = decide({"a": base * 1.005, "inc": base}, "inc")
+    assert small.outcome == "no significant difference" and small.comparisons[0].ci_low > 0
+    assert decide({"a": base * 1.03, "inc": base}, "inc").outcome == "winner"
+    assert decide({"a": base * 1.005, "inc": base}, "inc", min_gain=0.0).outcome == "winner"

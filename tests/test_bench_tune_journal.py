@@ -144,5 +144,5 @@ def test_entries_round_trip_with_request_timings_and_final_phase(tmp_path):
     r = journal.resume(out, profile_hashes=hashes, settings_digest=SETTINGS)
     assert r.torn == 3
     assert r.repeats("final") == {"p1+off": [rep]}
-    assert r.states("screen") == {} and r.states(None) == {"p1+off": CellState((88.0,))}
+    assert r.states(("screen",)) == {} and r.states(None) == {"p1+off": CellState((88.0,))}
     assert r.entries[0].finished_at > 0 and r.entries[0].round == 2

@@ -37,6 +37,23 @@ def test_switch_a_to_b_reaches_new_env_and_argv(kit_stack):
     assert committed["plan"]["name"] == "nccl-tuned"
 
 
+def test_an_identical_profile_under_another_name_is_a_real_switch(kit_stack):
+    """Same env, flags and patches (one digest), another name: the server starts under the new name,
+    and /status names it; only the same name, spec and digest is "unchanged"."""
+    stack = kit_stack("baseline", "off", start=False)
+    (stack.profiles_dir / "twin.toml").write_text('description = "test: baseline twin"\nextends = "baseline"\n')
+    stack.start()
+    before = stack.status()
+    r = stack.switch("twin", "off")
+    assert r.json()["outcome"] == "switched", r.text
+    st = stack.status()
+    assert (st["profile"], st["digest"]) == ("twin", before["digest"])
+    assert stack.debug_env()["env"]["KIT_ACTIVE_PROFILE"] == "twin"
+    assert stack.switch("twin", "off").json()["outcome"] == "unchanged"
+    assert stack.switch("baseline", "off").json()["outcome"] == "switched"
+    assert stack.status()["profile"] == "baseline"
+
+
 def test_crash_at_start_rolls_back(kit_stack):
     stack = kit_stack("baseline", "off")
     r = stack.switch("crashy", "off")

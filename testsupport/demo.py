@@ -12,6 +12,7 @@ stops the server (SIGTERM to serve, which stops supervisord and its programs).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import signal
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -114,6 +116,79 @@ def demo_profiles() -> str:
     return ",".join(["baseline", *(n for n in timed if not n.startswith("_"))])
 
 
+@contextlib.contextmanager
+def demo_server() -> Iterator[tuple[str, str, str]]:
+    """`launcher serve` over the stand-in in a temporary state folder: (server URL, control URL, token);
+    always stopped on the way out."""
+    with tempfile.TemporaryDirectory(prefix="kit-demo-") as tmp:
+        state = Path(tmp) / "state"
+        log = Path(tmp) / "serve.log"
+        server_port, control_port = free_port(), free_port()
+        token = secrets.token_urlsafe(16)
+        env = demo_env(state, server_port, control_port, token)
+        control_url = f"http://127.0.0.1:{control_port}"
+        say("no GPU, no Docker: `launcher serve` runs the SGLang stand-in (a test double) under supervisord")
+        say(f"stand-in timings from {STANDIN_CONFIG.relative_to(REPO)} (invented to resemble the research numbers)")
+        with log.open("ab") as fh:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "launcher", "serve"],
+                cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        try:
+            wait_serving(control_url, proc, log)
+            say(f"server http://127.0.0.1:{server_port}, control API {control_url}")
+            yield f"http://127.0.0.1:{server_port}", control_url, token
+        finally:
+            say("stopping the server")
+            stop(proc)
+
+
+TUNE_PROFILES = "baseline,fused,custom-ar"
+TUNE_SPECS = "off,eagle3"
+
+
+def simulated_optimum(profiles: str, specs: str, max_tokens: int) -> tuple[str, dict[str, float]]:
+    """The best candidate by the stand-in's own model (testsupport/standin/simulation.py) over the space
+    `bench tune` searches with its default EAGLE-3 points, and every candidate's tok/s."""
+    from bench.tune.space import DEFAULT_POINTS, build_space
+    from testsupport.standin.settings import CONFIG_ENV, PROFILE_ENV, load_settings
+    from testsupport.standin.simulation import expected_tokps
+
+    cands, _ = build_space(profiles.split(","), specs.split(","), DEFAULT_POINTS)
+    truth = {}
+    for c in cands:
+        st = load_settings({CONFIG_ENV: str(STANDIN_CONFIG), PROFILE_ENV: c.profile})
+        point = (c.point.steps, c.point.topk, c.point.draft_tokens) if c.point else None
+        truth[c.label] = expected_tokps(st, c.spec != "off", point, max_tokens)
+    return max(truth, key=lambda k: truth[k]), truth
+
+
+def tune(args: argparse.Namespace) -> int:
+    """`make demo-tune`: `bench tune` against the demo's server; says whether it found the stand-in's optimum."""
+    import json
+
+    best, truth = simulated_optimum(args.profiles, args.spec, args.max_tokens)
+    with demo_server() as (server_url, control_url, token):
+        tune_argv = [
+            "--url", server_url, "--control", control_url, "--profiles", args.profiles, "--spec", args.spec,
+            "--budget", args.budget, "--num-prompts", str(args.num_prompts), "--max-tokens", str(args.max_tokens),
+            "--warmup", "1", "--screen-repeats", "1", "--switch-timeout", "60", "--health-timeout", "30",
+            "--out", args.out,
+        ]
+        rc = subprocess.run([sys.executable, "-m", "bench", "tune", *tune_argv], cwd=REPO, env=bench_env(token),
+                            check=False).returncode
+    found = sorted(Path(args.out).glob("*/tune.json"), key=lambda m: m.stat().st_mtime)
+    if rc or not found:
+        return rc or 1
+    result = json.loads(found[-1].read_text())
+    picked = (result.get("winner") or {}).get("label")
+    say(f"stand-in optimum by its own model: {best} ({truth[best]:.1f} tok/s); runner-up "
+        f"{sorted(truth, key=lambda k: -truth[k])[1]}")
+    say(f"bench tune picked: {picked or 'no winner (' + result['decision']['outcome'] + ')'}")
+    say(f"results {found[-1].parent}: tune.json, tune.png, summary.md" + (", the profile file" if picked else ""))
+    return 0 if picked == best else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m testsupport.demo", description="SIMULATED end-to-end demo (no GPU, no Docker).")
     p.add_argument("--out", default="results/demo", help="results folder (default results/demo)")
@@ -124,39 +199,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=24)
     p.add_argument("--num-prompts", type=int, default=3)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--tune", action="store_true",
+                   help=f"run `bench tune` instead (default --profiles {TUNE_PROFILES} --spec {TUNE_SPECS}, "
+                        "--max-tokens 128, --num-prompts 1, --budget 170s, into results/demo-tune)")
+    p.add_argument("--budget", default="170s", help="--tune: the tune's budget (default 170s)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.tune:
+        given = set(sys.argv[1:] if argv is None else argv)
+        args.profiles = args.profiles if "--profiles" in given else TUNE_PROFILES
+        args.spec = args.spec if "--spec" in given else TUNE_SPECS
+        args.max_tokens = args.max_tokens if "--max-tokens" in given else 128
+        args.num_prompts = args.num_prompts if "--num-prompts" in given else 1
+        args.out = args.out if "--out" in given else "results/demo-tune"
+        return run_cli(lambda: tune(args))
 
     def body() -> int:
-        with tempfile.TemporaryDirectory(prefix="kit-demo-") as tmp:
-            state = Path(tmp) / "state"
-            log = Path(tmp) / "serve.log"
-            server_port, control_port = free_port(), free_port()
-            token = secrets.token_urlsafe(16)
-            env = demo_env(state, server_port, control_port, token)
-            control_url = f"http://127.0.0.1:{control_port}"
-            say("no GPU, no Docker: `launcher serve` runs the SGLang stand-in (a test double) under supervisord")
-            say(f"stand-in timings from {STANDIN_CONFIG.relative_to(REPO)} (invented to resemble the research numbers)")
-            with log.open("ab") as fh:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "launcher", "serve"],
-                    cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                )
-            try:
-                wait_serving(control_url, proc, log)
-                say(f"server http://127.0.0.1:{server_port}, control API {control_url}")
-                bench_argv = [
-                    "--url", f"http://127.0.0.1:{server_port}", "--control", control_url,
-                    "--profiles", args.profiles, "--spec", args.spec, "--repeats", str(args.repeats),
-                    "--num-prompts", str(args.num_prompts), "--max-tokens", str(args.max_tokens),
-                    "--warmup", "1", "--concurrency", "1", "--switch-timeout", "60", "--health-timeout", "30",
-                    "--out", args.out,
-                ]
-                rc = subprocess.run(
-                    [sys.executable, "-m", "bench", "run", *bench_argv], cwd=REPO, env=bench_env(token), check=False
-                ).returncode
-            finally:
-                say("stopping the server")
-                stop(proc)
+        with demo_server() as (server_url, control_url, token):
+            bench_argv = [
+                "--url", server_url, "--control", control_url,
+                "--profiles", args.profiles, "--spec", args.spec, "--repeats", str(args.repeats),
+                "--num-prompts", str(args.num_prompts), "--max-tokens", str(args.max_tokens),
+                "--warmup", "1", "--concurrency", "1", "--switch-timeout", "60", "--health-timeout", "30",
+                "--out", args.out,
+            ]
+            rc = subprocess.run(
+                [sys.executable, "-m", "bench", "run", *bench_argv], cwd=REPO, env=bench_env(token), check=False
+            ).returncode
         bundles = sorted(Path(args.out).glob("*/manifest.json"), key=lambda m: m.stat().st_mtime)
         if bundles:
             run_dir = bundles[-1].parent

@@ -19,6 +19,7 @@ import contextlib
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -93,8 +94,10 @@ class MatrixRun:
         bundle.write_manifest(self.work_dir, self.manifest)
         self.started = True
 
-    def finish(self, complete: bool, interrupted: bool = False) -> Path | None:
-        """Gate correctness over every cell, then write cells, manifest and summaries (also on Ctrl-C)."""
+    def finish(self, complete: bool, interrupted: bool = False, *, gate: bool = True,
+               extra: Callable[[Path], None] | None = None) -> Path | None:
+        """Gate correctness over every cell (unless the caller judged it: `gate=False`), then write cells,
+        manifest, `extra`'s files and the summaries (also on Ctrl-C); the folder is renamed last."""
         if not self.started:
             return None
         if self.current is not None:
@@ -103,7 +106,8 @@ class MatrixRun:
             cell["invalid_reason"] = cell.get("invalid_reason") or "interrupted before this cell finished"
             self._close_cell(cell)
             self.current = None
-        self._apply_gate()
+        if gate:
+            self._apply_gate()
         for cell in self.cells.values():
             bundle.write_cell(self.work_dir, cell)
         self.manifest.update(
@@ -116,6 +120,8 @@ class MatrixRun:
         bundle.write_manifest(self.work_dir, self.manifest)
         from bench import report
 
+        if extra is not None:
+            extra(self.work_dir)
         report.build(self.work_dir)
         os.rename(self.work_dir, self.run_dir)  # the run id is fresh: nothing is replaced
         self.started = False

@@ -38,15 +38,22 @@ class CellMeasurer:
     prompts: list[Prompt]
     say: Callable[[str], None]
     on_request: Callable[[RequestRecord], None] | None = None
+    on_phase: Callable[[str], None] | None = None  # "switching", "warming up", "measuring"
+
+    def phase(self, what: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(what)
 
     async def switch(self, cell: dict[str, Any], name: str) -> dict[str, Any] | None:
         """Switch to the cell's plan; the plan the server was asked for when it did not switch (the cell
         is then invalid with its reason), None when it did."""
         assert self.control is not None
         point = cell.get("spec_params")
-        self.say(f"switching to {name} ...")
-        code, body = await self.control.switch(cell["profile"], cell["spec"], self.settings.switch_timeout,
-                                               spec_params=point)
+        if self.on_phase is None:
+            self.say(f"switching to {name} ...")
+        self.phase("switching")
+        code, body = await self.control.switch_when_idle(cell["profile"], cell["spec"], self.settings.switch_timeout,
+                                                         spec_params=point)
         if code in (401, 403):
             raise UserError(f"control API refused the switch (HTTP {code}): {body.get('error')}; set KIT_CONTROL_TOKEN")
         outcome = body.get("outcome") or ("failed" if code != 200 else "unknown")
@@ -121,10 +128,12 @@ class CellMeasurer:
         sim = is_simulated(info)
         cell["simulated"] = sim
         cell["server"] = {"version": info.get("version"), "start_time": info.get("start_time"), "simulated": sim}
+        self.phase("warming up")
         warm_reason = await self.warmup()
         if warm_reason:
             cell["invalid_reason"] = warm_reason
             return info
+        self.phase("measuring")
         for c in s.concurrency:
             for r in range(repeats):
                 rep, rows = await measure_repeat(server=server, control=self.control, prompts=self.prompts,

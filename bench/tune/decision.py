@@ -19,6 +19,9 @@ of means (contender − other; each arm resampled with replacement, its deviatio
 sqrt(n/(n-1)) so the interval is not too narrow at small n; 10,000 resamples, seeded) lies
 wholly above 0 against the runner-up (the next best correct candidate, when there is one) AND
 against the running plan. Otherwise: "no significant difference", and the running plan stays.
+A lead must also be worth a switch: the interval's low end must reach `min_gain` (1%) of the other's
+mean, so two setups that differ by less (identical ones whose tiny systematic difference a quiet host
+resolves, for example) are "no significant difference".
 With fewer than `min_repeats` (8) values in any compared arm, or with the running plan not
 measured, no winner is declared. Why 8: with equal arms and only the running plan to beat, 6
 repeats each still crowned a winner in 6% of seeds, 8 keep it under 5% (tests/test_bench_tune_decision.py).
@@ -35,6 +38,7 @@ import numpy as np
 RESAMPLES = 10_000
 CONFIDENCE = 0.95
 MIN_REPEATS = 8
+MIN_GAIN = 0.01  # a lead's interval must clear 1% of the other's mean
 
 
 def interleave(arms: Sequence[str], repeats: int) -> list[str]:
@@ -154,6 +158,7 @@ class Decision:
     resamples: int = RESAMPLES
     confidence: float = CONFIDENCE
     seed: int = 0
+    min_gain: float = MIN_GAIN
 
     def to_json(self) -> dict[str, Any]:
         """As tune.json's `decision`."""
@@ -163,8 +168,8 @@ class Decision:
 RULE = (
     "winner = highest mean {unit} among cells that passed the correctness gate; it is chosen only if the "
     "{conf:.0%} percentile-bootstrap interval ({resamples} resamples, seed {seed}) of its mean minus the "
-    "runner-up's and minus the running plan's both lie above 0, each arm with at least {min_repeats} "
-    "interleaved repeats; otherwise the running plan stays"
+    "runner-up's and minus the running plan's both lie above {gain:.0%} of that arm's mean, each arm with at "
+    "least {min_repeats} interleaved repeats; otherwise the running plan stays"
 )
 
 
@@ -178,18 +183,20 @@ def decide(
     resamples: int = RESAMPLES,
     confidence: float = CONFIDENCE,
     min_repeats: int = MIN_REPEATS,
+    min_gain: float = MIN_GAIN,
 ) -> Decision:
     """Apply the rule (module docstring) to the final interleaved values per candidate label.
 
     `samples` holds the objective values of every finalist and of `incumbent` (the running plan);
     `rejected` names cells that failed the gate or their switch, with why: they are never chosen."""
     rejected = dict(rejected or {})
-    rule = RULE.format(unit=objective.unit, conf=confidence, resamples=resamples, seed=seed, min_repeats=min_repeats)
+    rule = RULE.format(unit=objective.unit, conf=confidence, resamples=resamples, seed=seed, min_repeats=min_repeats,
+                       gain=min_gain)
     means = {k: float(np.mean(v)) for k, v in samples.items() if len(v)}
     counts = {k: len(v) for k, v in samples.items()}
     correct = sorted((k for k in means if k not in rejected), key=lambda k: -means[k])
     base = dict(incumbent=incumbent, objective=objective.describe(), rule=rule, means=means, repeats=counts,
-                rejected=rejected, resamples=resamples, confidence=confidence, seed=seed)
+                rejected=rejected, resamples=resamples, confidence=confidence, seed=seed, min_gain=min_gain)
     contenders = [k for k in correct if k != incumbent]
     if not contenders:
         return Decision("no correct candidate", incumbent, contender=None, runner_up=None, **base)
@@ -204,7 +211,7 @@ def decide(
                                          confidence=confidence)
         enough = min(len(samples[contender]), len(samples[other])) >= min_repeats
         comparisons.append(Comparison(contender, other, role, diff, low, high, len(samples[contender]),
-                                      len(samples[other]), enough and low > 0))
+                                      len(samples[other]), enough and low > max(0.0, min_gain * means[other])))
     wins = incumbent in means and all(c.significant for c in comparisons)
     if wins:
         return Decision("winner", contender, contender=contender, runner_up=runner_up, comparisons=comparisons,

@@ -35,6 +35,8 @@ from launcher.atomic import append_line
 JOURNAL = "journal.jsonl"
 VERSION = 1
 Status = Literal["ok", "failed"]
+Phase = Literal["reference", "screen", "final"]
+PHASES = ("reference", "screen", "final")
 
 
 def profile_hash(paths: Iterable[str | Path]) -> str:
@@ -59,11 +61,14 @@ class Entry:
     plan_digest: str
     profile_hash: str
     settings_digest: str
-    phase: Literal["screen", "final"] = "screen"
+    phase: Phase = "screen"
     round: int = 0
     reason: str = ""
     repeats: tuple[Repeat, ...] = ()
     finished_at: float = 0.0
+    spec: str = ""
+    spec_params: dict[str, int] | None = None
+    detail: dict[str, Any] = field(default_factory=dict)  # the cell record, its request rows, its plan, timings
     v: int = VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -79,13 +84,17 @@ class Entry:
                    requests=tuple(RequestTiming(**q) for q in r.get("requests", ())))
             for r in data["repeats"]
         )
-        if data["status"] not in ("ok", "failed") or data["phase"] not in ("screen", "final"):
+        if data["status"] not in ("ok", "failed") or data["phase"] not in PHASES:
             raise ValueError("bad status or phase")
         strings = ("label", "profile", "plan_digest", "profile_hash", "settings_digest", "reason")
-        if not all(isinstance(data[k], str) for k in strings):
+        if not all(isinstance(data[k], str) for k in strings) or not isinstance(data.get("spec", ""), str):
             raise TypeError("a string key is not a string")
+        detail, params = data.get("detail") or {}, data.get("spec_params")
+        if not isinstance(detail, dict) or not (params is None or isinstance(params, dict)):
+            raise TypeError("detail or spec_params is not an object")
         return cls(**{k: data[k] for k in strings}, status=data["status"], phase=data["phase"],
-                   round=int(data["round"]), repeats=reps, finished_at=float(data["finished_at"]))
+                   round=int(data["round"]), repeats=reps, finished_at=float(data["finished_at"]),
+                   spec=data.get("spec", ""), spec_params=params, detail=detail)
 
 
 def record(out_dir: str | Path, entry: Entry) -> Path:
@@ -103,12 +112,13 @@ class Resumed:
     invalidated: list[tuple[str, str]] = field(default_factory=list)  # (label, why)
     torn: int = 0
 
-    def states(self, phase: str | None = "screen") -> dict[str, CellState]:
-        """The planner's results: tok/s of every reused repeat by label, or the failure (which sticks)."""
+    def states(self, phases: Sequence[str] | None = ("reference", "screen")) -> dict[str, CellState]:
+        """The planner's results: tok/s of every reused repeat of `phases` by label, or the failure (which
+        sticks, whatever its phase)."""
         tokps: dict[str, list[float]] = {}
         failed: dict[str, str] = {}
         for e in self.entries:
-            if phase is not None and e.phase != phase and e.status == "ok":
+            if phases is not None and e.phase not in phases and e.status == "ok":
                 continue
             if e.status == "failed":
                 failed.setdefault(e.label, e.reason or "failed")
@@ -177,13 +187,13 @@ def _stale(entry: Entry, hashes: Mapping[str, str], settings: str, digests: Mapp
 
 
 def failed_entry(label: str, profile: str, reason: str, *, plan_digest: str, profile_hash: str,
-                 settings_digest: str, phase: Literal["screen", "final"] = "screen", round: int = 0) -> Entry:
+                 settings_digest: str, phase: Phase = "screen", round: int = 0) -> Entry:
     """The line of a cell whose server failed, rolled back, or whose output failed the gate."""
     return Entry(label=label, profile=profile, status="failed", reason=reason, plan_digest=plan_digest,
                  profile_hash=profile_hash, settings_digest=settings_digest, phase=phase, round=round)
 
 
 def ok_entry(label: str, profile: str, repeats: Sequence[Repeat], *, plan_digest: str, profile_hash: str,
-             settings_digest: str, phase: Literal["screen", "final"] = "screen", round: int = 0) -> Entry:
+             settings_digest: str, phase: Phase = "screen", round: int = 0) -> Entry:
     return Entry(label=label, profile=profile, status="ok", repeats=tuple(repeats), plan_digest=plan_digest,
                  profile_hash=profile_hash, settings_digest=settings_digest, phase=phase, round=round)

@@ -165,16 +165,19 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
          2.045, 2.042)
 
 
-def lower_bound(values: Sequence[float]) -> float:
-    """Lower 95% confidence bound of the mean (Student t); one value is its own bound."""
-    if not values:
-        return -math.inf
+def interval(values: Sequence[float]) -> tuple[float, float]:
+    """The 95% confidence interval of the mean (Student t); one value is its own interval."""
     mean = statistics.fmean(values)
     if len(values) < 2:
-        return mean
+        return mean, mean
     df = len(values) - 1
-    t = _T975[df - 1] if df <= len(_T975) else 1.96
-    return mean - t * statistics.stdev(values) / math.sqrt(len(values))
+    half = (_T975[df - 1] if df <= len(_T975) else 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean - half, mean + half
+
+
+def lower_bound(values: Sequence[float]) -> float:
+    """Lower 95% confidence bound of the mean (Student t); one value is its own bound."""
+    return interval(values)[0] if values else -math.inf
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from launcher.errors import UserError
 
 SPEC_MODES = ("off", "ngram", "eagle3")
 ELIGIBLE = "eligible"
+SPEC_PARAM_KEYS = ("steps", "topk", "draft_tokens")
 MAX_STEPS = 16
 MAX_TOPK = 16
 
@@ -100,8 +101,20 @@ class Candidate:
     point: Eagle3Point | None = None
 
     def __post_init__(self) -> None:
-        if (self.spec == "eagle3") != (self.point is not None):
+        if self.point is not None and self.spec != "eagle3":
             raise ValueError(f"{self.profile}+{self.spec}: an EAGLE-3 point goes with spec eagle3 and only there")
+
+    @classmethod
+    def of_plan(cls, plan: Mapping[str, object]) -> Candidate:
+        """The candidate a running plan (/plan) is: its profile, spec mode and, under eagle3, its point."""
+        params = plan.get("spec_params") if plan.get("spec") == "eagle3" else None
+        point = Eagle3Point(*(int(params[k]) for k in SPEC_PARAM_KEYS)) if isinstance(params, Mapping) else None
+        return cls(str(plan.get("name")), str(plan.get("spec")), point)
+
+    def point_json(self) -> dict[str, int] | None:
+        """The point as the control API's `spec_params` takes it, or None (the spec mode's own flags)."""
+        return dict(zip(SPEC_PARAM_KEYS, (self.point.steps, self.point.topk, self.point.draft_tokens), strict=True)) \
+            if self.point else None
 
     @property
     def label(self) -> str:

@@ -13,6 +13,7 @@ may pass a shorter total deadline. A switch that does not answer in time comes b
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -29,6 +30,8 @@ SWITCH_MARGIN_S = 60.0
 # The switch's STOP_MARGIN_S (launcher/runtime/switch.py; a test keeps them equal): named here, not
 # imported, so the client does not load the whole switch (supervisord, profiles) to compute a number.
 STOP_MARGIN_S = 30.0
+BUSY_STATES = ("switching", "recovering")  # launcher/runtime/states.py, named here for the same reason
+IDLE_POLL_S = 0.2
 URL_FROM = "--url / KIT_CONTROL_URL"  # where `launcher switch/status` take the URL; other callers name theirs
 
 
@@ -106,6 +109,28 @@ class ControlClient:
         plan = data.get("plan") if isinstance(data, dict) else None
         return plan if isinstance(plan, dict) else None
 
+    async def wait_idle(self, timeout_s: float) -> dict[str, Any]:
+        """/status once no switch holds the server (not switching, not recovering a cut-short one), or
+        the last status when `timeout_s` runs out: a caller that was stopped mid-switch, and starts again,
+        waits here rather than being refused (HTTP 409) or racing the switch still running."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = await self.status()
+            if status.get("state") not in BUSY_STATES or time.monotonic() >= deadline:
+                return status
+            await asyncio.sleep(IDLE_POLL_S)
+
+    async def switch_when_idle(self, profile: str, spec: str, timeout_s: float | None,
+                               spec_params: Any = None) -> tuple[int, dict[str, Any]]:
+        """`switch`, waiting out another switch that holds the server (HTTP 409) for up to the switch's
+        own deadline."""
+        deadline = time.monotonic() + switch_deadline_s(timeout_s)
+        while True:
+            code, body = await self.switch(profile, spec, timeout_s, spec_params=spec_params)
+            if code != 409 or time.monotonic() >= deadline:
+                return code, body
+            await self.wait_idle(max(0.0, deadline - time.monotonic()))
+
     async def switch(self, profile: str, spec: str, timeout_s: float | None,
                      deadline_s: float | None = None, spec_params: Any = None) -> tuple[int, dict[str, Any]]:
         """POST /switch; returns (HTTP status, body). The call lasts as long as the switch does, and at
@@ -154,6 +179,9 @@ class SyncControlClient:
 
     def profiles(self) -> list[dict[str, Any]]:
         return self._run(lambda c: c.profiles())
+
+    def running_plan(self) -> dict[str, Any] | None:
+        return self._run(lambda c: c.running_plan())
 
     def switch(self, profile: str, spec: str, timeout_s: float | None,
                deadline_s: float | None = None, spec_params: Any = None) -> tuple[int, dict[str, Any]]:

@@ -343,7 +343,9 @@ class Lifecycle:
     async def switch(self, profile: str, spec: str, timeout_s: float | None, spec_params: SpecParams | None = None) -> dict:
         """Validate, then switch under the lock; the history entry. Busy when another switch runs,
         UserError for a plan that does not validate, RuntimeFailure when the journal cannot be written.
-        `spec_params`: an EAGLE point; it is in the plan's flags, so "unchanged" (equal digests) means the same point."""
+        `spec_params`: an EAGLE point; it is in the plan's flags, so "unchanged" (equal digests) means the same point.
+        "Unchanged" also needs the same profile name and spec mode: the server is started with the name
+        (KIT_ACTIVE_PROFILE), and /status must not keep naming a profile the caller switched away from."""
         if self.lock.locked():
             raise Busy
         plan = await asyncio.to_thread(validated_plan, profile, spec, spec_params)
@@ -352,7 +354,8 @@ class Lifecycle:
         async with self.lock:  # no await between the check and here: one event loop, so atomic
             before = self.state
             previous = self.current if before in ANSWERING else self.last_good
-            if self.current and plan.digest() == self.current.digest() and before == State.SERVING:
+            if self.current and before == State.SERVING and (plan.digest(), plan.name, plan.spec) == (
+                    self.current.digest(), self.current.name, self.current.spec):
                 return {"outcome": Outcome.UNCHANGED, "error": None, "durations": {}}
             self.set_state(State.SWITCHING)
             try:

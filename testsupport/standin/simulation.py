@@ -160,3 +160,15 @@ def detokenize(ids: list[int]) -> str:
 def generated_text(prompt: str, max_new_tokens: int, corrupt: bool = False) -> str:
     """The whole reply the stand-in gives to ``prompt`` (greedy-like: same prompt, same text)."""
     return detokenize(token_ids(prompt, max_new_tokens, corrupt))
+
+
+def expected_tokps(settings: StandinSettings, speculative: bool, point: tuple[int, int, int] | None,
+                   max_new_tokens: int) -> float:
+    """The output tok/s one request of ``max_new_tokens`` gets at concurrency 1: its tokens over the time
+    from arrival to the last chunk (TTFT plus one interval per further chunk). The truth `bench tune` on
+    the demo must find the best of."""
+    accept = effective_accept_length(settings, speculative, point)
+    interval = verify_interval_ms(settings, point) if speculative else settings.decode_ms
+    chunks = len(chunk_token_counts(max_new_tokens, accept, speculative))
+    total_ms = settings.ttft_ms + max(0, chunks - 1) * interval
+    return max_new_tokens / total_ms * 1000.0 if total_ms > 0 else float("inf")

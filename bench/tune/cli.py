@@ -1,0 +1,308 @@
+"""`bench tune`: find the fastest correct setup for this host (profile × spec mode × EAGLE-3 point)
+within a time budget, and put it in production only when asked (`--apply`, `--fleet`).
+
+Everything the user can get wrong is checked here, before anything is switched (exit 2, naming the
+flag): unknown profile or spec mode (against the control API's own lists, in bench/tune/runner.py,
+also before the first switch), a point SGLang would not run as written, a budget that is not a
+duration, a goodput objective without its targets, a profile name that would overwrite a file the
+tuner did not write. Exit codes: 0 done (with or without a winner), 1 runtime failure, 2 bad input,
+130 interrupted (production put back on the plan it started with; the same command resumes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from bench.args import CliArgs
+from bench.run.cli import _positive_ints, _url
+from bench.run.settings import RunKnobs, RunSettings
+from bench.server_client import APIS
+from bench.tune import decision, order, space
+from bench.tune.decision import Objective
+from bench.workload import WORKLOADS
+from launcher import settings
+from launcher.errors import UserError, run_cli
+from launcher.profiles.catalog import check_name
+
+DEFAULT_OUT = "results/tune"
+DEFAULT_SPECS = "off,ngram,eagle3"
+DEFAULT_BUDGET = "2h"
+PROFILE_NAME = "tuned"
+MARK = "# Written by `bench tune`"  # the first line of every profile file the tuner writes
+
+
+@dataclass(kw_only=True)
+class TuneSettings:
+    """What the tune measures and decides on; `measuring()` is what makes repeats comparable (the journal
+    keys reused cells on it)."""
+
+    url: str
+    control: str
+    out: str
+    profiles: tuple[str, ...] | str  # names, or "eligible"
+    specs: tuple[str, ...]
+    points: tuple[space.Eagle3Point, ...]
+    budget_s: float
+    concurrency: list[int]
+    objective: Objective
+    apply: bool = False
+    fleet: str | None = None
+    profile_name: str = PROFILE_NAME
+    profile_dir: str | None = None
+    facts: str | None = None
+    allreduce: str | None = None
+    num_prompts: int = 8
+    max_tokens: int = RunKnobs.max_tokens
+    workload: str = RunKnobs.workload
+    api: str = RunKnobs.api
+    warmup: int = RunKnobs.warmup
+    seed: int = RunKnobs.seed
+    min_exact_match: float = RunKnobs.min_exact_match
+    switch_timeout: float = RunKnobs.switch_timeout
+    health_timeout: float = RunKnobs.health_timeout
+    connect_timeout: float = RunKnobs.connect_timeout
+    read_timeout: float = RunKnobs.read_timeout
+    request_timeout: float = RunKnobs.request_timeout
+    screen_repeats: int = 2
+    final_repeats: int = decision.MIN_REPEATS
+    finalists: int = 2
+    argv: list[str] = field(default_factory=list)
+
+    def measuring(self) -> dict[str, Any]:
+        """The settings a repeat's numbers depend on (not the budget, not the space, not where results go)."""
+        return {
+            "url": self.url, "num_prompts": self.num_prompts, "max_tokens": self.max_tokens,
+            "workload": self.workload, "api": self.api, "warmup": self.warmup, "seed": self.seed,
+            "concurrency": self.concurrency, "objective": asdict(self.objective),
+            "min_exact_match": self.min_exact_match,
+        }
+
+    def run_settings(self, *, switching: bool = True) -> RunSettings:
+        """The `bench run` settings one cell is measured with (bench/run/measure.py)."""
+        return RunSettings(
+            url=self.url, out=self.out, control=self.control, control_given=True, concurrency=list(self.concurrency),
+            repeats=self.screen_repeats, num_prompts=self.num_prompts, max_tokens=self.max_tokens,
+            workload=self.workload, api=self.api, warmup=self.warmup, no_switch=not switching, seed=self.seed,
+            min_exact_match=self.min_exact_match, switch_timeout=self.switch_timeout,
+            health_timeout=self.health_timeout, connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout, request_timeout=self.request_timeout, argv=list(self.argv),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["points"] = [p.text for p in self.points]
+        out["profiles"] = self.profiles if isinstance(self.profiles, str) else list(self.profiles)
+        return out
+
+
+@dataclass(kw_only=True)
+class TuneArgs(CliArgs):
+    """The flags as given; `settings()` checks them (exit 2) and resolves URLs from the environment."""
+
+    prog: ClassVar[str] = "bench tune"
+    description: ClassVar[str] = (
+        "Find the fastest correct setup for this host (profile x spec mode x EAGLE-3 point) within a time "
+        "budget: screen with successive halving, decide with interleaved repeats and a bootstrap test, gate "
+        "every cell against baseline, write tune.json, a plot and a profile file; production is put back on "
+        "the plan it started with unless --apply."
+    )
+
+    url: str | None = None
+    control: str | None = None
+    profiles: str = space.ELIGIBLE
+    spec: str = DEFAULT_SPECS
+    eagle3: str | None = None
+    budget: str = DEFAULT_BUDGET
+    concurrency: str = "1"
+    objective: str = "tokps"
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    goodput_unit: str = "req/s"
+    out: str = DEFAULT_OUT
+    apply: bool = False
+    fleet: str | None = None
+    profile_name: str = PROFILE_NAME
+    profile_dir: str | None = None
+    facts: str | None = None
+    allreduce: str | None = None
+    num_prompts: int = 8
+    max_tokens: int = RunKnobs.max_tokens
+    workload: str = RunKnobs.workload
+    api: str = RunKnobs.api
+    warmup: int = RunKnobs.warmup
+    seed: int = RunKnobs.seed
+    min_exact_match: float = RunKnobs.min_exact_match
+    switch_timeout: float = RunKnobs.switch_timeout
+    health_timeout: float = RunKnobs.health_timeout
+    screen_repeats: int = 2
+    final_repeats: int = decision.MIN_REPEATS
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p = parser
+        p.add_argument("--url", default=None, help=f"SGLang server URL (default ${settings.KIT_SERVER_URL.name})")
+        p.add_argument("--control", default=None,
+                       help="control API URL (default $KIT_CONTROL_URL or http://$KIT_CONTROL_HOST:$KIT_CONTROL_PORT)")
+        p.add_argument("--profiles", default=cls.profiles,
+                       help="comma-separated profile names, or 'eligible' (default): every profile the launcher's rules "
+                            "accept with the host facts (--facts)")
+        p.add_argument("--spec", default=cls.spec, help=f"comma-separated spec modes (default {cls.spec})")
+        p.add_argument("--eagle3", default=None, metavar="S,K,D[;S,K,D...]",
+                       help="EAGLE-3 points (steps, top-k, draft tokens) tried under eagle3 (default "
+                            f"'{';'.join(pt.text for pt in space.DEFAULT_POINTS)}')")
+        p.add_argument("--budget", default=cls.budget,
+                       help=f"time for the whole tune, switches included: 90s, 20m, 3h, 1h30m (default {cls.budget})")
+        p.add_argument("--concurrency", default=cls.concurrency,
+                       help="comma-separated concurrency levels measured in each repeat; the objective is judged at "
+                            "the first (default 1)")
+        p.add_argument("--objective", choices=("tokps", "goodput"), default=cls.objective,
+                       help="what the winner is chosen on: output tok/s (default) or goodput under --ttft-ms and "
+                            "--tpot-ms targets, at the first --concurrency level")
+        p.add_argument("--ttft-ms", type=float, default=None, help="goodput: TTFT target in ms")
+        p.add_argument("--tpot-ms", type=float, default=None, help="goodput: TPOT target in ms")
+        p.add_argument("--goodput-unit", choices=("req/s", "tok/s"), default=cls.goodput_unit,
+                       help="goodput counted as requests/s (default) or their output tok/s")
+        p.add_argument("--out", default=cls.out,
+                       help=f"output folder: the journal (resume) in OUT/, the bundle in OUT/<run-id>/ (default {cls.out})")
+        p.add_argument("--apply", action="store_true",
+                       help="switch the server to the winner at the end (default: back to the plan it started with)")
+        p.add_argument("--fleet", default=None, help="fleet file: roll the winner through the fleet at the end")
+        p.add_argument("--profile-name", default=cls.profile_name,
+                       help=f"name of the profile file written for the winner (default {cls.profile_name})")
+        p.add_argument("--profile-dir", default=None,
+                       help="folder the profile file goes to (default the bundle folder); a folder the server reads "
+                            "(KIT_PROFILES_DIR) lets --apply switch to it by name")
+        p.add_argument("--facts", default=None,
+                       help="host facts (`launcher doctor --json` output) for --profiles eligible "
+                            f"(default ${settings.KIT_HOST_FACTS.name})")
+        p.add_argument("--allreduce", default=None,
+                       help="a `bench allreduce --out` result: its latency per profile orders the candidates")
+        p.add_argument("--num-prompts", type=int, default=cls.num_prompts,
+                       help=f"requests per repeat (default {cls.num_prompts})")
+        p.add_argument("--max-tokens", type=int, default=cls.max_tokens,
+                       help=f"max new tokens per request (default {cls.max_tokens})")
+        p.add_argument("--workload", choices=WORKLOADS, default=cls.workload)
+        p.add_argument("--api", choices=APIS, default=cls.api)
+        p.add_argument("--warmup", type=int, default=cls.warmup,
+                       help=f"uncounted warm-up requests after each switch (default {cls.warmup})")
+        p.add_argument("--seed", type=int, default=cls.seed, help=f"workload and bootstrap seed (default {cls.seed})")
+        p.add_argument("--min-exact-match", type=float, default=cls.min_exact_match,
+                       help="correctness gate: least share of outputs identical to baseline's "
+                            f"(default {cls.min_exact_match:g})")
+        p.add_argument("--switch-timeout", type=float, default=cls.switch_timeout,
+                       help=f"seconds one switch may take (default {cls.switch_timeout:g})")
+        p.add_argument("--health-timeout", type=float, default=cls.health_timeout,
+                       help=f"seconds to wait for /health after a switch (default {cls.health_timeout:g})")
+        p.add_argument("--screen-repeats", type=int, default=cls.screen_repeats,
+                       help=f"repeats per candidate in the first halving round (default {cls.screen_repeats})")
+        p.add_argument("--final-repeats", type=int, default=cls.final_repeats,
+                       help=f"interleaved repeats per finalist and the running plan (default {cls.final_repeats}; "
+                            f"fewer than {decision.MIN_REPEATS} can never declare a winner)")
+        return p
+
+    def settings(self, argv: list[str]) -> TuneSettings:
+        """Check every flag (exit 2 naming it) and resolve what the environment supplies."""
+        for flag, v in (("--num-prompts", self.num_prompts), ("--max-tokens", self.max_tokens),
+                        ("--screen-repeats", self.screen_repeats), ("--final-repeats", self.final_repeats)):
+            if v < 1:
+                raise UserError(f"{flag} {v}: must be at least 1")
+        if self.warmup < 0:
+            raise UserError(f"--warmup {self.warmup}: must be 0 or more")
+        if not 0.0 <= self.min_exact_match <= 1.0:
+            raise UserError(f"--min-exact-match {self.min_exact_match}: must be between 0 and 1")
+        for flag, t in (("--switch-timeout", self.switch_timeout), ("--health-timeout", self.health_timeout)):
+            if not 0 < t < float("inf"):
+                raise UserError(f"{flag} {t}: must be a positive number of seconds")
+        budget_s = order.parse_budget(self.budget)
+        specs = space.parse_specs(self.spec)
+        points = space.parse_points(self.eagle3) if self.eagle3 is not None else space.DEFAULT_POINTS
+        if self.eagle3 is not None and "eagle3" not in specs:
+            raise UserError("--eagle3 points are measured under spec mode eagle3: add eagle3 to --spec or drop --eagle3")
+        profiles: tuple[str, ...] | str
+        if self.profiles.strip() == space.ELIGIBLE:
+            profiles = space.ELIGIBLE
+        else:
+            names = tuple(dict.fromkeys(n.strip() for n in self.profiles.split(",")))
+            for name in names:
+                if not name:
+                    raise UserError("--profiles has an empty name; give names separated by commas, or 'eligible'")
+                check_name("profile", name)
+            profiles = names
+        facts = self.facts or settings.KIT_HOST_FACTS.get()
+        if profiles == space.ELIGIBLE and not facts:
+            raise UserError(f"--profiles eligible needs the host facts: give --facts FILE (`launcher doctor --json > "
+                            f"FILE`) or set {settings.KIT_HOST_FACTS.name}; or name the profiles (--profiles a,b)")
+        if facts and not Path(facts).is_file():
+            raise UserError(f"--facts {facts}: no such file; write it with `launcher doctor --json > {facts}`")
+        if self.allreduce and not Path(self.allreduce).exists():
+            raise UserError(f"--allreduce {self.allreduce}: no such file or folder (a `bench allreduce --out` result)")
+        concurrency = _positive_ints("--concurrency", self.concurrency)
+        if self.objective == "goodput" and (self.ttft_ms is None or self.tpot_ms is None):
+            raise UserError("--objective goodput needs both --ttft-ms and --tpot-ms (the targets a request must meet)")
+        for flag, v in (("--ttft-ms", self.ttft_ms), ("--tpot-ms", self.tpot_ms)):
+            if v is not None and not 0 < v < float("inf"):
+                raise UserError(f"{flag} {v}: must be a positive number of milliseconds")
+        objective = Objective(kind=self.objective, concurrency=concurrency[0], ttft_ms=self.ttft_ms,  # type: ignore[arg-type]
+                              tpot_ms=self.tpot_ms, goodput_unit=self.goodput_unit)  # type: ignore[arg-type]
+        check_name("profile", self.profile_name)
+        if self.fleet and not Path(self.fleet).is_file():
+            raise UserError(f"--fleet {self.fleet}: no such file")
+        url = _url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()
+        control = _url("--control", self.control) if self.control else settings.control_url()
+        return TuneSettings(
+            url=url, control=control, out=self.out, profiles=profiles, specs=specs, points=tuple(points),
+            budget_s=budget_s, concurrency=concurrency, objective=objective, apply=self.apply, fleet=self.fleet,
+            profile_name=self.profile_name, profile_dir=self.profile_dir, facts=facts, allreduce=self.allreduce,
+            num_prompts=self.num_prompts, max_tokens=self.max_tokens, workload=self.workload, api=self.api,
+            warmup=self.warmup, seed=self.seed, min_exact_match=self.min_exact_match,
+            switch_timeout=self.switch_timeout, health_timeout=self.health_timeout,
+            screen_repeats=self.screen_repeats, final_repeats=self.final_repeats, argv=list(argv),
+        )
+
+
+def check_profile_target(folder: Path, name: str) -> Path:
+    """Where the winner's profile file goes; exit 2 when a file there was not written by the tuner."""
+    path = folder / f"{name}.toml"
+    if path.exists():
+        try:
+            first = path.read_text(encoding="utf-8").splitlines()[:1]
+        except (OSError, UnicodeDecodeError):
+            first = []
+        if not first or not first[0].startswith(MARK):
+            raise UserError(f"--profile-name {name}: {path} exists and was not written by bench tune; choose another "
+                            "--profile-name or --profile-dir (nothing was switched)")
+    return path
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    from bench.tune.runner import tune
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = TuneArgs.parse(argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # stopped like Ctrl-C: production is put back first
+    token = settings.KIT_CONTROL_TOKEN.get()
+
+    def work() -> int:
+        s = args.settings(argv)
+        if not token:
+            raise UserError(f"bench tune switches the server: set {settings.KIT_CONTROL_TOKEN.name}")
+        if s.profile_dir:
+            check_profile_target(Path(s.profile_dir), s.profile_name)
+        return tune(s, token=token, console=Console(stderr=True))
+
+    return run_cli(work)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

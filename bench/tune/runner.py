@@ -1,0 +1,494 @@
+"""The loop of `bench tune`: measure, journal, halve, decide, then put production back (or apply).
+
+Order of work (docs/tune.md):
+1. read the running plan: it is the plan to beat and the plan production goes back to; the first run
+   of a tune records it in OUT/tune-state.json, so a run resumed after SIGKILL still knows it;
+2. measure the running plan where it runs (no switch): its screening repeats, and the time a repeat
+   takes; with the last switch's time from /status history, a budget too small for one cell is exit 2
+   before anything is switched;
+3. one reference cell per spec mode, `baseline+<spec>`: the outputs every cell is gated against;
+4. successive halving over the candidates, most promising first (bench/tune/order.py), keeping time
+   for the final comparison;
+5. the finalists and the running plan in an interleaved schedule, one switch and one repeat per slot;
+6. the decision (bench/tune/decision.py), the bundle, tune.json, the plot and the profile file
+   (bench/tune/result.py);
+7. production back on the plan it started with, or on the winner with --apply; --fleet rolls it.
+
+Every finished cell is one journal line (bench/tune/journal.py), so the same command resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from bench.run import correctness
+from bench.run.cell import close_cell, new_cell
+from bench.run.measure import CellMeasurer
+from bench.run.server_identity import PROBE_ERRORS, is_simulated
+from bench.server_client import ServerClient
+from bench.tune import journal, order, space
+from bench.tune.cli import TuneSettings
+from bench.tune.decision import Decision, Repeat, RequestTiming, decide, interleave
+from bench.tune.progress import TuneProgress
+from bench.tune.space import Candidate
+from bench.workload import build_workload
+from launcher import atomic
+from launcher.errors import KitError, RuntimeFailure, UserError
+from launcher.runtime.control_client import ControlClient
+
+STATE = "tune-state.json"
+REFERENCE_PROFILE = correctness.BASELINE
+SERVER_ONLY = "server-only"
+RESTORE_ATTEMPTS = 3
+ANSWERING = ("serving", "degraded", "rolled_back")  # launcher/runtime/states.py ANSWERING  # the profile hash of a profile this machine has no file of
+
+
+@dataclass
+class Timing:
+    """What a switch and a repeat cost, as measured so far (the planner's inputs): the mean of every switch
+    that restarted the server (switch, health gate and warm-up), and of every repeat (all concurrency levels).
+    Before the first switch, the last switch /status history records, if any."""
+
+    switch_s: float | None = None
+    repeat_s: float | None = None
+    cells: list[dict[str, float]] = field(default_factory=list)  # per measured cell: wall, switch, measure
+    switches: list[float] = field(default_factory=list)
+    repeats: list[float] = field(default_factory=list)
+
+    def observe(self, wall: float, measured: float, switched: bool, repeats: int) -> None:
+        self.cells.append({"wall_s": wall, "measure_s": measured, "switch_s": wall - measured if switched else 0.0})
+        if switched:
+            self.switches.append(max(0.0, wall - measured))
+            self.switch_s = statistics.fmean(self.switches)
+        if repeats:
+            self.repeats += [measured / repeats] * repeats
+            self.repeat_s = statistics.fmean(self.repeats)
+
+
+def _repeat_of(rep: dict[str, Any], rows: Sequence[dict[str, Any]]) -> Repeat:
+    """The decision's view of one repeat: tok/s, wall time, each request's TTFT/TPOT."""
+    reqs = tuple(
+        RequestTiming(ok=bool(r.get("ok")),
+                      ttft_ms=None if r.get("ttft_s") is None else float(r["ttft_s"]) * 1000.0,
+                      tpot_ms=None if r.get("tpot_s") is None else float(r["tpot_s"]) * 1000.0,
+                      output_tokens=int(r.get("completion_tokens") or 0))
+        for r in rows
+    )
+    return Repeat(tokps=float(rep.get("output_throughput") or 0.0), duration_s=float(rep.get("duration") or 0.0),
+                  requests=reqs)
+
+
+def profile_hash(name: str) -> str:
+    """sha256 of the profile's files (its `extends` chain), or SERVER_ONLY when this machine has none."""
+    from launcher.profiles import loader
+
+    try:
+        return journal.profile_hash(loader.load(name).chain)
+    except (KitError, OSError):
+        return SERVER_ONLY
+
+
+def overlay_hash(specs: Sequence[str]) -> str:
+    """sha256 of the spec overlays in play: an edited overlay changes every cell under it."""
+    from launcher.profiles import loader
+
+    paths = [p for p in (loader.find_file(s, loader.SPEC_DIR) for s in specs) if p is not None]
+    return journal.profile_hash(paths)
+
+
+class TuneRun:
+    """One invocation of `bench tune` (a resumed one included)."""
+
+    def __init__(self, s: TuneSettings, token: str, console: Console):
+        self.s, self.token, self.console = s, token, console
+        self.out = Path(s.out)
+        self.prompts = build_workload(s.workload, s.num_prompts, s.seed)
+        self.timing = Timing()
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + s.budget_s
+        self.simulated = False
+        self.entries: list[journal.Entry] = []  # reused and new, in order
+        self.hashes: dict[str, str] = {}
+        self.settings_digest = ""
+        self.start_plan: dict[str, Any] = {}
+        self.incumbent: Candidate | None = None
+        self.candidates: list[Candidate] = []
+        self.ordered: list[Candidate] = []
+        self.predictions: dict[str, float] = {}
+        self.excluded: list[space.Excluded] = []
+        self.invalidated: list[tuple[str, str]] = []
+        self.torn = 0
+        self.halving_reason = ""
+        self.finalists: list[str] = []
+        self.decision: Decision | None = None
+        self.progress: TuneProgress | None = None
+        self.switched = False  # production left its starting plan at least once
+
+    # ----- small helpers ---------------------------------------------------------------------------
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def say(self, text: str, style: str | None = None) -> None:
+        prefix = "SIMULATED " if self.simulated else ""
+        self.console.print(f"{prefix}{text}", style=style, highlight=False, markup=False, soft_wrap=True)
+
+    def entries_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> list[journal.Entry]:
+        return [e for e in self.entries if e.label == label and e.phase in phases]
+
+    def failure(self, label: str) -> str | None:
+        """Why a cell cannot be chosen: its server failed, or its output is wrong against the reference."""
+        for e in self.entries_of(label):
+            if e.status == "failed":
+                return e.reason or "failed"
+        verdict = self.gate(label)
+        if verdict is not None and verdict["status"] != "PASS":
+            why = "; ".join(verdict.get("reasons") or []) or verdict["status"]
+            return f"wrong output: {why}" if verdict["status"] == "FAIL" else f"not verified: {why}"
+        return None
+
+    def wrong(self, label: str) -> bool:
+        verdict = self.gate(label)
+        return verdict is not None and verdict["status"] == "FAIL"
+
+    def rows_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> list[dict[str, Any]]:
+        return [r for e in self.entries_of(label, phases) if e.status == "ok" for r in e.detail.get("rows", [])]
+
+    def reference_label(self, spec: str) -> str:
+        return f"{REFERENCE_PROFILE}+{spec}"
+
+    def gate(self, label: str) -> dict[str, Any] | None:
+        """The correctness verdict of a cell's outputs against baseline's under its spec mode; None before
+        the cell has outputs."""
+        rows = self.rows_of(label)
+        if not rows:
+            return None
+        spec = self.spec_of(label)
+        ref_rows = self.rows_of(self.reference_label(spec), ("reference",))
+        reps = [r for e in self.entries_of(label) if e.status == "ok" for r in e.detail.get("per_repeat", [])]
+        accepts = [r["accept_length"] for r in reps if r.get("accept_length") is not None]
+        ref_reps = [r for e in self.entries_of(self.reference_label(spec), ("reference",)) if e.status == "ok"
+                    for r in e.detail.get("per_repeat", [])]
+        ref_acc = [r["accept_length"] for r in ref_reps if r.get("accept_length") is not None]
+        verdict = correctness.gate(
+            spec, correctness.reference_outputs(rows), sum(accepts) / len(accepts) if accepts else None,
+            correctness.reference_outputs(ref_rows) if ref_rows else None,
+            sum(ref_acc) / len(ref_acc) if ref_acc else None,
+            correctness.GateSettings(min_exact_match=self.s.min_exact_match),
+        )
+        if verdict["status"] == "n/a (no baseline)":
+            verdict["reasons"] = [f"no reference: {self.reference_label(spec)} has no outputs"]
+        return verdict
+
+    def spec_of(self, label: str) -> str:
+        for e in self.entries_of(label):
+            if e.spec:
+                return e.spec
+        return Candidate.parse(label).spec
+
+    def states(self) -> dict[str, order.CellState]:
+        """The planner's view: screening tok/s per candidate, or why it left the race."""
+        out: dict[str, order.CellState] = {}
+        for c in self.candidates:
+            values = tuple(self.s.objective.value(r) for e in self.entries_of(c.label, ("reference", "screen"))
+                           if e.status == "ok" for r in e.repeats)
+            out[c.label] = order.CellState(values, self.failure(c.label))
+        return out
+
+    # ----- state that survives the process ----------------------------------------------------------
+    def load_state(self, plan: dict[str, Any]) -> dict[str, Any]:
+        """The plan this tune started from: OUT/tune-state.json when the journal belongs to the same tune
+        (same measuring settings), else the running plan, recorded now."""
+        path = self.out / STATE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = None
+        if (isinstance(data, dict) and data.get("settings_digest") == self.settings_digest
+                and isinstance(data.get("start_plan"), dict) and data["start_plan"].get("name")):
+            if data["start_plan"].get("digest") != plan.get("digest"):
+                self.say(f"resuming: production was left on {plan.get('name')}+{plan.get('spec')}; the tune started "
+                         f"from {data['start_plan'].get('name')}+{data['start_plan'].get('spec')} and goes back to it")
+            return data["start_plan"]
+        keep = {k: plan.get(k) for k in ("name", "spec", "spec_params", "digest")}
+        self.out.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(path, json.dumps({"settings_digest": self.settings_digest, "start_plan": keep}, indent=2))
+        return keep
+
+    def record(self, entry: journal.Entry) -> None:
+        journal.record(self.out, entry)
+        self.entries.append(entry)
+
+    # ----- measuring one cell ---------------------------------------------------------------------
+    async def measure(self, measurer: CellMeasurer, cand: Candidate, repeats: int, *, phase: journal.Phase,
+                      rnd: int = 0, switch: bool = True, spec_params: dict[str, int] | None = None) -> journal.Entry:
+        """Switch (unless measuring in place), warm up, `repeats` repeats; one journal line either way."""
+        params = spec_params if spec_params is not None else cand.point_json()
+        if self.progress is not None:
+            self.progress.cell(cand.label, "switching" if switch else "warming up", phase, rnd)
+        m = replace(measurer, settings=self.s.run_settings(switching=switch))
+        cell = new_cell(profile=cand.profile, spec=cand.spec, settings=m.settings, num_prompts=len(self.prompts),
+                        spec_params=params)
+        rows: list[dict[str, Any]] = []
+        plan: dict[str, Any] = {}
+        t0 = time.monotonic()
+        if switch:
+            self.switched = True
+        info = await m.fill(cell, repeats=repeats, on_rows=rows.extend, on_plan=plan.update)
+        wall = time.monotonic() - t0
+        self.simulated = self.simulated or is_simulated(info) if info else self.simulated
+        close_cell(cell, concurrency=self.s.concurrency, repeats=repeats)
+        measured = sum(float(r.get("duration") or 0.0) for r in cell["per_repeat"])
+        restarted = switch and (cell.get("switch") or {}).get("outcome") == "switched"  # "unchanged" costs nothing
+        self.timing.observe(wall, measured, restarted, repeats if cell["valid"] else 0)
+        judged = [(rep, [r for r in rows if r.get("repeat") == rep["repeat"] and r.get("concurrency") == rep["concurrency"]])
+                  for rep in cell["per_repeat"] if rep["concurrency"] == self.s.objective.concurrency]
+        common = dict(label=cand.label, profile=cand.profile, plan_digest=str(cell.get("plan_digest") or ""),
+                      profile_hash=self.hashes.get(cand.profile, SERVER_ONLY), settings_digest=self.settings_digest,
+                      phase=phase, round=rnd)
+        detail = {"cell": cell, "rows": rows, "plan": plan, "wall_s": wall, "measure_s": measured}
+        if cell["valid"]:
+            entry = journal.Entry(status="ok", repeats=tuple(_repeat_of(rep, rs) for rep, rs in judged),
+                                  spec=cand.spec, spec_params=params, detail=detail, **common)
+        else:
+            entry = journal.Entry(status="failed", reason=str(cell["invalid_reason"]), spec=cand.spec,
+                                  spec_params=params, detail=detail, **common)
+        self.record(entry)
+        self.report(entry)
+        return entry
+
+    def report(self, entry: journal.Entry) -> None:
+        """One line per finished cell; a wrong one in red."""
+        where = f"{entry.phase}" + (f" r{entry.round}" if entry.phase == "screen" else "")
+        if entry.status == "failed":
+            self.say(f"{entry.label} [{where}]: FAILED ({entry.reason})", style="yellow")
+            return
+        values = [self.s.objective.value(r) for r in entry.repeats]
+        mean = sum(values) / len(values) if values else 0.0
+        line = f"{entry.label} [{where}]: {mean:.1f} {self.s.objective.unit} over {len(values)} repeat(s)"
+        if entry.phase != "reference" and self.wrong(entry.label):
+            self.say(f"{line}: WRONG ({self.failure(entry.label)}): never chosen", style="bold red")
+        else:
+            self.say(line)
+
+    # ----- the phases ------------------------------------------------------------------------------
+    async def run(self) -> dict[str, Any]:
+        s = self.s
+        async with contextlib.AsyncExitStack() as stack:
+            server = await stack.enter_async_context(ServerClient(
+                s.url, api=s.api, max_tokens=s.max_tokens, ignore_eos=False, connect_timeout=s.connect_timeout,
+                concurrency=max(s.concurrency), read_timeout=s.read_timeout, request_timeout=s.request_timeout))
+            control = await stack.enter_async_context(
+                ControlClient(s.control, self.token, s.connect_timeout, url_from="--control / KIT_CONTROL_URL"))
+            await server.preflight()
+            status = await control.wait_idle(s.switch_timeout)  # a switch left running by a stopped tune ends first
+            running = await control.running_plan()
+            if not running:
+                raise RuntimeFailure(f"the control API at {s.control} reports no running plan; wait until it serves")
+            with contextlib.suppress(*PROBE_ERRORS):
+                self.simulated = is_simulated(await server.server_info())
+            await self.plan_space(control)
+            self.settings_digest = journal.settings_digest({**s.measuring(), "overlays": overlay_hash(s.specs)})
+            self.start_plan = self.load_state(running)
+            self.incumbent = Candidate.of_plan(self.start_plan)
+            self.hashes = {n: profile_hash(n) for n in {c.profile for c in self.candidates}
+                           | {self.incumbent.profile, REFERENCE_PROFILE}}
+            resumed = journal.resume(self.out, profile_hashes=self.hashes, settings_digest=self.settings_digest)
+            self.entries, self.invalidated, self.torn = list(resumed.entries), resumed.invalidated, resumed.torn
+            if self.entries:
+                self.say(f"resuming: {len(self.entries)} finished cell(s) reused from {self.out / journal.JOURNAL}"
+                         + (f", {len(self.invalidated)} measured again" if self.invalidated else ""))
+            for label, why in self.invalidated:
+                self.say(f"{label}: measured again ({why})")
+            with TuneProgress(self.console, s.budget_s, self.t0) as progress:
+                self.progress = progress
+                measurer = CellMeasurer(s.run_settings(), server, control, self.prompts, self.say,
+                                        on_phase=progress.phase)
+                await self.measure_in_place(measurer, status, running)
+                await self.references(measurer)
+                await self.screen(measurer)
+                await self.final(measurer)
+            self.progress = None
+        self.decision = self.decide()
+        return {"decision": self.decision}
+
+    async def plan_space(self, control: ControlClient) -> None:
+        """Candidates from the flags, checked against the server's own profile and spec lists (exit 2)."""
+        s = self.s
+        known = [p["name"] for p in await control.profiles()]
+        modes = await control.spec_modes()
+        for spec in s.specs:
+            if spec not in modes:
+                raise UserError(f"--spec: the server has no spec mode '{spec}'; it knows {', '.join(modes) or '(none)'}")
+        if REFERENCE_PROFILE not in known:
+            raise UserError(f"the server has no profile '{REFERENCE_PROFILE}': every cell is gated against it")
+        eligibility = None
+        if s.facts:
+            from launcher.profiles.hostfacts import load_host_facts
+
+            eligibility = space.eligibility_by_spec(load_host_facts(s.facts), s.specs)
+            for spec in eligibility:  # the server's list is what can be switched to
+                eligibility[spec] = {n: v for n, v in eligibility[spec].items() if n in known}
+        profiles = s.profiles if s.profiles == space.ELIGIBLE else space.parse_profiles(",".join(s.profiles), known)
+        self.candidates, self.excluded = space.build_space(profiles, s.specs, s.points, eligibility)
+        for ex in self.excluded:
+            self.say(f"left out: {ex.profile}+{ex.spec}: {ex.reason}")
+        if not self.candidates:
+            raise UserError("no candidate is left to measure (every profile was left out: see above); name others "
+                            "with --profiles or check the host facts")
+        preds = order.rank(self.candidates, order.load_curves(s.allreduce))
+        self.ordered = [p.candidate for p in preds]
+        self.predictions = {p.candidate.label: p.tokps for p in preds}
+
+    async def measure_in_place(self, measurer: CellMeasurer, status: dict[str, Any], running: dict[str, Any]) -> None:
+        """The running plan's screening repeats where it runs, and the budget check before any switch."""
+        assert self.incumbent is not None
+        inc = self.incumbent
+        if running.get("digest") == self.start_plan.get("digest") and not self.entries_of(inc.label, ("screen",)):
+            await self.measure(measurer, inc, self.s.screen_repeats, phase="screen", switch=False,
+                               spec_params=self.start_plan.get("spec_params"))
+        last = [h for h in status.get("history") or [] if isinstance(h, dict)
+                and h.get("outcome") in ("switched", "started") and (h.get("durations") or {}).get("total_s")]
+        if last and self.timing.switch_s is None:
+            self.timing.switch_s = float(last[-1]["durations"]["total_s"])
+        if self.timing.repeat_s is not None:  # a switch not timed yet counts as free: a lower bound
+            order.cells_that_fit(self.remaining(), self.timing.switch_s or 0.0, self.timing.repeat_s,
+                                 self.s.screen_repeats)
+
+    async def references(self, measurer: CellMeasurer) -> None:
+        """baseline+<spec> for every spec mode in play: the outputs each cell is gated against."""
+        assert self.incumbent is not None
+        specs = list(dict.fromkeys([*self.s.specs, self.incumbent.spec]))
+        for spec in specs:
+            label = self.reference_label(spec)
+            if self.entries_of(label, ("reference",)):
+                continue
+            await self.measure(measurer, Candidate(REFERENCE_PROFILE, spec), self.s.screen_repeats, phase="reference")
+            if self.timing.switch_s is not None and self.timing.repeat_s is not None:
+                order.cells_that_fit(self.remaining(), self.timing.switch_s, self.timing.repeat_s, self.s.screen_repeats)
+
+    def final_reserve(self) -> float:
+        """Time kept for the interleaved final: finalists and the running plan, one switch per slot."""
+        sw, rep = self.timing.switch_s or 0.0, self.timing.repeat_s or 0.0
+        return (self.s.finalists + 1) * self.s.final_repeats * (sw + rep)
+
+    async def screen(self, measurer: CellMeasurer) -> None:
+        """Successive halving (bench/tune/order.py) within the budget less the final's reserve."""
+        halving = order.Halving(screen_repeats=self.s.screen_repeats, finalists=self.s.finalists)
+        while True:
+            nb = order.next_batch(self.ordered, self.states(), remaining_s=self.remaining() - self.final_reserve(),
+                                  switch_s=self.timing.switch_s or 0.0, repeat_s=self.timing.repeat_s or 0.0,
+                                  halving=halving)
+            if self.progress is not None:
+                self.progress.plan(nb.cost_s + self.final_reserve())
+            if nb.done:
+                self.halving_reason = nb.reason
+                states = self.states()
+                alive = [c for c in nb.survivors if not states[c.label].failed]
+                alive.sort(key=lambda c: -order.lower_bound(states[c.label].tokps))
+                self.finalists = [c.label for c in alive[: self.s.finalists]]
+                return
+            batch = nb.batch if self.timing.switch_s is not None else nb.batch[:1]  # a switch not yet timed
+            for cand, n in batch:
+                await self.measure(measurer, cand, n, phase="screen", rnd=nb.round)
+
+    async def final(self, measurer: CellMeasurer) -> None:
+        """A B C A B C …: the finalists and the running plan, one switch and one repeat per slot."""
+        assert self.incumbent is not None
+        arms = list(dict.fromkeys([*self.finalists, self.incumbent.label]))
+        if len(arms) < 2:
+            return
+        by_label = {c.label: c for c in [*self.candidates, self.incumbent]}
+        done = {a: len(self.entries_of(a, ("final",))) for a in arms}
+        seen: dict[str, int] = {}
+        for i, arm in enumerate(interleave(arms, self.s.final_repeats)):
+            seen[arm] = seen.get(arm, 0) + 1
+            if seen[arm] <= done[arm] or self.failure(arm):
+                continue
+            sw, rep = self.timing.switch_s or 0.0, self.timing.repeat_s or 0.0
+            if self.progress is not None:
+                self.progress.plan((len(arms) * self.s.final_repeats - i) * (sw + rep))
+            if sw + rep > self.remaining():
+                self.say(f"the budget ends the final comparison after {i} of {len(arms) * self.s.final_repeats} slots")
+                return
+            cand = by_label[arm]
+            params = self.start_plan.get("spec_params") if arm == self.incumbent.label else None
+            await self.measure(measurer, cand, 1, phase="final", rnd=seen[arm], spec_params=params)
+
+    def decide(self) -> Decision:
+        """The rule over the final interleaved values; rejected: every arm that failed or is wrong."""
+        assert self.incumbent is not None
+        labels = {c.label for c in self.candidates} | {self.incumbent.label}
+        samples = {label: [self.s.objective.value(r) for e in self.entries_of(label, ("final",)) if e.status == "ok"
+                           for r in e.repeats] for label in labels}
+        samples = {k: v for k, v in samples.items() if v}
+        rejected = {label: why for label in labels if (why := self.failure(label))}
+        return decide(samples, self.incumbent.label, rejected=rejected, objective=self.s.objective, seed=self.s.seed)
+
+
+def tune(s: TuneSettings, *, token: str, console: Console) -> int:
+    """Run the tune, write its results, and leave production as promised, whatever happened."""
+    from bench.tune import result
+
+    run = TuneRun(s, token, console)
+    try:
+        asyncio.run(run.run())
+    except KeyboardInterrupt:
+        console.print("interrupted: putting production back on the plan the tune started from", style="yellow")
+        restore(run)
+        written = result.write(run, complete=False, interrupted=True)
+        console.print(f"partial results in {written}; the same command resumes from {run.out / journal.JOURNAL}")
+        return 130
+    except BaseException:
+        restore(run)
+        if run.entries:
+            with contextlib.suppress(Exception):
+                result.write(run, complete=False)
+        raise
+    written = result.write(run, complete=True)
+    rc = result.finish(run, written)
+    return rc
+
+
+def restore(run: TuneRun) -> None:
+    """Production back on the plan the tune started from (when a switch left it), checked on /status:
+    a switch the tune sent before it was stopped may still run, and finish after ours; says when it cannot."""
+    if not run.switched or not run.start_plan.get("name"):
+        return
+    plan = run.start_plan
+    label = space.Candidate.of_plan(plan).label
+
+    async def back() -> str | None:
+        async with ControlClient(run.s.control, run.token, run.s.connect_timeout) as client:
+            why = "no attempt"
+            for _ in range(RESTORE_ATTEMPTS):
+                status = await client.wait_idle(run.s.switch_timeout)
+                if (status.get("profile"), status.get("spec"), status.get("digest")) == (
+                        plan.get("name"), plan.get("spec"), plan.get("digest")) and status.get("state") in ANSWERING:
+                    return None
+                code, body = await client.switch_when_idle(str(plan["name"]), str(plan["spec"]), run.s.switch_timeout,
+                                                           spec_params=plan.get("spec_params"))
+                why = f"HTTP {code} {body.get('outcome')}: {body.get('error')}"
+                if body.get("outcome") not in ("switched", "unchanged"):
+                    return why
+            return why
+
+    try:
+        failure = asyncio.run(back())
+    except RuntimeFailure as exc:
+        failure = str(exc)
+    if failure is None:
+        run.console.print(f"production back on {label}")
+        run.switched = False
+    else:
+        run.console.print(f"could not put production back on {label} ({failure}); switch it by hand "
+                          "(launcher switch / POST /switch)", style="bold red")

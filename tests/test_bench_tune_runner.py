@@ -1,0 +1,239 @@
+"""`bench tune` end to end: real `launcher serve` (supervisord, control API) over the stand-in, real
+switches, the tune as its own process, as a user runs it. Profiles change the stand-in's speed through
+their [env] (STANDIN_DECODE_MS), or its output (STANDIN_CORRUPT_OUTPUT), so the right answer is known."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testsupport.net import until
+from testsupport.stack import REPO, stop_group
+
+STANDIN = {"default": {"startup_delay_s": 0.2, "ttft_ms": 5, "decode_ms": 3, "verify_ms": 4, "accept_length": 2.0}}
+PROFILES = {
+    "fast": '[env]\nSTANDIN_DECODE_MS = "1.5"\n',  # twice baseline's speed
+    "wrong": '[env]\nSTANDIN_DECODE_MS = "1"\nSTANDIN_CORRUPT_OUTPUT = "true"\n',  # faster still, but wrong
+    "same": "",
+    "same2": "",
+}
+
+
+def _profile(name: str, body: str) -> str:
+    return f'description = "test: {name}"\nstatus = "experimental"\nextends = "baseline"\n{body}'
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    from testsupport.stack import standin_stack
+
+    with standin_stack(tmp_path_factory.mktemp("tune"), STANDIN) as s:
+        for name, body in PROFILES.items():
+            (s.profiles_dir / f"{name}.toml").write_text(_profile(name, body))
+        yield s
+
+
+def tune_argv(stack, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bench", "tune", "--url", stack.server_url, "--control", stack.control_url,
+            "--spec", "off", "--max-tokens", "24", "--num-prompts", "2", "--warmup", "1", "--budget", "10m",
+            "--switch-timeout", "60", "--health-timeout", "30", "--out", str(out), *extra]
+
+
+def tune_env(stack) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "STANDIN_"))}
+    return {**env, "KIT_CONTROL_TOKEN": stack.token, "PYTHONPATH": str(REPO),
+            "KIT_PROFILES_DIR": str(stack.profiles_dir)}
+
+
+def run_tune(stack, out: Path, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(tune_argv(stack, out, *extra), cwd=REPO, env=tune_env(stack), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def result(out: Path) -> dict:
+    found = sorted(out.glob("*/tune.json"), key=lambda p: p.stat().st_mtime)
+    assert found, f"no tune.json under {out}"
+    return json.loads(found[-1].read_text())
+
+
+def journal(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines() if line.strip()]
+
+
+def keys(lines: list[dict]) -> list[tuple[str, str, int]]:
+    return [(e["label"], e["phase"], e["round"]) for e in lines]
+
+
+def on_start_plan(stack) -> None:
+    st = stack.wait_state({"serving"})
+    assert (st["profile"], st["spec"]) == ("baseline", "off"), st
+
+
+@pytest.fixture(scope="module")
+def race(stack, tmp_path_factory):
+    """One tune over a faster profile, a faster-but-wrong one and one that crashes at start."""
+    out = tmp_path_factory.mktemp("race")
+    before = len(stack.history())
+    proc = run_tune(stack, out, "--profiles", "baseline,fast,wrong,crashy")
+    return proc, out, before
+
+
+def test_the_faster_profile_wins(race):
+    proc, out, _ = race
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = result(out)
+    assert res["winner"] == {"label": "fast+off", "profile": "fast", "spec": "off", "spec_params": None}
+    assert res["decision"]["outcome"] == "winner" and res["decision"]["chosen"] == "fast+off"
+    vs = {c["role"]: c for c in res["decision"]["comparisons"]}
+    assert vs["running plan"]["other"] == "baseline+off" and vs["running plan"]["ci_low"] > 0
+    cells = {c["label"]: c for c in res["cells"]}
+    assert cells["fast+off"]["final_n"] == 8 and cells["baseline+off"]["final_n"] == 8
+    assert cells["fast+off"]["final_mean"] > 1.5 * cells["baseline+off"]["final_mean"]
+
+
+def test_a_faster_but_wrong_profile_never_wins(race):
+    proc, out, _ = race
+    cells = {c["label"]: c for c in result(out)["cells"]}
+    wrong = cells["wrong+off"]
+    assert wrong["status"] == "invalid" and "wrong output" in wrong["reason"]
+    assert wrong["correctness"]["status"] == "FAIL"
+    assert wrong["mean"] > cells["fast+off"]["mean"]  # it was the fastest: the gate, not speed, kept it out
+    assert "wrong+off" in result(out)["decision"]["rejected"]
+    assert "wrong+off: WRONG" in proc.stderr + proc.stdout
+
+
+def test_a_failing_cell_is_recorded_and_the_tune_goes_on(race):
+    proc, out, _ = race
+    cells = {c["label"]: c for c in result(out)["cells"]}
+    assert cells["crashy+off"]["status"] == "failed" and "switch" in cells["crashy+off"]["reason"]
+    failed = [e for e in journal(out) if e["label"] == "crashy+off"]
+    assert [e["status"] for e in failed] == ["failed"]  # recorded once, never retried
+    assert cells["fast+off"]["final_n"] == 8  # measured after it
+
+
+def test_production_is_back_on_the_plan_it_started_with(race, stack):
+    proc, out, before = race
+    on_start_plan(stack)
+    switched = [h for h in stack.history()[before:] if h.get("outcome") == "switched"]
+    assert switched and (switched[-1]["to"]["profile"], switched[-1]["to"]["spec"]) == ("baseline", "off")
+    assert "production back on baseline+off" in proc.stderr + proc.stdout
+
+
+def test_the_bundle_plot_and_profile_file_are_written(race, stack):
+    _, out, _ = race
+    res = result(out)
+    run_dir = Path(res["profile_file"]).parent
+    for name in ("manifest.json", "summary.md", "tune.png", "tune.json", "fast__off.json"):
+        assert (run_dir / name).is_file(), name
+    text = Path(res["profile_file"]).read_text()
+    assert 'extends = "fast"' in text and "fast+off" in text
+    check = stack.cli("check", "tuned", "--spec", "off", env={"KIT_PROFILES_DIR": f"{stack.profiles_dir}:{run_dir}"})
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert all(c == 1 for c in collections.Counter(keys(journal(out))).values())
+
+
+def test_no_winner_among_equal_profiles(stack, tmp_path):
+    proc = run_tune(stack, tmp_path, "--profiles", "baseline,same,same2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = result(tmp_path)
+    assert res["winner"] is None and res["profile_file"] is None
+    assert res["decision"]["outcome"] == "no significant difference"
+    assert res["decision"]["chosen"] == "baseline+off"
+    assert not list(tmp_path.glob("*/tuned.toml"))
+    on_start_plan(stack)
+
+
+def test_resume_after_sigkill_measures_nothing_twice(stack, tmp_path):
+    argv = tune_argv(stack, tmp_path, "--profiles", "baseline,fast,same")
+    proc = subprocess.Popen(argv, cwd=REPO, env=tune_env(stack), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        until(lambda: (tmp_path / "journal.jsonl").exists() and len(journal(tmp_path)) >= 5, timeout=120,
+              what="five finished cells in the journal")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    first = journal(tmp_path)
+    state = json.loads((tmp_path / "tune-state.json").read_text())
+    assert state["start_plan"]["name"] == "baseline"
+    again = run_tune(stack, tmp_path, "--profiles", "baseline,fast,same")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming: {len(first)} finished cell(s) reused" in again.stderr
+    lines = journal(tmp_path)
+    assert lines[: len(first)] == first  # kept as written
+    counts = collections.Counter(keys(lines))
+    assert all(n == 1 for n in counts.values()), [k for k, n in counts.items() if n > 1]
+    assert result(tmp_path)["winner"]["label"] == "fast+off"
+    on_start_plan(stack)  # where it started, not where the kill left it
+
+
+def test_a_changed_profile_is_measured_again(stack, tmp_path):
+    args = ("--profiles", "baseline,same", "--final-repeats", "1")
+    assert run_tune(stack, tmp_path, *args).returncode == 0
+    first = journal(tmp_path)
+    path = stack.profiles_dir / "same.toml"
+    original = path.read_text()
+    try:
+        path.write_text(original + "# edited\n")
+        again = run_tune(stack, tmp_path, *args)
+    finally:
+        path.write_text(original)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "same+off: measured again (profile same's file changed since it was measured)" in again.stderr
+    new = journal(tmp_path)[len(first):]
+    assert {e["label"] for e in new} == {"same+off"}  # baseline's cells were reused
+    assert {(e["phase"], e["round"]) for e in new} == {(e["phase"], e["round"]) for e in first
+                                                        if e["label"] == "same+off"}
+    on_start_plan(stack)
+
+
+def test_sigint_puts_production_back_and_leaves_partial_results(stack, tmp_path):
+    proc = subprocess.Popen(tune_argv(stack, tmp_path, "--profiles", "baseline,fast,same"), cwd=REPO,
+                            env=tune_env(stack), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        until(lambda: (tmp_path / "journal.jsonl").exists() and len(journal(tmp_path)) >= 3, timeout=120,
+              what="three finished cells in the journal")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        stop_group(proc, 5) if proc.poll() is None else None
+    assert proc.returncode == 130, err[-3000:]
+    assert "production back on baseline+off" in err + out, err[-2500:]
+    res = result(tmp_path)
+    assert res["complete"] is False and res["interrupted"] is True and res["winner"] is None
+    on_start_plan(stack)
+
+
+def test_apply_switches_to_the_written_profile(stack, tmp_path):
+    proc = run_tune(stack, tmp_path, "--profiles", "baseline,fast", "--apply", "--profile-dir",
+                    str(stack.profiles_dir), "--profile-name", "tuned-apply")
+    try:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        st = stack.wait_state({"serving"})
+        assert (st["profile"], st["spec"]) == ("tuned-apply", "off")
+        assert "applied: production runs profile tuned-apply" in proc.stderr + proc.stdout
+        assert stack.debug_env()["env"].get("KIT_ACTIVE_PROFILE") == "tuned-apply"
+    finally:
+        assert stack.switch("baseline", "off").json()["outcome"] in ("switched", "unchanged")
+        (stack.profiles_dir / "tuned-apply.toml").unlink(missing_ok=True)
+
+
+def test_bad_input_against_the_server_switches_nothing(stack, tmp_path):
+    before = len(stack.history())
+    bad = run_tune(stack, tmp_path, "--profiles", "baseline,nope")
+    assert bad.returncode == 2 and "nope" in bad.stderr
+    # a budget too small for one cell, known before any switch: the last switch's time is in /status history
+    assert stack.switch("fast", "off").json()["outcome"] == "switched"
+    assert stack.switch("baseline", "off").json()["outcome"] == "switched"
+    before = len(stack.history())
+    small = run_tune(stack, tmp_path / "small", "--profiles", "baseline,fast", "--budget", "1s")
+    assert small.returncode == 2 and "too small for one cell" in small.stderr, small.stderr[-2000:]
+    assert len(stack.history()) == before  # nothing switched
+    on_start_plan(stack)
