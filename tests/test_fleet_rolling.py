@@ -1,6 +1,7 @@
 """launcher/fleet/rolling.py (with router.py and cli.py): three `launcher serve` stacks over the stand-in
 behind a real sglang-router that `launcher fleet router` starts; a rolling switch under load, a host
-whose new profile fails, and what `launcher fleet status` shows."""
+whose new profile fails, what `launcher fleet status` shows, and an EAGLE-3 point (`--spec-params`)
+rolled through the fleet."""
 
 from __future__ import annotations
 
@@ -150,3 +151,98 @@ def test_a_single_host_gives_clients_503_not_500_while_it_switches(kit_stack, tm
         assert all(e.startswith("503") and "no_available_workers" in e for e in load.errors), load.errors[:3]
     finally:
         one.stop()
+
+
+POINT = {"steps": 1, "topk": 1, "draft_tokens": 2}
+
+
+def _plan(stack) -> dict:
+    return httpx.get(f"{stack.control_url}/plan", timeout=5).json()["plan"]
+
+
+def _history(fleet) -> list[dict]:
+    path = fleet.file.with_name("fleet.history.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture
+def pair(kit_stack, tmp_path):
+    """Two hosts behind the router, both on baseline + eagle3 (the overlay's point, 3,1,4)."""
+    (tmp_path / "pair").mkdir()
+    f = FleetStack(tmp_path / "pair", [kit_stack("baseline", "eagle3") for _ in range(2)]).start()
+    yield f
+    f.stop()
+
+
+def test_a_point_reaches_every_host_and_the_history(fleet):
+    proc = fleet.cli("switch", "baseline", "--spec", "eagle3", "--spec-params", "1,1,2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "fleet on baseline+eagle3(1,1,2): 3 host(s)" in proc.stdout
+    for s in fleet.stacks:
+        plan = _plan(s)
+        assert (plan["name"], plan["spec"], plan["spec_params"]) == ("baseline", "eagle3", POINT)
+        info = httpx.get(f"{s.server_url}/server_info", timeout=5).json()  # the server runs it, not just the plan
+        assert (info["speculative_num_steps"], info["speculative_num_draft_tokens"]) == (1, 2)
+        assert s.status()["state"] == "serving"
+    history = _history(fleet)
+    assert history and all(h["spec_params"] == POINT for h in history)
+    assert [h["host"] for h in history if h["step"] == "switched" and h["outcome"] == "switched"] == ["host-0", "host-1", "host-2"]
+    report = json.loads(fleet.cli("status", "--json").stdout)
+    assert [h["spec_params"] for h in report["hosts"]] == [POINT] * 3
+    assert all(h["router"] == {"listed": True, "healthy": True} for h in report["hosts"])
+    assert "baseline + eagle3(1,1,2) serving" in fleet.cli("status").stdout
+
+
+def test_a_host_on_the_plan_but_another_point_is_switched_one_on_the_point_skipped(pair):
+    on_point, other = pair.stacks
+    assert on_point.switch("baseline", "eagle3", spec_params=POINT).json()["outcome"] == "switched"
+    assert _plan(other)["spec_params"] == {"steps": 3, "topk": 1, "draft_tokens": 4}
+    pids = [s.status()["pid"] for s in pair.stacks]
+
+    proc = pair.cli("switch", "baseline", "--spec", "eagle3", "--spec-params", "1,1,2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "host-0: already on baseline+eagle3(1,1,2)" in proc.stdout
+    assert "host-1: on baseline+eagle3(1,1,2), back in the router" in proc.stdout
+    assert [_plan(s)["spec_params"] for s in pair.stacks] == [POINT, POINT]
+    after = [s.status()["pid"] for s in pair.stacks]
+    assert after[0] == pids[0] and after[1] != pids[1]  # only host-1 restarted
+    steps = [(h["host"], h["step"]) for h in _history(pair)]
+    assert ("host-0", "skipped") in steps and ("host-0", "removed_from_router") not in steps
+    assert ("host-1", "removed_from_router") in steps and ("host-1", "back_in_router") in steps
+
+    # Without a point, profile + spec is the plan: both hosts are on it whatever point they run.
+    again = pair.cli("switch", "baseline", "--spec", "eagle3")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "host-0: already on baseline+eagle3" in again.stdout and "host-1: already on baseline+eagle3" in again.stdout
+    assert [s.status()["pid"] for s in pair.stacks] == after  # neither restarted
+    workers = httpx.get(f"{pair.url}/workers", timeout=5).json()["workers"]
+    assert sorted(w["url"] for w in workers if w["is_healthy"]) == sorted(s.server_url for s in pair.stacks)
+
+
+def test_a_bad_spec_params_exits_2_naming_the_flag_with_nothing_switched(pair):
+    before = [(s.status()["pid"], _plan(s)["digest"]) for s in pair.stacks]
+    for text in ("1,1", "a,b,c", "0,1,1", "1,1,2,3", "3,1,2", ""):  # "3,1,2": SGLang would run 3,1,4 instead
+        proc = pair.cli("switch", "baseline", "--spec", "eagle3", "--spec-params", text)
+        assert proc.returncode == 2, (text, proc.stdout + proc.stderr)
+        assert f"--spec-params '{text}'" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert _history(pair) == []  # not even a `begin`: no host was touched
+    assert [(s.status()["pid"], _plan(s)["digest"]) for s in pair.stacks] == before
+    assert all(s.status()["state"] == "serving" for s in pair.stacks)
+    workers = httpx.get(f"{pair.url}/workers", timeout=5).json()["workers"]
+    assert len([w for w in workers if w["is_healthy"]]) == 2
+
+
+def test_a_point_for_a_spec_mode_without_eagle_stops_at_the_first_host_which_goes_back(pair):
+    """Whether the spec mode runs EAGLE is the host's to say (its overlays): 400 from its control API,
+    its server untouched, back in the router; the run stops there."""
+    before = [s.status()["pid"] for s in pair.stacks]
+    proc = pair.cli("switch", "baseline", "--spec", "off", "--spec-params", "1,1,2")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "host-0: switch failed" in proc.stdout and "EAGLE-3 only" in proc.stdout, proc.stdout
+    assert "host-1 left on their current plan" in proc.stdout
+    assert [s.status()["pid"] for s in pair.stacks] == before
+    assert [_plan(s)["spec"] for s in pair.stacks] == ["eagle3", "eagle3"]
+    steps = [(h["host"], h["step"]) for h in _history(pair)]
+    assert ("host-0", "restored_to_router") in steps and not [s for s in steps if s[0] == "host-1"]
+    workers = httpx.get(f"{pair.url}/workers", timeout=5).json()["workers"]
+    assert len([w for w in workers if w["is_healthy"]]) == 2

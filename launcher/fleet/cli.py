@@ -18,6 +18,7 @@ from launcher import settings
 from launcher.errors import RuntimeFailure, UserError, run_cli
 from launcher.fleet import fleetfile, rolling
 from launcher.fleet import router as router_mod
+from launcher.profiles import spec_params as spec_params_mod
 from launcher.runtime.control_client import SyncControlClient
 from launcher.runtime.states import SWITCH_TIMEOUT_MAX_S
 
@@ -70,7 +71,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         w = listed.get(h.server)  # the fleet file's URLs are normalised already
         rows.append({
             "name": h.name, "server": h.server, "control": h.control,
-            "profile": st.get("profile"), "spec": st.get("spec"), "state": st.get("state"),
+            "profile": st.get("profile"), "spec": st.get("spec"), "spec_params": st.get("spec_params"),
+            "state": st.get("state"),
             "backends": st.get("backends") or [], "error": error,
             "router": None if router_error else {"listed": w is not None, "healthy": bool(w and w.get("is_healthy"))},
         })
@@ -83,7 +85,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             where = "-" if row["router"] is None else ("in router, healthy" if row["router"]["healthy"]
                                                         else "in router, unhealthy" if row["router"]["listed"]
                                                         else "not in router")
-            what = row["error"] or f"{row['profile']} + {row['spec']} {row['state']}"
+            what = row["error"] or f"{_running(row)} {row['state']}"
             print(f"  {row['name']:<16} {what:<40} {where}")
             for b in row["backends"]:
                 active = {True: "active", False: "NOT ACTIVE", None: "unknown"}[b.get("active")]
@@ -92,13 +94,35 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _running(row: dict) -> str:
+    """`fused + eagle3`, or `fused + eagle3(1,1,2)` when the host's /status names its EAGLE point."""
+    try:
+        point = spec_params_mod.coerce(row["spec_params"]) if isinstance(row["spec_params"], dict) else None
+    except UserError:  # a point this kit cannot read: name profile and spec only
+        point = None
+    return f"{row['profile']} + {row['spec']}{point.label() if point else ''}"
+
+
+def _point(text: str | None) -> spec_params_mod.SpecParams | None:
+    """--spec-params S,K,D, or None; UserError (exit 2) naming the flag for a malformed point or one
+    SGLang would not run as given, before any host is touched."""
+    if text is None:
+        return None
+    point = spec_params_mod.parse(text, spec_params_mod.FLAG)
+    problems = spec_params_mod.point_problems(point)
+    if problems:
+        raise UserError(f"{spec_params_mod.FLAG} '{text}': " + "; ".join(problems))
+    return point
+
+
 def cmd_switch(args: argparse.Namespace) -> int:
+    point = _point(args.spec_params)
     fleet = fleetfile.load(args.fleet)
     spec = args.spec or settings.default_spec()
     history = Path(args.history) if args.history else rolling.default_history(Path(args.fleet))
     with _signals_interrupt():
         try:
-            return rolling.switch(fleet, args.profile, spec, history, timeout_s=args.timeout)
+            return rolling.switch(fleet, args.profile, spec, history, timeout_s=args.timeout, spec_params=point)
         except rolling.Interrupted as exc:
             print(f"interrupted by {signal.Signals(exc.signum).name}; the fleet history records where it stopped",
                   file=sys.stderr)
@@ -151,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds each host's switch may take in all (also its health-gate timeout); default: "
                         "the switch's own worst case from KIT_DRAIN_TIMEOUT_S, KIT_STOP_WAIT_S, "
                         "KIT_HEALTH_TIMEOUT_S and KIT_ROLLBACK_TIMEOUT_S (docs/fleet.md)")
+    s.add_argument("--spec-params", default=None, metavar="S,K,D",
+                   help="EAGLE-3 point for every host: steps, top-k, draft tokens (replaces the eagle3 overlay's; "
+                        "e.g. 1,1,2); a host on PROFILE + SPEC but another point is switched too")
     s.add_argument("--history", default=None, help="fleet history file (default: <fleet file>.history.jsonl)")
     s.set_defaults(fn=cmd_switch)
     return p

@@ -10,6 +10,9 @@ Nothing waits without end: each host's switch request has a total deadline (`--t
 switch's own worst case, control_client.switch_deadline_s). When it passes, or SIGINT/SIGTERM arrives
 (the CLI turns both into Interrupted), the host taken out goes back into the router if its /status
 says it answers, and the history records why the run stopped.
+
+A switch may carry an EAGLE-3 point (`spec_params`): every host is switched to it, and a host on the
+target profile and spec counts as already there only when its running plan (GET /plan) runs that point.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher import atomic
-from launcher.errors import RuntimeFailure
+from launcher.errors import RuntimeFailure, UserError
 from launcher.fleet.fleetfile import Fleet, Host, require_tokens
 from launcher.fleet.router import RouterClient
+from launcher.profiles.spec_params import SpecParams, point_problems
+from launcher.profiles.spec_params import label as plan_label
 from launcher.runtime.control_client import SyncControlClient, switch_deadline_s
 from launcher.runtime.states import ANSWERING, OK_OUTCOMES, Outcome, State
 
@@ -31,7 +36,7 @@ class History:
     """Append-only JSON lines next to the fleet file; each line stands alone (a crash loses nothing
     written before it)."""
 
-    def __init__(self, path: Path, run: str, target: dict[str, str]):
+    def __init__(self, path: Path, run: str, target: dict[str, object]):
         self.path, self.run, self.target = path, run, target
 
     def step(self, host: str | None, step: str, **detail: object) -> None:
@@ -61,20 +66,30 @@ def switch(
     timeout_s: float | None = None,
     add_timeout_s: float = 120.0,
     say: Callable[[str], None] = print,
+    spec_params: SpecParams | None = None,
 ) -> int:
     """0 when every host ends on the new plan; 1 at the first host that does not (named, with why).
 
     `timeout_s` is each host's health-gate timeout and the total wait for its switch request; without
-    it the wait is the switch's own worst case. Interrupted propagates after the host is put back."""
+    it the wait is the switch's own worst case. `spec_params`: an EAGLE-3 point sent with every host's
+    switch (None: the spec overlay's own, and a host on profile + spec counts as there whatever point it
+    runs). A point SGLang would not run as given (spec_params.point_problems) is a UserError before any
+    host is touched. Interrupted propagates after the host is put back."""
+    problems = point_problems(spec_params) if spec_params is not None else []
+    if problems:
+        raise UserError("spec_params " + "; ".join(problems))
     require_tokens(fleet)
-    log = History(history, run=f"{int(time.time())}", target={"profile": profile, "spec": spec})
+    target = plan_label(profile, spec, spec_params)
+    log = History(history, run=f"{int(time.time())}",
+                  target={"profile": profile, "spec": spec,
+                          "spec_params": spec_params.model_dump() if spec_params is not None else None})
     log.step(None, "begin", hosts=[h.name for h in fleet.host])
     with RouterClient(fleet.router.url) as router:
         router.workers()  # the router must answer before any host is touched
         for host in fleet.host:
             left = [h.name for h in fleet.host[fleet.host.index(host) + 1 :]]
             try:
-                rc = _one(host, profile, spec, router, log, timeout_s, add_timeout_s, say)
+                rc = _one(host, profile, spec, spec_params, router, log, timeout_s, add_timeout_s, say)
             except Interrupted as exc:
                 log.step(None, "stopped", interrupted_host=host.name, signal=exc.signum, untouched=left)
                 if left:
@@ -86,25 +101,27 @@ def switch(
                     say(f"stopped: {', '.join(left)} left on their current plan")
                 return rc
     log.step(None, "done")
-    say(f"fleet on {profile} + {spec}: {len(fleet.host)} host(s)")
+    say(f"fleet on {target}: {len(fleet.host)} host(s)")
     return 0
 
 
-def _one(host: Host, profile: str, spec: str, router: RouterClient, log: History,
+def _one(host: Host, profile: str, spec: str, point: SpecParams | None, router: RouterClient, log: History,
          timeout_s: float | None, add_timeout_s: float, say: Callable[[str], None]) -> int:
     control = SyncControlClient(host.control, host.token(), url_from=host.url_from())
     status = control.status()
-    if (status.get("profile"), status.get("spec"), status.get("state")) == (profile, spec, State.SERVING):
+    target = plan_label(profile, spec, point)
+    if ((status.get("profile"), status.get("spec"), status.get("state")) == (profile, spec, State.SERVING)
+            and _runs_point(control, profile, spec, point)):
         if router.find(host.server) is None:  # e.g. left out by an earlier run that was stopped
             router.add(host.server)
             router.wait_healthy(host.server, add_timeout_s)
             log.step(host.name, "restored_to_router", state=State.SERVING)
         log.step(host.name, "skipped", reason="already serving this plan")
-        say(f"{host.name}: already on {profile} + {spec}")
+        say(f"{host.name}: already on {target}")
         return 0
     deadline = timeout_s if timeout_s is not None else switch_deadline_s(None)
     try:
-        return _out_switch_in(host, profile, spec, router, control, log, timeout_s, deadline, add_timeout_s, say)
+        return _out_switch_in(host, profile, spec, point, router, control, log, timeout_s, deadline, add_timeout_s, say)
     except Interrupted as exc:
         if exc.restoring:  # a second signal while putting it back: recorded there, stop now
             raise
@@ -114,15 +131,25 @@ def _one(host: Host, profile: str, spec: str, router: RouterClient, log: History
         raise
 
 
-def _out_switch_in(host: Host, profile: str, spec: str, router: RouterClient, control: SyncControlClient,
-                   log: History, timeout_s: float | None, deadline: float, add_timeout_s: float,
-                   say: Callable[[str], None]) -> int:
+def _runs_point(control: SyncControlClient, profile: str, spec: str, point: SpecParams | None) -> bool:
+    """Whether a host that /status shows serving profile + spec runs `point` too: its running plan's
+    (GET /plan) spec_params. No point asked for: any point will do."""
+    if point is None:
+        return True
+    plan = control.running_plan() or {}
+    return ((plan.get("name"), plan.get("spec")) == (profile, spec)
+            and plan.get("spec_params") == point.model_dump())
+
+
+def _out_switch_in(host: Host, profile: str, spec: str, point: SpecParams | None, router: RouterClient,
+                   control: SyncControlClient, log: History, timeout_s: float | None, deadline: float,
+                   add_timeout_s: float, say: Callable[[str], None]) -> int:
     """Out of the router, switch (at most `deadline` s), back in; 1 when the host did not end on the plan."""
     removed = router.remove(host.server)
     log.step(host.name, "removed_from_router", was_registered=removed)
     say(f"{host.name}: out of the router; switching (waiting at most {deadline:.0f} s)")
     log.step(host.name, "switching", deadline_s=deadline)
-    code, body = control.switch(profile, spec, timeout_s, deadline)
+    code, body = control.switch(profile, spec, timeout_s, deadline, spec_params=point)
     if body.get("timed_out"):
         log.step(host.name, "switch_timed_out", deadline_s=deadline, error=body.get("error"))
         say(f"{host.name}: {body.get('error')}")
@@ -144,7 +171,7 @@ def _out_switch_in(host: Host, profile: str, spec: str, router: RouterClient, co
         say(f"{host.name}: switched, but {exc}")
         return 1
     log.step(host.name, "back_in_router")
-    say(f"{host.name}: on {profile} + {spec}, back in the router")
+    say(f"{host.name}: on {plan_label(profile, spec, point)}, back in the router")
     return 0
 
 
