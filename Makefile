@@ -42,6 +42,7 @@ COMPOSE ?= $(eval COMPOSE := $(shell $(DOCKER) compose version >/dev/null 2>&1 &
 # Seconds `make up` waits for /health (a 1T-parameter load with CUDA-graph capture takes many minutes).
 UP_TIMEOUT ?= 3600
 BENCH_ARGS ?= run
+TUNE_ARGS ?=
 ALLREDUCE_ARGS ?= --graph --with-nccl-tests
 DOCTOR_ARGS ?=
 RESULTS_DIR ?= $(or $(call dotenv,RESULTS_DIR),results)
@@ -78,7 +79,7 @@ COMPOSE_FILES = $(if $(KIT_PROFILES_DIR), $(if $(filter -f --file,$(COMPOSE)),,-
 # ---- checks, before any recipe runs --------------------------------------------------------------
 PROFILE_GOALS := up switch show allreduce fleet-switch
 MODEL_OVERLAY_GOALS := up show allreduce
-MODEL_GOALS := up bench allreduce
+MODEL_GOALS := up bench tune allreduce
 
 ifneq ($(filter $(PROFILE_GOALS),$(MAKECMDGOALS)),)
 ifneq ($(words $(PROFILE))$(filter $(PROFILE),$(KNOWN_PROFILES)),1$(PROFILE))
@@ -136,7 +137,7 @@ BASE_CHECK = @$(DOCKER) image inspect $(call shquote,$(BASE_IMAGE)) >/dev/null 2
 # -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
 EXEC_T = $(shell [ -t 0 ] || echo -T)
 
-.PHONY: help build up switch status down logs bench allreduce doctor demo test e2e lint check show profiles venv docs fleet-up fleet-status fleet-switch monitor
+.PHONY: help build up switch status down logs bench tune allreduce doctor demo demo-tune test e2e lint check show profiles venv docs fleet-up fleet-status fleet-switch monitor
 
 help: ## list the verbs (this text)
 	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>] [MODEL_OVERLAY=<model overlay>]\n\nVerbs:\n'
@@ -201,6 +202,18 @@ bench: ## run the bench container against the server (starts it if needed); BENC
 	mkdir -p $(RESULTS_DIR)
 	KIT_UID=$$(id -u) KIT_GID=$$(id -g) $(COMPOSE_CMD) --profile bench run --rm bench $(BENCH_ARGS)
 
+tune: $(PROFILES_OVERRIDE_DEP)
+tune: ## fastest correct profile x spec x EAGLE-3 point for this host, within a budget (TUNE_ARGS="--budget 3h"; docs/tune.md)
+	$(ENGINE_CHECK)
+	$(BASE_CHECK)
+	$(BUILD_ENV) $(COMPOSE_CMD) build $(BUILD_ARGS) server
+	$(BUILD_ENV) $(COMPOSE_CMD) --profile bench build $(BUILD_ARGS) bench
+	mkdir -p $(RESULTS_DIR)/tune
+	$(COMPOSE_ANY) run --rm --no-deps --entrypoint launcher server doctor --json > $(RESULTS_DIR)/tune/host-facts.json \
+		|| [ -s $(RESULTS_DIR)/tune/host-facts.json ] || { echo "make tune: launcher doctor wrote no host facts" >&2; exit 1; }
+	KIT_UID=$$(id -u) KIT_GID=$$(id -g) $(COMPOSE_CMD) --profile bench run --rm bench tune \
+		--facts /results/tune/host-facts.json $(TUNE_ARGS)
+
 allreduce: $(PROFILES_OVERRIDE_DEP)
 allreduce: ## all-reduce latency for PROFILE's environment beside nccl-tests, into results/allreduce/
 	$(ENGINE_CHECK)
@@ -255,6 +268,9 @@ venv: $(VENV_TEST_STAMP) ## create .venv with the kit, the test tools and SGLang
 
 demo: $(VENV_KIT_STAMP) ## the whole flow against a simulated server (no GPU, no docker)
 	$(PY) -m testsupport.demo
+
+demo-tune: $(VENV_KIT_STAMP) ## `bench tune` against the simulated server; fails unless it finds the stand-in's optimum
+	$(PY) -m testsupport.demo --tune
 
 test: $(VENV_TEST_STAMP) ## run the test suite (creates .venv on first use)
 	$(PY) -m pytest -q

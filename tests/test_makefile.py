@@ -28,9 +28,11 @@ VERBS = (
     "down",
     "logs",
     "bench",
+    "tune",
     "allreduce",
     "doctor",
     "demo",
+    "demo-tune",
     "test",
     "lint",
     "check",
@@ -178,6 +180,8 @@ DRY_RUN = {
     "down": r"^docker compose --profile bench down$",
     "logs": r"^docker compose logs -f --tail=200 server$",
     "bench": r"^KIT_UID=\$\(id -u\) KIT_GID=\$\(id -g\) docker compose --profile bench run --rm bench run$",
+    "tune": r"^KIT_UID=\$\(id -u\) KIT_GID=\$\(id -g\) docker compose --profile bench run --rm bench tune "
+    r"--facts /results/tune/host-facts.json $",
     "allreduce": r"^docker compose run --rm --no-deps --entrypoint bench server allreduce --profile fused "
     r"--out /results/allreduce/\$\(date -u \+%Y%m%dT%H%M%SZ\)-fused --graph --with-nccl-tests$",
     "doctor": r"^docker compose run --rm --no-deps --entrypoint launcher server doctor $",  # models given
@@ -365,7 +369,7 @@ def test_unknown_spec_stops_before_docker(kit, verb):
     assert kit.docker_calls() == []
 
 
-@pytest.mark.parametrize("verb", ["up", "bench", "allreduce"])
+@pytest.mark.parametrize("verb", ["up", "bench", "tune", "allreduce"])
 def test_missing_model_path_stops_before_docker(kit, verb):
     proc = kit.make(verb)
     assert proc.returncode != 0

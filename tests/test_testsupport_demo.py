@@ -32,3 +32,19 @@ def test_demo_runs_simulated_and_stops_its_server(tmp_path):
     assert (run_dir / "throughput.png").is_file()
     assert "baseline | eagle3" in r.stdout and "fused | off" in r.stdout
     assert Path(run_dir / "summary.md").read_text().startswith("# SIMULATED")
+
+
+def test_demo_tune_finds_the_stand_ins_optimum(tmp_path):
+    """`make demo-tune`: exit 0 only when bench tune's winner is the best candidate by the stand-in's own
+    model (testsupport/standin/simulation.py expected_tokps); the optimum is not the largest point."""
+    from testsupport.demo import TUNE_PROFILES, TUNE_SPECS, simulated_optimum
+
+    best, truth = simulated_optimum(TUNE_PROFILES, TUNE_SPECS, 64)
+    assert best == "custom-ar+eagle3(2,1,3)" and truth[best] > 1.03 * max(v for k, v in truth.items() if k != best)
+    r = subprocess.run([sys.executable, "-m", "testsupport.demo", "--tune", "--out", str(tmp_path / "tune")],
+                       cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert f"bench tune picked: {best}" in r.stdout
+    result = json.loads(next((tmp_path / "tune").glob("*/tune.json")).read_text())
+    assert result["winner"]["label"] == best and result["simulated"] is True
+    assert (Path(result["profile_file"]).read_text().count("[spec_params]")) == 1

@@ -201,14 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--tune", action="store_true",
                    help=f"run `bench tune` instead (default --profiles {TUNE_PROFILES} --spec {TUNE_SPECS}, "
-                        "--max-tokens 128, --num-prompts 1, --budget 170s, into results/demo-tune)")
-    p.add_argument("--budget", default="170s", help="--tune: the tune's budget (default 170s)")
+                        "--max-tokens 64, --num-prompts 1, --budget 150s, into results/demo-tune)")
+    p.add_argument("--budget", default="150s", help="--tune: the tune's budget (default 150s)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if args.tune:
         given = set(sys.argv[1:] if argv is None else argv)
         args.profiles = args.profiles if "--profiles" in given else TUNE_PROFILES
         args.spec = args.spec if "--spec" in given else TUNE_SPECS
-        args.max_tokens = args.max_tokens if "--max-tokens" in given else 128
+        args.max_tokens = args.max_tokens if "--max-tokens" in given else 64
         args.num_prompts = args.num_prompts if "--num-prompts" in given else 1
         args.out = args.out if "--out" in given else "results/demo-tune"
         return run_cli(lambda: tune(args))

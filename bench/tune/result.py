@@ -22,7 +22,7 @@ from bench.tune import journal, order, plot, profile_out
 from bench.tune.cli import check_profile_target
 from bench.tune.space import Candidate
 from launcher import atomic
-from launcher.errors import RuntimeFailure
+from launcher.errors import KitError
 from launcher.runtime.control_client import SyncControlClient
 
 if TYPE_CHECKING:
@@ -273,6 +273,6 @@ def roll(run: TuneRun, winner: Candidate) -> int:
     try:
         return rolling.switch(fleet, winner.profile, winner.spec, history, timeout_s=run.s.switch_timeout,
                               spec_params=coerce(winner.point_json()), say=lambda t: run.console.print(t))
-    except RuntimeFailure as exc:
+    except KitError as exc:  # the fleet file, a token, a host: said, and the tune's own results stand
         run.console.print(f"--fleet: {exc}", style="bold red")
         return 1

@@ -1,0 +1,68 @@
+"""bench/tune/cli.py: every flag a user can get wrong is exit 2, naming it, before anything is contacted."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.tune.cli import TuneArgs, check_profile_target, main
+from launcher.errors import UserError
+
+BASE = ["--url", "http://127.0.0.1:9", "--control", "http://127.0.0.1:9", "--profiles", "baseline,fused"]
+
+
+@pytest.fixture(autouse=True)
+def _token(monkeypatch):
+    monkeypatch.setenv("KIT_CONTROL_TOKEN", "t")
+    monkeypatch.delenv("KIT_HOST_FACTS", raising=False)
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--budget", "soon"], "--budget 'soon' is not a duration"),
+    (["--budget", "0m"], "is zero"),
+    (["--eagle3", "3,1,5"], "'3,1,5'"),
+    (["--eagle3", "1,1,2", "--spec", "off"], "add eagle3 to --spec"),
+    (["--spec", "off,medusa"], "unknown mode 'medusa'"),
+    (["--objective", "goodput", "--ttft-ms", "500"], "needs both --ttft-ms and --tpot-ms"),
+    (["--tpot-ms", "-1", "--ttft-ms", "5", "--objective", "goodput"], "--tpot-ms -1.0"),
+    (["--concurrency", "0"], "at least 1"),
+    (["--final-repeats", "0"], "--final-repeats 0"),
+    (["--min-exact-match", "2"], "--min-exact-match"),
+    (["--profile-name", "../evil"], "profile"),
+    (["--facts", "/nonexistent/facts.json"], "--facts /nonexistent/facts.json: no such file"),
+    (["--allreduce", "/nonexistent/ar"], "--allreduce"),
+    (["--url", "localhost:1"], "--url 'localhost:1'"),
+])
+def test_bad_flags_exit_2_naming_the_flag(extra, needle, capsys):
+    assert main([*BASE, *extra]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_eligible_needs_host_facts(capsys):
+    assert main([a for a in BASE if a not in ("--profiles", "baseline,fused")]) == 2
+    assert "--profiles eligible needs the host facts" in capsys.readouterr().err
+
+
+def test_no_token_is_exit_2(monkeypatch, capsys):
+    monkeypatch.delenv("KIT_CONTROL_TOKEN")
+    assert main(BASE) == 2
+    assert "KIT_CONTROL_TOKEN" in capsys.readouterr().err
+
+
+def test_a_profile_file_the_tuner_did_not_write_is_never_overwritten(tmp_path, capsys):
+    (tmp_path / "tuned.toml").write_text('description = "mine"\nextends = "baseline"\n')
+    assert main([*BASE, "--profile-dir", str(tmp_path)]) == 2
+    assert "was not written by bench tune" in capsys.readouterr().err
+    assert (tmp_path / "tuned.toml").read_text().startswith('description = "mine"')
+    (tmp_path / "ours.toml").write_text("# Written by `bench tune` on 2026-01-01\n")
+    assert check_profile_target(tmp_path, "ours") == tmp_path / "ours.toml"
+    with pytest.raises(UserError):
+        check_profile_target(tmp_path, "tuned")
+
+
+def test_settings_resolve_defaults():
+    s = TuneArgs.parse([*BASE, "--spec", "eagle3,off", "--eagle3", "1,1,2;2,1,3", "--budget", "1h30m",
+                        "--concurrency", "4,1"]).settings([])
+    assert s.budget_s == 5400 and s.specs == ("eagle3", "off") and [p.text for p in s.points] == ["1,1,2", "2,1,3"]
+    assert s.objective.concurrency == 4 and s.concurrency == [4, 1] and s.profiles == ("baseline", "fused")
+    assert s.run_settings().repeats == s.screen_repeats and s.run_settings(switching=False).no_switch
+    assert "budget_s" not in s.measuring()  # a longer budget reuses the same cells
