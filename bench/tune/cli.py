@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -37,19 +37,9 @@ MARK = "# Written by `bench tune`"  # the first line of every profile file the t
 
 
 @dataclass(kw_only=True)
-class TuneSettings:
-    """What the tune measures and decides on; `measuring()` is what makes repeats comparable (the journal
-    keys reused cells on it)."""
+class TuneKnobs:
+    """The flags that reach the settings as they are: one name and one default on both sides."""
 
-    url: str
-    control: str
-    out: str
-    profiles: tuple[str, ...] | str  # names, or "eligible"
-    specs: tuple[str, ...]
-    points: tuple[space.Eagle3Point, ...]
-    budget_s: float
-    concurrency: list[int]
-    objective: Objective
     apply: bool = False
     fleet: str | None = None
     profile_name: str = PROFILE_NAME
@@ -65,11 +55,27 @@ class TuneSettings:
     min_exact_match: float = RunKnobs.min_exact_match
     switch_timeout: float = RunKnobs.switch_timeout
     health_timeout: float = RunKnobs.health_timeout
+    screen_repeats: int = 2
+    final_repeats: int = decision.MIN_REPEATS
+
+
+@dataclass(kw_only=True)
+class TuneSettings(TuneKnobs):
+    """What the tune measures and decides on; `measuring()` is what makes repeats comparable (the journal
+    keys reused cells on it)."""
+
+    url: str
+    control: str
+    out: str
+    profiles: tuple[str, ...] | str  # names, or "eligible"
+    specs: tuple[str, ...]
+    points: tuple[space.Eagle3Point, ...]
+    budget_s: float
+    concurrency: list[int]
+    objective: Objective
     connect_timeout: float = RunKnobs.connect_timeout
     read_timeout: float = RunKnobs.read_timeout
     request_timeout: float = RunKnobs.request_timeout
-    screen_repeats: int = 2
-    final_repeats: int = decision.MIN_REPEATS
     finalists: int = 2
     argv: list[str] = field(default_factory=list)
 
@@ -101,7 +107,7 @@ class TuneSettings:
 
 
 @dataclass(kw_only=True)
-class TuneArgs(CliArgs):
+class TuneArgs(CliArgs, TuneKnobs):
     """The flags as given; `settings()` checks them (exit 2) and resolves URLs from the environment."""
 
     prog: ClassVar[str] = "bench tune"
@@ -124,23 +130,6 @@ class TuneArgs(CliArgs):
     tpot_ms: float | None = None
     goodput_unit: str = "req/s"
     out: str = DEFAULT_OUT
-    apply: bool = False
-    fleet: str | None = None
-    profile_name: str = PROFILE_NAME
-    profile_dir: str | None = None
-    facts: str | None = None
-    allreduce: str | None = None
-    num_prompts: int = 8
-    max_tokens: int = RunKnobs.max_tokens
-    workload: str = RunKnobs.workload
-    api: str = RunKnobs.api
-    warmup: int = RunKnobs.warmup
-    seed: int = RunKnobs.seed
-    min_exact_match: float = RunKnobs.min_exact_match
-    switch_timeout: float = RunKnobs.switch_timeout
-    health_timeout: float = RunKnobs.health_timeout
-    screen_repeats: int = 2
-    final_repeats: int = decision.MIN_REPEATS
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -254,15 +243,12 @@ class TuneArgs(CliArgs):
             raise UserError(f"--fleet {self.fleet}: no such file")
         url = _url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()
         control = _url("--control", self.control) if self.control else settings.control_url()
-        return TuneSettings(
-            url=url, control=control, out=self.out, profiles=profiles, specs=specs, points=tuple(points),
-            budget_s=budget_s, concurrency=concurrency, objective=objective, apply=self.apply, fleet=self.fleet,
-            profile_name=self.profile_name, profile_dir=self.profile_dir, facts=facts, allreduce=self.allreduce,
-            num_prompts=self.num_prompts, max_tokens=self.max_tokens, workload=self.workload, api=self.api,
-            warmup=self.warmup, seed=self.seed, min_exact_match=self.min_exact_match,
-            switch_timeout=self.switch_timeout, health_timeout=self.health_timeout,
-            screen_repeats=self.screen_repeats, final_repeats=self.final_repeats, argv=list(argv),
-        )
+        same = {f.name: getattr(self, f.name) for f in fields(TuneKnobs)}
+        return TuneSettings(**{
+            **same, "url": url, "control": control, "out": self.out, "profiles": profiles, "specs": specs,
+            "points": tuple(points), "budget_s": budget_s, "concurrency": concurrency, "objective": objective,
+            "facts": facts, "argv": list(argv),
+        })
 
 
 def check_profile_target(folder: Path, name: str) -> Path:
