@@ -146,3 +146,21 @@ def test_entries_round_trip_with_request_timings_and_final_phase(tmp_path):
     assert r.repeats("final") == {"p1+off": [rep]}
     assert r.states(("screen",)) == {} and r.states(None) == {"p1+off": CellState((88.0,))}
     assert r.entries[0].finished_at > 0 and r.entries[0].round == 2
+
+
+def test_reference_entries_keep_their_spec_point_and_detail_and_count_toward_screening(tmp_path):
+    detail = {"rows": [{"prompt_id": "p1", "text": " alpha", "ok": True}], "cell": {"per_repeat": []}}
+    ref = journal.Entry(label="baseline+eagle3", profile="baseline", status="ok", plan_digest="d", profile_hash="h",
+                        settings_digest="s", phase="reference", spec="eagle3",
+                        spec_params={"steps": 3, "topk": 1, "draft_tokens": 4}, detail=detail,
+                        repeats=(Repeat(50.0, 1.0),))
+    journal.record(tmp_path, ref)
+    path = tmp_path / journal.JOURNAL
+    with path.open("a") as fh:  # a line whose detail is not an object is not an entry
+        fh.write(json.dumps({**json.loads(path.read_text()), "detail": "x"}) + "\n")
+    r = journal.resume(tmp_path, profile_hashes={"baseline": "h"}, settings_digest="s")
+    assert r.torn == 1 and len(r.entries) == 1
+    back = r.entries[0]
+    assert (back.phase, back.spec, back.spec_params, back.detail) == ("reference", "eagle3", ref.spec_params, detail)
+    assert r.states() == {"baseline+eagle3": CellState((50.0,))}
+    assert r.states(("screen",)) == {}

@@ -61,3 +61,62 @@ def test_unreachable_api_is_a_runtime_failure_naming_the_url_and_a_failed_switch
         SyncControlClient(url, connect_timeout=1).status()
     code, body = SyncControlClient(url, "t", connect_timeout=1).switch("fused", "off", 1)
     assert code == 0 and body["outcome"] == "failed" and url in body["error"]
+
+
+@pytest.fixture
+def busy_api():
+    """A control API that holds a switch for a while: /status says switching, POST /switch answers 409,
+    until `release` is set; then serving and 200."""
+    state = {"release": threading.Event(), "posts": 0, "statuses": 0}
+
+    async def status(_):
+        state["statuses"] += 1
+        return web.json_response({"state": "serving" if state["release"].is_set() else "switching"})
+
+    async def switch(_):
+        state["posts"] += 1
+        if not state["release"].is_set():
+            return web.json_response({"error": "another switch is running"}, status=409)
+        return web.json_response({"outcome": "switched"})
+
+    app = web.Application()
+    app.router.add_get("/status", status)
+    app.router.add_post("/switch", switch)
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}", state
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+
+
+def test_switch_when_idle_waits_out_another_switch(busy_api):
+    url, state = busy_api
+
+    async def go():
+        async with ControlClient(url, "t") as c:
+            task = asyncio.create_task(c.switch_when_idle("fused", "off", 5))
+            while state["statuses"] < 3:  # it polls /status while the other switch holds the server
+                await asyncio.sleep(0.01)
+            assert not task.done() and state["posts"] == 1
+            state["release"].set()
+            return await task, await c.wait_idle(0)
+
+    (code, body), status = asyncio.run(go())
+    assert code == 200 and body["outcome"] == "switched" and state["posts"] == 2
+    assert status["state"] == "serving"
+
+
+def test_wait_idle_gives_the_last_status_when_time_runs_out(busy_api):
+    url, _ = busy_api
+
+    async def go():
+        async with ControlClient(url) as c:
+            return await c.wait_idle(0.3)
+
+    assert asyncio.run(go())["state"] == "switching"

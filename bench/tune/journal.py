@@ -3,9 +3,12 @@
 
 A line is written once a cell has finished, by one O_APPEND write with fsync (launcher.atomic
 `append_line`): a cell killed mid-measurement leaves no line and runs again; a finished one is
-never lost. Each line carries the candidate's label, the phase (`screen` or `final`) and round,
-the plan digest the server ran, the sha256 of the profile's file(s) (`profile_hash`), the digest of
-the tune's measuring settings, its status and its repeats.
+never lost. Each line carries the candidate's label, the phase (`reference`: baseline's outputs the
+gate compares with; `screen`; `final`: one interleaved slot) and round, its spec mode and EAGLE-3
+point, the plan digest the server ran, the sha256 of the profile's file(s) (`profile_hash`), the
+digest of the tune's measuring settings, its status, its repeats, and `detail`: the bench cell
+record, its request rows (the gate's outputs) and the plan, so the bundle is rebuilt from the
+journal alone.
 
 `resume()` reads the journal back:
 - `ok` cells are reused: their repeats count toward the planner's results;

@@ -94,7 +94,8 @@ def parse_points(text: str, flag: str = "--eagle3") -> tuple[Eagle3Point, ...]:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One (profile, spec mode, EAGLE-3 point) the tuner can measure; `point` only with eagle3."""
+    """One (profile, spec mode, EAGLE-3 point) the tuner can measure; `point` only with eagle3. An eagle3
+    candidate without a point runs the spec overlay's own (a running plan whose point is unknown)."""
 
     profile: str
     spec: str
