@@ -23,6 +23,7 @@ PROFILES = {
     "wrong": '[env]\nSTANDIN_DECODE_MS = "1"\nSTANDIN_CORRUPT_OUTPUT = "true"\n',  # faster still, but wrong
     "same": "",
     "same2": "",
+    "lazy": '[env]\nSTANDIN_ACCEPT_LENGTH = "1.02"\n',  # same text, but every draft rejected
 }
 
 
@@ -137,6 +138,18 @@ def test_the_bundle_plot_and_profile_file_are_written(race, stack):
     check = stack.cli("check", "tuned", "--spec", "off", env={"KIT_PROFILES_DIR": f"{stack.profiles_dir}:{run_dir}"})
     assert check.returncode == 0, check.stdout + check.stderr
     assert all(c == 1 for c in collections.Counter(keys(journal(out))).values())
+
+
+def test_a_collapsed_accept_length_fails_the_gate_with_the_same_text(stack, tmp_path):
+    proc = run_tune(stack, tmp_path, "--profiles", "baseline,lazy", "--spec", "eagle3", "--eagle3", "3,1,4",
+                    "--final-repeats", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = {c["label"]: c for c in result(tmp_path)["cells"]}
+    lazy = cells["lazy+eagle3(3,1,4)"]
+    assert lazy["status"] == "invalid" and lazy["correctness"]["exact_match_rate"] == 1.0
+    assert "accept length" in lazy["reason"] and lazy["correctness"]["baseline_accept_length"] == 2.0
+    assert cells["baseline+eagle3(3,1,4)"]["status"] == "measured"
+    on_start_plan(stack)
 
 
 def test_no_winner_among_equal_profiles(stack, tmp_path):

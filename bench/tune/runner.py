@@ -174,11 +174,8 @@ class TuneRun:
             return None
         spec = self.spec_of(label)
         ref_rows = self.rows_of(self.reference_label(spec), ("reference",))
-        reps = [r for e in self.entries_of(label) if e.status == "ok" for r in e.detail.get("per_repeat", [])]
-        accepts = [r["accept_length"] for r in reps if r.get("accept_length") is not None]
-        ref_reps = [r for e in self.entries_of(self.reference_label(spec), ("reference",)) if e.status == "ok"
-                    for r in e.detail.get("per_repeat", [])]
-        ref_acc = [r["accept_length"] for r in ref_reps if r.get("accept_length") is not None]
+        accepts = self.accept_lengths(label, journal.PHASES)
+        ref_acc = self.accept_lengths(self.reference_label(spec), ("reference",))
         verdict = correctness.gate(
             spec, correctness.reference_outputs(rows), sum(accepts) / len(accepts) if accepts else None,
             correctness.reference_outputs(ref_rows) if ref_rows else None,
@@ -188,6 +185,12 @@ class TuneRun:
         if verdict["status"] == "n/a (no baseline)":
             verdict["reasons"] = [f"no reference: {self.reference_label(spec)} has no outputs"]
         return verdict
+
+    def accept_lengths(self, label: str, phases: Sequence[str]) -> list[float]:
+        """Each measured repeat's accept length (the gate's collapse check), from the cell records kept."""
+        reps = [r for e in self.entries_of(label, phases) if e.status == "ok"
+                for r in (e.detail.get("cell") or {}).get("per_repeat", [])]
+        return [float(r["accept_length"]) for r in reps if r.get("accept_length") is not None]
 
     def spec_of(self, label: str) -> str:
         for e in self.entries_of(label):
