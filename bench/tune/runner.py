@@ -310,7 +310,7 @@ class TuneRun:
             if self.entries:
                 self.say(f"resuming: {len(self.entries)} finished cell(s) reused from {self.out / journal.JOURNAL}"
                          + (f", {len(self.invalidated)} measured again" if self.invalidated else ""))
-            for label, why in self.invalidated:
+            for label, why in dict.fromkeys(self.invalidated):  # one line per cell and reason
                 self.say(f"{label}: measured again ({why})")
             with TuneProgress(self.console, s.budget_s, self.t0) as progress:
                 self.progress = progress
