@@ -12,10 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from testsupport.net import until
-from testsupport.stack import REPO, stop_group
+from testsupport.stack import REPO, FleetStack, KitStack, stop_group
 
 STANDIN = {"default": {"startup_delay_s": 0.2, "ttft_ms": 5, "decode_ms": 3, "verify_ms": 4, "accept_length": 2.0}}
 PROFILES = {
@@ -24,6 +25,7 @@ PROFILES = {
     "same": "",
     "same2": "",
     "lazy": '[env]\nSTANDIN_ACCEPT_LENGTH = "1.02"\n',  # same text, but every draft rejected
+    "quick": '[env]\nSTANDIN_VERIFY_MS = "2"\n',  # twice baseline's speed under speculation
 }
 
 
@@ -250,3 +252,28 @@ def test_bad_input_against_the_server_switches_nothing(stack, tmp_path):
     assert small.returncode == 2 and "too small for one cell" in small.stderr, small.stderr[-2000:]
     assert len(stack.history()) == before  # nothing switched
     on_start_plan(stack)
+
+
+def test_fleet_rolls_the_winner_with_its_point(stack, tmp_path):
+    hosts = [KitStack(tmp_path / f"host{i}", "baseline", "off", {"KIT_PROFILES_DIR": str(stack.profiles_dir)})
+             for i in range(2)]
+    (tmp_path / "fleet").mkdir()
+    fleet = FleetStack(tmp_path / "fleet", hosts)
+    try:
+        for h in hosts:
+            h.start()
+        fleet.start()
+        proc = run_tune(stack, tmp_path / "out", "--profiles", "baseline,quick", "--spec", "eagle3", "--eagle3",
+                        "1,1,2", "--fleet", str(fleet.file))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert result(tmp_path / "out")["winner"]["label"] == "quick+eagle3(1,1,2)"
+        for h in hosts:
+            plan = httpx.get(f"{h.control_url}/plan", timeout=5).json()["plan"]
+            assert (plan["name"], plan["spec"], plan["spec_params"]) == (
+                "quick", "eagle3", {"steps": 1, "topk": 1, "draft_tokens": 2})
+        assert "fleet on quick+eagle3(1,1,2): 2 host(s)" in proc.stdout + proc.stderr
+        on_start_plan(stack)  # the host it tuned on goes back; the fleet got the winner
+    finally:
+        fleet.stop()
+        for h in hosts:
+            h.stop()
