@@ -443,23 +443,25 @@ def tune(s: TuneSettings, *, token: str, console: Console) -> int:
     from bench.tune import result
 
     run = TuneRun(s, token, console)
+    written: Path | None = None
     try:
         asyncio.run(run.run())
+        written = result.write(run, complete=True)
+        return result.finish(run, written)
     except KeyboardInterrupt:
         console.print("interrupted: putting production back on the plan the tune started from", style="yellow")
         restore(run)
-        written = result.write(run, complete=False, interrupted=True)
-        console.print(f"partial results in {written}; the same command resumes from {run.out / journal.JOURNAL}")
+        if written is None and run.entries:
+            written = result.write(run, complete=False, interrupted=True)
+        where = f"partial results in {written}; " if written else ""
+        console.print(f"{where}the same command resumes from {run.out / journal.JOURNAL}")
         return 130
     except BaseException:
-        restore(run)
-        if run.entries:
+        restore(run)  # nothing once production is back, or on the winner (--apply)
+        if written is None and run.entries:
             with contextlib.suppress(Exception):
                 result.write(run, complete=False)
         raise
-    written = result.write(run, complete=True)
-    rc = result.finish(run, written)
-    return rc
 
 
 def restore(run: TuneRun) -> None:
