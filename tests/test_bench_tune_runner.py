@@ -26,6 +26,7 @@ PROFILES = {
     "same2": "",
     "lazy": '[env]\nSTANDIN_ACCEPT_LENGTH = "1.02"\n',  # same text, but every draft rejected
     "quick": '[env]\nSTANDIN_VERIFY_MS = "2"\n',  # twice baseline's speed under speculation
+    "mha": '[server]\nattention-backend = "trtllm_mha"\n',  # SGLang refuses top-k > 1 with it
 }
 
 
@@ -143,10 +144,15 @@ def test_the_bundle_plot_and_profile_file_are_written(race, stack):
 
 
 def test_a_collapsed_accept_length_fails_the_gate_with_the_same_text(stack, tmp_path):
-    proc = run_tune(stack, tmp_path, "--profiles", "baseline,lazy", "--spec", "eagle3", "--eagle3", "3,1,4",
+    proc = run_tune(stack, tmp_path, "--profiles", "baseline,lazy,mha", "--spec", "eagle3", "--eagle3", "3,1,4;2,2,4",
                     "--final-repeats", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    cells = {c["label"]: c for c in result(tmp_path)["cells"]}
+    res = result(tmp_path)
+    cells = {c["label"]: c for c in res["cells"]}
+    # the server refuses mha at top-k 2 (trtllm_mha): left out with its reason, the rest measured
+    excluded = {(x["profile"], x["spec"]): x["reason"] for x in res["excluded"]}
+    assert "trtllm_mha" in excluded[("mha", "eagle3(2,2,4)")] and "mha+eagle3(2,2,4)" not in cells
+    assert cells["baseline+eagle3(2,2,4)"]["status"] == "measured"
     lazy = cells["lazy+eagle3(3,1,4)"]
     assert lazy["status"] == "invalid" and lazy["correctness"]["exact_match_rate"] == 1.0
     assert "accept length" in lazy["reason"] and lazy["correctness"]["baseline_accept_length"] == 2.0
@@ -244,6 +250,11 @@ def test_bad_input_against_the_server_switches_nothing(stack, tmp_path):
     before = len(stack.history())
     bad = run_tune(stack, tmp_path, "--profiles", "baseline,nope")
     assert bad.returncode == 2 and "nope" in bad.stderr
+    # a point only the server can judge (it depends on the profile's attention backend)
+    point = run_tune(stack, tmp_path / "point", "--profiles", "mha", "--spec", "eagle3", "--eagle3", "2,2,4")
+    assert point.returncode == 2, point.stderr[-2000:]
+    assert "--eagle3: point '2,2,4' is refused by the server" in point.stderr and "trtllm_mha" in point.stderr
+    assert len(stack.history()) == before
     # a budget too small for one cell, known before any switch: the last switch's time is in /status history
     assert stack.switch("fast", "off").json()["outcome"] == "switched"
     assert stack.switch("baseline", "off").json()["outcome"] == "switched"

@@ -120,3 +120,23 @@ def test_wait_idle_gives_the_last_status_when_time_runs_out(busy_api):
             return await c.wait_idle(0.3)
 
     assert asyncio.run(go())["state"] == "switching"
+
+
+def test_check_validates_a_plan_as_a_switch_would_without_switching(control):
+    async def go():
+        async with ControlClient(control, "sekrit") as c:
+            ok = await c.check("baseline", "eagle3", {"steps": 1, "topk": 1, "draft_tokens": 2})
+            off = await c.check("baseline", "off", {"steps": 1, "topk": 1, "draft_tokens": 2})
+            unknown = await c.check("warp-drive", "off")
+            status = await c.status()
+        async with ControlClient(control, "wrong") as c:
+            denied = await c.check("fused", "off")
+        return ok, off, unknown, status, denied
+
+    (code, body), off, unknown, status, denied = asyncio.run(go())
+    want = build_plan("baseline", "eagle3", environ=ENV, spec_params={"steps": 1, "topk": 1, "draft_tokens": 2})
+    assert code == 200 and body["digest"] == want.digest() and body["plan"]["spec_params"]["draft_tokens"] == 2
+    assert off[0] == 400 and "EAGLE-3 only" in off[1]["error"]
+    assert unknown[0] == 400 and "unknown profile 'warp-drive'" in unknown[1]["error"]
+    assert denied[0] == 401
+    assert status["profile"] == "baseline"  # nothing switched

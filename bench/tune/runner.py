@@ -125,6 +125,7 @@ class TuneRun:
         self.candidates: list[Candidate] = []
         self.ordered: list[Candidate] = []
         self.predictions: dict[str, float] = {}
+        self.plan_digests: dict[str, str] = {}  # label -> the digest the server would run (POST /check)
         self.excluded: list[space.Excluded] = []
         self.invalidated: list[tuple[str, str]] = []
         self.torn = 0
@@ -305,7 +306,8 @@ class TuneRun:
             self.incumbent = Candidate.of_plan(self.start_plan)
             self.hashes = {n: profile_hash(n) for n in {c.profile for c in self.candidates}
                            | {self.incumbent.profile, REFERENCE_PROFILE}}
-            resumed = journal.resume(self.out, profile_hashes=self.hashes, settings_digest=self.settings_digest)
+            resumed = journal.resume(self.out, profile_hashes=self.hashes, settings_digest=self.settings_digest,
+                                     plan_digests=self.plan_digests)
             self.entries, self.invalidated, self.torn = list(resumed.entries), resumed.invalidated, resumed.torn
             if self.entries:
                 self.say(f"resuming: {len(self.entries)} finished cell(s) reused from {self.out / journal.JOURNAL}"
@@ -343,6 +345,7 @@ class TuneRun:
                 eligibility[spec] = {n: v for n, v in eligibility[spec].items() if n in known}
         profiles = s.profiles if s.profiles == space.ELIGIBLE else space.parse_profiles(",".join(s.profiles), known)
         self.candidates, self.excluded = space.build_space(profiles, s.specs, s.points, eligibility)
+        await self.server_check(control)
         for ex in self.excluded:
             self.say(f"left out: {ex.profile}+{ex.spec}: {ex.reason}")
         if not self.candidates:
@@ -351,6 +354,42 @@ class TuneRun:
         preds = order.rank(self.candidates, order.load_curves(s.allreduce))
         self.ordered = [p.candidate for p in preds]
         self.predictions = {p.candidate.label: p.tokps for p in preds}
+
+    async def server_check(self, control: ControlClient) -> None:
+        """Every candidate and reference as the server would run it (POST /check: the rules with its host
+        facts, SGLang's parser, the patch check), before the first switch. An EAGLE-3 point the server
+        refuses under every profile is the user's mistake (exit 2); a refused candidate is left out with
+        the server's reason, and a refused reference leaves out its spec mode (nothing to gate against)."""
+        refs = [Candidate(REFERENCE_PROFILE, spec) for spec in self.s.specs]
+        refused: dict[str, str] = {}
+        for c in [*refs, *self.candidates]:
+            code, body = await control.check(c.profile, c.spec, c.point_json())
+            if code in (401, 403):
+                raise UserError(f"the control API refused POST /check (HTTP {code}): {body.get('error')}; "
+                                "set KIT_CONTROL_TOKEN")
+            if code == 200 and isinstance(body.get("digest"), str):
+                self.plan_digests[c.label] = body["digest"]
+            elif code == 400:
+                refused[c.label] = str(body.get("error") or "refused")
+            else:
+                raise RuntimeFailure(f"the control API's POST /check answered HTTP {code}: {body.get('error')}")
+        for point in self.s.points:
+            tried = [c.label for c in self.candidates if c.point == point]
+            if tried and all(label in refused for label in tried):
+                raise UserError(f"--eagle3: point '{point.text}' is refused by the server under every profile "
+                                f"(nothing was switched): {refused[tried[0]]}")
+        bad_specs = {r.spec: refused[r.label] for r in refs if r.label in refused}
+        kept = []
+        for c in self.candidates:
+            if c.spec in bad_specs:
+                why = f"its reference {REFERENCE_PROFILE}+{c.spec} is refused: {bad_specs[c.spec]}"
+            elif c.label in refused:
+                why = f"the server refuses it: {refused[c.label]}"
+            else:
+                kept.append(c)
+                continue
+            self.excluded.append(space.Excluded(c.profile, c.spec + (f"({c.point.text})" if c.point else ""), why))
+        self.candidates = kept
 
     async def measure_in_place(self, measurer: CellMeasurer, status: dict[str, Any], running: dict[str, Any]) -> None:
         """The running plan's screening repeats where it runs, and the budget check before any switch."""

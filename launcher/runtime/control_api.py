@@ -40,6 +40,15 @@ class SwitchRequest(BaseModel):
     spec_params: SpecParams | None = None
 
 
+class CheckRequest(BaseModel):
+    """POST /check body: the plan a switch would run, without timeout_s (nothing runs)."""
+
+    model_config = ConfigDict(extra="forbid")
+    profile: Annotated[str, Field(strict=True)]
+    spec: Annotated[str | None, Field(strict=True)] = None
+    spec_params: SpecParams | None = None
+
+
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 TOKEN = web.AppKey("token", str)  # "" when unset: state-changing calls are refused
 METRICS = web.AppKey("metrics", CollectorRegistry)  # the kit's own families only (KitCollector)
@@ -100,19 +109,20 @@ def _bad_request(message: str) -> web.Response:
     return web.json_response({"error": message}, status=400)
 
 
-async def post_switch(request: web.Request) -> web.Response:
-    rt = request.app[LIFECYCLE]
+SPEC_PARAMS_USAGE = '"spec_params": {"steps": int, "topk": int, "draft_tokens": int} (each >= 1, EAGLE-3 only)'
+
+
+async def _plan_request(request: web.Request, model: type[BaseModel], usage: str):
+    """(body, profile, spec) of an authorized POST naming a plan, or the response refusing it."""
     denied = _authorized(request)
     if denied:
         return denied
-    usage = (f'body must be JSON {{"profile": str, "spec": str, "timeout_s": number in (0, {TIMEOUT_MAX:.0f}], '
-             '"spec_params": {"steps": int, "topk": int, "draft_tokens": int} (each >= 1, EAGLE-3 only)}')
     try:
         raw = json.loads(await request.read())
     except (ValueError, RecursionError):
         return _bad_request(f"{usage}; it is not valid JSON")
     try:
-        req = SwitchRequest.model_validate(raw)
+        req = model.model_validate(raw)
         profile = check_name("profile", req.profile)
         spec = check_name("spec", req.spec or settings.default_spec())
     except ValidationError as exc:
@@ -121,6 +131,38 @@ async def post_switch(request: web.Request) -> web.Response:
         return _bad_request(f"{usage}; {where}: {err['msg']}")
     except UserError as exc:
         return _bad_request(str(exc))
+    return req, profile, spec
+
+
+async def post_check(request: web.Request) -> web.Response:
+    """The plan a switch to (profile, spec, spec_params) would run, validated exactly as the switch
+    validates it (rules with the host facts, SGLang's parser where installed, the patch check), without
+    touching the server: 200 with the plan and its digest, 400 naming what is wrong. `bench tune` asks
+    it for every candidate before its first switch."""
+    from launcher.runtime.admission import validated_plan
+
+    parsed = await _plan_request(request, CheckRequest, f'body must be JSON {{"profile": str, "spec": str, '
+                                                         f'{SPEC_PARAMS_USAGE}}}')
+    if isinstance(parsed, web.Response):
+        return parsed
+    req, profile, spec = parsed
+    try:
+        plan = await asyncio.to_thread(validated_plan, profile, spec, req.spec_params)
+    except UserError as exc:
+        return _bad_request(str(exc))
+    except KitError as exc:  # a damaged patch record: the plan cannot be judged
+        return web.json_response({"error": str(exc)}, status=500)
+    return web.json_response({"plan": plan.to_json(), "digest": plan.digest(), "warnings": plan.warnings})
+
+
+async def post_switch(request: web.Request) -> web.Response:
+    rt = request.app[LIFECYCLE]
+    usage = (f'body must be JSON {{"profile": str, "spec": str, "timeout_s": number in (0, {TIMEOUT_MAX:.0f}], '
+             f'{SPEC_PARAMS_USAGE}}}')
+    parsed = await _plan_request(request, SwitchRequest, usage)
+    if isinstance(parsed, web.Response):
+        return parsed
+    req, profile, spec = parsed
     try:
         entry = await rt.switch(profile, spec, req.timeout_s, req.spec_params)
     except Busy:
@@ -159,6 +201,7 @@ def make_app(state_dir: Path, token: str | None, metrics_auth: bool = False) -> 
     app.router.add_get("/plan", get_plan)
     app.router.add_get("/metrics", get_metrics)
     app.router.add_post("/switch", post_switch)
+    app.router.add_post("/check", post_check)
 
     async def background(app: web.Application):
         task = asyncio.create_task(rt.monitor())

@@ -109,6 +109,24 @@ class ControlClient:
         plan = data.get("plan") if isinstance(data, dict) else None
         return plan if isinstance(plan, dict) else None
 
+    async def check(self, profile: str, spec: str, spec_params: Any = None) -> tuple[int, dict[str, Any]]:
+        """POST /check: (HTTP status, body) for the plan a switch would run, validated as the switch
+        validates it, nothing switched; 200 carries `digest`, 400 `error`. RuntimeFailure when unreachable."""
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        body: dict[str, Any] = {"profile": profile, "spec": spec}
+        if spec_params is not None:
+            body["spec_params"] = spec_params.model_dump() if hasattr(spec_params, "model_dump") else dict(spec_params)
+        try:
+            r = await self.http.post(f"{self.url}/check", json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise RuntimeFailure(f"control API at {self.url} is unreachable ({_why(exc)}); check the URL "
+                                 f"({self.url_from})") from exc
+        try:
+            data = r.json()
+        except ValueError:
+            data = {"error": r.text[:300]}
+        return r.status_code, data if isinstance(data, dict) else {"error": str(data)}
+
     async def wait_idle(self, timeout_s: float) -> dict[str, Any]:
         """/status once no switch holds the server (not switching, not recovering a cut-short one), or
         the last status when `timeout_s` runs out: a caller that was stopped mid-switch, and starts again,
