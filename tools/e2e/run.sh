@@ -7,7 +7,7 @@
 #   3. images: `make build` with tools/e2e/compose.e2e.yml laid over docker-compose.yml
 #   4. inside the server image: the patch check, `launcher check --all`, sitecustomize precompiled
 #   5. make up PROFILE=mine SPEC=plain (a profile and a spec mode of the user's, in a KIT_PROFILES_DIR
-#      folder outside the checkout), status, switch PROFILE=custom-ar, bench, switch back to mine, down
+#      folder outside the checkout), status, switch PROFILE=custom-ar, bench, tune, switch back to mine, down
 #
 # What differs from a release build, and why: the GPU stages are skipped (KIT_GPU_STAGES=skip,
 # DEEPEP_SM120=skip: the CPU base has no CUDA toolkit); the Dockerfile's `# syntax=` line is dropped
@@ -156,6 +156,13 @@ make --no-print-directory bench COMPOSE="$COMPOSE" \
   BENCH_ARGS="run --profiles baseline,custom-ar --spec off --repeats 1 --num-prompts 4 --max-tokens 32 --warmup 1"
 echo "bundle files and their owner (uid:gid), expected $(id -u):$(id -g):"
 find "$RESULTS_DIR" -maxdepth 2 -newer "$cache/compose.merged.yml" -printf '  %U:%G %P\n' | head -8
+
+step "make tune (host facts from the doctor in the server container, the tune in the bench container)"
+make --no-print-directory tune COMPOSE="$COMPOSE" \
+  TUNE_ARGS="--profiles baseline,custom-ar --spec off --num-prompts 2 --max-tokens 16 --warmup 1 --final-repeats 1 --budget 10m"
+tune_json=$(ls -t "$RESULTS_DIR"/tune/*/tune.json | head -1)
+"$py" -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["complete"] and d["simulated"], d; print("tune.json:", d["decision"]["outcome"], [c["label"] for c in d["cells"]])' "$tune_json"
+expect_status custom-ar off  # the tune put production back on the plan it started from
 
 step "make switch PROFILE=mine SPEC=plain (back to the user's profile)"
 make --no-print-directory switch PROFILE=mine SPEC=plain COMPOSE="$COMPOSE"
