@@ -44,6 +44,15 @@ def stack(tmp_path_factory):
         yield s
 
 
+@pytest.fixture(autouse=True)
+def from_baseline(stack):
+    """Each test starts from baseline + off, whatever the one before left (a failure must not cascade)."""
+    until(lambda: stack.status()["state"] not in ("switching", "recovering"), timeout=120, what="no switch running")
+    st = stack.status()
+    if (st["profile"], st["spec"], st["state"]) != ("baseline", "off", "serving"):
+        assert stack.switch("baseline", "off").json()["outcome"] in ("switched", "unchanged")
+
+
 def tune_argv(stack, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "bench", "tune", "--url", stack.server_url, "--control", stack.control_url,
             "--spec", "off", "--max-tokens", "24", "--num-prompts", "2", "--warmup", "1", "--budget", "10m",
@@ -176,8 +185,10 @@ def test_resume_after_sigkill_measures_nothing_twice(stack, tmp_path):
     proc = subprocess.Popen(argv, cwd=REPO, env=tune_env(stack), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        until(lambda: (tmp_path / "journal.jsonl").exists() and len(journal(tmp_path)) >= 5, timeout=120,
-              what="five finished cells in the journal")
+        # killed while one of its switches holds the server: the resumed tune must wait for it, not fail
+        until(lambda: (tmp_path / "journal.jsonl").exists() and len(journal(tmp_path)) >= 5
+              and stack.status()["state"] == "switching", timeout=120,
+              what="five finished cells in the journal and a switch running")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)

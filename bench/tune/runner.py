@@ -293,8 +293,10 @@ class TuneRun:
                 concurrency=max(s.concurrency), read_timeout=s.read_timeout, request_timeout=s.request_timeout))
             control = await stack.enter_async_context(
                 ControlClient(s.control, self.token, s.connect_timeout, url_from="--control / KIT_CONTROL_URL"))
-            await server.preflight()
             status = await control.wait_idle(s.switch_timeout)  # a switch left running by a stopped tune ends first
+            if status.get("state") not in ANSWERING:  # restarting (after a kill mid-switch): wait for it
+                await server.wait_healthy(s.health_timeout)
+            await server.preflight()
             running = await control.running_plan()
             if not running:
                 raise RuntimeFailure(f"the control API at {s.control} reports no running plan; wait until it serves")
