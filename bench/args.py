@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from typing import Any, ClassVar, TypeVar
@@ -66,3 +67,16 @@ def print_result(result: dict[str, Any], *, as_json: bool, render: Callable[[dic
     else:
         render(result)
     return 0
+
+
+def _raise_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def stop_on_interrupt(*, sigterm: bool = False) -> None:
+    """Ctrl-C (SIGINT), and with `sigterm` SIGTERM too, raise KeyboardInterrupt, so the command's own
+    stop path runs (partial bundle, production put back): also when it was started in the background
+    by a shell that ignores SIGINT for its jobs, where Python would otherwise leave SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if sigterm:
+        signal.signal(signal.SIGTERM, _raise_interrupt)

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from rich.console import Console
 
-from bench.args import CliArgs
+from bench.args import CliArgs, stop_on_interrupt
 from bench.run.matrix import MatrixRun
 from bench.run.selection import KEYWORDS, csv, given_name, single_name
 from bench.run.settings import RunKnobs, RunSettings
@@ -163,6 +163,7 @@ class RunArgs(CliArgs, RunKnobs):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = RunArgs.parse(argv)
+    stop_on_interrupt()  # Ctrl-C writes the partial bundle, whoever started the process
     return run_cli(lambda: run_main(args, argv=argv, console=Console(stderr=True)))
 
 

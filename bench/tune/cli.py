@@ -12,13 +12,12 @@ tuner did not write. Exit codes: 0 done (with or without a winner), 1 runtime fa
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bench.args import CliArgs
+from bench.args import CliArgs, stop_on_interrupt
 from bench.run.cli import _positive_ints, _url
 from bench.run.settings import RunKnobs, RunSettings
 from bench.server_client import APIS
@@ -265,10 +264,6 @@ def check_profile_target(folder: Path, name: str) -> Path:
     return path
 
 
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
@@ -276,7 +271,6 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     args = TuneArgs.parse(argv)
-    signal.signal(signal.SIGTERM, _interrupt)  # stopped like Ctrl-C: production is put back first
     token = settings.KIT_CONTROL_TOKEN.get()
 
     def work() -> int:
@@ -285,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"bench tune switches the server: set {settings.KIT_CONTROL_TOKEN.name}")
         if s.profile_dir:
             check_profile_target(Path(s.profile_dir), s.profile_name)
+        stop_on_interrupt(sigterm=True)  # stopped like Ctrl-C: production is put back first
         return tune(s, token=token, console=Console(stderr=True))
 
     return run_cli(work)
