@@ -205,12 +205,11 @@ bench: ## run the bench container against the server (starts it if needed); BENC
 tune: $(PROFILES_OVERRIDE_DEP)
 tune: ## fastest correct profile x spec x EAGLE-3 point for this host, within a budget (TUNE_ARGS="--budget 3h"; docs/tune.md)
 	$(ENGINE_CHECK)
-	$(BASE_CHECK)
-	$(BUILD_ENV) $(COMPOSE_CMD) build $(BUILD_ARGS) server
 	$(BUILD_ENV) $(COMPOSE_CMD) --profile bench build $(BUILD_ARGS) bench
 	mkdir -p $(RESULTS_DIR)/tune
-	$(COMPOSE_ANY) run --rm --no-deps --entrypoint launcher server doctor --json > $(RESULTS_DIR)/tune/host-facts.json \
-		|| [ -s $(RESULTS_DIR)/tune/host-facts.json ] || { echo "make tune: launcher doctor wrote no host facts" >&2; exit 1; }
+	$(COMPOSE_CMD) exec -T server launcher doctor --json > $(RESULTS_DIR)/tune/host-facts.json \
+		|| [ -s $(RESULTS_DIR)/tune/host-facts.json ] \
+		|| { echo "make tune: no host facts: the tune switches a running server; start it first (make up PROFILE=...)" >&2; exit 1; }
 	KIT_UID=$$(id -u) KIT_GID=$$(id -g) $(COMPOSE_CMD) --profile bench run --rm bench tune \
 		--facts /results/tune/host-facts.json $(TUNE_ARGS)
 
