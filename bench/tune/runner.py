@@ -45,12 +45,12 @@ from bench.workload import build_workload
 from launcher import atomic
 from launcher.errors import KitError, RuntimeFailure, UserError
 from launcher.runtime.control_client import ControlClient
+from launcher.runtime.states import ANSWERING
 
 STATE = "tune-state.json"
 REFERENCE_PROFILE = correctness.BASELINE
-SERVER_ONLY = "server-only"
+SERVER_ONLY = "server-only"  # the profile hash of a profile this machine has no file of
 RESTORE_ATTEMPTS = 3
-ANSWERING = ("serving", "degraded", "rolled_back")  # launcher/runtime/states.py ANSWERING  # the profile hash of a profile this machine has no file of
 
 
 @dataclass
