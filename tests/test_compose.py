@@ -76,7 +76,7 @@ def test_default_config(default_cfg):
     server = cfg["services"]["server"]
     assert server["build"]["target"] == "server"
     assert server["environment"]["PROFILE"] == "baseline"
-    assert server["environment"]["SPEC"] == "eagle3"
+    assert server["environment"]["SPEC"] == ""  # serve then takes settings.default_spec(), the registry's one default
     assert server["environment"]["MODEL_PATH"] == "/srv/models/kimi"
     devices = server["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
@@ -92,6 +92,21 @@ def test_default_config(default_cfg):
     assert mounts["/var/cache/huggingface"].startswith("hf-cache:")
     assert mounts["/opt/kit/profiles"].endswith(":ro")
     assert mounts["/results"].startswith(str(project / "results"))
+
+
+def test_compose_default_spec_is_the_registrys(default_cfg, tmp_path):
+    """Compose names no spec mode of its own: the server it configures, run with the SPEC compose gives
+    it, starts the spec mode the settings registry names as default (the one `make` passes too)."""
+    from launcher import settings
+
+    spec = default_cfg[1]["services"]["server"]["environment"]["SPEC"]
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(ROOT), "SPEC": spec,
+           "PROFILE": "baseline", "MODEL_PATH": "/models/m", "DRAFT_MODEL_PATH": "/models/d", "KIT_PATCH_CHECK": "skip"}
+    proc = subprocess.run([sys.executable, "-m", "launcher", "serve", "--dry-run", "--state-dir", str(tmp_path / "s")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"profile baseline + {settings.default_spec({})} (digest" in proc.stderr
+    assert json.loads((tmp_path / "s" / "profile.json").read_text())["spec"] == settings.default_spec({})
 
 
 def test_the_model_overlay_reaches_the_server_and_is_none_by_default(default_cfg, project):
