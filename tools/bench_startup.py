@@ -67,17 +67,18 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
+def launcher(python: str, verb: str, *args: str, py_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """`python [py_flags] -m launcher VERB PROFILE ARGS` with the real CLI; exit with its error if it fails."""
+    proc = subprocess.run([python, *py_flags, "-m", "launcher", verb, PROFILE, *args], cwd=REPO, env=base_env(),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"error: launcher {verb} {PROFILE} failed: {proc.stderr.strip()[-500:]}")
+    return proc
+
+
 def render_state(python: str, state: Path) -> None:
     """Render the profile with the real CLI, as the container does before SGLang starts."""
-    proc = subprocess.run(
-        [python, "-m", "launcher", "render", PROFILE, "--state-dir", str(state)],
-        cwd=REPO,
-        env=base_env(),
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"error: launcher render {PROFILE} failed: {proc.stderr.strip()}")
+    launcher(python, "render", "--state-dir", str(state))
 
 
 def check_applied(python: str, env: dict[str, str], cwd: Path) -> None:
@@ -92,15 +93,7 @@ def check_applied(python: str, env: dict[str, str], cwd: Path) -> None:
 
 def imported_modules(python: str) -> set[str]:
     """Top-level modules `launcher show` imports, from `-X importtime`."""
-    proc = subprocess.run(
-        [python, "-X", "importtime", "-m", "launcher", "show", PROFILE],
-        cwd=REPO,
-        env=base_env(),
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"error: launcher show {PROFILE} failed: {proc.stderr.strip()[-500:]}")
+    proc = launcher(python, "show", py_flags=("-X", "importtime"))
     mods = set()
     for line in proc.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:
