@@ -62,7 +62,7 @@ def test_a_profile_file_the_tuner_did_not_write_is_never_overwritten(tmp_path, c
 def test_settings_resolve_defaults():
     s = TuneArgs.parse([*BASE, "--spec", "eagle3,off", "--eagle3", "1,1,2;2,1,3", "--budget", "1h30m",
                         "--concurrency", "4,1"]).settings([])
-    assert s.budget_s == 5400 and s.specs == ("eagle3", "off") and [p.text for p in s.points] == ["1,1,2", "2,1,3"]
+    assert s.budget_s == 5400 and s.specs == ("eagle3", "off") and [p.text() for p in s.points] == ["1,1,2", "2,1,3"]
     assert s.objective.concurrency == 4 and s.concurrency == [4, 1] and s.profiles == ("baseline", "fused")
     assert s.run_settings().repeats == s.screen_repeats and s.run_settings(switching=False).no_switch
     assert "budget_s" not in s.measuring()  # a longer budget reuses the same cells

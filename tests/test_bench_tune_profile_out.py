@@ -8,8 +8,9 @@ import tomllib
 import pytest
 
 from bench.tune.profile_out import Evidence, host_summary, render
-from bench.tune.space import Candidate, Eagle3Point
+from bench.tune.space import Candidate
 from launcher.errors import UserError
+from launcher.profiles.spec_params import SpecParams
 from tests.helpers_profiles import child_env, run_launcher
 
 HOST = {"available": True, "gpus": [{"name": "NVIDIA RTX PRO 6000\nextends = \"evil\""}] * 8,
@@ -17,7 +18,7 @@ HOST = {"available": True, "gpus": [{"name": "NVIDIA RTX PRO 6000\nextends = \"e
 EVIDENCE = Evidence(bundle="results/tune/20250101T000000Z-ab12", date="2025-01-01T00:00:00Z",
                     figures={"tok/s": "95.2 ± 0.3 (n=8)", "vs running plan": "+12.9 [+11.8, +14.0]"},
                     host=HOST, decision="winner: beats fused+eagle3(3,1,4) and baseline+off")
-WINNER = Candidate("fused", "eagle3", Eagle3Point(2, 1, 3))
+WINNER = Candidate("fused", "eagle3", SpecParams(steps=2, topk=1, draft_tokens=3))
 
 
 def test_render_extends_pins_and_keeps_evidence_in_comments():
@@ -37,7 +38,6 @@ def test_render_extends_pins_and_keeps_evidence_in_comments():
 
 def test_the_pinned_table_is_the_profile_formats_own():
     from launcher.profiles.loader import ProfileFile
-    from launcher.profiles.spec_params import SpecParams
 
     pf = ProfileFile.model_validate(tomllib.loads(render("tuned", WINNER, EVIDENCE)))
     assert pf.spec_params == SpecParams(steps=2, topk=1, draft_tokens=3)

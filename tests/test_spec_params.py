@@ -101,8 +101,8 @@ def test_show_and_check_take_spec_params(env, capsys):
     assert launcher_main(["check", "fused", "--spec-params", "1,1,2"]) == 0
     out = capsys.readouterr().out
     assert "ok    fused + eagle3" in out and "at spec params 1,1,2" in out
-    assert launcher_main(["check", "fused", "--spec-params", "3,1,5"]) == 2
-    assert "replaces draft tokens" in capsys.readouterr().out
+    assert launcher_main(["check", "fused", "--spec-params", "3,1,5"]) == 2  # refused at the flag, as everywhere
+    assert "--spec-params '3,1,5': (3,1,5): with top-k 1 SGLang replaces draft tokens" in capsys.readouterr().err
     for argv in (["show", "fused", "--spec", "ngram", "--spec-params", "1,1,2"],
                  ["check", "fused", "--spec", "off", "--spec-params", "1,1,2"],
                  ["show", "fused", "--spec-params", "1,1"]):

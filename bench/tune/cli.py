@@ -27,6 +27,7 @@ from bench.workload import WORKLOADS
 from launcher import settings
 from launcher.errors import UserError, run_cli
 from launcher.profiles.catalog import check_name
+from launcher.profiles.spec_params import SpecParams, parse_list
 
 DEFAULT_OUT = "results/tune"
 DEFAULT_SPECS = "off,ngram,eagle3"
@@ -68,7 +69,7 @@ class TuneSettings(TuneKnobs):
     out: str
     profiles: tuple[str, ...] | str  # names, or "eligible"
     specs: tuple[str, ...]
-    points: tuple[space.Eagle3Point, ...]
+    points: tuple[SpecParams, ...]
     budget_s: float
     concurrency: list[int]
     objective: Objective
@@ -100,7 +101,7 @@ class TuneSettings(TuneKnobs):
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        out["points"] = [p.text for p in self.points]
+        out["points"] = [p.text() for p in self.points]
         out["profiles"] = self.profiles if isinstance(self.profiles, str) else list(self.profiles)
         return out
 
@@ -142,7 +143,7 @@ class TuneArgs(CliArgs, TuneKnobs):
         p.add_argument("--spec", default=cls.spec, help=f"comma-separated spec modes (default {cls.spec})")
         p.add_argument("--eagle3", default=None, metavar="S,K,D[;S,K,D...]",
                        help="EAGLE-3 points (steps, top-k, draft tokens) tried under eagle3 (default "
-                            f"'{';'.join(pt.text for pt in space.DEFAULT_POINTS)}')")
+                            f"'{';'.join(pt.text() for pt in space.DEFAULT_POINTS)}')")
         p.add_argument("--budget", default=cls.budget,
                        help=f"time for the whole tune, switches included: 90s, 20m, 3h, 1h30m (default {cls.budget})")
         p.add_argument("--concurrency", default=cls.concurrency,
@@ -208,7 +209,7 @@ class TuneArgs(CliArgs, TuneKnobs):
                 raise UserError(f"{flag} {t}: must be a positive number of seconds")
         budget_s = order.parse_budget(self.budget)
         specs = space.parse_specs(self.spec)
-        points = space.parse_points(self.eagle3) if self.eagle3 is not None else space.DEFAULT_POINTS
+        points = parse_list(self.eagle3, "--eagle3") if self.eagle3 is not None else space.DEFAULT_POINTS
         if self.eagle3 is not None and "eagle3" not in specs:
             raise UserError("--eagle3 points are measured under spec mode eagle3: add eagle3 to --spec or drop --eagle3")
         profiles: tuple[str, ...] | str

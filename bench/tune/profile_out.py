@@ -64,7 +64,7 @@ def render(name: str, winner: Candidate, evidence: Evidence) -> str:
         lines.append(f"# decision: {_line(evidence.decision, 400)}")
     if winner.spec != "off":
         lines.append(f"# run it with --spec {winner.spec} (SPEC={winner.spec} for make)")
-    point = f" {winner.point.text}" if winner.point else ""
+    point = f" {winner.point.text()}" if winner.point else ""
     description = f"bench tune winner: {winner.profile} + {winner.spec}{point}, measured {evidence.date[:10]}"
     lines += [
         f'extends = "{winner.profile}"',
@@ -73,5 +73,5 @@ def render(name: str, winner: Candidate, evidence: Evidence) -> str:
     ]
     if winner.point:
         lines += ["", "[spec_params]", "# the EAGLE-3 point the tune measured; applies under --spec eagle3"]
-        lines += [f"{k} = {int(getattr(winner.point, k))}" for k in ("steps", "topk", "draft_tokens")]
+        lines += [f"{k} = {v}" for k, v in winner.point.model_dump().items()]
     return "\n".join(lines) + "\n"

@@ -378,7 +378,7 @@ class TuneRun:
         for point in self.s.points:
             tried = [c.label for c in self.candidates if c.point == point]
             if tried and all(label in refused for label in tried):
-                raise UserError(f"--eagle3: point '{point.text}' is refused by the server under every profile "
+                raise UserError(f"--eagle3: point '{point.text()}' is refused by the server under every profile "
                                 f"(nothing was switched): {refused[tried[0]]}")
         bad_specs = {r.spec: refused[r.label] for r in refs if r.label in refused}
         kept = []
@@ -390,7 +390,7 @@ class TuneRun:
             else:
                 kept.append(c)
                 continue
-            self.excluded.append(space.Excluded(c.profile, c.spec + (f"({c.point.text})" if c.point else ""), why))
+            self.excluded.append(space.Excluded(c.profile, c.spec + (c.point.label() if c.point else ""), why))
         self.candidates = kept
 
     async def measure_in_place(self, measurer: CellMeasurer, status: dict[str, Any], running: dict[str, Any]) -> None:

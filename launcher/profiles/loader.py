@@ -51,7 +51,7 @@ from launcher.profiles.catalog import (  # discovery lives there; callers may im
     search_dirs,
     spec_modes,
 )
-from launcher.profiles.spec_params import SpecParams
+from launcher.profiles.spec_params import RANGE, SpecParams
 
 Scalar = str | int | float | bool
 _NAME = re.compile(policy.NAME_PATTERN)
@@ -174,7 +174,7 @@ def read_file(path: Path) -> ProfileFile:
         if exc.errors()[0]["loc"][:1] == ("spec_params",):
             raise schema_error(path, exc, {"extra_forbidden": "remove it; [spec_params] holds steps, topk and "
                                            "draft_tokens only"},
-                               "give steps, topk and draft_tokens, whole numbers from 1 to 1024 (e.g. steps = 3)") from exc
+                               f"{RANGE} (e.g. steps = 3)") from exc
         hints = {"extra_forbidden": "remove it; allowed top-level keys are extends, description, status, "
                  "[requires], [expects], [env], [server], [spec_params]"}
         raise schema_error(path, exc, hints, "see the profile format in README.md") from exc

@@ -1,10 +1,14 @@
 """EAGLE-3's speculation parameters (steps, top-k, draft tokens) as one typed point of a plan.
 
-The spec overlay (profiles/spec/eagle3.toml) pins a point; `--spec-params S,K,D` (launcher show /
-check / switch), the control API's `spec_params` and `bench run --eagle3` replace the overlay's
-three flags with another one. A point is carried as these three SGLang flags, so the plan's digest
-and setup digest change with it; SGLang's parser and the `eagle_spec_params` rule
-(rules/speculation.py) decide whether SGLang accepts it.
+This module is the one definition of an EAGLE-3 point for the whole kit: its type (`SpecParams`), its
+validity (`point_problems`, SGLang 0.5.23's own checks) and its text form `S,K,D` (`parse`,
+`parse_list`). The spec overlay (profiles/spec/eagle3.toml) pins a point; a profile's `[spec_params]`
+table, `--spec-params S,K,D` (launcher show / check / switch, launcher fleet switch), the control
+API's `spec_params`, `bench run --eagle3` and `bench tune --eagle3` replace the overlay's three flags
+with another one, and each accepts or refuses a point the same way, with the same words. A point is
+carried as these three SGLang flags, so the plan's digest and setup digest change with it; SGLang's
+parser and the `eagle_spec_params` rule (rules/speculation.py) decide whether SGLang accepts it with
+the rest of the plan (its attention backend, page size, rejection sampling).
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from launcher.errors import UserError
 KEYS = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")
 EAGLE_ALGORITHMS = ("EAGLE", "EAGLE3")  # the algorithms whose tree these three flags shape
 FLAG = "--spec-params"
-USAGE = f"{FLAG} S,K,D: steps, top-k and draft tokens, whole numbers >= 1 (e.g. 1,1,2)"
+MAX_VALUE = 1024  # the largest steps, top-k or draft tokens a point may give
+RANGE = f"steps, topk and draft_tokens are whole numbers from 1 to {MAX_VALUE}"  # said by every refusal of a range
 
-PositiveInt = Annotated[int, Field(strict=True, ge=1, le=1024)]
+PositiveInt = Annotated[int, Field(strict=True, ge=1, le=MAX_VALUE)]
 
 
 class SpecParams(BaseModel):
@@ -48,6 +53,10 @@ class SpecParams(BaseModel):
         """`(1,1,2)`: the point after a spec name, e.g. `fused+eagle3(1,1,2)`."""
         return f"({self.text()})"
 
+    def server_flags(self) -> dict[str, str]:
+        """The three server keys (flag names without dashes) this point sets, as the plan carries them."""
+        return {key: str(value) for key, value in zip(KEYS, self.values(), strict=True)}
+
 
 def point_problems(point: SpecParams) -> list[str]:
     """SGLang 0.5.23's checks on a point that need nothing but the point (its parser takes any int):
@@ -72,28 +81,35 @@ def point_problems(point: SpecParams) -> list[str]:
     return out
 
 
-def parse(text: str, flag: str = FLAG) -> SpecParams:
-    """`S,K,D` -> SpecParams; UserError (exit 2) naming the flag otherwise."""
+def read(text: str, flag: str = FLAG) -> SpecParams:
+    """`S,K,D` -> SpecParams, its form and range checked but not SGLang's rules (`parse` adds those; a plan
+    built from the point meets them in the `eagle_spec_params` rule); UserError naming the flag otherwise."""
     parts = [p.strip() for p in str(text).split(",")]
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
+        raise UserError(f"{flag} '{str(text)[:40]}': give steps, top-k and draft tokens as S,K,D, three whole "
+                        f"numbers (e.g. {flag} 1,1,2)")
     try:
-        if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
-            raise ValueError
         return SpecParams(steps=int(parts[0]), topk=int(parts[1]), draft_tokens=int(parts[2]))
-    except (ValueError, ValidationError):
-        raise UserError(f"{flag} '{text}': give steps, top-k and draft tokens as S,K,D, whole numbers from "
-                        f"1 to 1024 (e.g. {flag} 1,1,2)") from None
+    except ValidationError:
+        raise UserError(f"{flag} '{text}': {RANGE}") from None
+
+
+def parse(text: str, flag: str = FLAG) -> SpecParams:
+    """`S,K,D` -> a point SGLang runs as given; UserError (exit 2) naming the flag and the point otherwise.
+    Every flag that takes a point parses it here, so each refuses it with the same words."""
+    point = read(text, flag)
+    problems = point_problems(point)
+    if problems:
+        raise UserError(f"{flag} '{text}': " + "; ".join(problems))
+    return point
 
 
 def parse_list(text: str, flag: str) -> list[SpecParams]:
-    """`S,K,D;S,K,D...` -> the points in order, duplicates dropped; UserError naming the flag."""
+    """`S,K,D;S,K,D...` -> the points in order, duplicates dropped; UserError naming the flag and the point."""
     items = [t.strip() for t in str(text).split(";") if t.strip()]
     if not items:
         raise UserError(f"{flag} is empty; give one or more points S,K,D separated by ';' (e.g. {flag} '1,1,2;3,1,4')")
-    points = list(dict.fromkeys(parse(t, flag) for t in items))
-    problems = [p for point in points for p in point_problems(point)]
-    if problems:
-        raise UserError(f"{flag}: " + "; ".join(problems))
-    return points
+    return list(dict.fromkeys(parse(t, flag) for t in items))
 
 
 def coerce(value: SpecParams | Mapping | str | None) -> SpecParams | None:
@@ -101,11 +117,11 @@ def coerce(value: SpecParams | Mapping | str | None) -> SpecParams | None:
     if value is None or isinstance(value, SpecParams):
         return value
     if isinstance(value, str):
-        return parse(value)
+        return read(value)
     try:
         return SpecParams.model_validate(dict(value))
     except ValidationError as exc:
-        raise UserError(f"spec_params: {exc.errors()[0]['msg']}; give steps, topk, draft_tokens, whole numbers >= 1") from None
+        raise UserError(f"spec_params: {exc.errors()[0]['msg']}; {RANGE}") from None
 
 
 def is_eagle(server: Mapping[str, object]) -> bool:
@@ -142,8 +158,7 @@ def apply(server: MutableMapping[str, object], point: SpecParams, spec: str) -> 
         algo = server.get("speculative-algorithm") or "none"
         raise UserError(f"spec_params {point.label()} apply to EAGLE-3 only (spec mode eagle3); spec mode '{spec}' "
                         f"runs speculative-algorithm {algo}: drop {FLAG} / spec_params or choose --spec eagle3")
-    for key, value in zip(KEYS, point.values(), strict=True):
-        server[key] = str(value)
+    server.update(point.server_flags())
 
 
 def label(profile: str, spec: str, point: SpecParams | Mapping | None) -> str:

@@ -26,9 +26,9 @@ def eagle_spec_params(ctx: Context) -> Iterator[Finding]:
     values: dict[str, int] = {}
     for key in spec_params.KEYS:
         raw = server[key]
-        if not (isinstance(raw, str) and raw.strip().isdigit() and 1 <= int(raw) <= 1024):
+        if not (isinstance(raw, str) and raw.strip().isdigit() and 1 <= int(raw) <= spec_params.MAX_VALUE):
             yield ctx.finding("error", "eagle_spec_params", f"server.{key}",
-                              f"{key} {raw!r}: must be a whole number from 1 to 1024 (SGLang's parser takes any "
+                              f"{key} {raw!r}: must be a whole number from 1 to {spec_params.MAX_VALUE} (SGLang's parser takes any "
                               "int, its EAGLE worker needs at least one step, one candidate and one token)")
             return
         values[key] = int(raw)
