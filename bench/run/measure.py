@@ -24,8 +24,7 @@ from bench.workload import Prompt
 from launcher.errors import RuntimeFailure, UserError
 from launcher.runtime import activation
 from launcher.runtime.control_client import ControlClient
-
-OK_SWITCH = ("switched", "unchanged")
+from launcher.runtime.states import OK_OUTCOMES
 
 
 @dataclass
@@ -59,7 +58,7 @@ class CellMeasurer:
         outcome = body.get("outcome") or ("failed" if code != 200 else "unknown")
         cell["switch"] = {"outcome": outcome, "http_status": code, "error": body.get("error"),
                           "durations": body.get("durations") or {}}
-        if outcome in OK_SWITCH:
+        if outcome in OK_OUTCOMES:
             return None
         cell["invalid_reason"] = f"switch {outcome}: {body.get('error') or 'no reason given'}"
         wanted = body.get("to") or {}

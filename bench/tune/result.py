@@ -24,6 +24,7 @@ from bench.tune.space import Candidate
 from launcher import atomic
 from launcher.errors import KitError
 from launcher.runtime.control_client import SyncControlClient
+from launcher.runtime.states import OK_OUTCOMES
 
 if TYPE_CHECKING:
     from bench.tune.runner import TuneRun
@@ -254,7 +255,7 @@ def apply(run: TuneRun, winner: Candidate, data: dict[str, Any]) -> int:
     else:
         profile, params, what = winner.profile, winner.point_json(), winner.label
     code, body = client.switch(profile, winner.spec, run.s.switch_timeout, spec_params=params)
-    if body.get("outcome") in ("switched", "unchanged"):
+    if body.get("outcome") in OK_OUTCOMES:
         run.console.print(f"applied: production runs {what} + {winner.spec}")
         run.switched = False
         return 0

@@ -45,7 +45,7 @@ from bench.workload import build_workload
 from launcher import atomic
 from launcher.errors import KitError, RuntimeFailure, UserError
 from launcher.runtime.control_client import ControlClient
-from launcher.runtime.states import ANSWERING
+from launcher.runtime.states import ANSWERING, OK_OUTCOMES, Outcome
 
 STATE = "tune-state.json"
 REFERENCE_PROFILE = correctness.BASELINE
@@ -252,7 +252,7 @@ class TuneRun:
         self.simulated = self.simulated or is_simulated(info) if info else self.simulated
         close_cell(cell, concurrency=self.s.concurrency, repeats=repeats)
         measured = sum(float(r.get("duration") or 0.0) for r in cell["per_repeat"])
-        restarted = switch and (cell.get("switch") or {}).get("outcome") == "switched"  # "unchanged" costs nothing
+        restarted = switch and (cell.get("switch") or {}).get("outcome") == Outcome.SWITCHED  # unchanged: free
         self.timing.observe(wall, measured, restarted, repeats if cell["valid"] else 0)
         judged = [(rep, [r for r in rows if r.get("repeat") == rep["repeat"] and r.get("concurrency") == rep["concurrency"]])
                   for rep in cell["per_repeat"] if rep["concurrency"] == self.s.objective.concurrency]
@@ -401,7 +401,7 @@ class TuneRun:
             await self.measure(measurer, inc, self.s.screen_repeats, phase="screen", switch=False,
                                spec_params=self.start_plan.get("spec_params"))
         last = [h for h in status.get("history") or [] if isinstance(h, dict)
-                and h.get("outcome") in ("switched", "started") and (h.get("durations") or {}).get("total_s")]
+                and h.get("outcome") in (Outcome.SWITCHED, Outcome.STARTED) and (h.get("durations") or {}).get("total_s")]
         if last and self.timing.switch_s is None:
             self.timing.switch_s = float(last[-1]["durations"]["total_s"])
         if self.timing.repeat_s is not None:  # a switch not timed yet counts as free: a lower bound
@@ -524,7 +524,7 @@ def restore(run: TuneRun) -> None:
                 code, body = await client.switch_when_idle(str(plan["name"]), str(plan["spec"]), run.s.switch_timeout,
                                                            spec_params=plan.get("spec_params"))
                 why = f"HTTP {code} {body.get('outcome')}: {body.get('error')}"
-                if body.get("outcome") not in ("switched", "unchanged"):
+                if body.get("outcome") not in OK_OUTCOMES:
                     return why
             return why
 
