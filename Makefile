@@ -137,7 +137,7 @@ BASE_CHECK = @$(DOCKER) image inspect $(call shquote,$(BASE_IMAGE)) >/dev/null 2
 # -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
 EXEC_T = $(shell [ -t 0 ] || echo -T)
 
-.PHONY: help build up switch status down logs bench tune allreduce doctor demo demo-tune test e2e lint check show profiles venv docs fleet-up fleet-status fleet-switch monitor
+.PHONY: help build up switch status down logs bench tune allreduce doctor demo demo-tune test test-fast e2e lint check show profiles venv docs fleet-up fleet-status fleet-switch monitor
 
 help: ## list the verbs (this text)
 	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>] [MODEL_OVERLAY=<model overlay>]\n\nVerbs:\n'
@@ -271,8 +271,15 @@ demo: $(VENV_KIT_STAMP) ## the whole flow against a simulated server (no GPU, no
 demo-tune: $(VENV_KIT_STAMP) ## `bench tune` against the simulated server; fails unless it finds the stand-in's optimum
 	$(PY) -m testsupport.demo --tune
 
-test: $(VENV_TEST_STAMP) ## run the test suite (creates .venv on first use)
-	$(PY) -m pytest -q
+# The tests mostly wait on the processes they start, so more workers than cores pays (measured on 2 cores).
+# --dist loadgroup keeps the tests that share a fixture wider than one test on one worker (tests/conftest.py).
+TEST_WORKERS ?= 4
+TEST_ARGS ?=
+test: $(VENV_TEST_STAMP) ## run the test suite, TEST_WORKERS=4 in parallel (creates .venv on first use)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(TEST_ARGS)
+
+test-fast: $(VENV_TEST_STAMP) ## the tests that start no process (no kit stack, server or CLI subprocess): under 2 minutes
+	$(PY) -m pytest -q -m "not stack" $(TEST_ARGS)
 
 e2e: $(VENV_TEST_STAMP) ## both images from the real Dockerfile and the compose stack, on a CPU machine (root: may start a private dockerd)
 	PY=$(PY) COMPOSE_BIN=$(VENV)/compose/bin/docker-compose bash tools/e2e/run.sh

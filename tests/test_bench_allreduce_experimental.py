@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import logging
-import socket
 import sys
 import types
 
@@ -17,19 +16,14 @@ import pytest
 
 from bench.allreduce import experimental
 from bench.allreduce.registry import KNOWN_BACKENDS, make_backend
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from testsupport.net import free_port
 
 
 @pytest.fixture()
 def gloo_world_of_one():
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     yield dist.group.WORLD
     dist.destroy_process_group()
 

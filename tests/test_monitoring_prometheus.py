@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -102,7 +101,6 @@ def test_prometheus_scrapes_the_kit_and_fires_on_a_rollback(tmp_path: Path, stac
             w.start()
         try:
             wait_for("requests counted", lambda: query(url, "rate(sglang:generation_tokens_total[30s]) > 0"), 60)
-            time.sleep(3)
             rolled = wait_for("kit_switch_total{outcome=rolled_back}",
                               lambda: query(url, 'kit_switch_total{outcome="rolled_back"}'))
             assert [float(r["value"][1]) for r in rolled] == [1.0]
@@ -120,8 +118,16 @@ def test_prometheus_scrapes_the_kit_and_fires_on_a_rollback(tmp_path: Path, stac
             d = dashboard()
             checks = [(t, e) for t, e in panel_exprs(d)] + [(a["name"], a["expr"]) for a in d["annotations"]["list"]
                                                             if "expr" in a]
-            empty = [(t, e) for t, e in checks if not query(url, grafana_to_promql(e).replace("[1m]", "[30s]"))]
-            assert empty == [], f"dashboard queries without series: {empty}"
+            empty: list[tuple[str, str]] = []
+
+            def every_query_has_series() -> bool:  # rates need a few scrapes of the traffic first
+                empty[:] = [(t, e) for t, e in checks if not query(url, grafana_to_promql(e).replace("[1m]", "[30s]"))]
+                return not empty
+
+            try:
+                wait_for("every dashboard query with series", every_query_has_series, 60)
+            except AssertionError:
+                raise AssertionError(f"dashboard queries without series: {empty}") from None
         finally:
             stop.set()
             for w in workers:

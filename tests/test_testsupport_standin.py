@@ -7,7 +7,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import httpx
 import pytest
 
 from launcher.errors import UserError
+from testsupport.net import free_port
 from testsupport.standin.server_args import parse_server_argv
 from testsupport.standin.settings import StandinSettings, load_settings
 from testsupport.standin.simulation import (
@@ -50,12 +50,6 @@ FAST_DECODE = {**FAST, "STANDIN_DECODE_MS": "2"}
 
 
 # ----- helpers -------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _child_env(env: dict[str, str]) -> dict[str, str]:
     base = {
         k: v for k, v in os.environ.items() if not k.startswith("STANDIN_") and k != "KIT_ACTIVE_PROFILE"
@@ -68,7 +62,7 @@ class Standin:
     """One stand-in process on a free port, with its stderr in a file."""
 
     def __init__(self, argv: list[str], env: dict[str, str], log: Path):
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.argv = ["--model-path", "/models/sim", "--host", "127.0.0.1", "--port", str(self.port), *argv]
@@ -223,7 +217,7 @@ def test_bad_config_exits_2_with_one_line(tmp_path: Path, content: str, needle: 
     cfg = tmp_path / "bad.json"
     cfg.write_text(content)
     proc = subprocess.run(
-        [sys.executable, "-m", "testsupport.standin", "--port", str(_free_port())],
+        [sys.executable, "-m", "testsupport.standin", "--port", str(free_port())],
         cwd=REPO,
         env=_child_env({"STANDIN_CONFIG": str(cfg)}),
         capture_output=True,

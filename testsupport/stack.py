@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +34,23 @@ FAULT_PROFILES = {
 }
 
 
+PORT_CLASH = "address already in use"
+PORT_TRIES = 3  # a clash is rare (net.free_port); a start that fails for any other reason is not retried
+
+
+def port_clash(*places: Path) -> bool:
+    """Whether a log file in `places` (files, or folders searched recursively) says a bind failed."""
+    for place in places:
+        files = [place] if place.is_file() else (place.rglob("*") if place.is_dir() else [])
+        for f in files:
+            if f.is_file():
+                with contextlib.suppress(OSError):
+                    with open(f, "rb") as fh:
+                        if PORT_CLASH in fh.read(8 << 20).decode(errors="replace").lower():
+                            return True
+    return False
+
+
 def stop_group(proc: subprocess.Popen | None, wait_s: float) -> None:
     """SIGTERM the process group a test started (start_new_session), SIGKILL it if it lingers."""
     if proc is None or proc.poll() is not None:
@@ -53,8 +71,7 @@ class KitStack(LoopbackHost):
         self.profiles_dir.mkdir(parents=True, exist_ok=True)
         for name, text in FAULT_PROFILES.items():
             (self.profiles_dir / f"{name}.toml").write_text(text)
-        self.server_port = free_port()
-        self.control_port = free_port()
+        self.server_port, self.control_port = free_port(), free_port()
         self.token = "test-token"
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "NCCL_", "SGLANG_", "STANDIN_"))},
@@ -83,16 +100,30 @@ class KitStack(LoopbackHost):
         self.log = tmp / "serve.log"
 
     def start(self, timeout: float = 30) -> KitStack:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "launcher", "serve"],
-            cwd=REPO,
-            env=self.env,
-            stdout=open(self.log, "ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self.wait_state({"serving"}, timeout)
-        return self
+        """Start `launcher serve` and wait until it serves. When a port it was given turned out to be taken
+        (another process bound it between free_port and the server), start again on fresh ports and a
+        fresh state dir (the failed one is kept beside it), at most PORT_TRIES times in all."""
+        for attempt in range(1, PORT_TRIES + 1):
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "launcher", "serve"],
+                cwd=REPO,
+                env=self.env,
+                stdout=open(self.log, "ab"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            try:
+                self.wait_state({"serving"}, timeout)
+                return self
+            except AssertionError:
+                if attempt == PORT_TRIES or not port_clash(self.log, self.state_dir):
+                    raise
+            self.stop()
+            self.log.rename(self.tmp / f"serve.port-clash-{attempt}.log")
+            shutil.move(self.state_dir, self.tmp / f"state.port-clash-{attempt}")
+            self.server_port, self.control_port = free_port(), free_port()
+            self.env.update(KIT_SERVER_PORT=str(self.server_port), KIT_CONTROL_PORT=str(self.control_port))
+        raise AssertionError("unreachable")
 
     def status(self) -> dict:
         return httpx.get(f"{self.control_url}/status", timeout=5).json()
@@ -167,21 +198,39 @@ class FleetStack:
 
     def __init__(self, tmp: Path, stacks: list[KitStack]):
         self.tmp, self.stacks = tmp, stacks
-        self.router_port, self.prom_port = free_port(), free_port()
         self.file = tmp / "fleet.toml"
-        lines = [f'[router]\nurl = "http://127.0.0.1:{self.router_port}"\nprometheus = "127.0.0.1:{self.prom_port}"\n']
-        for i, s in enumerate(stacks):
-            lines.append(f'[[host]]\nname = "host-{i}"\nserver = "{s.server_url}"\ncontrol = "{s.control_url}"\n')
-        self.file.write_text("\n".join(lines))
+        self.pick_ports()
         self.env = {**os.environ, "KIT_CONTROL_TOKEN": stacks[0].token, "PYTHONPATH": str(REPO)}
         self.proc: subprocess.Popen | None = None
         self.log = tmp / "router.log"
+
+    def pick_ports(self) -> None:
+        """Fresh router and Prometheus ports, written into the fleet file."""
+        self.router_port, self.prom_port = free_port(), free_port()
+        lines = [f'[router]\nurl = "http://127.0.0.1:{self.router_port}"\nprometheus = "127.0.0.1:{self.prom_port}"\n']
+        for i, s in enumerate(self.stacks):
+            lines.append(f'[[host]]\nname = "host-{i}"\nserver = "{s.server_url}"\ncontrol = "{s.control_url}"\n')
+        self.file.write_text("\n".join(lines))
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.router_port}"
 
     def start(self, timeout: float = 60) -> FleetStack:
+        """Start the router and wait until every host is a healthy worker; on a port clash (see
+        KitStack.start) start again on fresh ports, at most PORT_TRIES times in all."""
+        for attempt in range(1, PORT_TRIES + 1):
+            try:
+                return self._start_once(timeout)
+            except AssertionError:
+                if attempt == PORT_TRIES or not port_clash(self.log):
+                    raise
+            self.stop()
+            self.log.rename(self.tmp / f"router.port-clash-{attempt}.log")
+            self.pick_ports()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> FleetStack:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "launcher", "fleet", "router", "--fleet", str(self.file)],
             cwd=REPO, env=self.env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
