@@ -3,6 +3,10 @@
 `add_cli_args(parser)` declares the flags, `from_cli_args(namespace)` turns the parsed namespace into
 the typed dataclass, and the command's work functions take keyword arguments, never a namespace, so
 they can be called from Python (tools/, tests) without going through argparse.
+
+The flags `bench run` and `bench tune` both take are declared once here, each a `Flag` (name, how
+argparse reads it, its help); a command adds one with its own default (`Flag.add`), and with its own
+help only where the flag means something else there. `http_url` and `positive_ints` check two of them.
 """
 
 from __future__ import annotations
@@ -10,13 +14,81 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-from collections.abc import Callable
-from dataclasses import fields, is_dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, ClassVar, TypeVar
 
-from launcher.errors import run_cli
+from bench.server_client import APIS
+from bench.workload import WORKLOADS
+from launcher import settings
+from launcher.errors import UserError, run_cli
 
 T = TypeVar("T", bound="CliArgs")
+_SAME = object()  # Flag.add: the flag's own help
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag of more than one bench command. `help` may name the command's default as `{default}`
+    (`{default:g}` for a number of seconds)."""
+
+    name: str
+    help: str
+    type: Callable[[str], Any] | None = None
+    choices: Sequence[str] | None = None
+    switch: bool = False  # store_true: given or not, no value
+    metavar: str | None = None
+
+    def add(self, parser: argparse.ArgumentParser, default: Any = None, *, help: Any = _SAME) -> None:  # noqa: A002
+        """Declare the flag on `parser` with the command's `default` and, where the flag means something else
+        for that command, its own `help`."""
+        text = (self.help if help is _SAME else help or "").format(default=default) or None
+        if self.switch:
+            parser.add_argument(self.name, action="store_true", help=text)
+            return
+        parser.add_argument(self.name, type=self.type, choices=self.choices, default=default, metavar=self.metavar,
+                            help=text)
+
+
+URL = Flag("--url", f"SGLang server URL (default ${settings.KIT_SERVER_URL.name} or {settings.KIT_SERVER_URL.default})")
+CONTROL = Flag("--control", "control API URL (default: $KIT_CONTROL_URL or http://$KIT_CONTROL_HOST:$KIT_CONTROL_PORT); "
+                            "profile and spec names and the running plans come from it")
+PROFILES = Flag("--profiles", "comma-separated profile names")
+SPEC = Flag("--spec", "comma-separated spec modes (default {default})")
+EAGLE3 = Flag("--eagle3", "EAGLE-3 points (steps, top-k, draft tokens)", metavar="S,K,D[;S,K,D...]")
+CONCURRENCY = Flag("--concurrency", "comma-separated concurrency levels (default {default})")
+NUM_PROMPTS = Flag("--num-prompts", "requests per repeat (default {default})", type=int)
+MAX_TOKENS = Flag("--max-tokens", "max new tokens per request (default {default})", type=int)
+WORKLOAD = Flag("--workload", "bundled chat-templated prompts (default) or seeded random words", choices=WORKLOADS)
+API = Flag("--api", "SGLang native /generate (default; per-request spec_verify_ct) or OpenAI chat", choices=APIS)
+WARMUP = Flag("--warmup", "uncounted warm-up requests after each switch (default {default})", type=int)
+SEED = Flag("--seed", "seed of the random workload (default {default})", type=int)
+MIN_EXACT_MATCH = Flag("--min-exact-match", "correctness gate: least share of outputs identical to baseline's "
+                                            "(default {default:g})", type=float)
+SWITCH_TIMEOUT = Flag("--switch-timeout", "seconds a switch (restart + health gate) may take (default {default:g})",
+                      type=float)
+HEALTH_TIMEOUT = Flag("--health-timeout", "seconds to wait for /health after a switch or restart (default {default:g})",
+                      type=float)
+OUT = Flag("--out", "results folder")
+FLEET = Flag("--fleet", "fleet file")
+
+
+def http_url(flag: str, value: str) -> str:
+    """`--url` / `--control`: an http(s) URL without its trailing slash; UserError naming the flag otherwise."""
+    if not value.startswith(("http://", "https://")):
+        raise UserError(f"{flag} '{value}': give an http(s) URL such as http://127.0.0.1:30000")
+    return value.rstrip("/")
+
+
+def positive_ints(flag: str, value: str) -> list[int]:
+    """`1,4,16` -> [1, 4, 16] (`--concurrency`); UserError naming the flag for anything but whole numbers >= 1."""
+    try:
+        nums = [int(v) for v in (v.strip() for v in value.split(",")) if v]
+    except ValueError as exc:
+        raise UserError(f"{flag} '{value}': give whole numbers separated by commas, e.g. {flag} 1,4,16") from exc
+    if not nums or any(n < 1 for n in nums):
+        raise UserError(f"{flag} '{value}': every value must be at least 1")
+    return nums
 
 
 class CliArgs:

@@ -40,3 +40,67 @@ def test_the_signal_reaches_the_stop_path_even_when_inherited_ignored(sig, extra
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130 and "stopped cleanly" in out
+
+
+# ---- the flags bench run and bench tune share ------------------------------------------------------
+
+
+def _action(parser, name):
+    return next(a for a in parser._actions if name in a.option_strings)
+
+
+def test_shared_flags_are_declared_once_and_taken_by_both_commands():
+    from bench import args
+    from bench.run.cli import RunArgs
+    from bench.tune.cli import TuneArgs
+
+    shared = [v for v in vars(args).values() if isinstance(v, args.Flag)]
+    assert len(shared) >= 16
+    run_p, tune_p = RunArgs.parser(), TuneArgs.parser()
+    for flag in shared:
+        for parser in (run_p, tune_p):
+            act = _action(parser, flag.name)
+            assert (act.type, act.choices, act.metavar) == (flag.type, flag.choices, flag.metavar), flag.name
+            assert act.nargs == (0 if flag.switch else None)
+    # each command keeps its own defaults, read from its dataclass, and says them in the help
+    for cls, parser in ((RunArgs, run_p), (TuneArgs, tune_p)):
+        for name, field in (("--num-prompts", "num_prompts"), ("--warmup", "warmup"),
+                            ("--switch-timeout", "switch_timeout"), ("--min-exact-match", "min_exact_match")):
+            act = _action(parser, name)
+            assert act.default == getattr(cls, field) and f"(default {getattr(cls, field):g})" in act.help
+    assert RunArgs.num_prompts != TuneArgs.num_prompts
+    # a flag neither command words its own way says the same in both
+    for name in ("--max-tokens", "--warmup", "--min-exact-match", "--workload", "--api"):
+        assert _action(run_p, name).help == _action(tune_p, name).help
+    assert _action(run_p, "--seed").help != _action(tune_p, "--seed").help  # tune's seed also seeds the bootstrap
+
+
+def test_shared_flags_parse_into_each_commands_args():
+    from bench.run.cli import RunArgs
+    from bench.tune.cli import TuneArgs
+
+    argv = ["--num-prompts", "5", "--workload", "random", "--switch-timeout", "30", "--concurrency", "1,4"]
+    for cls in (RunArgs, TuneArgs):
+        a = cls.parse(argv)
+        assert (a.num_prompts, a.workload, a.switch_timeout, a.concurrency) == (5, "random", 30.0, "1,4")
+    with pytest.raises(SystemExit):
+        TuneArgs.parse(["--workload", "nope"])
+
+
+@pytest.mark.parametrize(("value", "words"), [("0,1", "at least 1"), ("1,x", "whole numbers"), ("", "at least 1")])
+def test_positive_ints_names_the_flag(value, words):
+    from bench.args import positive_ints
+    from launcher.errors import UserError
+
+    assert positive_ints("--concurrency", " 1, 4,16") == [1, 4, 16]
+    with pytest.raises(UserError, match=f"--concurrency '{value}'.*{words}"):
+        positive_ints("--concurrency", value)
+
+
+def test_http_url_names_the_flag():
+    from bench.args import http_url
+    from launcher.errors import UserError
+
+    assert http_url("--url", "http://h:1/") == "http://h:1"
+    with pytest.raises(UserError, match="--control 'h:1': give an http"):
+        http_url("--control", "h:1")

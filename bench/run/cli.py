@@ -16,32 +16,16 @@ from typing import ClassVar
 
 from rich.console import Console
 
-from bench.args import CliArgs, stop_on_interrupt
+from bench import args as flags
+from bench.args import CliArgs, http_url, positive_ints, stop_on_interrupt
 from bench.run.matrix import MatrixRun
 from bench.run.selection import KEYWORDS, csv, given_name, single_name
 from bench.run.settings import RunKnobs, RunSettings
-from bench.server_client import APIS
-from bench.workload import WORKLOADS
 from launcher import settings
 from launcher.errors import KitError, UserError, run_cli
+from launcher.profiles.spec_params import parse_list
 
 DEFAULT_OUT = "results"
-
-
-def _url(flag: str, value: str) -> str:
-    if not value.startswith(("http://", "https://")):
-        raise UserError(f"{flag} '{value}': give an http(s) URL such as http://127.0.0.1:30000")
-    return value.rstrip("/")
-
-
-def _positive_ints(flag: str, value: str) -> list[int]:
-    try:
-        nums = [int(v) for v in csv(value)]
-    except ValueError as exc:
-        raise UserError(f"{flag} '{value}': give whole numbers separated by commas, e.g. {flag} 1,4,16") from exc
-    if not nums or any(n < 1 for n in nums):
-        raise UserError(f"{flag} '{value}': every value must be at least 1")
-    return nums
 
 
 @dataclass(kw_only=True)
@@ -66,54 +50,40 @@ class RunArgs(CliArgs, RunKnobs):
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p = parser
-        p.add_argument("--url", default=None,
-                       help=f"SGLang server URL (default ${settings.KIT_SERVER_URL.name} or "
-                            f"{settings.KIT_SERVER_URL.default})")
-        p.add_argument("--control", default=None,
-                       help="control API URL (default: $KIT_CONTROL_URL or http://$KIT_CONTROL_HOST:$KIT_CONTROL_PORT); "
-                            "profile and spec names and the running plans come from it")
-        p.add_argument("--profiles", default=None,
-                       help="comma-separated profile names, 'stable' (every stable profile) or 'all' (default stable); "
-                            "with --no-switch, the one name the running server is labelled with when no control API "
-                            "answers")
-        p.add_argument("--spec", default=None,
-                       help=f"comma-separated spec modes (default {RunSettings.DEFAULT_SPECS}); with --no-switch, the "
-                            "one mode the running server uses")
-        p.add_argument("--eagle3", default=None, metavar="S,K,D[;S,K,D...]",
-                       help="EAGLE-3 points (steps, top-k, draft tokens) measured as extra cells per profile, each "
-                            "switched with its point and labelled profile+eagle3(S,K,D), e.g. --eagle3 '1,1,2;3,1,4'; "
-                            "the server refuses a point SGLang would not run as given (HTTP 400, exit 2)")
+        flags.URL.add(p)
+        flags.CONTROL.add(p)
+        flags.PROFILES.add(p, help=f"{flags.PROFILES.help}, 'stable' (every stable profile) or 'all' (default stable); "
+                                   "with --no-switch, the one name the running server is labelled with when no "
+                                   "control API answers")
+        flags.SPEC.add(p, help=f"comma-separated spec modes (default {RunSettings.DEFAULT_SPECS}); with --no-switch, "
+                               "the one mode the running server uses")
+        flags.EAGLE3.add(p, help=f"{flags.EAGLE3.help} measured as extra cells per profile, each switched with its "
+                                 "point and labelled profile+eagle3(S,K,D), e.g. --eagle3 '1,1,2;3,1,4'; the server "
+                                 "refuses a point SGLang would not run as given (HTTP 400, exit 2)")
         p.add_argument("--repeats", type=int, default=cls.repeats, help=f"measured repeats per concurrency level (default {cls.repeats})")
-        p.add_argument("--concurrency", default=cls.concurrency, help=f"comma-separated concurrency levels (default {cls.concurrency})")
-        p.add_argument("--num-prompts", type=int, default=cls.num_prompts, help=f"requests per repeat (default {cls.num_prompts})")
-        p.add_argument("--max-tokens", type=int, default=cls.max_tokens, help=f"max new tokens per request (default {cls.max_tokens})")
-        p.add_argument("--workload", choices=WORKLOADS, default=cls.workload,
-                       help="bundled chat-templated prompts (default) or seeded random words")
-        p.add_argument("--api", choices=APIS, default=cls.api,
-                       help="SGLang native /generate (default; per-request spec_verify_ct) or OpenAI chat")
+        flags.CONCURRENCY.add(p, cls.concurrency)
+        flags.NUM_PROMPTS.add(p, cls.num_prompts)
+        flags.MAX_TOKENS.add(p, cls.max_tokens)
+        flags.WORKLOAD.add(p, cls.workload)
+        flags.API.add(p, cls.api)
         p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
-        p.add_argument("--warmup", type=int, default=cls.warmup,
-                       help=f"uncounted warm-up requests after each switch (default {cls.warmup})")
+        flags.WARMUP.add(p, cls.warmup)
         p.add_argument("--no-switch", action="store_true", help="bench whatever is running; do not switch")
         p.add_argument("--connect-timeout", type=float, default=cls.connect_timeout,
                        help=f"seconds to wait for a connection (default {cls.connect_timeout:g})")
-        p.add_argument("--switch-timeout", type=float, default=cls.switch_timeout,
-                       help=f"seconds a switch (restart + health gate) may take (default {cls.switch_timeout:g})")
-        p.add_argument("--health-timeout", type=float, default=cls.health_timeout,
-                       help=f"seconds to wait for /health after a switch or restart (default {cls.health_timeout:g})")
+        flags.SWITCH_TIMEOUT.add(p, cls.switch_timeout)
+        flags.HEALTH_TIMEOUT.add(p, cls.health_timeout)
         p.add_argument("--read-timeout", type=float, default=cls.read_timeout,
                        help=f"seconds a request may go without receiving a byte, headers included (default {cls.read_timeout:g})")
         p.add_argument("--request-timeout", type=float, default=cls.request_timeout,
                        help="seconds one request may take in all; a stream that never ends fails then "
                             f"(default {cls.request_timeout:g})")
-        p.add_argument("--min-exact-match", type=float, default=cls.min_exact_match,
-                       help=f"correctness gate: least share of outputs identical to baseline's (default {cls.min_exact_match:g})")
-        p.add_argument("--seed", type=int, default=cls.seed, help=f"seed of the random workload (default {cls.seed})")
-        p.add_argument("--out", default=DEFAULT_OUT,
-                       help="results folder; the bundle goes to OUT/<run-id>/ (default results)")
-        p.add_argument("--fleet", default=None,
-                       help="fleet file: bench each host in turn (its server and control API, its token), one bundle "
-                            "per host in OUT/<host>/<run-id>/; for the fleet as a whole, give --url <router> instead")
+        flags.MIN_EXACT_MATCH.add(p, cls.min_exact_match)
+        flags.SEED.add(p, cls.seed)
+        flags.OUT.add(p, DEFAULT_OUT, help=f"{flags.OUT.help}; the bundle goes to OUT/<run-id>/ (default {DEFAULT_OUT})")
+        flags.FLEET.add(p, help=f"{flags.FLEET.help}: bench each host in turn (its server and control API, its token), "
+                                "one bundle per host in OUT/<host>/<run-id>/; for the fleet as a whole, give --url "
+                                "<router> instead")
         return p
 
     def settings(self, argv: list[str]) -> RunSettings:
@@ -130,7 +100,7 @@ class RunArgs(CliArgs, RunKnobs):
                         ("--request-timeout", self.request_timeout)):
             if not t > 0 or t == float("inf"):
                 raise UserError(f"{flag} {t}: must be a positive number of seconds")
-        concurrency = _positive_ints("--concurrency", self.concurrency)
+        concurrency = positive_ints("--concurrency", self.concurrency)
         if self.no_switch:
             profiles = single_name("--profiles", self.profiles)
             specs = single_name("--spec", self.spec)
@@ -147,11 +117,9 @@ class RunArgs(CliArgs, RunKnobs):
         if self.eagle3 is not None:
             if self.no_switch:
                 raise UserError("--eagle3 switches to each point; drop --no-switch (or --eagle3)")
-            from launcher.profiles.spec_params import parse_list
-
             eagle3 = [p.model_dump() for p in parse_list(self.eagle3, "--eagle3")]
-        url = _url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()
-        control = _url("--control", self.control) if self.control else settings.control_url()
+        url = http_url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()
+        control = http_url("--control", self.control) if self.control else settings.control_url()
         same = {f.name: getattr(self, f.name) for f in fields(RunKnobs)}
         return RunSettings(**{
             **same, "out": self.out, "url": url, "profiles": profiles, "specs": specs, "eagle3": eagle3, "control": control,

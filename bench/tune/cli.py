@@ -17,13 +17,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bench.args import CliArgs, stop_on_interrupt
-from bench.run.cli import _positive_ints, _url
+from bench import args as flags
+from bench.args import CliArgs, http_url, positive_ints, stop_on_interrupt
 from bench.run.settings import RunKnobs, RunSettings
-from bench.server_client import APIS
 from bench.tune import decision, order, space
 from bench.tune.decision import Objective
-from bench.workload import WORKLOADS
 from launcher import settings
 from launcher.errors import UserError, run_cli
 from launcher.profiles.catalog import check_name
@@ -134,21 +132,17 @@ class TuneArgs(CliArgs, TuneKnobs):
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p = parser
-        p.add_argument("--url", default=None, help=f"SGLang server URL (default ${settings.KIT_SERVER_URL.name})")
-        p.add_argument("--control", default=None,
-                       help="control API URL (default $KIT_CONTROL_URL or http://$KIT_CONTROL_HOST:$KIT_CONTROL_PORT)")
-        p.add_argument("--profiles", default=cls.profiles,
-                       help="comma-separated profile names, or 'eligible' (default): every profile the launcher's rules "
-                            "accept with the host facts (--facts)")
-        p.add_argument("--spec", default=cls.spec, help=f"comma-separated spec modes (default {cls.spec})")
-        p.add_argument("--eagle3", default=None, metavar="S,K,D[;S,K,D...]",
-                       help="EAGLE-3 points (steps, top-k, draft tokens) tried under eagle3 (default "
-                            f"'{';'.join(pt.text() for pt in space.DEFAULT_POINTS)}')")
+        flags.URL.add(p, help=f"SGLang server URL (default ${settings.KIT_SERVER_URL.name})")
+        flags.CONTROL.add(p, help="control API URL (default $KIT_CONTROL_URL or http://$KIT_CONTROL_HOST:$KIT_CONTROL_PORT)")
+        flags.PROFILES.add(p, cls.profiles, help=f"{flags.PROFILES.help}, or 'eligible' (default): every profile the "
+                                                 "launcher's rules accept with the host facts (--facts)")
+        flags.SPEC.add(p, cls.spec)
+        flags.EAGLE3.add(p, help=f"{flags.EAGLE3.help} tried under eagle3 (default "
+                                 f"'{';'.join(pt.text() for pt in space.DEFAULT_POINTS)}')")
         p.add_argument("--budget", default=cls.budget,
                        help=f"time for the whole tune, switches included: 90s, 20m, 3h, 1h30m (default {cls.budget})")
-        p.add_argument("--concurrency", default=cls.concurrency,
-                       help="comma-separated concurrency levels measured in each repeat; the objective is judged at "
-                            "the first (default 1)")
+        flags.CONCURRENCY.add(p, cls.concurrency, help="comma-separated concurrency levels measured in each repeat; the "
+                                                       "objective is judged at the first (default {default})")
         p.add_argument("--objective", choices=("tokps", "goodput"), default=cls.objective,
                        help="what the winner is chosen on: output tok/s (default) or goodput under --ttft-ms and "
                             "--tpot-ms targets, at the first --concurrency level")
@@ -156,11 +150,11 @@ class TuneArgs(CliArgs, TuneKnobs):
         p.add_argument("--tpot-ms", type=float, default=None, help="goodput: TPOT target in ms")
         p.add_argument("--goodput-unit", choices=("req/s", "tok/s"), default=cls.goodput_unit,
                        help="goodput counted as requests/s (default) or their output tok/s")
-        p.add_argument("--out", default=cls.out,
-                       help=f"output folder: the journal (resume) in OUT/, the bundle in OUT/<run-id>/ (default {cls.out})")
+        flags.OUT.add(p, cls.out, help="output folder: the journal (resume) in OUT/, the bundle in OUT/<run-id>/ "
+                                       "(default {default})")
         p.add_argument("--apply", action="store_true",
                        help="switch the server to the winner at the end (default: back to the plan it started with)")
-        p.add_argument("--fleet", default=None, help="fleet file: roll the winner through the fleet at the end")
+        flags.FLEET.add(p, help=f"{flags.FLEET.help}: roll the winner through the fleet at the end")
         p.add_argument("--profile-name", default=cls.profile_name,
                        help=f"name of the profile file written for the winner (default {cls.profile_name})")
         p.add_argument("--profile-dir", default=None,
@@ -171,22 +165,16 @@ class TuneArgs(CliArgs, TuneKnobs):
                             f"(default ${settings.KIT_HOST_FACTS.name})")
         p.add_argument("--allreduce", default=None,
                        help="a `bench allreduce --out` result: its latency per profile orders the candidates")
-        p.add_argument("--num-prompts", type=int, default=cls.num_prompts,
-                       help=f"requests per repeat (default {cls.num_prompts})")
-        p.add_argument("--max-tokens", type=int, default=cls.max_tokens,
-                       help=f"max new tokens per request (default {cls.max_tokens})")
-        p.add_argument("--workload", choices=WORKLOADS, default=cls.workload)
-        p.add_argument("--api", choices=APIS, default=cls.api)
-        p.add_argument("--warmup", type=int, default=cls.warmup,
-                       help=f"uncounted warm-up requests after each switch (default {cls.warmup})")
-        p.add_argument("--seed", type=int, default=cls.seed, help=f"workload and bootstrap seed (default {cls.seed})")
-        p.add_argument("--min-exact-match", type=float, default=cls.min_exact_match,
-                       help="correctness gate: least share of outputs identical to baseline's "
-                            f"(default {cls.min_exact_match:g})")
-        p.add_argument("--switch-timeout", type=float, default=cls.switch_timeout,
-                       help=f"seconds one switch may take (default {cls.switch_timeout:g})")
-        p.add_argument("--health-timeout", type=float, default=cls.health_timeout,
-                       help=f"seconds to wait for /health after a switch (default {cls.health_timeout:g})")
+        flags.NUM_PROMPTS.add(p, cls.num_prompts)
+        flags.MAX_TOKENS.add(p, cls.max_tokens)
+        flags.WORKLOAD.add(p, cls.workload)
+        flags.API.add(p, cls.api)
+        flags.WARMUP.add(p, cls.warmup)
+        flags.SEED.add(p, cls.seed, help="workload and bootstrap seed (default {default})")
+        flags.MIN_EXACT_MATCH.add(p, cls.min_exact_match)
+        flags.SWITCH_TIMEOUT.add(p, cls.switch_timeout, help="seconds one switch may take (default {default:g})")
+        flags.HEALTH_TIMEOUT.add(p, cls.health_timeout,
+                                 help="seconds to wait for /health after a switch (default {default:g})")
         p.add_argument("--screen-repeats", type=int, default=cls.screen_repeats,
                        help=f"repeats per candidate in the first halving round (default {cls.screen_repeats})")
         p.add_argument("--final-repeats", type=int, default=cls.final_repeats,
@@ -230,7 +218,7 @@ class TuneArgs(CliArgs, TuneKnobs):
             raise UserError(f"--facts {facts}: no such file; write it with `launcher doctor --json > {facts}`")
         if self.allreduce and not Path(self.allreduce).exists():
             raise UserError(f"--allreduce {self.allreduce}: no such file or folder (a `bench allreduce --out` result)")
-        concurrency = _positive_ints("--concurrency", self.concurrency)
+        concurrency = positive_ints("--concurrency", self.concurrency)
         if self.objective == "goodput" and (self.ttft_ms is None or self.tpot_ms is None):
             raise UserError("--objective goodput needs both --ttft-ms and --tpot-ms (the targets a request must meet)")
         for flag, v in (("--ttft-ms", self.ttft_ms), ("--tpot-ms", self.tpot_ms)):
@@ -241,8 +229,8 @@ class TuneArgs(CliArgs, TuneKnobs):
         check_name("profile", self.profile_name)
         if self.fleet and not Path(self.fleet).is_file():
             raise UserError(f"--fleet {self.fleet}: no such file")
-        url = _url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()
-        control = _url("--control", self.control) if self.control else settings.control_url()
+        url = http_url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()
+        control = http_url("--control", self.control) if self.control else settings.control_url()
         same = {f.name: getattr(self, f.name) for f in fields(TuneKnobs)}
         return TuneSettings(**{
             **same, "url": url, "control": control, "out": self.out, "profiles": profiles, "specs": specs,
