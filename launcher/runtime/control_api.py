@@ -171,8 +171,8 @@ async def post_switch(request: web.Request) -> web.Response:
         return _bad_request(str(exc))
     except KitError as exc:  # e.g. a damaged patch record, a full disk: nothing was changed
         return web.json_response({"error": str(exc), "outcome": "failed"}, status=500)
-    code = 500 if entry["outcome"] == Outcome.FAILED else 200
-    return web.json_response({**entry, "status": rt.status()}, status=code)
+    code = 500 if entry.outcome == Outcome.FAILED else 200
+    return web.json_response({**entry.to_json(), "status": rt.status()}, status=code)
 
 
 @web.middleware

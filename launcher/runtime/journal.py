@@ -11,12 +11,13 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from launcher import atomic
 from launcher.runtime.state import STATE_FILE_MODE, read_record
-from launcher.runtime.states import Phase
+from launcher.runtime.states import Outcome, Phase
 from launcher.state_layout import StatePaths
 
 
@@ -28,24 +29,44 @@ class Label(BaseModel):
     digest: str | None = None
 
 
+DONE = "done"  # the switch finished, but its outcome could not be appended to the history
+UNKNOWN = "unknown"  # the journal was damaged: a switch was cut short somewhere
+JournalPhase = Phase | Literal["done", "unknown"]
+
+
 class Journal(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
     id: str
     started_at: float
     updated_at: float
-    phase: str
+    phase: JournalPhase
+    finished_as: Outcome | None = None  # with phase "done": the outcome it finished with
     from_: Label | None = Field(default=None, alias="from")
     to: Label | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _string_done(cls, data: object) -> object:
+        """Journals once wrote a finished switch's phase as the string "done:<outcome>"."""
+        if isinstance(data, dict) and isinstance(data.get("phase"), str) and data["phase"].startswith("done:"):
+            data = {**data, "phase": DONE, "finished_as": data["phase"][5:]}
+        return data
+
+    def phase_text(self) -> str:
+        """The phase as the history's `interrupted_phase` names it ("done:<outcome>" for a finished one)."""
+        return f"{DONE}:{self.finished_as}" if self.phase == DONE else str(self.phase)
+
     def record(self) -> dict:
-        data = self.model_dump(by_alias=True)
+        data = self.model_dump(mode="json", by_alias=True)
+        if data.get("finished_as") is None:
+            data.pop("finished_as", None)
         for side in ("from", "to"):  # a label without a point reads as it did before points
             if isinstance(data.get(side), dict) and data[side].get("spec_params") is None:
                 data[side].pop("spec_params")
         return data
 
 
-def begin(sd: Path, from_: dict | None, to: dict, phase: str = Phase.DRAINING) -> Journal:
+def begin(sd: Path, from_: dict | None, to: dict, phase: Phase = Phase.DRAINING) -> Journal:
     """Write the intent; an OSError here means nothing was changed yet."""
     set_aside(sd)
     now = time.time()
@@ -55,8 +76,14 @@ def begin(sd: Path, from_: dict | None, to: dict, phase: str = Phase.DRAINING) -
     return j
 
 
-def advance(sd: Path, j: Journal, phase: str) -> None:
-    j.phase, j.updated_at = phase, time.time()
+def advance(sd: Path, j: Journal, phase: Phase) -> None:
+    j.phase, j.updated_at = Phase(phase), time.time()
+    _write(sd, j)
+
+
+def finished(sd: Path, j: Journal, outcome: Outcome) -> None:
+    """The switch ended with `outcome` but the history could not take it: the next start records it."""
+    j.phase, j.finished_as, j.updated_at = DONE, outcome, time.time()
     _write(sd, j)
 
 
@@ -70,7 +97,7 @@ def read(sd: Path) -> Journal | None:
         return read_record(StatePaths(sd).journal, Journal)
     except ValidationError:
         now = time.time()
-        return Journal(id=f"damaged-{uuid.uuid4().hex[:6]}", started_at=now, updated_at=now, phase="unknown")
+        return Journal(id=f"damaged-{uuid.uuid4().hex[:6]}", started_at=now, updated_at=now, phase=UNKNOWN)
 
 
 def clear(sd: Path) -> None:

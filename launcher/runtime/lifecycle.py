@@ -1,16 +1,17 @@
-"""The server's state machine, as the control API keeps it: health, unplanned restarts, crash loops,
+"""The server's lifecycle, as the control API keeps it: health, unplanned restarts, crash loops,
 the switch's bookkeeping, and the resolution of a switch that a restart cut short.
 
 The HTTP layer (control_api.py) only asks it for `status()` and `switch()`; the monitor runs beside.
-States and outcomes are named in states.py.
-
-Transitions the monitor makes (every HEALTH_PERIOD_S, never while a switch or a recovery holds the lock):
+It observes (supervisord's process info, /health, the journal, the clock) and carries out; what the
+next state is, and what to do, is decided in transitions.py, whose table every move goes through:
 - starting/failed -> serving: /health answers 200 (the first healthy start of a plan is committed);
 - serving/degraded/rolled_back -> down: supervisord's program is neither RUNNING nor STARTING, or /health
   is refused (a slow /health is not "down");
 - down -> the state it left: /health answers 200 again;
 - any -> failed: supervisord gave up (FATAL); it is started again after a doubling backoff;
-- starting -> failed: the first start ended (EXITED, STOPPED, ...).
+- starting -> failed: the first start ended (EXITED, STOPPED, ...);
+- any -> switching -> the state the switch's outcome names; starting -> recovering -> serving/rolled_back/failed.
+The monitor moves nothing while a switch or a recovery holds the lock. States and outcomes are named in states.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import asyncio
 import os
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -27,16 +29,17 @@ from launcher import settings, state_layout
 from launcher.errors import RuntimeFailure
 from launcher.profiles.plan import Plan, reach_url
 from launcher.profiles.spec_params import SpecParams
-from launcher.runtime import activation, journal, metrics, start_lines, start_records
+from launcher.runtime import activation, journal, metrics, start_lines, start_records, transitions
 from launcher.runtime import state as runtime_state
 from launcher.runtime.admission import patch_check, validated_plan
-from launcher.runtime.states import ANSWERING, STATE_AFTER, Outcome, Phase, Resolution, State
-from launcher.runtime.supervisor_rpc import DEAD_STATES, LIVE_STATES, Supervisor
-from launcher.runtime.switch import GateFailed, Switcher, describe, label
+from launcher.runtime.failures import GateFailed, describe
+from launcher.runtime.records import Entry
+from launcher.runtime.states import ANSWERING, Outcome, Phase, Resolution, State
+from launcher.runtime.supervisor_rpc import Supervisor
+from launcher.runtime.switch import Switcher, label
+from launcher.runtime.transitions import HEALTH_DOWN, HEALTH_OK, Act, Reading, Retry
 
 HEALTH_PERIOD_S = 0.25
-HEALTH_DOWN = "down"  # /health refused or reset: nothing listens (a slow answer reads "timeout" instead)
-UP_STATES = frozenset({"RUNNING", "STARTING"})  # supervisord's states of a process that may answer (STARTING: within startsecs)
 
 
 class Busy(Exception):
@@ -46,13 +49,17 @@ class Busy(Exception):
 class Lifecycle:
     """One server's state, from supervisord, /health and the switches made through the control API."""
 
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, supervisor: Supervisor | None = None, switcher: Switcher | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None, clock: Callable[[], float] = time.time):
+        """`supervisor`, `switcher`, `transport` (for /health) and `clock` stand in for the real ones in tests."""
         self.sd = state_dir
         self.paths = state_layout.StatePaths(state_dir)
-        self.sup = Supervisor(self.paths.socket)
+        self.sup = supervisor or Supervisor(self.paths.socket)
+        self.transport = transport
+        self.clock = clock
         # What each server start logged, kept in the state dir as it appears (start_records.Follower).
         self.follower = start_records.Follower(self.paths.server_log, self.paths.starts)
-        self.switcher = Switcher(state_dir, self.sup, follower=self.follower)
+        self.switcher = switcher or Switcher(state_dir, self.sup, follower=self.follower, transport=transport)
         self.lock = asyncio.Lock()
         committed = runtime_state.committed(state_dir)
         self.last_good: Plan | None = committed.plan if committed else None
@@ -67,9 +74,7 @@ class Lifecycle:
         self.restarts = 0
         self.pid = 0
         self.last_error: str | None = None
-        self.backoff_s = settings.KIT_RETRY_BACKOFF_S.get()
-        self.retry_at: float | None = None
-        self.retries = 0
+        self.retry = Retry(backoff_s=settings.KIT_RETRY_BACKOFF_S.get())  # the automatic restart after FATAL
         self.recovery: asyncio.Task | None = None
         self.backends: list[dict] = []  # activation of the running plan's expected backends
         self.decode_allreduce: dict | None = None  # {"backend", "why"}: what carries the decode all-reduce
@@ -79,6 +84,11 @@ class Lifecycle:
         self.switch_counts: metrics.SwitchCounts | None = metrics.SwitchCounts.from_history(state_dir)
         self._counts_tried = time.monotonic()
         self._history_cache: tuple[object, tuple[list[dict], int]] | None = None
+
+    @property
+    def retries(self) -> int:
+        """Automatic restarts made after supervisord gave up (/status `retry.attempts`)."""
+        return self.retry.attempts
 
     # ----- what /status and /metrics share ---------------------------------------------------------
     def health_age_s(self) -> float | None:
@@ -106,14 +116,15 @@ class Lifecycle:
             self.switch_counts = metrics.SwitchCounts.from_history(self.sd)
         return self.switch_counts
 
-    def recorded(self, entry: dict) -> None:
+    def recorded(self, entry: Entry) -> None:
         """An entry this process appended to history.jsonl: count it (a re-read history already has it)."""
         if self.switch_counts is not None:
-            self.switch_counts.observe(entry)
+            self.switch_counts.observe(entry.to_json())
 
     # ----- what /status shows ----------------------------------------------------------------------
     def set_state(self, state: State) -> None:
-        if state != self.state:
+        """Every move of the state: through the table (transitions.change_state), which refuses a move it lacks."""
+        if transitions.change_state(self.state, state) != self.state:
             self.state, self.since = state, time.time()
 
     def status(self) -> dict:
@@ -134,7 +145,7 @@ class Lifecycle:
             "health": health,
             "health_age_s": self.health_age_s(),
             "restarts": self.restarts,
-            "retry": {"attempts": self.retries, "next_at": self.retry_at},
+            "retry": {"attempts": self.retry.attempts, "next_at": self.retry.next_at},
             "pid": self.pid,
             "server_url": cur.server_url if cur else None,
             "last_error": self.last_error,
@@ -163,7 +174,7 @@ class Lifecycle:
         if j is not None:
             await self.lock.acquire()  # held from here: no switch and no commit before it is resolved
             self.recovery = asyncio.create_task(self.recover(j))
-        async with httpx.AsyncClient(timeout=httpx.Timeout(2, connect=1)) as client:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2, connect=1), transport=self.transport) as client:
             while True:
                 try:
                     await self._tick(client)
@@ -176,7 +187,7 @@ class Lifecycle:
         url = target.server_url if target else self.fallback_url
         try:
             r = await client.get(f"{url}/health")
-            self.health = "ok" if r.status_code == 200 else f"http {r.status_code}"
+            self.health = HEALTH_OK if r.status_code == 200 else f"http {r.status_code}"
         except httpx.TimeoutException:
             self.health = "timeout"
         except httpx.HTTPError:
@@ -204,76 +215,62 @@ class Lifecycle:
         if pid:
             self.pid = pid
         cur = self.current
-        statename = info.get("statename")
-        if not cur:  # profile.json and committed.json both gone: the server may still answer
-            if self.health == "ok" and self.state != State.SERVING:
-                self.set_state(State.SERVING)
-            self.last_error = ("no readable plan in profile.json or committed.json: the running server's plan is "
-                               "unknown; switch to a profile to record one")
-            return
-        if self.health == "ok" and self.backends_of != (self.pid, cur.digest(), self.follower.version):
+        reading = Reading(self.health, info.get("statename"), has_plan=cur is not None,
+                          backends_read=cur is None or self.backends_of == (self.pid, cur.digest(), self.follower.version))
+        step = transitions.on_reading(self.state, self.resume_state, reading)
+        if Act.CHECK_BACKENDS in step.actions:
             self.check_backends(cur)  # a server started by serve, or restarted after a crash
-        if statename == "FATAL":
+        if step.error is not transitions.KEEP:
+            self.last_error = step.error
+        if step.resume is not None:
+            self.resume_state = step.resume
+        if Act.CRASH_LOOP in step.actions:
             await self._crash_loop(info)
-        elif self.state in ANSWERING and (statename not in UP_STATES or self.health == HEALTH_DOWN):
-            self.resume_state = self.state
-            self.last_error = f"server down (supervisord: {statename}, health: {self.health}); supervisord restarts it"
-            self.set_state(State.DOWN)
-        elif self.state == State.DOWN and self.health == "ok" and statename in UP_STATES:
-            self.last_error = None
-            self.set_state(self.resume_state)
-        elif self.health == "ok" and self.state in (State.STARTING, State.FAILED):
+            return
+        if Act.COMMIT in step.actions:
             self._first_healthy(cur)
-        elif self.state == State.STARTING and statename in DEAD_STATES:
-            self.last_error = f"server did not start ({statename})"
-            self.set_state(State.FAILED)
+            return
+        self.set_state(step.to)
 
     def _first_healthy(self, cur: Plan) -> None:
         """The plan answers: serving; commit it (and say so in history) unless it is the committed one."""
-        self.set_state(State.SERVING)
+        self.set_state(State.SERVING)  # STARTING/FAILED -> SERVING
         self.last_error = None
         self.reset_retries()
         if self.last_good and self.last_good.digest() == cur.digest():
             return
         runtime_state.commit(self.sd, cur)
         missing = activation.summary(self.backends)
-        error = f"expected backend not active: {missing}" if missing else None
-        runtime_state.append_history(
-            self.sd,
-            {"ts": time.time(), "from": None, "to": label(cur), "outcome": Outcome.STARTED, "durations": {},
-             "backends": self.backends, "decode_allreduce": self.decode_allreduce, "error": error},
-        )
-        self.last_error = error
+        entry = Entry(to=label(cur), outcome=Outcome.STARTED, backends=self.backends,
+                      decode_allreduce=self.decode_allreduce,
+                      error=f"expected backend not active: {missing}" if missing else None)
+        runtime_state.append_history(self.sd, entry.to_json())
+        self.last_error = entry.error
         self.last_good = cur
 
     def reset_retries(self) -> None:
-        self.retry_at, self.backoff_s = None, settings.KIT_RETRY_BACKOFF_S.get()
+        self.retry = transitions.reset_retry(self.retry, settings.KIT_RETRY_BACKOFF_S.get())
 
     async def _crash_loop(self, info: dict) -> None:
         """supervisord gave up (FATAL): say so in /status, and start the server again with backoff."""
-        now = time.time()
-        reason = info.get("spawnerr") or f"exit status {info.get('exitstatus')}"
-        cause = start_lines.cause_text(self.follower.record_for(0))  # the last start's own word on why
-        if cause:
-            reason += f"; the server log says: {cause}"
-        if self.retry_at is None:
-            self.retry_at = now + self.backoff_s
+        step = transitions.on_fatal(self.retry, self.clock(), settings.KIT_RETRY_BACKOFF_MAX_S.get())
+        self.retry = step.retry
+        if step.announce:
+            reason = info.get("spawnerr") or f"exit status {info.get('exitstatus')}"
+            cause = start_lines.cause_text(self.follower.record_for(0))  # the last start's own word on why
+            if cause:
+                reason += f"; the server log says: {cause}"
             self.last_error = (f"server crash loop: supervisord gave up after {settings.KIT_START_RETRIES.get()} retries "
-                               f"(FATAL, {reason}); automatic restart in {self.backoff_s:.0f}s")
-            self.set_state(State.FAILED)
-            return
-        if now < self.retry_at:
-            return
-        self.retries += 1
-        self.retry_at = None
-        self.backoff_s = min(self.backoff_s * 2, settings.KIT_RETRY_BACKOFF_MAX_S.get())
-        try:
-            await asyncio.to_thread(self.sup.start)
-        except Exception as exc:
-            self.last_error = f"automatic restart failed: {describe(exc)}"
+                               f"(FATAL, {reason}); automatic restart in {step.retry.backoff_s:.0f}s")
+            self.set_state(State.FAILED)  # any -> FAILED
+        if step.start:
+            try:
+                await asyncio.to_thread(self.sup.start)
+            except Exception as exc:
+                self.last_error = f"automatic restart failed: {describe(exc)}"
 
     # ----- a switch cut short ----------------------------------------------------------------------
-    async def recover(self, j: journal.Journal) -> dict:
+    async def recover(self, j: journal.Journal) -> Entry:
         """Resolve a journal left by a switch that was cut short: gate what runs now, commit it if it is
         healthy, else roll back to the last committed plan. The outcome `interrupted` goes to history.
         The caller holds the lock; it is released here."""
@@ -282,52 +279,50 @@ class Lifecycle:
         finally:
             self.lock.release()
 
-    async def _recover(self, j: journal.Journal) -> dict:
+    async def _recover(self, j: journal.Journal) -> Entry:
         t0 = time.monotonic()
-        self.set_state(State.RECOVERING)
-        self.switcher.phase = Phase.RECOVERING
-        entry: dict = {
-            "ts": time.time(), "id": j.id, "from": j.record()["from"], "to": j.record()["to"],
-            "outcome": Outcome.INTERRUPTED, "interrupted_phase": j.phase, "durations": {},
-            "error": f"the switch was cut short in phase '{j.phase}' (control API or container restart)",
-        }
-        if j.phase.startswith("done:"):  # it finished, but its outcome could not be written then
-            entry.update(finished_as=j.phase[5:], error="the switch finished but its outcome could not be recorded")
+        self.set_state(State.RECOVERING)  # STARTING -> RECOVERING
+        self.switcher.enter(Phase.RECOVERING)
+        rec = j.record()
+        entry = Entry(id=j.id, **{"from": rec["from"]}, to=rec["to"], outcome=Outcome.INTERRUPTED,
+                      interrupted_phase=j.phase_text(),
+                      error=f"the switch was cut short in phase '{j.phase_text()}' (control API or container restart)")
+        if j.phase == journal.DONE:  # it finished, but its outcome could not be written then
+            entry.finished_as, entry.error = j.finished_as, "the switch finished but its outcome could not be recorded"
         rendered = runtime_state.rendered_plan(self.sd)
         try:
             if rendered is None:
                 raise GateFailed("no readable rendered plan (profile.json)")
             self.switcher.active = rendered
             info = await asyncio.to_thread(self.sup.info)
-            if info.get("statename") not in LIVE_STATES:
-                await asyncio.to_thread(self.sup.start)
+            if transitions.recovery_needs_start(info.get("statename")):
+                await self.switcher.start_program()
             await self.switcher.health_gate(rendered.server_url, self.switcher.timeouts.health_s)
             runtime_state.commit(self.sd, rendered)
             self.current = self.last_good = rendered
             self.last_error = None
-            entry.update(resolution=Resolution.KEPT, running=label(rendered))
-            self.set_state(State.SERVING)
+            done = transitions.recovery_kept()
+            entry.resolution, entry.running = done.resolution, label(rendered)
         except Exception as exc:
-            entry["gate_error"] = describe(exc)
+            entry.gate_error = describe(exc)
             good = self.last_good
-            if good is None or (rendered is not None and good.digest() == rendered.digest()):
-                entry.update(resolution=Resolution.FAILED)
-                self.last_error = entry["gate_error"]
-                self.set_state(State.FAILED)
+            other = good is not None and (rendered is None or good.digest() != rendered.digest())
+            done = transitions.recovery_after_gate_failed(other)
+            if done is not None:
+                entry.resolution = done.resolution
+                self.last_error = entry.gate_error
             else:
-                entry.update(await self.switcher.roll_back(good, None))
-                entry["durations"]["rollback_s"] = entry.pop("rollback_s")
-                ok = entry["outcome"] == Outcome.ROLLED_BACK
-                entry.update(outcome=Outcome.INTERRUPTED, resolution=Resolution.ROLLED_BACK if ok else Resolution.FAILED,
-                             running=label(good))
+                entry.rolled_back(await self.switcher.roll_back(good, None))
+                done = transitions.recovery_after_rollback(entry.outcome == Outcome.ROLLED_BACK)
+                entry.outcome, entry.resolution, entry.running = Outcome.INTERRUPTED, done.resolution, label(good)
                 self.current = good
-                self.last_error = entry["gate_error"] if ok else entry.get("rollback_error")
-                self.set_state(State.ROLLED_BACK if ok else State.FAILED)
-        self.switcher.phase = None
-        entry["durations"]["total_s"] = round(time.monotonic() - t0, 3)
+                self.last_error = entry.gate_error if done.resolution == Resolution.ROLLED_BACK else entry.rollback_error
+        self.set_state(done.state)
+        self.switcher.enter(None)
+        entry.lap("total", time.monotonic() - t0)
         try:
             if not runtime_state.history_has(self.sd, j.id):  # its outcome may be in history already
-                runtime_state.append_history(self.sd, entry)
+                runtime_state.append_history(self.sd, entry.to_json())
                 self.recorded(entry)
             journal.clear(self.sd)
         except OSError as exc:
@@ -340,7 +335,7 @@ class Lifecycle:
         return entry
 
     # ----- a switch --------------------------------------------------------------------------------
-    async def switch(self, profile: str, spec: str, timeout_s: float | None, spec_params: SpecParams | None = None) -> dict:
+    async def switch(self, profile: str, spec: str, timeout_s: float | None, spec_params: SpecParams | None = None) -> Entry:
         """Validate, then switch under the lock; the history entry. Busy when another switch runs,
         UserError for a plan that does not validate, RuntimeFailure when the journal cannot be written.
         `spec_params`: an EAGLE point; it is in the plan's flags, so "unchanged" (equal digests) means the same point.
@@ -354,39 +349,37 @@ class Lifecycle:
         async with self.lock:  # no await between the check and here: one event loop, so atomic
             before = self.state
             previous = self.current if before in ANSWERING else self.last_good
-            if self.current and before == State.SERVING and (plan.digest(), plan.name, plan.spec) == (
-                    self.current.digest(), self.current.name, self.current.spec):
-                return {"outcome": Outcome.UNCHANGED, "error": None, "durations": {}}
-            self.set_state(State.SWITCHING)
+            same = self.current is not None and (plan.digest(), plan.name, plan.spec) == (
+                self.current.digest(), self.current.name, self.current.spec)
+            if transitions.unchanged(before, same):
+                return Entry(outcome=Outcome.UNCHANGED)
+            self.set_state(transitions.switch_begins(before))  # any -> SWITCHING
             try:
                 entry = await self.switcher.run(previous, plan, timeout_s)
             except OSError as exc:  # the journal could not be written: nothing was touched
-                self.set_state(before)
+                self.set_state(before)  # SWITCHING -> where it began
                 raise RuntimeFailure(
                     f"cannot record the switch in {self.paths.journal} ({describe(exc)}); "
                     "nothing was changed: free space in KIT_STATE_DIR and retry"
                 ) from exc
             self._after_switch(entry, plan, previous, before)
-            if "history_error" not in entry:  # else the next start records it, as interrupted
+            if entry.history_error is None:  # else the next start records it, as interrupted
                 self.recorded(entry)
             info = await asyncio.to_thread(self.sup.info)
             self.pid = int(info.get("pid") or 0)
             return entry
 
-    def _after_switch(self, entry: dict, plan: Plan, previous: Plan | None, before: State) -> None:
-        outcome = Outcome(entry["outcome"])
-        self.last_error = entry.get("rollback_error") or entry["error"] if outcome == Outcome.FAILED else entry["error"]
+    def _after_switch(self, entry: Entry, plan: Plan, previous: Plan | None, before: State) -> None:
+        outcome = Outcome(entry.outcome)
+        self.last_error = entry.rollback_error or entry.error if outcome == Outcome.FAILED else entry.error
         if outcome in (Outcome.SWITCHED, Outcome.DEGRADED):
             self.current = self.last_good = plan
-            self.backends, self.backends_of = entry.get("backends", []), None
-            self.decode_allreduce = entry.get("decode_allreduce")
+            self.backends, self.backends_of = entry.backends or [], None
+            self.decode_allreduce = entry.decode_allreduce
             self.reset_retries()  # a crash of the new server starts its own backoff
         elif outcome == Outcome.ROLLED_BACK:
             self.current = previous
             self.reset_retries()
         elif outcome == Outcome.FAILED:
             self.current = plan if previous is None else previous
-        if outcome == Outcome.ABORTED:  # nothing was touched: the server is as it was
-            self.set_state(before)
-        else:
-            self.set_state(STATE_AFTER[outcome])
+        self.set_state(transitions.switch_ends(before, outcome))  # SWITCHING -> the outcome's state

@@ -21,12 +21,20 @@ from launcher.profiles.plan import Plan
 from launcher.profiles.render import write_plan
 from launcher.runtime import activation, journal, start_records
 from launcher.runtime import state as runtime_state
+from launcher.runtime.exits import ExitWatch
+from launcher.runtime.failures import DrainCutShort, GateFailed, HealthTimeout, ServerExited, describe
 from launcher.runtime.metrics_text import running_requests
+from launcher.runtime.records import Entry, Rollback
 from launcher.runtime.states import Outcome, Phase
-from launcher.runtime.supervisor_rpc import DEAD_STATES, Supervisor
+from launcher.runtime.supervisor_rpc import Supervisor
+from launcher.runtime.transitions import change_phase
+
+__all__ = ["GateFailed", "Switcher", "Timeouts", "describe", "label"]
 
 STOP_MARGIN_S = 30  # beyond supervisord's own stop wait, before the group is killed
 LOG_GRACE_S = 3.0  # the server logged its line before answering; supervisord may not have written it yet
+METRICS_TIMEOUT_S = 5.0  # one /metrics read of the drain; a slower answer is asked again
+POLL_S = 0.2  # between two reads of /metrics or /health_generate
 
 
 @dataclass
@@ -37,15 +45,6 @@ class Timeouts:
     stop_s: float = field(default_factory=lambda: settings.KIT_STOP_WAIT_S.get() + STOP_MARGIN_S)
     health_s: float = field(default_factory=lambda: settings.KIT_HEALTH_TIMEOUT_S.get())
     rollback_s: float = field(default_factory=lambda: settings.KIT_ROLLBACK_TIMEOUT_S.get())
-
-
-class GateFailed(Exception):
-    pass
-
-
-def describe(exc: BaseException) -> str:
-    """One line for the history: a gate failure says itself, anything else names its type."""
-    return str(exc) if isinstance(exc, GateFailed) else f"{type(exc).__name__}: {exc}"
 
 
 def group_alive(pgid: int) -> bool:
@@ -59,41 +58,67 @@ def group_alive(pgid: int) -> bool:
 
 
 class Switcher:
-    """The switch phases. `phase` is what /status shows while one runs."""
+    """The switch phases. `phase` is what /status shows while one runs; every phase move goes through
+    transitions.change_phase."""
 
     def __init__(self, state_dir: Path, supervisor: Supervisor, timeouts: Timeouts | None = None,
-                 follower: start_records.Follower | None = None):
+                 follower: start_records.Follower | None = None, transport: httpx.AsyncBaseTransport | None = None,
+                 poll_s: float = POLL_S):
         self.sd = state_dir
         self.sup = supervisor
         self.timeouts = timeouts or Timeouts()
         paths = state_layout.StatePaths(state_dir)
         self.follower = follower or start_records.Follower(paths.server_log, paths.starts)
+        self.transport = transport  # tests hand in an httpx.MockTransport; None: the network
+        self.poll_s = poll_s
         self.phase: Phase | None = None
         self.active: Plan | None = None  # the plan last rendered and started: what health is probed on
         self.server_changed_at = 0.0  # a health reading older than this describes a server that is gone
+        self.watch: ExitWatch | None = None  # exits of the server last started, from supervisord's process info
+
+    def enter(self, phase: Phase | None) -> None:
+        self.phase = change_phase(self.phase, phase)
+
+    def client(self, timeout: httpx.Timeout | float) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=timeout, transport=self.transport)
 
     async def _call(self, fn, *args):
         return await asyncio.to_thread(fn, *args)
 
     async def drain(self, url: str, timeout_s: float) -> None:
-        """Wait until SGLang reports no running requests; a server that does not answer holds none."""
-        self.phase = Phase.DRAINING
+        """Wait until SGLang's /metrics reports no running request. Only a refused connection means
+        nothing runs there; a timeout, a 5xx (or any answer but 200) or text that is not metrics says
+        nothing, and is asked again until the deadline: DrainCutShort then, with the last reading."""
+        self.enter(Phase.DRAINING)
         deadline = time.monotonic() + timeout_s
-        async with httpx.AsyncClient(timeout=5) as client:
+        async with self.client(httpx.Timeout(METRICS_TIMEOUT_S, connect=METRICS_TIMEOUT_S)) as client:
             while True:
                 try:
                     r = await client.get(f"{url}/metrics")
-                    if r.status_code != 200 or running_requests(r.text) == 0:
-                        return
-                except (httpx.HTTPError, ValueError):  # no answer, or not metrics: it holds no requests we can see
+                    if r.status_code == 200:
+                        running = running_requests(r.text)
+                        if running == 0:
+                            return
+                        last = f"{running:.0f} request(s) running"
+                    else:
+                        last = f"/metrics answered {r.status_code}"
+                except httpx.ConnectError:  # nothing listens: nothing runs
                     return
+                except httpx.TimeoutException:
+                    last = f"/metrics did not answer within {METRICS_TIMEOUT_S:.0f}s"
+                except httpx.HTTPError as exc:
+                    last = f"/metrics failed ({type(exc).__name__})"
+                except ValueError:
+                    last = "/metrics answered text that is not Prometheus metrics"
                 if time.monotonic() > deadline:
-                    raise GateFailed(f"drain timeout: requests still running after {timeout_s:.0f}s")
-                await asyncio.sleep(0.2)
+                    what = ("requests still running" if last.endswith("running")
+                            else "running requests unknown")
+                    raise DrainCutShort(f"drain timeout: {what} after {timeout_s:.0f}s ({last})", last)
+                await asyncio.sleep(self.poll_s)
 
     async def stop(self) -> None:
         """Stop the program, then wait until its whole process group (TP workers too) is gone."""
-        self.phase = Phase.STOPPING
+        self.enter(Phase.STOPPING)
         self.server_changed_at = time.time()
         info = await self._call(self.sup.info)
         pgid = int(info.get("pid") or 0)
@@ -111,21 +136,35 @@ class Switcher:
             await asyncio.sleep(0.05)
 
     async def start(self, plan: Plan) -> None:
-        self.phase = Phase.STARTING
+        self.enter(Phase.STARTING)
         self.server_changed_at = time.time()
         self.active = plan
         write_plan(self.sd, plan)
+        self.watch = ExitWatch.before_start(await self._call(self.sup.info))
+        await self._call(self.sup.start)
+
+    async def start_program(self) -> None:
+        """Start the program as it is rendered (a recovery found it stopped), watched for exits from here."""
+        self.watch = ExitWatch.before_start(await self._call(self.sup.info))
         await self._call(self.sup.start)
 
     async def health_gate(self, url: str, timeout_s: float) -> None:
-        """200 from /health_generate (SGLang answers 503 while loading), or fail early if the program died."""
-        self.phase = Phase.HEALTH
+        """200 from /health_generate (SGLang answers 503 while loading); ServerExited as soon as
+        supervisord's process info shows that the server exited since its start (exits.ExitWatch),
+        HealthTimeout when time runs out. A server started before this process (a recovery) is
+        watched from its first answer."""
+        self.enter(Phase.HEALTH)
         deadline = time.monotonic() + timeout_s
-        async with httpx.AsyncClient(timeout=httpx.Timeout(30, connect=2)) as client:
+        watch = self.watch
+        self.watch = None
+        async with self.client(httpx.Timeout(30, connect=2)) as client:
             while True:
                 info = await self._call(self.sup.info)
-                if info.get("statename") in DEAD_STATES:
-                    raise GateFailed(f"server exited during start-up ({info.get('statename')}: {info.get('spawnerr') or 'exit status ' + str(info.get('exitstatus'))})")
+                if watch is None:
+                    watch = ExitWatch.running(info)
+                gone = watch.exited(info)
+                if gone:
+                    raise ServerExited(f"server exited during start-up ({gone})")
                 try:
                     r = await client.get(f"{url}/health_generate")
                     if r.status_code == 200:
@@ -133,13 +172,13 @@ class Switcher:
                 except httpx.HTTPError:
                     pass
                 if time.monotonic() > deadline:
-                    raise GateFailed(f"health timeout: {url}/health_generate not 200 after {timeout_s:.0f}s")
-                await asyncio.sleep(0.2)
+                    raise HealthTimeout(f"health timeout: {url}/health_generate not 200 after {timeout_s:.0f}s")
+                await asyncio.sleep(self.poll_s)
 
     async def activation_check(self, plan: Plan) -> tuple[list[dict], dict]:
         """The expected backends of the healthy new server and the decode all-reduce's carrier, from what
         its start logged on every rank (activation.py), SGLang's precedence and the host facts."""
-        self.phase = Phase.ACTIVATION
+        self.enter(Phase.ACTIVATION)
         facts, note = await self._call(activation.load_facts)
         deadline = time.monotonic() + LOG_GRACE_S
         while True:
@@ -165,25 +204,17 @@ class Switcher:
         await self.start(plan)
         await self.health_gate(plan.server_url, timeout_s)
 
-    async def run(self, current: Plan | None, new: Plan, timeout_s: float | None) -> dict:
-        """Full switch; returns the history entry (outcome switched / rolled_back / failed / aborted).
+    async def run(self, current: Plan | None, new: Plan, timeout_s: float | None) -> Entry:
+        """Full switch; returns the history entry (outcome switched / degraded / rolled_back / failed / aborted).
 
         OSError from writing the journal means nothing was changed; it propagates."""
         t0 = time.monotonic()
-        durations: dict[str, float] = {}
         j = journal.begin(self.sd, label(current), label(new))
-        entry: dict = {
-            "ts": time.time(),
-            "id": j.id,
-            "from": label(current),
-            "to": label(new),
-            "durations": durations,
-            "error": None,
-        }
+        entry = Entry(id=j.id, **{"from": label(current)}, to=label(new))
 
         def lap(name: str, since: float) -> float:
             now = time.monotonic()
-            durations[f"{name}_s"] = round(now - since, 3)
+            entry.lap(name, now - since)
             return now
 
         t = t0
@@ -193,7 +224,9 @@ class Switcher:
             t = lap("drain", t)
         except Exception as exc:  # nothing was stopped: the old server keeps serving
             lap("drain", t)
-            entry.update(outcome=Outcome.ABORTED, error=describe(exc))
+            entry.outcome, entry.error = Outcome.ABORTED, describe(exc)
+            if isinstance(exc, DrainCutShort):
+                entry.drain_cut_short = exc.last
             return self._finish(entry, j, t0)
         step = "stop"
         try:
@@ -211,36 +244,35 @@ class Switcher:
             await self.health_gate(new.server_url, timeout_s or self.timeouts.health_s)
             t = lap("health", t)
             step = "activation"
-            entry["backends"], entry["decode_allreduce"] = await self.activation_check(new)
+            entry.backends, entry.decode_allreduce = await self.activation_check(new)
             lap("activation", t)
-            missing = activation.summary(entry["backends"])
+            missing = activation.summary(entry.backends)
             if missing and settings.KIT_ACTIVATION_FAILURE.get() == "rollback":
                 raise GateFailed(f"expected backend not active: {missing}")
             runtime_state.commit(self.sd, new)
-            entry["outcome"] = Outcome.DEGRADED if missing else Outcome.SWITCHED
+            entry.outcome = Outcome.DEGRADED if missing else Outcome.SWITCHED
             if missing:
-                entry["error"] = f"expected backend not active, kept ({settings.KIT_ACTIVATION_FAILURE.name}=degraded): {missing}"
+                entry.error = f"expected backend not active, kept ({settings.KIT_ACTIVATION_FAILURE.name}=degraded): {missing}"
             return self._finish(entry, j, t0)
         except Exception as exc:  # the gate, a full disk, a supervisord fault: all take the rollback path
             lap(step, t)
-            entry["error"] = describe(exc)
-            if step == "health" and isinstance(exc, GateFailed) and "exited" in str(exc):
+            entry.error = describe(exc)
+            if isinstance(exc, ServerExited):
                 cause = await self.death_cause(starts_before)
                 if cause:
-                    entry["error"] += f"; the server log says: {cause}"
-            entry["failed_step"] = step
-            entry["log_tail"] = runtime_state.tail(state_layout.StatePaths(self.sd).server_log, 50)
+                    entry.error += f"; the server log says: {cause}"
+            entry.failed_step = step
+            entry.log_tail = runtime_state.tail(state_layout.StatePaths(self.sd).server_log, 50)
         if current is None:
-            entry["outcome"] = Outcome.FAILED
+            entry.outcome = Outcome.FAILED
             return self._finish(entry, j, t0)
-        entry.update(await self.roll_back(current, j))
+        entry.rolled_back(await self.roll_back(current, j))
         return self._finish(entry, j, t0)
 
-    async def roll_back(self, plan: Plan, j: journal.Journal | None) -> dict:
+    async def roll_back(self, plan: Plan, j: journal.Journal | None) -> Rollback:
         """Stop whatever runs and bring `plan` back; the outcome and its time, never an exception."""
-        self.phase = Phase.ROLLING_BACK
+        self.enter(Phase.ROLLING_BACK)
         t = time.monotonic()
-        out: dict = {"outcome": Outcome.ROLLED_BACK}
         try:
             if j is not None:
                 try:
@@ -250,22 +282,19 @@ class Switcher:
             await self.stop()
             await self.bring_up(plan, self.timeouts.rollback_s)
         except Exception as exc:
-            out = {"outcome": Outcome.FAILED, "rollback_error": describe(exc)}
-        out["rollback_s"] = round(time.monotonic() - t, 3)
-        return out
+            return Rollback(Outcome.FAILED, time.monotonic() - t, describe(exc))
+        return Rollback(Outcome.ROLLED_BACK, time.monotonic() - t)
 
-    def _finish(self, entry: dict, j: journal.Journal, t0: float) -> dict:
+    def _finish(self, entry: Entry, j: journal.Journal, t0: float) -> Entry:
         """History first, then the journal goes: a crash in between leaves a journal, never a lost outcome."""
-        if "rollback_s" in entry:
-            entry["durations"]["rollback_s"] = entry.pop("rollback_s")
-        entry["durations"]["total_s"] = round(time.monotonic() - t0, 3)
-        self.phase = None
+        entry.lap("total", time.monotonic() - t0)
+        self.enter(None)
         try:
-            runtime_state.append_history(self.sd, entry)
+            runtime_state.append_history(self.sd, entry.to_json())
         except OSError as exc:
-            entry["history_error"] = describe(exc)
+            entry.history_error = describe(exc)
             try:  # keep the journal, marked with the outcome, for the next start to record
-                journal.advance(self.sd, j, f"done:{entry['outcome']}")
+                journal.finished(self.sd, j, entry.outcome)
             except OSError:
                 pass
             return entry
