@@ -5,7 +5,8 @@ at once (EXITED -> STARTING within one of supervisord's ticks), and one that cra
 retried after a backoff of a second or more, so a poll every 0.2 s under load can see STARTING or
 RUNNING every time. getProcessInfo also gives `pid`, `start` and `stop` (whole seconds): a pid
 that changed, a later `start` (a respawn), or a later `stop` than before the start request all say
-that a process exited since, whatever the state reads by then.
+that a process exited since, whatever the state reads by then. The switch reads the pid it started
+right after the start request, so a later pid is a restart even when no poll saw the exit itself.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class ExitWatch:
     stop_before: int = 0  # supervisord's `stop` before the start request (0: never stopped)
     pid: int = 0  # the first pid seen since
     start: int = 0  # that process's `start`
+    reason: str | None = None  # once an exit is seen it stays seen
 
     @classmethod
     def before_start(cls, info: dict) -> ExitWatch:
@@ -43,6 +45,11 @@ class ExitWatch:
         return w
 
     def exited(self, info: dict) -> str | None:
+        if self.reason is None:
+            self.reason = self._exit(info)
+        return self.reason
+
+    def _exit(self, info: dict) -> str | None:
         state = info.get("statename")
         pid, start, stop = _int(info, "pid"), _int(info, "start"), _int(info, "stop")
         why = info.get("spawnerr") or f"exit status {info.get('exitstatus')}"

@@ -140,13 +140,14 @@ class Switcher:
         self.server_changed_at = time.time()
         self.active = plan
         write_plan(self.sd, plan)
-        self.watch = ExitWatch.before_start(await self._call(self.sup.info))
-        await self._call(self.sup.start)
+        await self.start_program()
 
     async def start_program(self) -> None:
         """Start the program as it is rendered (a recovery found it stopped), watched for exits from here."""
-        self.watch = ExitWatch.before_start(await self._call(self.sup.info))
+        watch = ExitWatch.before_start(await self._call(self.sup.info))
         await self._call(self.sup.start)
+        watch.exited(await self._call(self.sup.info))  # the pid it started, read as early as it can be
+        self.watch = watch
 
     async def health_gate(self, url: str, timeout_s: float) -> None:
         """200 from /health_generate (SGLang answers 503 while loading); ServerExited as soon as

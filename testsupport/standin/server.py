@@ -257,6 +257,11 @@ async def metrics(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
     if not engine.args.enable_metrics:
         raise web.HTTPNotFound(text="/metrics needs --enable-metrics (as in SGLang)")
+    s = engine.settings
+    if engine.stats.running and s.metrics_busy_delay_s:
+        await asyncio.sleep(s.metrics_busy_delay_s)
+    if engine.stats.running and s.metrics_busy_status != 200:
+        return web.Response(status=s.metrics_busy_status, text="SIMULATED fault: /metrics fails while a request runs")
     return web.Response(text=render_metrics(engine), content_type="text/plain", charset="utf-8")
 
 

@@ -23,6 +23,9 @@ Faults:
 - ``mscclpp_init_failure``: print SGLang 0.5.23's lines for a failed MSCCL++ start (its cause line, the
   traceback, the scheduler's and the launcher's lines) and die before listening, as SGLang does
   (testsupport/standin/activation.py).
+
+/metrics under load (the switch's drain reads it): ``metrics_busy_delay_s`` makes it wait that long,
+and ``metrics_busy_status`` answer that status instead, while a generation request runs.
 """
 
 from __future__ import annotations
@@ -74,6 +77,13 @@ class StandinSettings(BaseModel):
     )
     log_filler_mb: float = Field(
         0.0, ge=0, description="MB of SGLang-like decode log lines written after the start-up lines, before ready."
+    )
+    metrics_busy_delay_s: float = Field(
+        0.0, ge=0, description="/metrics waits this long before answering while a generation request runs "
+        "(a server too loaded to answer its scrape in time)."
+    )
+    metrics_busy_status: int = Field(
+        200, ge=200, le=599, description="/metrics answers this status, without metrics, while a generation request runs."
     )
     corrupt_output: bool = Field(
         False, description="Different text and accept length 1.0 (wrong all-reduce)."

@@ -4,7 +4,7 @@ Levels: error (refuse), warning (run, but say so), ineligible (cannot run on thi
 requires (depends on host facts that were not given; shown under the plan's `requires`).
 
 The rules live in topic modules (`nccl_env`, `parent_env`, `allreduce`, `expert_parallel`,
-`parser`, `speculation`, `host`); `RULES` below is the one registry. Its order is the order
+`parser`, `speculation`, `host`, `metrics`); `RULES` below is the one registry. Its order is the order
 findings come out in, which plans, warnings and the golden files show, so a new rule is
 appended rather than slotted in by topic.
 """
@@ -26,6 +26,7 @@ from launcher.profiles.rules.allreduce import (
 from launcher.profiles.rules.context import Context, Finding, Level
 from launcher.profiles.rules.expert_parallel import deepep_low_latency_transport, deepep_normal_mode
 from launcher.profiles.rules.host import gpu_count, host_requirements
+from launcher.profiles.rules.metrics import metrics_needed_by_drain
 from launcher.profiles.rules.nccl_env import (
     graph_mixing_off_with_eager_nccl,
     ll128_on_pcie,
@@ -68,6 +69,7 @@ RULES: list[tuple[Rule, bool]] = [
     (graph_mixing_off_with_eager_nccl, False),
     (p2p_level_across_sockets, False),
     (eagle_spec_params, False),
+    (metrics_needed_by_drain, False),
 ]
 
 
