@@ -2,7 +2,7 @@
 within a time budget, and put it in production only when asked (`--apply`, `--fleet`).
 
 Everything the user can get wrong is checked here, before anything is switched (exit 2, naming the
-flag): unknown profile or spec mode (against the control API's own lists, in bench/tune/runner.py,
+flag): unknown profile or spec mode (against the control API's own lists, in bench/tune/planning.py,
 also before the first switch), a point SGLang would not run as written, a budget that is not a
 duration, a goodput objective without its targets, a profile name that would overwrite a file the
 tuner did not write. Exit codes: 0 done (with or without a winner), 1 runtime failure, 2 bad input,
@@ -12,96 +12,27 @@ tuner did not write. Exit codes: 0 done (with or without a winner), 1 runtime fa
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import sys
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
+
+from rich.console import Console
 
 from bench import args as flags
 from bench.args import CliArgs, http_url, positive_ints, stop_on_interrupt
-from bench.run.settings import RunKnobs, RunSettings
-from bench.tune import decision, order, space
+from bench.tune import decision, order, production, result, space
 from bench.tune.decision import Objective
+from bench.tune.journal import JOURNAL
+from bench.tune.profile_out import check_profile_target
+from bench.tune.runner import TuneRun
+from bench.tune.settings import DEFAULT_BUDGET, DEFAULT_OUT, DEFAULT_SPECS, TuneKnobs, TuneSettings
 from launcher import settings
 from launcher.errors import UserError, run_cli
 from launcher.profiles.catalog import check_name
-from launcher.profiles.spec_params import SpecParams, parse_list
-
-DEFAULT_OUT = "results/tune"
-DEFAULT_SPECS = "off,ngram,eagle3"
-DEFAULT_BUDGET = "2h"
-PROFILE_NAME = "tuned"
-MARK = "# Written by `bench tune`"  # the first line of every profile file the tuner writes
-
-
-@dataclass(kw_only=True)
-class TuneKnobs:
-    """The flags that reach the settings as they are: one name and one default on both sides."""
-
-    apply: bool = False
-    fleet: str | None = None
-    profile_name: str = PROFILE_NAME
-    profile_dir: str | None = None
-    facts: str | None = None
-    allreduce: str | None = None
-    num_prompts: int = 8
-    max_tokens: int = RunKnobs.max_tokens
-    workload: str = RunKnobs.workload
-    api: str = RunKnobs.api
-    warmup: int = RunKnobs.warmup
-    seed: int = RunKnobs.seed
-    min_exact_match: float = RunKnobs.min_exact_match
-    switch_timeout: float = RunKnobs.switch_timeout
-    health_timeout: float = RunKnobs.health_timeout
-    screen_repeats: int = 2
-    final_repeats: int = decision.MIN_REPEATS
-
-
-@dataclass(kw_only=True)
-class TuneSettings(TuneKnobs):
-    """What the tune measures and decides on; `measuring()` is what makes repeats comparable (the journal
-    keys reused cells on it)."""
-
-    url: str
-    control: str
-    out: str
-    profiles: tuple[str, ...] | str  # names, or "eligible"
-    specs: tuple[str, ...]
-    points: tuple[SpecParams, ...]
-    budget_s: float
-    concurrency: list[int]
-    objective: Objective
-    connect_timeout: float = RunKnobs.connect_timeout
-    read_timeout: float = RunKnobs.read_timeout
-    request_timeout: float = RunKnobs.request_timeout
-    finalists: int = 2
-    argv: list[str] = field(default_factory=list)
-
-    def measuring(self) -> dict[str, Any]:
-        """The settings a repeat's numbers depend on (not the budget, not the space, not where results go)."""
-        return {
-            "url": self.url, "num_prompts": self.num_prompts, "max_tokens": self.max_tokens,
-            "workload": self.workload, "api": self.api, "warmup": self.warmup, "seed": self.seed,
-            "concurrency": self.concurrency, "objective": asdict(self.objective),
-            "min_exact_match": self.min_exact_match,
-        }
-
-    def run_settings(self, *, switching: bool = True) -> RunSettings:
-        """The `bench run` settings one cell is measured with (bench/run/measure.py)."""
-        return RunSettings(
-            url=self.url, out=self.out, control=self.control, control_given=True, concurrency=list(self.concurrency),
-            repeats=self.screen_repeats, num_prompts=self.num_prompts, max_tokens=self.max_tokens,
-            workload=self.workload, api=self.api, warmup=self.warmup, no_switch=not switching, seed=self.seed,
-            min_exact_match=self.min_exact_match, switch_timeout=self.switch_timeout,
-            health_timeout=self.health_timeout, connect_timeout=self.connect_timeout,
-            read_timeout=self.read_timeout, request_timeout=self.request_timeout, argv=list(self.argv),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["points"] = [p.text() for p in self.points]
-        out["profiles"] = self.profiles if isinstance(self.profiles, str) else list(self.profiles)
-        return out
+from launcher.profiles.spec_params import parse_list
 
 
 @dataclass(kw_only=True)
@@ -239,25 +170,31 @@ class TuneArgs(CliArgs, TuneKnobs):
         })
 
 
-def check_profile_target(folder: Path, name: str) -> Path:
-    """Where the winner's profile file goes; exit 2 when a file there was not written by the tuner."""
-    path = folder / f"{name}.toml"
-    if path.exists():
-        try:
-            first = path.read_text(encoding="utf-8").splitlines()[:1]
-        except (OSError, UnicodeDecodeError):
-            first = []
-        if not first or not first[0].startswith(MARK):
-            raise UserError(f"--profile-name {name}: {path} exists and was not written by bench tune; choose another "
-                            "--profile-name or --profile-dir (nothing was switched)")
-    return path
+def tune(s: TuneSettings, *, token: str, console: Console) -> int:
+    """Run the tune, write its results, and leave production as promised, whatever happened."""
+    run = TuneRun(s, token, console)
+    written: Path | None = None
+    try:
+        asyncio.run(run.run())
+        written = result.write(run, complete=True)
+        return production.finish(run, written)
+    except KeyboardInterrupt:
+        console.print("interrupted: putting production back on the plan the tune started from", style="yellow")
+        production.restore(run)
+        if written is None and run.entries:
+            written = result.write(run, complete=False, interrupted=True)
+        where = f"partial results in {written}; " if written else ""
+        console.print(f"{where}the same command resumes from {run.out / JOURNAL}")
+        return 130
+    except BaseException:
+        production.restore(run)  # nothing once production is back, or on the winner (--apply)
+        if written is None and run.entries:
+            with contextlib.suppress(Exception):
+                result.write(run, complete=False)
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rich.console import Console
-
-    from bench.tune.runner import tune
-
     argv = sys.argv[1:] if argv is None else list(argv)
     args = TuneArgs.parse(argv)
     token = settings.KIT_CONTROL_TOKEN.get()

@@ -14,10 +14,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench.tune.space import Candidate
+from launcher.errors import UserError
 from launcher.profiles.catalog import check_name
+
+MARK = "# Written by `bench tune`"  # the first line of every profile file the tuner writes
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ def render(name: str, winner: Candidate, evidence: Evidence) -> str:
     check_name("profile", name)
     check_name("profile", winner.profile)
     lines = [
-        f"# Written by `bench tune` on {_line(evidence.date)}: the fastest correct setup it measured on this host.",
+        f"{MARK} on {_line(evidence.date)}: the fastest correct setup it measured on this host.",
         f"# winner: {_line(winner.label)}",
         f"# bundle: {_line(evidence.bundle, 400)}",
         f"# host: {_line(host_summary(evidence.host), 400)}",
@@ -75,3 +79,17 @@ def render(name: str, winner: Candidate, evidence: Evidence) -> str:
         lines += ["", "[spec_params]", "# the EAGLE-3 point the tune measured; applies under --spec eagle3"]
         lines += [f"{k} = {v}" for k, v in winner.point.model_dump().items()]
     return "\n".join(lines) + "\n"
+
+
+def check_profile_target(folder: Path, name: str) -> Path:
+    """Where the winner's profile file goes; exit 2 when a file there was not written by the tuner."""
+    path = folder / f"{name}.toml"
+    if path.exists():
+        try:
+            first = path.read_text(encoding="utf-8").splitlines()[:1]
+        except (OSError, UnicodeDecodeError):
+            first = []
+        if not first or not first[0].startswith(MARK):
+            raise UserError(f"--profile-name {name}: {path} exists and was not written by bench tune; choose another "
+                            "--profile-name or --profile-dir (nothing was switched)")
+    return path

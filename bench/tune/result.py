@@ -1,10 +1,9 @@
-"""What a tune leaves behind, and where production ends.
+"""What a tune leaves behind: its bundle, tune.json, tune.png and the winner's profile file.
 
 `write`: the bundle (the `bench run` format: manifest, one cell per label with all its repeats, request
 rows, summaries and plots) in OUT/<run-id>/, plus `tune.json` (winner, cells, decision, profile file,
 timings), `tune.png` (bench/tune/plot.py) and, with a winner, the profile file (bench/tune/profile_out.py).
-`finish`: production back on the plan the tune started from, or on the winner (--apply), and the
-winner rolled through a fleet (--fleet); one summary for a person, the wrong cells in red.
+Where production ends, and the summary a person reads, are bench/tune/production.py's.
 """
 
 from __future__ import annotations
@@ -13,21 +12,16 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bench import bundle
+from bench import bundle, bundle_provenance
 from bench.run.cell import close_cell, new_cell
 from bench.run.matrix import MatrixRun
 from bench.tune import journal, order, plot, profile_out
-from bench.tune.cli import check_profile_target
+from bench.tune.profile_out import check_profile_target
+from bench.tune.runner import TuneRun
 from bench.tune.space import Candidate
 from launcher import atomic
-from launcher.errors import KitError
-from launcher.runtime.control_client import SyncControlClient
-from launcher.runtime.states import OK_OUTCOMES
-
-if TYPE_CHECKING:
-    from bench.tune.runner import TuneRun
 
 TUNE_JSON = "tune.json"
 TUNE_PNG = "tune.png"
@@ -138,25 +132,23 @@ def _bundle_cell(run: TuneRun, label: str, mr: MatrixRun) -> None:
     per_c: dict[int, int] = {}
     for e in entries:
         old = e.detail.get("cell") or {}
-        cell.update({k: old.get(k) for k in ("plan_digest", "setup_digest", "local", "plan_spec_params", "server",
-                                             "backends", "switch", "simulated") if old.get(k) is not None})
+        cell.adopt(old)
         renumber: dict[tuple[int, int], int] = {}
         for rep in old.get("per_repeat", []):
             c = int(rep.get("concurrency") or 1)
             renumber[(c, int(rep.get("repeat") or 0))] = per_c.get(c, 0)
-            cell["per_repeat"].append({**rep, "repeat": per_c.get(c, 0), "tune_phase": e.phase, "tune_round": e.round})
+            cell.per_repeat.append({**rep, "repeat": per_c.get(c, 0), "tune_phase": e.phase, "tune_round": e.round})
             per_c[c] = per_c.get(c, 0) + 1
         rows = [{**r, "repeat": renumber.get((int(r.get("concurrency") or 1), int(r.get("repeat") or 0)), 0)}
                 for r in e.detail.get("rows", [])]
-        bundle.append_requests(mr.work_dir, cell["profile"], spec, rows, first.spec_params)
-        if e.status == "failed" and not cell["invalid_reason"]:
-            cell["invalid_reason"] = e.reason
+        bundle.append_requests(mr.work_dir, cell.profile, spec, rows, first.spec_params)
+        if e.status == "failed" and not cell.invalid_reason:
+            cell.invalid_reason = e.reason
         if e.detail.get("plan"):
-            mr.manifest["plans"][bundle.cell_key(cell)] = e.detail["plan"]
-    close_cell(cell, concurrency=run.s.concurrency, repeats=max(per_c.values(), default=0))
+            mr.manifest["plans"][cell.key] = e.detail["plan"]
+    record = close_cell(cell, concurrency=run.s.concurrency, repeats=max(per_c.values(), default=0))
     verdict = run.gate(label)
-    cell["correctness"] = verdict if verdict is not None else {"status": "n/a (not measured)"}
-    mr.cells[bundle.cell_key(cell)] = cell
+    mr.cells[record.key] = record.with_correctness(verdict if verdict is not None else {"status": "n/a (not measured)"})
 
 
 def write(run: TuneRun, *, complete: bool, interrupted: bool = False) -> Path:
@@ -205,75 +197,5 @@ def profile_text(run: TuneRun, winner: Candidate, bundle_dir: Path, data: dict[s
         figures[f"vs {comp.role} {comp.other}"] = f"{comp.diff_mean:+.2f} {unit} (95% bootstrap {comp.ci_low:+.2f}..{comp.ci_high:+.2f})"
     evidence = profile_out.Evidence(
         bundle=str(bundle_dir), date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), figures=figures,
-        host=bundle.host_fingerprint(), decision=f"{d.outcome}: {d.chosen} ({run.s.objective.describe()})" if d else "")
+        host=bundle_provenance.host_fingerprint(), decision=f"{d.outcome}: {d.chosen} ({run.s.objective.describe()})" if d else "")
     return profile_out.render(run.s.profile_name, winner, evidence)
-
-
-def finish(run: TuneRun, path: Path) -> int:
-    """Production as promised (back, --apply, --fleet) and the summary for a person; the exit code."""
-    from bench.tune.runner import restore
-
-    data = json.loads((path / TUNE_JSON).read_text(encoding="utf-8"))
-    say = run.console.print
-    prefix = "SIMULATED " if run.simulated else ""
-    for cell in data["cells"]:
-        if cell["status"] == "invalid":
-            say(f"{prefix}{cell['label']}: WRONG: {cell['reason']} (never chosen)", style="bold red")
-    d = data["decision"]
-    winner = winner_of(run)
-    if winner is not None:
-        say(f"{prefix}winner: {winner.label} ({d['rule']})", style="bold green")
-        for comp in d.get("comparisons", []):
-            say(f"  vs {comp['role']} {comp['other']}: {comp['diff_mean']:+.2f} (95% CI {comp['ci_low']:+.2f}.."
-                f"{comp['ci_high']:+.2f}, n={comp['n_contender']}/{comp['n_other']})")
-    else:
-        say(f"{prefix}{d['outcome']}: {d.get('chosen')} stays")
-    rc = 0
-    if run.s.apply and winner is not None:
-        rc = apply(run, winner, data)
-    else:
-        if run.s.apply:
-            say("--apply: no winner, so nothing to apply; production goes back to the plan it started with")
-        restore(run)
-        if run.switched:
-            rc = 1
-    if run.s.fleet and winner is not None:
-        rc = roll(run, winner) or rc
-    print(f"{prefix}tune: {path / TUNE_JSON}")
-    print(f"{prefix}plot: {path / TUNE_PNG}")
-    if data.get("profile_file"):
-        print(f"{prefix}profile: {data['profile_file']}")
-    return rc
-
-
-def apply(run: TuneRun, winner: Candidate, data: dict[str, Any]) -> int:
-    """Switch to the profile file by name when the server reads its folder, else to the winner's plan."""
-    client = SyncControlClient(run.s.control, run.token, run.s.connect_timeout)
-    names = [p.get("name") for p in client.profiles()]
-    if run.s.profile_name in names and data.get("profile_file"):
-        profile, params, what = run.s.profile_name, None, f"profile {run.s.profile_name} ({data['profile_file']})"
-    else:
-        profile, params, what = winner.profile, winner.point_json(), winner.label
-    code, body = client.switch(profile, winner.spec, run.s.switch_timeout, spec_params=params)
-    if body.get("outcome") in OK_OUTCOMES:
-        run.console.print(f"applied: production runs {what} + {winner.spec}")
-        run.switched = False
-        return 0
-    run.console.print(f"--apply: the switch to {what} did not take (HTTP {code} {body.get('outcome')}: "
-                      f"{body.get('error')}); the server kept or restored its plan", style="bold red")
-    return 1
-
-
-def roll(run: TuneRun, winner: Candidate) -> int:
-    """--fleet: the winner's plan through every host of the fleet, one at a time (launcher/fleet/rolling.py)."""
-    from launcher.fleet import fleetfile, rolling
-    from launcher.profiles.spec_params import coerce
-
-    fleet = fleetfile.load(run.s.fleet or "")
-    history = rolling.default_history(Path(run.s.fleet or ""))
-    try:
-        return rolling.switch(fleet, winner.profile, winner.spec, history, timeout_s=run.s.switch_timeout,
-                              spec_params=coerce(winner.point_json()), say=lambda t: run.console.print(t))
-    except KitError as exc:  # the fleet file, a token, a host: said, and the tune's own results stand
-        run.console.print(f"--fleet: {exc}", style="bold red")
-        return 1

@@ -1,8 +1,11 @@
-"""The loop of `bench tune`: measure, journal, halve, decide, then put production back (or apply).
+"""The loop of `bench tune` (`TuneRun`): measure, journal, halve, decide. bench/tune/cli.py `tune` runs
+it, then writes the results (bench/tune/result.py) and puts production back or applies the winner
+(bench/tune/production.py), whatever happened.
 
 Order of work (docs/tune.md):
 1. read the running plan: it is the plan to beat and the plan production goes back to; the first run
-   of a tune records it in OUT/tune-state.json, so a run resumed after SIGKILL still knows it;
+   of a tune records it in OUT/tune-state.json, so a run resumed after SIGKILL still knows it; the
+   candidates are checked against the server before anything is switched (bench/tune/planning.py);
 2. measure the running plan where it runs (no switch): its screening repeats, and the time a repeat
    takes; with the last switch's time from /status history, a budget too small for one cell is exit 2
    before anything is switched;
@@ -12,20 +15,19 @@ Order of work (docs/tune.md):
 5. the finalists and the running plan in an interleaved schedule, one switch and one repeat per slot;
 6. the decision (bench/tune/decision.py), the bundle, tune.json, the plot and the profile file
    (bench/tune/result.py);
-7. production back on the plan it started with, or on the winner with --apply; --fleet rolls it.
+7. production back on the plan it started with, or on the winner with --apply; --fleet rolls it
+   (bench/tune/production.py).
 
 Every finished cell is one journal line (bench/tune/journal.py), so the same command resumes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,42 +39,21 @@ from bench.run.measure import CellMeasurer
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.server_client import ServerClient
 from bench.tune import journal, order, space
-from bench.tune.cli import TuneSettings
 from bench.tune.decision import Decision, Repeat, RequestTiming, decide, interleave
+from bench.tune.planning import REFERENCE_PROFILE, plan_space
 from bench.tune.progress import TuneProgress
+from bench.tune.settings import TuneSettings
 from bench.tune.space import Candidate
+from bench.tune.timing import Timing
 from bench.workload import build_workload
 from launcher import atomic
-from launcher.errors import KitError, RuntimeFailure, UserError
+from launcher.errors import KitError, RuntimeFailure
+from launcher.profiles import loader
 from launcher.runtime.control_client import ControlClient
-from launcher.runtime.states import ANSWERING, OK_OUTCOMES, Outcome
+from launcher.runtime.states import ANSWERING, Outcome
 
 STATE = "tune-state.json"
-REFERENCE_PROFILE = correctness.BASELINE
 SERVER_ONLY = "server-only"  # the profile hash of a profile this machine has no file of
-RESTORE_ATTEMPTS = 3
-
-
-@dataclass
-class Timing:
-    """What a switch and a repeat cost, as measured so far (the planner's inputs): the mean of every switch
-    that restarted the server (switch, health gate and warm-up), and of every repeat (all concurrency levels).
-    Before the first switch, the last switch /status history records, if any."""
-
-    switch_s: float | None = None
-    repeat_s: float | None = None
-    cells: list[dict[str, float]] = field(default_factory=list)  # per measured cell: wall, switch, measure
-    switches: list[float] = field(default_factory=list)
-    repeats: list[float] = field(default_factory=list)
-
-    def observe(self, wall: float, measured: float, switched: bool, repeats: int) -> None:
-        self.cells.append({"wall_s": wall, "measure_s": measured, "switch_s": wall - measured if switched else 0.0})
-        if switched:
-            self.switches.append(max(0.0, wall - measured))
-            self.switch_s = statistics.fmean(self.switches)
-        if repeats:
-            self.repeats += [measured / repeats] * repeats
-            self.repeat_s = statistics.fmean(self.repeats)
 
 
 def _repeat_of(rep: dict[str, Any], rows: Sequence[dict[str, Any]]) -> Repeat:
@@ -90,8 +71,6 @@ def _repeat_of(rep: dict[str, Any], rows: Sequence[dict[str, Any]]) -> Repeat:
 
 def profile_hash(name: str) -> str:
     """sha256 of the profile's files (its `extends` chain), or SERVER_ONLY when this machine has none."""
-    from launcher.profiles import loader
-
     try:
         return journal.profile_hash(loader.load(name).chain)
     except (KitError, OSError):
@@ -100,8 +79,6 @@ def profile_hash(name: str) -> str:
 
 def overlay_hash(specs: Sequence[str]) -> str:
     """sha256 of the spec overlays in play: an edited overlay changes every cell under it."""
-    from launcher.profiles import loader
-
     paths = [p for p in (loader.find_file(s, loader.SPEC_DIR) for s in specs) if p is not None]
     return journal.profile_hash(paths)
 
@@ -250,21 +227,21 @@ class TuneRun:
         info = await m.fill(cell, repeats=repeats, on_rows=rows.extend, on_plan=plan.update)
         wall = time.monotonic() - t0
         self.simulated = self.simulated or is_simulated(info) if info else self.simulated
-        close_cell(cell, concurrency=self.s.concurrency, repeats=repeats)
-        measured = sum(float(r.get("duration") or 0.0) for r in cell["per_repeat"])
-        restarted = switch and (cell.get("switch") or {}).get("outcome") == Outcome.SWITCHED  # unchanged: free
-        self.timing.observe(wall, measured, restarted, repeats if cell["valid"] else 0)
+        record = close_cell(cell, concurrency=self.s.concurrency, repeats=repeats)
+        measured = sum(float(r.get("duration") or 0.0) for r in record.per_repeat)
+        restarted = switch and (record.switch or {}).get("outcome") == Outcome.SWITCHED  # unchanged: free
+        self.timing.observe(wall, measured, restarted, repeats if record.valid else 0)
         judged = [(rep, [r for r in rows if r.get("repeat") == rep["repeat"] and r.get("concurrency") == rep["concurrency"]])
-                  for rep in cell["per_repeat"] if rep["concurrency"] == self.s.objective.concurrency]
-        common = dict(label=cand.label, profile=cand.profile, plan_digest=str(cell.get("plan_digest") or ""),
+                  for rep in record.per_repeat if rep["concurrency"] == self.s.objective.concurrency]
+        common = dict(label=cand.label, profile=cand.profile, plan_digest=str(record.plan_digest or ""),
                       profile_hash=self.hashes.get(cand.profile, SERVER_ONLY), settings_digest=self.settings_digest,
                       phase=phase, round=rnd)
-        detail = {"cell": cell, "rows": rows, "plan": plan, "wall_s": wall, "measure_s": measured}
-        if cell["valid"]:
+        detail = {"cell": record.to_json(), "rows": rows, "plan": plan, "wall_s": wall, "measure_s": measured}
+        if record.valid:
             entry = journal.Entry(status="ok", repeats=tuple(_repeat_of(rep, rs) for rep, rs in judged),
                                   spec=cand.spec, spec_params=params, detail=detail, **common)
         else:
-            entry = journal.Entry(status="failed", reason=str(cell["invalid_reason"]), spec=cand.spec,
+            entry = journal.Entry(status="failed", reason=str(record.invalid_reason), spec=cand.spec,
                                   spec_params=params, detail=detail, **common)
         self.record(entry)
         self.report(entry)
@@ -302,7 +279,9 @@ class TuneRun:
                 raise RuntimeFailure(f"the control API at {s.control} reports no running plan; wait until it serves")
             with contextlib.suppress(*PROBE_ERRORS):
                 self.simulated = is_simulated(await server.server_info())
-            await self.plan_space(control)
+            sp = await plan_space(s, control, self.say)
+            self.candidates, self.excluded, self.ordered = sp.candidates, sp.excluded, sp.ordered
+            self.predictions, self.plan_digests = sp.predictions, sp.plan_digests
             self.settings_digest = journal.settings_digest({**s.measuring(), "overlays": overlay_hash(s.specs)})
             self.start_plan = self.load_state(running)
             self.incumbent = Candidate.of_plan(self.start_plan)
@@ -327,71 +306,6 @@ class TuneRun:
             self.progress = None
         self.decision = self.decide()
         return {"decision": self.decision}
-
-    async def plan_space(self, control: ControlClient) -> None:
-        """Candidates from the flags, checked against the server's own profile and spec lists (exit 2)."""
-        s = self.s
-        known = [p["name"] for p in await control.profiles()]
-        modes = await control.spec_modes()
-        for spec in s.specs:
-            if spec not in modes:
-                raise UserError(f"--spec: the server has no spec mode '{spec}'; it knows {', '.join(modes) or '(none)'}")
-        if REFERENCE_PROFILE not in known:
-            raise UserError(f"the server has no profile '{REFERENCE_PROFILE}': every cell is gated against it")
-        eligibility = None
-        if s.facts:
-            from launcher.profiles.hostfacts import load_host_facts
-
-            eligibility = space.eligibility_by_spec(load_host_facts(s.facts), s.specs)
-            for spec in eligibility:  # the server's list is what can be switched to
-                eligibility[spec] = {n: v for n, v in eligibility[spec].items() if n in known}
-        profiles = s.profiles if s.profiles == space.ELIGIBLE else space.parse_profiles(",".join(s.profiles), known)
-        self.candidates, self.excluded = space.build_space(profiles, s.specs, s.points, eligibility)
-        await self.server_check(control)
-        for ex in self.excluded:
-            self.say(f"left out: {ex.profile}+{ex.spec}: {ex.reason}")
-        if not self.candidates:
-            raise UserError("no candidate is left to measure (every profile was left out: see above); name others "
-                            "with --profiles or check the host facts")
-        preds = order.rank(self.candidates, order.load_curves(s.allreduce))
-        self.ordered = [p.candidate for p in preds]
-        self.predictions = {p.candidate.label: p.tokps for p in preds}
-
-    async def server_check(self, control: ControlClient) -> None:
-        """Every candidate and reference as the server would run it (POST /check: the rules with its host
-        facts, SGLang's parser, the patch check), before the first switch. An EAGLE-3 point the server
-        refuses under every profile is the user's mistake (exit 2); a refused candidate is left out with
-        the server's reason, and a refused reference leaves out its spec mode (nothing to gate against)."""
-        refs = [Candidate(REFERENCE_PROFILE, spec) for spec in self.s.specs]
-        refused: dict[str, str] = {}
-        for c in [*refs, *self.candidates]:
-            code, body = await control.check(c.profile, c.spec, c.point_json())
-            if code in (401, 403):
-                raise UserError(f"the control API refused POST /check (HTTP {code}): {body.get('error')}; "
-                                "set KIT_CONTROL_TOKEN")
-            if code == 200 and isinstance(body.get("digest"), str):
-                self.plan_digests[c.label] = body["digest"]
-            elif code == 400:
-                refused[c.label] = str(body.get("error") or "refused")
-            else:
-                raise RuntimeFailure(f"the control API's POST /check answered HTTP {code}: {body.get('error')}")
-        for point in self.s.points:
-            tried = [c.label for c in self.candidates if c.point == point]
-            if tried and all(label in refused for label in tried):
-                raise UserError(f"--eagle3: point '{point.text()}' is refused by the server under every profile "
-                                f"(nothing was switched): {refused[tried[0]]}")
-        bad_specs = {r.spec: refused[r.label] for r in refs if r.label in refused}
-        kept = []
-        for c in self.candidates:
-            if c.spec in bad_specs:
-                why = f"its reference {REFERENCE_PROFILE}+{c.spec} is refused: {bad_specs[c.spec]}"
-            elif c.label in refused:
-                why = f"the server refuses it: {refused[c.label]}"
-            else:
-                kept.append(c)
-                continue
-            self.excluded.append(space.Excluded(c.profile, c.spec + (c.point.label() if c.point else ""), why))
-        self.candidates = kept
 
     async def measure_in_place(self, measurer: CellMeasurer, status: dict[str, Any], running: dict[str, Any]) -> None:
         """The running plan's screening repeats where it runs, and the budget check before any switch."""
@@ -477,64 +391,3 @@ class TuneRun:
         samples = {k: v for k, v in samples.items() if v}
         rejected = {label: why for label in labels if (why := self.failure(label))}
         return decide(samples, self.incumbent.label, rejected=rejected, objective=self.s.objective, seed=self.s.seed)
-
-
-def tune(s: TuneSettings, *, token: str, console: Console) -> int:
-    """Run the tune, write its results, and leave production as promised, whatever happened."""
-    from bench.tune import result
-
-    run = TuneRun(s, token, console)
-    written: Path | None = None
-    try:
-        asyncio.run(run.run())
-        written = result.write(run, complete=True)
-        return result.finish(run, written)
-    except KeyboardInterrupt:
-        console.print("interrupted: putting production back on the plan the tune started from", style="yellow")
-        restore(run)
-        if written is None and run.entries:
-            written = result.write(run, complete=False, interrupted=True)
-        where = f"partial results in {written}; " if written else ""
-        console.print(f"{where}the same command resumes from {run.out / journal.JOURNAL}")
-        return 130
-    except BaseException:
-        restore(run)  # nothing once production is back, or on the winner (--apply)
-        if written is None and run.entries:
-            with contextlib.suppress(Exception):
-                result.write(run, complete=False)
-        raise
-
-
-def restore(run: TuneRun) -> None:
-    """Production back on the plan the tune started from (when a switch left it), checked on /status:
-    a switch the tune sent before it was stopped may still run, and finish after ours; says when it cannot."""
-    if not run.switched or not run.start_plan.get("name"):
-        return
-    plan = run.start_plan
-    label = space.Candidate.of_plan(plan).label
-
-    async def back() -> str | None:
-        async with ControlClient(run.s.control, run.token, run.s.connect_timeout) as client:
-            why = "no attempt"
-            for _ in range(RESTORE_ATTEMPTS):
-                status = await client.wait_idle(run.s.switch_timeout)
-                if (status.get("profile"), status.get("spec"), status.get("digest")) == (
-                        plan.get("name"), plan.get("spec"), plan.get("digest")) and status.get("state") in ANSWERING:
-                    return None
-                code, body = await client.switch_when_idle(str(plan["name"]), str(plan["spec"]), run.s.switch_timeout,
-                                                           spec_params=plan.get("spec_params"))
-                why = f"HTTP {code} {body.get('outcome')}: {body.get('error')}"
-                if body.get("outcome") not in OK_OUTCOMES:
-                    return why
-            return why
-
-    try:
-        failure = asyncio.run(back())
-    except RuntimeFailure as exc:
-        failure = str(exc)
-    if failure is None:
-        run.console.print(f"production back on {label}")
-        run.switched = False
-    else:
-        run.console.print(f"could not put production back on {label} ({failure}); switch it by hand "
-                          "(launcher switch / POST /switch)", style="bold red")
