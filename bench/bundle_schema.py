@@ -1,4 +1,8 @@
-"""What `bench report` and `bench compare` read from a bundle, checked before anything is read.
+"""The types of a results bundle's files, and the checks every file passes before anything is read.
+
+`Cell` is the one record of a (profile, spec[, point]) result, the type `bench run` and `bench tune`
+write and `bench report`, `compare` and `plots` read; `Manifest` and `RequestRow` check the fields
+the summaries use of the manifest and of the request rows.
 
 A bundle is a folder of files anyone can edit, copy or damage. Every field the summaries, plots
 and comparisons use is checked here for its type (strict: "12.5" is not a number), numbers must be
@@ -11,16 +15,32 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StringConstraints, ValidationError
+from pydantic_core import PydanticCustomError
 
+from bench import bundle_names
 from launcher.errors import UserError, schema_error
 from launcher.profiles import policy
+from launcher.profiles.spec_params import SpecParams
 
 Name = Annotated[str, StringConstraints(pattern=f"^{policy.NAME_PATTERN}$")]
-Num = float | None  # strict: an int or a float, never a string or a bool
+
+
+def _number(value: Any) -> int | float | None:
+    """An int or a finite float, kept as it is (a count stays a whole number); never a string or a bool."""
+    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise PydanticCustomError("finite_number", "Input should be a finite number")
+        return value
+    raise PydanticCustomError("float_type", "Input should be a valid number")
+
+
+Num = Annotated[int | float | None, PlainValidator(_number)]
+M = TypeVar("M", bound=BaseModel)
 
 FIX = "rerun `bench run`, or restore the file from the bundle's original copy"
 HINTS = {
@@ -71,41 +91,91 @@ class Manifest(_Part):
     matrix: list[str] = []
 
 
-class _Level(_Part):
-    """One concurrency level's aggregate: every value a number or null, but the source's label."""
+class Level(_Part):
+    """One concurrency level's aggregate (bench/bundle_aggregate.py): every value a number or null, but the
+    accept length's source label."""
 
     __pydantic_extra__: dict[str, Num]
     accept_length_source: str | None = None
 
+    def get(self, key: str) -> Any:
+        """The level's value of `key` (`output_throughput_mean`, `repeats_valid`, ...); None when absent."""
+        return self.accept_length_source if key == "accept_length_source" else (self.model_extra or {}).get(key)
 
-class _Correctness(_Part):
+
+class Correctness(_Part):
+    """The correctness gate's verdict on a cell (bench/run/correctness.py `gate`); `pending` until judged."""
+
     status: str | None = None
     reasons: list[str] = []
     exact_match_rate: Num = None
+    first_divergence: int | None = None
 
 
-class _SpecParams(BaseModel):
-    """An EAGLE-3 point (`bench run --eagle3`); absent or null in bundles older than points, and for
-    the spec overlay's own."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    steps: Annotated[int, Field(ge=1)]
-    topk: Annotated[int, Field(ge=1)]
-    draft_tokens: Annotated[int, Field(ge=1)]
+LevelKey = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,5}$")]
 
 
-class Cell(_Part):
+class Cell(BaseModel):
+    """One (profile, spec[, EAGLE-3 point]) result: the one record of a cell, for writing and for reading.
+
+    Built once from its measured repeats (bench/run/cell.py `close`), written whole (`to_json`,
+    bench/bundle.py `write_cell`) and read back as the same type (bench/bundle.py `load`). On disk
+    the first concurrency level's numbers also stand at the top level (bench predict and older readers
+    take them there): `to_json` derives them from `by_concurrency`; reading does not keep them, nor any
+    other key this record does not hold."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False, frozen=True)
     profile: Name
     spec: Name
-    spec_params: _SpecParams | None = None
-    valid: bool | None = None
-    by_concurrency: dict[Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,5}$")], _Level] = {}
-    correctness: _Correctness = _Correctness()
-    switch: dict[str, Any] | None = None
+    spec_params: SpecParams | None = None  # the point switched to (`bench run --eagle3`); None: the overlay's
+    plan_spec_params: dict[str, Any] | None = None  # the point the running plan reported (/plan)
+    valid: bool = False
+    invalid_reason: str | None = None
+    simulated: bool = False
     plan_digest: str | None = None
-    setup_digest: str | None = None
-    local: dict[str, Any] | None = None
-    simulated: bool | None = None
+    setup_digest: str | None = None  # the plan without what is local to a host (bench compare matches it)
+    local: dict[str, Any] | None = None  # those host-local values (model paths, host, port)
+    switch: dict[str, Any] | None = None
+    server: dict[str, Any] | None = None
+    backends: list[Any] | None = None  # /status's backends, None when never asked
+    api: str | None = None
+    workload: str | None = None
+    num_prompts: int | None = None
+    max_tokens: int | None = None
+    repeats: int | None = None
+    concurrency_levels: list[int] = []
+    warmup: int | None = None
+    per_repeat: list[dict[str, Any]] = []
+    requests_file: str | None = None
+    by_concurrency: dict[LevelKey, Level] = {}
+    correctness: Correctness = Correctness()
+
+    @property
+    def key(self) -> str:
+        """The cell's identity in a bundle, its file name: `fused__eagle3__1-1-2`."""
+        return bundle_names.cell_name(self.profile, self.spec, self.spec_params)
+
+    @property
+    def label(self) -> str:
+        """How summaries and messages name it: `fused+eagle3(1,1,2)`."""
+        return bundle_names.cell_label(self.profile, self.spec, self.spec_params)
+
+    def level(self, concurrency: str | int) -> Level:
+        """The aggregate at one concurrency level (empty when the cell has none there)."""
+        return self.by_concurrency.get(str(concurrency)) or Level()
+
+    def first_level(self) -> Level:
+        """The first concurrency level's aggregate: the cell's headline numbers."""
+        return next(iter(self.by_concurrency.values()), Level())
+
+    def with_correctness(self, verdict: Mapping[str, Any]) -> Cell:
+        """The same record judged: `verdict` is the gate's result."""
+        return self.model_copy(update={"correctness": Correctness.model_validate(dict(verdict))})
+
+    def to_json(self) -> dict[str, Any]:
+        """The file's content: every field, plus the first level's numbers at the top level."""
+        data = self.model_dump(mode="json")
+        return {**data, **self.first_level().model_dump(mode="json")}
 
 
 class RequestRow(_Part):
@@ -147,11 +217,11 @@ def parse(path: Path, text: str | None = None) -> Any:
         raise UserError(f"{path}: {exc or 'nested too deep'}; {FIX}") from exc
 
 
-def check(model: type[BaseModel], data: Any, source: str) -> None:
-    """UserError (exit 2) naming the file and the key when `data` does not fit `model`."""
+def check(model: type[M], data: Any, source: str) -> M:
+    """`data` as `model`; UserError (exit 2) naming the file and the key when it does not fit."""
     if not isinstance(data, dict):
         raise UserError(f"{source}: a JSON object was expected, found {type(data).__name__}; {FIX}")
     try:
-        model.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise schema_error(source, exc, HINTS, FIX) from None

@@ -21,8 +21,9 @@ from typing import Any, ClassVar
 from rich.console import Console
 from rich.table import Table
 
-from bench import bundle
+from bench import bundle, bundle_names
 from bench.args import CliArgs, entry_point
+from bench.bundle_schema import Cell
 from bench.stats import spread_exceeded
 from launcher.errors import UserError
 
@@ -34,12 +35,11 @@ METRICS = (
 )
 
 
-def _setup(cell: dict[str, Any]) -> dict[str, Any]:
-    return {"setup_digest": cell.get("setup_digest"), "plan_digest": cell.get("plan_digest"),
-            "local": cell.get("local") or {}}
+def _setup(cell: Cell) -> dict[str, Any]:
+    return {"setup_digest": cell.setup_digest, "plan_digest": cell.plan_digest, "local": cell.local or {}}
 
 
-def fingerprint(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any]:
+def fingerprint(manifest: dict[str, Any], cells: list[Cell]) -> dict[str, Any]:
     host = manifest.get("host") or {}
     names = sorted(g.get("name", "") for g in host.get("gpus") or [])
     return {
@@ -47,7 +47,7 @@ def fingerprint(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> dict[s
         "driver": host.get("driver"),
         "sglang version": (manifest.get("server") or {}).get("sglang_version"),
         "simulated": bool(manifest.get("simulated")),
-        "setups": {bundle.cell_key(c): _setup(c) for c in cells},
+        "setups": {c.key: _setup(c) for c in cells},
     }
 
 
@@ -80,35 +80,36 @@ def local_differences(fa: dict[str, Any], fb: dict[str, Any]) -> list[str]:
     return out
 
 
-def _level_stats(cell: dict[str, Any], level: str, key: str) -> tuple[float | None, float | None, int]:
-    agg = (cell.get("by_concurrency") or {}).get(level) or {}
-    if not cell.get("valid"):
+def _level_stats(cell: Cell, level: str, key: str) -> tuple[float | None, float | None, int]:
+    agg = cell.level(level)
+    if not cell.valid:
         return None, None, 0
     return agg.get(f"{key}_mean"), agg.get(f"{key}_sd"), int(agg.get("repeats_valid") or 0)
 
 
-def deltas(cells_a: list[dict[str, Any]], cells_b: list[dict[str, Any]], k: float = 2.0) -> list[dict[str, Any]]:
+def deltas(cells_a: list[Cell], cells_b: list[Cell], k: float = 2.0) -> list[dict[str, Any]]:
     """One entry per (profile, spec, EAGLE-3 point, concurrency, metric) present in both bundles: cells
     match by (profile, spec, spec_params), a cell without a point (older bundles too) only one without."""
-    index_b = {bundle.cell_key(c): c for c in cells_b}
+    index_b = {c.key: c for c in cells_b}
     out = []
     for ca in cells_a:
-        cb = index_b.get(bundle.cell_key(ca))
+        cb = index_b.get(ca.key)
         if cb is None:
             continue
-        levels = [lv for lv in (ca.get("by_concurrency") or {}) if lv in (cb.get("by_concurrency") or {})]
+        levels = [lv for lv in ca.by_concurrency if lv in cb.by_concurrency]
         for level in levels:
             for label, key in METRICS:
                 ma, sa, na = _level_stats(ca, level, key)
                 mb, sb, nb = _level_stats(cb, level, key)
                 row: dict[str, Any] = {
-                    "profile": ca["profile"], "spec": ca["spec"] + bundle.point_text(ca.get("spec_params")),
-                    "spec_params": ca.get("spec_params"), "concurrency": int(level), "metric": label,
+                    "profile": ca.profile, "spec": ca.spec + bundle_names.point_text(ca.spec_params),
+                    "spec_params": ca.spec_params.model_dump() if ca.spec_params else None,
+                    "concurrency": int(level), "metric": label,
                     "a": ma, "a_sd": sa, "b": mb, "b_sd": sb, "delta": None, "delta_pct": None, "beyond_spread": None,
                     "note": None,
                 }
-                if not ca.get("valid") or not cb.get("valid"):
-                    row["note"] = "invalid in " + ("A" if not ca.get("valid") else "B")
+                if not ca.valid or not cb.valid:
+                    row["note"] = "invalid in " + ("A" if not ca.valid else "B")
                 elif ma is None or mb is None:
                     row["note"] = "not measured"
                 else:

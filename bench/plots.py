@@ -16,7 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bench import bundle  # noqa: E402
+from bench import bundle, bundle_names  # noqa: E402
+from bench.bundle_schema import Cell  # noqa: E402
 
 SIM_TITLE = "SIMULATED (stand-in server) - "
 
@@ -67,18 +68,18 @@ def _save(fig: Any, path: Path, simulated: bool) -> Path:
     return path
 
 
-def tpot(path: Path, run_dir: Path, cells: list[dict[str, Any]], simulated: bool, concurrency: int) -> Path:
+def tpot(path: Path, run_dir: Path, cells: list[Cell], simulated: bool, concurrency: int) -> Path:
     labels, data = [], []
     for c in cells:
-        if not c.get("valid"):
+        if not c.valid:
             continue
         values = [
             r["tpot_s"] * 1000.0
-            for r in bundle.read_requests(run_dir, c["profile"], c["spec"], c.get("spec_params"))
+            for r in bundle.read_requests(run_dir, c.profile, c.spec, c.spec_params)
             if r.get("ok") and r.get("concurrency") == concurrency and r.get("tpot_s") is not None
         ]
         if values:
-            labels.append(f"{c['profile']}\n{c['spec']}{bundle.point_text(c.get('spec_params'))}")
+            labels.append(f"{c.profile}\n{c.spec}{bundle_names.point_text(c.spec_params)}")
             data.append(values)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(labels) + 2), 4.5))
     if data:
@@ -92,7 +93,7 @@ def tpot(path: Path, run_dir: Path, cells: list[dict[str, Any]], simulated: bool
     return _save(fig, path, simulated)
 
 
-def write_all(run_dir: Path, manifest: dict[str, Any], cells: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Path]:
+def write_all(run_dir: Path, manifest: dict[str, Any], cells: list[Cell], rows: list[dict[str, Any]]) -> list[Path]:
     """throughput.png and tpot.png for the first concurrency level, plus one pair per further level."""
     simulated = bool(manifest.get("simulated"))
     levels = list(manifest.get("settings", {}).get("concurrency", [1])) or [1]

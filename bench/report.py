@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bench import bundle
+from bench import bundle, bundle_names
 from bench.args import CliArgs, entry_point
+from bench.bundle_schema import Cell
 from bench.stats import fmt_mean_sd
 from launcher import atomic
 
@@ -33,39 +34,38 @@ CSV_FIELDS = [
 ]
 
 
-def rows(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rows(manifest: dict[str, Any], cells: list[Cell]) -> list[dict[str, Any]]:
     """One row per (profile, spec, EAGLE-3 point, concurrency) with everything the tables and plots show;
     a cell at a point shows it after its spec (`eagle3(1,1,2)`), so two points are two rows and two bars."""
     base_tps: dict[str, float] = {}
     for c in cells:
-        if (c["profile"], c["spec"]) == BASE and not c.get("spec_params") and c.get("valid"):
-            for level, agg in (c.get("by_concurrency") or {}).items():
+        if (c.profile, c.spec) == BASE and not c.spec_params and c.valid:
+            for level, agg in c.by_concurrency.items():
                 if agg.get("output_throughput_mean"):
-                    base_tps[level] = agg["output_throughput_mean"]
+                    base_tps[level] = agg.get("output_throughput_mean")
     out = []
     levels = [str(x) for x in manifest.get("settings", {}).get("concurrency", [1])]
     for c in cells:
-        by_c = c.get("by_concurrency") or {}
-        corr = c.get("correctness") or {}
+        corr, point = c.correctness, bundle_names.point_text(c.spec_params)
         for level in levels:
-            agg = by_c.get(level, {})
-            valid = bool(c.get("valid"))
-            status = "INVALID" if not valid else ("FAIL" if corr.get("status") == "FAIL" else "OK")
+            agg = c.level(level)
+            valid = c.valid
+            status = "INVALID" if not valid else ("FAIL" if corr.status == "FAIL" else "OK")
             tps = agg.get("output_throughput_mean")
             ref = base_tps.get(level)
             out.append(
                 {
-                    "profile": c["profile"],
-                    "spec": c["spec"] + bundle.point_text(c.get("spec_params")),
-                    "spec_params": bundle.point_text(c.get("spec_params"))[1:-1] or None,
+                    "profile": c.profile,
+                    "spec": c.spec + point,
+                    "spec_params": point[1:-1] or None,
                     "concurrency": int(level),
                     "status": status,
                     "valid": valid,
-                    "invalid_reason": c.get("invalid_reason"),
-                    "correctness": corr.get("status"),
-                    "correctness_reasons": corr.get("reasons") or [],
-                    "exact_match_rate": corr.get("exact_match_rate"),
-                    "first_divergence": corr.get("first_divergence"),
+                    "invalid_reason": c.invalid_reason,
+                    "correctness": corr.status,
+                    "correctness_reasons": corr.reasons,
+                    "exact_match_rate": corr.exact_match_rate,
+                    "first_divergence": corr.first_divergence,
                     "output_throughput_mean": tps,
                     "output_throughput_sd": agg.get("output_throughput_sd"),
                     "speedup_vs_baseline_off": tps / ref if valid and tps and ref else None,
@@ -82,9 +82,9 @@ def rows(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> list[dict[str
                     "accept_length_source": agg.get("accept_length_source"),
                     "repeats_valid": agg.get("repeats_valid"),
                     "completed": agg.get("completed"),
-                    "plan_digest": c.get("plan_digest"),
-                    "switch_outcome": (c.get("switch") or {}).get("outcome"),
-                    "simulated": bool(c.get("simulated")),
+                    "plan_digest": c.plan_digest,
+                    "switch_outcome": (c.switch or {}).get("outcome"),
+                    "simulated": c.simulated,
                 }
             )
     return out
@@ -112,7 +112,7 @@ def correctness_text(r: dict[str, Any]) -> str:
     return status
 
 
-def markdown(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> str:
+def markdown(manifest: dict[str, Any], cells: list[Cell]) -> str:
     s = manifest.get("settings", {})
     sim = bool(manifest.get("simulated"))
     title = f"# {'SIMULATED ' if sim else ''}Bench summary: run {manifest.get('run_id')}"
@@ -185,7 +185,7 @@ def markdown(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def csv_text(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> str:
+def csv_text(manifest: dict[str, Any], cells: list[Cell]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
     w.writeheader()

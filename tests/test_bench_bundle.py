@@ -1,97 +1,86 @@
-"""bench.bundle: per-repeat numbers, aggregation across repeats, and the host fingerprint a bundle carries."""
+"""bench.bundle: bundles already written still load, the same summaries come out of them, and load keeps its order.
+
+The bundles read here are committed: any under docs/evidence/, and tests/fixtures/bundles/, a SIMULATED
+`bench run` (baseline, a wrong all-reduce, a server that dies mid-stream, a failed switch; eagle3, off
+and the point 1,1,2; concurrency 1 and 2) written by the kit before cells were one typed record.
+"""
 
 from __future__ import annotations
 
-import math
-import os
+import json
+import shutil
+from pathlib import Path
 
-import numpy as np
 import pytest
-from helpers_bench import rec
 
-from bench import bundle, stats
+from bench import bundle, report
+from bench.bundle_schema import Cell
+from launcher.errors import UserError
+from testsupport.stack import REPO
 
-
-# ----- per-repeat and per-cell numbers -----------------------------------------------------------
-def test_repeat_summary_uses_bench_serving_keys_and_raw_gaps():
-    recs = [rec("a", 0.1, 1.1, 100, 50, [0.02, 0.04]), rec("b", 0.3, 1.3, 100, 25, [0.06])]
-    s = bundle.repeat_summary(recs, duration=2.0)
-    assert s["completed"] == 2 and s["failed"] == 0
-    assert s["total_output_tokens"] == 200
-    assert s["output_throughput"] == 100.0
-    assert s["request_throughput"] == 1.0
-    assert s["mean_ttft_ms"] == pytest.approx(200.0)
-    assert s["mean_itl_ms"] == pytest.approx(40.0)  # raw chunk gaps, not divided by tokens
-    assert s["p99_itl_ms"] == pytest.approx(float(np.percentile([20, 40, 60], 99)))
-    assert s["accept_length"] == pytest.approx(200 / 75)  # token-weighted over the repeat
-    for name in ("ttft", "tpot", "itl", "e2e_latency"):
-        for stat in stats.DIST_STATS:
-            assert f"{stat}_{name}_ms" in s
+COMMITTED = sorted(p.parent for where in ("docs/evidence", "tests/fixtures/bundles")
+                   for p in (REPO / where).rglob("manifest.json"))
 
 
-def test_aggregate_mean_sd_and_invalid_gives_no_numbers():
-    reps = [
-        {"repeat": 0, "valid": True, "output_throughput": 80.0, "completed": 4, "accept_length_source": "meta_info"},
-        {"repeat": 1, "valid": True, "output_throughput": 84.0, "completed": 4, "accept_length_source": "meta_info"},
-    ]
-    agg = bundle.aggregate(reps, valid=True)
-    assert agg["output_throughput"] == 82.0
-    assert agg["output_throughput_mean"] == 82.0
-    assert agg["output_throughput_sd"] == pytest.approx(math.sqrt(8))
-    assert agg["completed"] == 8
-    assert agg["repeats_valid"] == 2
-    bad = bundle.aggregate(reps, valid=False)
-    assert bad["output_throughput"] is None and bad["output_throughput_sd"] is None
-    assert bad["completed"] is None
+def test_there_are_committed_bundles_to_read():
+    assert any(d.is_relative_to(REPO / "tests/fixtures/bundles") for d in COMMITTED), COMMITTED
 
 
-# ----- host fingerprint from nvidia-smi (the doctor's probes and parsers) --------------------------
-# Answers the doctor's three queries: the GPU list as CSV with a header, the topology matrix and the
-# P2P matrix, both with the ANSI underline real nvidia-smi prints on its header row.
-FAKE_SMI = r'''#!/bin/sh
-case "$*" in
-  --query-gpu=name,compute_cap,driver_version,pci.bus_id\ --format=csv)
-    printf 'name, compute_cap, driver_version, pci.bus_id\n'
-    printf 'NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 580.65.06, 00000000:01:00.0\n'
-    printf 'NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 580.65.06, 00000000:02:00.0\n' ;;
-  "topo -m") printf '\t\033[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\033[0m\nGPU0\t X \tNODE\t0-31\t0\t\nGPU1\tNODE\t X \t0-31\t0\t\n' ;;
-  "topo -p2p r") printf ' \t\033[4mGPU0\tGPU1\t\033[0m\n GPU0\tX\tOK\t\n GPU1\tOK\tX\t\n' ;;
-  *) echo "unexpected arguments: $*" >&2; exit 2 ;;
-esac
-'''
+@pytest.mark.parametrize("run_dir", COMMITTED, ids=lambda d: str(d.relative_to(REPO)))
+def test_a_committed_bundle_loads_and_every_key_it_holds_is_written_back_the_same(run_dir):
+    manifest, cells = bundle.load(run_dir)
+    files = sorted(p for p in run_dir.glob("*.json") if p.name != "manifest.json")
+    assert len(cells) == len(files) > 0
+    assert [c.key for c in cells] == [k for k in manifest["matrix"] if (run_dir / f"{k}.json").is_file()]
+    for cell in cells:
+        old = json.loads((run_dir / f"{cell.key}.json").read_text())
+        new = cell.to_json()
+        assert {k: new.get(k) for k in old} == old, cell.key
+        assert bundle.read_cell(run_dir / f"{cell.key}.json") == cell
 
 
-def test_host_fingerprint_from_nvidia_smi(tmp_path, monkeypatch):
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text(FAKE_SMI)
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    monkeypatch.setenv("KIT_NCCL_VERSION", "2.28.9")
-    fp = bundle.host_fingerprint()
-    assert fp["available"] is True and fp["reason"] is None
-    assert [g["name"] for g in fp["gpus"]] == ["NVIDIA RTX PRO 6000 Blackwell Server Edition"] * 2
-    assert fp["gpus"][1] == {
-        "index": 1,
-        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-        "compute_cap": "12.0",
-        "driver_version": "580.65.06",
-        "bus_id": "00000000:02:00.0",
-    }
-    assert fp["driver"] == "580.65.06"
-    assert "cuda" not in fp  # the doctor's facts carry no CUDA version
-    assert fp["nccl"] == "2.28.9" and fp["nccl_source"] == "KIT_NCCL_VERSION"
-    assert fp["interconnect"] == "pcie-hostbridge" and fp["numa_nodes"] == [[0, 1]]
-    assert fp["p2p_ok"] is True and fp["nvlink_multicast"] is False
-    assert fp["sources"] == {"topo": "nvidia-smi", "p2p": "nvidia-smi", "gpus": "nvidia-smi"}
-    assert fp["topology"]["links"] == {"GPU0": {"GPU0": "X", "GPU1": "NODE"}, "GPU1": {"GPU0": "NODE", "GPU1": "X"}}
-    assert fp["topology"]["cpu_affinity"] == {"0": "0-31", "1": "0-31"}
-    assert "\x1b" not in repr(fp)  # the ANSI underline is gone
+@pytest.mark.parametrize("run_dir", COMMITTED, ids=lambda d: str(d.relative_to(REPO)))
+def test_a_committed_bundle_gives_the_summaries_it_was_written_with(run_dir, tmp_path):
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    report.build(copy)
+    for name in ("summary.md", "summary.csv"):
+        assert (copy / name).read_text() == (run_dir / name).read_text(), name
 
 
-def test_host_fingerprint_without_gpus(monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setenv("KIT_NCCL_VERSION", "2.28.9")
-    fp = bundle.host_fingerprint()
-    assert fp["available"] is False and "nvidia-smi not found" in fp["reason"] and fp["gpus"] == []
-    assert fp["driver"] is None and fp["interconnect"] is None and fp["topology"] is None
-    assert fp["nccl"] == "2.28.9"  # still recorded: the server image's NCCL, from the environment
+def test_the_fixture_holds_every_kind_of_cell():
+    _, cells = bundle.load(next(d for d in COMMITTED if d.is_relative_to(REPO / "tests/fixtures/bundles")))
+    by = {c.label: c for c in cells}
+    assert by["baseline+eagle3(1,1,2)"].spec_params is not None and by["baseline+off"].valid
+    assert by["fused+eagle3"].correctness.status == "FAIL"
+    assert not by["nccl-tuned+off"].valid and by["nccl-tuned+off"].first_level().get("output_throughput") is None
+    assert by["crashy+off"].switch["outcome"] == "rolled_back" and by["crashy+off"].backends is None
+    assert set(by["baseline+off"].by_concurrency) == {"1", "2"}
+
+
+def write(run_dir: Path, matrix: list[str], cells: list[dict]) -> None:
+    run_dir.mkdir()
+    (run_dir / "manifest.json").write_text(json.dumps({"matrix": matrix}))
+    for c in cells:
+        (run_dir / f"{c['profile']}__{c['spec']}.json").write_text(json.dumps(c))
+
+
+def test_load_orders_cells_as_the_matrix_and_skips_json_that_is_no_cell(tmp_path):
+    cells = [{"profile": p, "spec": "off", "valid": True} for p in ("a", "b", "c")]
+    write(tmp_path / "r", ["c__off", "a__off"], cells)
+    (tmp_path / "r" / "tune.json").write_text(json.dumps({"cells": []}))
+    _, loaded = bundle.load(tmp_path / "r")
+    assert [c.key for c in loaded] == ["c__off", "a__off", "b__off"]
+    assert all(isinstance(c, Cell) and c.valid for c in loaded)
+
+
+def test_load_names_the_damaged_file_and_its_key(tmp_path):
+    write(tmp_path / "r", ["a__off"], [{"profile": "a", "spec": "off", "switch": "switched"}])
+    with pytest.raises(UserError, match=r"a__off\.json: key 'switch'"):
+        bundle.load(tmp_path / "r")
+
+
+def test_load_of_a_folder_above_a_bundle_points_at_it(tmp_path):
+    write(tmp_path / "r", [], [])
+    with pytest.raises(UserError, match="did you mean"):
+        bundle.load(tmp_path)

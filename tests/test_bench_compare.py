@@ -9,12 +9,13 @@ import sys
 from helpers_bench import cell, manifest
 
 from bench import compare
+from bench.bundle_schema import Cell
 from testsupport.stack import REPO
 
 
 def test_fingerprint_differences_list_every_mismatch():
-    a = compare.fingerprint(manifest(), [cell("fused", "eagle3", 80, 1)])
-    b = compare.fingerprint(manifest(gpu="H200", driver="590.0"), [cell("fused", "eagle3", 80, 1, digest="d2")])
+    a = compare.fingerprint(manifest(), [Cell.model_validate(cell("fused", "eagle3", 80, 1))])
+    b = compare.fingerprint(manifest(gpu="H200", driver="590.0"), [Cell.model_validate(cell("fused", "eagle3", 80, 1, digest="d2"))])
     diffs = compare.differences(a, b)
     assert any(d.startswith("GPU names") for d in diffs)
     assert any(d.startswith("driver") for d in diffs)
@@ -23,14 +24,14 @@ def test_fingerprint_differences_list_every_mismatch():
 
 
 def test_deltas_mark_beyond_spread():
-    rows = compare.deltas([cell("fused", "eagle3", 80.0, 1.0)], [cell("fused", "eagle3", 90.0, 1.0)])
+    rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 1.0))], [Cell.model_validate(cell("fused", "eagle3", 90.0, 1.0))])
     tps = next(r for r in rows if r["metric"] == "tok/s")
     assert tps["delta"] == 10.0 and tps["beyond_spread"] is True
-    rows = compare.deltas([cell("fused", "eagle3", 80.0, 3.0)], [cell("fused", "eagle3", 82.0, 3.0)])
+    rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 3.0))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 3.0))])
     assert next(r for r in rows if r["metric"] == "tok/s")["beyond_spread"] is False
-    rows = compare.deltas([cell("fused", "eagle3", 80.0, 0.0, repeats=1)], [cell("fused", "eagle3", 82.0, 0.0)])
+    rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 0.0, repeats=1))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 0.0))])
     assert next(r for r in rows if r["metric"] == "tok/s")["beyond_spread"] is None
-    rows = compare.deltas([cell("fused", "eagle3", 80.0, 1.0)], [cell("fused", "eagle3", 82.0, 1.0, valid=False)])
+    rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 1.0))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 1.0, valid=False))])
     assert next(r for r in rows if r["metric"] == "tok/s")["note"] == "invalid in B"
 
 
@@ -39,19 +40,19 @@ def test_same_setup_with_other_local_values_is_comparable_and_the_local_values_a
     b = cell("fused", "eagle3", 80, 1, digest="d2")  # another model path or port: another plan digest
     a.update(setup_digest="s1", local={"model-path": "/models/k2", "port": "30000"})
     b.update(setup_digest="s1", local={"model-path": "/data/k2", "port": "31000"})
-    fa, fb = compare.fingerprint(manifest(), [a]), compare.fingerprint(manifest(), [b])
+    fa, fb = compare.fingerprint(manifest(), [Cell.model_validate(a)]), compare.fingerprint(manifest(), [Cell.model_validate(b)])
     assert compare.differences(fa, fb) == []
     assert compare.local_differences(fa, fb) == [
         "model-path of fused__eagle3: A=/models/k2 B=/data/k2", "port of fused__eagle3: A=30000 B=31000"]
     b["setup_digest"] = "s2"
-    assert compare.differences(fa, compare.fingerprint(manifest(), [b])) == [
+    assert compare.differences(fa, compare.fingerprint(manifest(), [Cell.model_validate(b)])) == [
         "setup digest of fused__eagle3: A=s1 B=s2"]
 
 
 def test_a_bundle_without_setup_digests_falls_back_to_plan_digests():
     old = cell("fused", "eagle3", 80, 1, digest="d1")
     new = {**cell("fused", "eagle3", 80, 1, digest="d2"), "setup_digest": "s1"}
-    diffs = compare.differences(compare.fingerprint(manifest(), [old]), compare.fingerprint(manifest(), [new]))
+    diffs = compare.differences(compare.fingerprint(manifest(), [Cell.model_validate(old)]), compare.fingerprint(manifest(), [Cell.model_validate(new)]))
     assert diffs == ["plan digest of fused__eagle3: A=d1 B=d2"]
 
 

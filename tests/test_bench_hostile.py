@@ -20,6 +20,7 @@ from helpers_bench import cell as make_cell
 from helpers_bench import manifest as make_manifest
 
 from bench import bundle, compare, report
+from bench.bundle_schema import Cell
 from bench.run import selection
 from bench.server_client import ServerClient, token_limit
 from bench.workload import build_workload
@@ -102,7 +103,7 @@ def test_bundle_files_stay_in_the_bundle_folder_links_included(tmp_path):
     outside.write_text("keep")
     (run_dir / "p__off.json").symlink_to(outside)
     with pytest.raises(RuntimeFailure, match="outside the bundle folder"):
-        bundle.write_cell(run_dir, {"profile": "p", "spec": "off"})
+        bundle.write_cell(run_dir, Cell(profile="p", spec="off"))
     with pytest.raises(RuntimeFailure, match="cannot name a file"):
         bundle.append_requests(run_dir, "p", "../../x", [{}])
     assert outside.read_text() == "keep" and sorted(p.name for p in tmp_path.iterdir()) == ["outside.json", "run"]

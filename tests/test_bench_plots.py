@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from bench import bundle, plots
+from bench import bundle_names, plots
+from bench.bundle_schema import Cell
 
 
 @pytest.fixture
@@ -35,8 +36,8 @@ def test_throughput_axis_starts_at_zero_even_for_close_values(tmp_path, figures)
 def test_tpot_axis_starts_at_zero(tmp_path, figures):
     for profile, base in (("baseline", 16.0), ("fused", 15.5)):
         lines = [json.dumps({"ok": True, "concurrency": 1, "tpot_s": (base + i * 0.01) / 1000}) for i in range(20)]
-        (tmp_path / f"{bundle.cell_name(profile, 'eagle3')}{bundle.REQUESTS_SUFFIX}").write_text("\n".join(lines))
-    cells = [{"profile": p, "spec": "eagle3", "valid": True} for p in ("baseline", "fused")]
+        (tmp_path / bundle_names.requests_file(profile, 'eagle3')).write_text("\n".join(lines))
+    cells = [Cell(profile=p, spec="eagle3", valid=True) for p in ("baseline", "fused")]
     plots.tpot(tmp_path / "tpot.png", tmp_path, cells, False, 1)
     (ax,) = figures[0].axes
     assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 16.0

@@ -209,18 +209,18 @@ def test_bench_run_two_eagle3_points_are_two_cells(stack, tmp_path):
     manifest, cells = bundle.load(run_dir)
     assert manifest["matrix"] == ["baseline__off", "baseline__eagle3__1-1-2", "baseline__eagle3__7-1-8"]
     assert manifest["settings"]["eagle3"] == [POINT, {"steps": 7, "topk": 1, "draft_tokens": 8}]
-    by = {bundle.cell_label(c): c for c in cells}
+    by = {c.label: c for c in cells}
     assert set(by) == {"baseline+off", "baseline+eagle3(1,1,2)", "baseline+eagle3(7,1,8)"}
     small, large = by["baseline+eagle3(1,1,2)"], by["baseline+eagle3(7,1,8)"]
     for c, point in ((small, POINT), (large, {"steps": 7, "topk": 1, "draft_tokens": 8})):
-        assert c["valid"], c["invalid_reason"]
-        assert c["spec_params"] == point and c["plan_spec_params"] == point
-        assert manifest["plans"][bundle.cell_key(c)]["spec_params"] == point
-        assert (run_dir / f"{bundle.cell_key(c)}.requests.jsonl").is_file()
-    assert small["plan_digest"] != large["plan_digest"]
+        assert c.valid, c.invalid_reason
+        assert c.spec_params.model_dump() == point and c.plan_spec_params == point
+        assert manifest["plans"][c.key]["spec_params"] == point
+        assert (run_dir / f"{c.key}.requests.jsonl").is_file()
+    assert small.plan_digest != large.plan_digest
     # the stand-in's model: (1,1,2) verifies faster and accepts fewer tokens than (7,1,8); faster overall
-    assert small["accept_length"] < large["accept_length"]
-    assert small["output_throughput_mean"] > 1.2 * large["output_throughput_mean"]
+    assert small.first_level().get("accept_length") < large.first_level().get("accept_length")
+    assert small.first_level().get("output_throughput_mean") > 1.2 * large.first_level().get("output_throughput_mean")
     rows = report.rows(manifest, cells)
     assert [row["spec"] for row in rows] == ["off", "eagle3(1,1,2)", "eagle3(7,1,8)"]
     assert "| baseline | eagle3(1,1,2) |" in (run_dir / "summary.md").read_text()
@@ -248,7 +248,7 @@ def test_old_bundle_cells_without_spec_params_still_load(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"matrix": ["fused__eagle3"]}))
     (tmp_path / "fused__eagle3.json").write_text(json.dumps(cell))
     _, cells = bundle.load(tmp_path)
-    assert bundle.cell_label(cells[0]) == "fused+eagle3" and bundle.cell_key(cells[0]) == "fused__eagle3"
+    assert cells[0].label == "fused+eagle3" and cells[0].key == "fused__eagle3"
     (tmp_path / "fused__eagle3.json").write_text(json.dumps({**cell, "spec_params": {"steps": 0, "topk": 1, "draft_tokens": 1}}))
     with pytest.raises(UserError, match="spec_params"):
         bundle.load(tmp_path)

@@ -1,104 +1,155 @@
-"""One (profile, spec[, EAGLE-3 point]) result of `bench run`: its record, its verdict over repeats, its correctness gate.
+"""One (profile, spec[, EAGLE-3 point]) result of `bench run`: the cell while it is measured, its record, its gate.
 
-A cell is invalid when any of its repeats is, or when fewer ran than asked; its numbers are the
-first concurrency level's aggregate, `by_concurrency` holds every level. The gate compares each
-cell's outputs with `baseline`'s under the same spec mode, after every cell has run.
+`CellDraft` is what measuring a cell learns (bench/run/measure.py fills it: the switch, the plan, the
+backends, the server, the repeats, or why it stopped). `close_cell` builds the cell's record
+(`bundle_schema.Cell`) from it, once: a cell is invalid when any of its repeats is, or when fewer
+ran than asked; its numbers are each concurrency level's aggregate. The gate compares each cell's
+outputs with `baseline`'s under the same spec mode, after every cell has run, and gives each record
+its verdict.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import bundle
+from pydantic import ValidationError
+
+from bench import bundle, bundle_aggregate, bundle_names
+from bench.bundle_schema import Cell
 from bench.run import correctness
 from bench.run.settings import RunSettings
+from launcher.errors import RuntimeFailure
+from launcher.profiles.spec_params import SpecParams, coerce
+
+PENDING = {"status": "pending"}  # a record's verdict until the gate has judged it
+# what an earlier measurement of the same cell tells a draft (`adopt`): bench tune joins its journal's cells
+ADOPTED = ("plan_digest", "setup_digest", "local", "plan_spec_params", "server", "backends", "switch", "simulated")
+
+
+@dataclass
+class CellDraft:
+    """A cell while it is measured; `close_cell` turns it into its record.
+
+    `spec_params`: the EAGLE-3 point the cell is switched to (`bench run --eagle3`), None for the spec
+    overlay's own; `plan_spec_params` is the point the running plan reports (/plan), whichever it is."""
+
+    profile: str
+    spec: str
+    settings: RunSettings
+    num_prompts: int
+    spec_params: SpecParams | None = None
+    plan_spec_params: dict[str, Any] | None = None
+    plan_digest: str | None = None
+    setup_digest: str | None = None
+    local: dict[str, Any] | None = None
+    switch: dict[str, Any] | None = None
+    server: dict[str, Any] | None = None
+    backends: list[Any] | None = None
+    simulated: bool = False
+    invalid_reason: str | None = None  # why the cell stopped before its repeats were done
+    per_repeat: list[dict[str, Any]] = field(default_factory=list)  # bench/run/repeat.py's summaries
+
+    @property
+    def key(self) -> str:
+        return bundle_names.cell_name(self.profile, self.spec, self.spec_params)
+
+    @property
+    def label(self) -> str:
+        return bundle_names.cell_label(self.profile, self.spec, self.spec_params)
+
+    def adopt(self, earlier: Mapping[str, Any]) -> None:
+        """What an earlier measurement of this cell (its record as JSON) says of its switch, plan and server."""
+        for name in ADOPTED:
+            if earlier.get(name) is not None:
+                setattr(self, name, earlier[name])
 
 
 def new_cell(*, profile: str, spec: str, settings: RunSettings, num_prompts: int,
-             spec_params: dict[str, int] | None = None) -> dict[str, Any]:
-    """The record of a cell before anything ran: invalid with no reason until it is closed.
-
-    `spec_params`: the EAGLE-3 point the cell was switched to (`bench run --eagle3`), None for the spec
-    overlay's own; `plan_spec_params` is the point the running plan reports (/plan), whichever it is."""
-    return {
-        "profile": profile,
-        "spec": spec,
-        "spec_params": dict(spec_params) if spec_params else None,
-        "plan_spec_params": None,
-        "valid": False,
-        "invalid_reason": None,
-        "simulated": False,
-        "plan_digest": None,
-        "setup_digest": None,
-        "local": None,
-        "switch": {"outcome": "skipped (--no-switch)"} if not settings.switching else None,
-        "server": None,
-        "api": settings.api,
-        "workload": settings.workload,
-        "num_prompts": num_prompts,
-        "max_tokens": settings.max_tokens,
-        "repeats": settings.repeats,
-        "concurrency_levels": list(settings.concurrency),
-        "warmup": settings.warmup,
-        "per_repeat": [],
-        "requests_file": f"{bundle.cell_name(profile, spec, spec_params)}{bundle.REQUESTS_SUFFIX}",
-    }
+             spec_params: SpecParams | Mapping[str, Any] | None = None) -> CellDraft:
+    """A cell before anything ran (its switch skipped with --no-switch)."""
+    return CellDraft(profile=profile, spec=spec, settings=settings, num_prompts=num_prompts,
+                     spec_params=coerce(spec_params) if spec_params else None,
+                     switch=None if settings.switching else {"outcome": "skipped (--no-switch)"})
 
 
-def record_plan(cell: dict[str, Any], plan: dict[str, Any] | None) -> None:
+def record_plan(cell: CellDraft, plan: dict[str, Any] | None) -> None:
     """Which plan the cell ran: its digest (what the server got), its setup digest and this host's values.
 
     `setup_digest` leaves out what is local to a host (model paths, host, port), so `bench compare`
     can match the same setup measured on another host; `local` keeps those values to show."""
     plan = plan or {}
-    cell["plan_digest"] = plan.get("digest")
-    cell["setup_digest"] = plan.get("setup_digest")
-    cell["local"] = plan.get("local")
-    cell["plan_spec_params"] = plan.get("spec_params")
+    cell.plan_digest = plan.get("digest")
+    cell.setup_digest = plan.get("setup_digest")
+    cell.local = plan.get("local")
+    cell.plan_spec_params = plan.get("spec_params")
 
 
-def close_cell(cell: dict[str, Any], *, concurrency: list[int], repeats: int) -> None:
-    """Verdict over the repeats, and the aggregate numbers per concurrency level."""
-    reps = cell["per_repeat"]
-    expected = len(concurrency) * repeats
-    if cell["invalid_reason"] is None:
-        bad = [x for x in reps if not x["valid"]]
-        if bad:
-            cell["invalid_reason"] = f"{len(bad)} of {len(reps)} repeats invalid: {bad[0]['invalid_reason']}"
-        elif len(reps) < expected:
-            cell["invalid_reason"] = f"only {len(reps)} of {expected} repeats ran"
-    cell["valid"] = cell["invalid_reason"] is None
-    by_c: dict[str, Any] = {}
-    for c in concurrency:
-        mine = [x for x in reps if x["concurrency"] == c]
-        by_c[str(c)] = {"concurrency": c, **bundle.aggregate(mine, cell["valid"])}
-    for k, v in by_c[str(concurrency[0])].items():
-        cell[k] = v
-    cell["by_concurrency"] = by_c
-    cell.setdefault("correctness", {"status": "pending"})
+def verdict(reps: list[dict[str, Any]], stopped: str | None, expected: int) -> str | None:
+    """Why the cell is invalid (its own reason, an invalid repeat, repeats missing), None when it is valid."""
+    if stopped is not None:
+        return stopped
+    bad = [x for x in reps if not x["valid"]]
+    if bad:
+        return f"{len(bad)} of {len(reps)} repeats invalid: {bad[0]['invalid_reason']}"
+    if len(reps) < expected:
+        return f"only {len(reps)} of {expected} repeats ran"
+    return None
 
 
-def apply_gate(*, run_dir: Path, cells: dict[str, dict[str, Any]], min_exact_match: float) -> None:
-    """Every cell's correctness against baseline's outputs under the same spec mode (at the same EAGLE-3
-    point when baseline ran it, else at the overlay's)."""
+def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int) -> Cell:
+    """The cell's record: its verdict over the repeats and the aggregate numbers per concurrency level.
+
+    RuntimeFailure naming the field when what the servers reported cannot be recorded."""
+    reps = cell.per_repeat
+    reason = verdict(reps, cell.invalid_reason, len(concurrency) * repeats)
+    valid = reason is None
+    by_c = {str(c): {"concurrency": c, **bundle_aggregate.aggregate([x for x in reps if x["concurrency"] == c], valid)}
+            for c in concurrency}
+    s = cell.settings
+    try:
+        return Cell(
+            profile=cell.profile, spec=cell.spec, spec_params=cell.spec_params,
+            plan_spec_params=cell.plan_spec_params, valid=valid, invalid_reason=reason, simulated=cell.simulated,
+            plan_digest=cell.plan_digest, setup_digest=cell.setup_digest, local=cell.local, switch=cell.switch,
+            server=cell.server, backends=cell.backends, api=s.api, workload=s.workload,
+            num_prompts=cell.num_prompts, max_tokens=s.max_tokens, repeats=s.repeats,
+            concurrency_levels=list(s.concurrency), warmup=s.warmup, per_repeat=list(reps),
+            requests_file=bundle_names.requests_file(cell.profile, cell.spec, cell.spec_params),
+            by_concurrency=by_c, correctness=PENDING,
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise RuntimeFailure(f"{cell.label}: cannot record {where} = {str(err.get('input'))[:80]!r} "
+                             f"({err['msg']}); check what the server and its control API report") from None
+
+
+def apply_gate(*, run_dir: Path, cells: Mapping[str, Cell], min_exact_match: float) -> dict[str, Cell]:
+    """Every record with its correctness against baseline's outputs under the same spec mode (at the same
+    EAGLE-3 point when baseline ran it, else at the overlay's)."""
     settings = correctness.GateSettings(min_exact_match=min_exact_match)
     outputs = {
-        key: correctness.reference_outputs(bundle.read_requests(run_dir, c["profile"], c["spec"], c.get("spec_params")))
+        key: correctness.reference_outputs(bundle.read_requests(run_dir, c.profile, c.spec, c.spec_params))
         for key, c in cells.items()
     }
+    judged = {}
     for key, cell in cells.items():
-        base_key = bundle.cell_name(correctness.BASELINE, cell["spec"], cell.get("spec_params"))
+        base_key = bundle_names.cell_name(correctness.BASELINE, cell.spec, cell.spec_params)
         if base_key not in cells:
-            base_key = bundle.cell_name(correctness.BASELINE, cell["spec"])
+            base_key = bundle_names.cell_name(correctness.BASELINE, cell.spec)
         base = cells.get(base_key)
-        cell["correctness"] = correctness.gate(
-            cell["spec"],
+        result = correctness.gate(
+            cell.spec,
             outputs[key],
-            cell.get("accept_length"),
+            cell.first_level().get("accept_length"),
             outputs.get(base_key) if base is not None else None,
-            base.get("accept_length") if base is not None else None,
+            base.first_level().get("accept_length") if base is not None else None,
             settings,
         )
-        if not cell.get("valid") and cell["correctness"]["status"] == "PASS":
-            cell["correctness"]["status"] = "n/a (invalid run)"  # partial outputs cannot vouch for a profile
+        if not cell.valid and result["status"] == "PASS":
+            result["status"] = "n/a (invalid run)"  # partial outputs cannot vouch for a profile
+        judged[key] = cell.with_correctness(result)
+    return judged

@@ -35,10 +35,11 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from bench import bundle
+from bench import bundle, bundle_names, bundle_provenance
+from bench.bundle_schema import Cell
 from bench.request_record import RequestRecord
 from bench.run import correctness
-from bench.run.cell import apply_gate, close_cell, new_cell
+from bench.run.cell import CellDraft, apply_gate, close_cell, new_cell
 from bench.run.measure import CellMeasurer
 from bench.run.selection import no_switch_label, resolve_profiles, resolve_specs
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
@@ -58,13 +59,13 @@ class MatrixRun:
     def __init__(self, settings: RunSettings, console: Console | None = None, run_id: str | None = None):
         self.s = settings
         self.console = console or Console(stderr=True)
-        self.run_id = run_id or bundle.make_run_id()
+        self.run_id = run_id or bundle_names.make_run_id()
         self.run_dir = Path(settings.out) / self.run_id  # the bundle's name once it is whole
         self.work_dir = Path(settings.out) / f".{self.run_id}.partial"  # where it is written until then
         self.prompts: list[Prompt] = build_workload(settings.workload, settings.num_prompts, settings.seed)
-        self.cells: dict[str, dict[str, Any]] = {}
+        self.cells: dict[str, Cell] = {}  # the records of the cells finished, by name
         self.matrix: list[tuple[str, str, dict[str, int] | None]] = []  # (profile, spec, EAGLE-3 point)
-        self.current: dict[str, Any] | None = None
+        self.current: CellDraft | None = None  # the cell being measured
         self.manifest: dict[str, Any] = {}
         self.started = False
         self.simulated = False
@@ -73,7 +74,7 @@ class MatrixRun:
 
     # ----- lifecycle -----------------------------------------------------------------------------
     def _start_bundle(self, server_status: dict[str, Any] | None) -> None:
-        host = bundle.host_fingerprint()  # before the folder exists: nothing is left behind if it fails
+        host = bundle_provenance.host_fingerprint()  # before the folder exists: nothing is left behind if it fails
         self.work_dir.mkdir(parents=True, exist_ok=False)
         self.manifest = {
             "run_id": self.run_id,
@@ -82,14 +83,14 @@ class MatrixRun:
             "simulated": False,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "finished_at": None,
-            "kit": bundle.kit_info(),
+            "kit": bundle_provenance.kit_info(),
             "host": host,
             "server": {"url": self.s.url, "sglang_version": None, "simulated": False},
             "control": {"url": self.s.control, "status_at_start": server_status},
             "plans": {},  # cell -> the plan the server ran for it, as its control API reported it
             "settings": self.s.to_json(),
             "gate": asdict(correctness.GateSettings(min_exact_match=self.s.min_exact_match)),
-            "matrix": [bundle.cell_name(p, s, sp) for p, s, sp in self.matrix],
+            "matrix": [bundle_names.cell_name(p, s, sp) for p, s, sp in self.matrix],
         }
         bundle.write_manifest(self.work_dir, self.manifest)
         self.started = True
@@ -102,8 +103,7 @@ class MatrixRun:
             return None
         if self.current is not None:
             cell = self.current
-            cell["valid"] = False
-            cell["invalid_reason"] = cell.get("invalid_reason") or "interrupted before this cell finished"
+            cell.invalid_reason = cell.invalid_reason or "interrupted before this cell finished"
             self._close_cell(cell)
             self.current = None
         if gate:
@@ -233,31 +233,30 @@ class MatrixRun:
         self.current = cell
         if self._progress is not None:
             label = "SIMULATED " if self.simulated else ""
-            self._progress.update(self._task, description=f"{label}{bundle.cell_label(cell)}")
+            self._progress.update(self._task, description=f"{label}{cell.label}")
 
         def on_plan(plan: dict[str, Any]) -> None:
-            self.manifest["plans"][bundle.cell_key(cell)] = plan
+            self.manifest["plans"][cell.key] = plan
 
         info = await measurer.fill(
             cell, repeats=s.repeats, on_plan=on_plan,
             on_rows=lambda rows: bundle.append_requests(self.work_dir, profile, spec, rows, point),
         )
-        self.simulated = self.simulated or bool(cell["simulated"])
+        self.simulated = self.simulated or cell.simulated
         if info and self.manifest["server"]["sglang_version"] is None:
             self.manifest["server"]["sglang_version"] = info.get("version")
         self._close_cell(cell)
 
-    def _close_cell(self, cell: dict[str, Any]) -> None:
-        close_cell(cell, concurrency=self.s.concurrency, repeats=self.s.repeats)
-        key = bundle.cell_key(cell)
-        self.cells[key] = cell
+    def _close_cell(self, cell: CellDraft) -> None:
+        record = close_cell(cell, concurrency=self.s.concurrency, repeats=self.s.repeats)
+        self.cells[record.key] = record
         if self.current is cell:
             self.current = None
-        bundle.write_cell(self.work_dir, cell)
-        verdict = "valid" if cell["valid"] else f"INVALID ({cell['invalid_reason']})"
-        tps = cell.get("output_throughput_mean")
-        detail = f", {tps:.1f} tok/s" if cell["valid"] and tps is not None else ""
-        self._say(f"{bundle.cell_label(cell)}: {verdict}{detail}")
+        bundle.write_cell(self.work_dir, record)
+        verdict = "valid" if record.valid else f"INVALID ({record.invalid_reason})"
+        tps = record.first_level().get("output_throughput_mean")
+        detail = f", {tps:.1f} tok/s" if record.valid and tps is not None else ""
+        self._say(f"{record.label}: {verdict}{detail}")
 
     def _apply_gate(self) -> None:
-        apply_gate(run_dir=self.work_dir, cells=self.cells, min_exact_match=self.s.min_exact_match)
+        self.cells = apply_gate(run_dir=self.work_dir, cells=self.cells, min_exact_match=self.s.min_exact_match)

@@ -3,7 +3,7 @@
 `bench run` (bench/run/matrix.py) and `bench tune` (bench/tune/runner.py) both measure through
 `CellMeasurer.fill`, so a cell means the same in both: a failed switch, a backend that fell back,
 a server that is not healthy or a warm-up that fails makes it invalid with its reason; an invalid
-repeat (a request failed, the server restarted) makes it invalid too. The caller owns the cell record
+repeat (a request failed, the server restarted) makes it invalid too. The caller owns the cell's draft
 (`cell.new_cell`), so an interrupt can still close the one that was being measured.
 """
 
@@ -13,9 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench import bundle
 from bench.request_record import RequestRecord
-from bench.run.cell import record_plan
+from bench.run.cell import CellDraft, record_plan
 from bench.run.repeat import measure_repeat
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.run.settings import RunSettings
@@ -43,30 +42,30 @@ class CellMeasurer:
         if self.on_phase is not None:
             self.on_phase(what)
 
-    async def switch(self, cell: dict[str, Any], name: str) -> dict[str, Any] | None:
+    async def switch(self, cell: CellDraft, name: str) -> dict[str, Any] | None:
         """Switch to the cell's plan; the plan the server was asked for when it did not switch (the cell
         is then invalid with its reason), None when it did."""
         assert self.control is not None
-        point = cell.get("spec_params")
+        point = cell.spec_params.model_dump() if cell.spec_params else None
         if self.on_phase is None:
             self.say(f"switching to {name} ...")
         self.phase("switching")
-        code, body = await self.control.switch_when_idle(cell["profile"], cell["spec"], self.settings.switch_timeout,
+        code, body = await self.control.switch_when_idle(cell.profile, cell.spec, self.settings.switch_timeout,
                                                          spec_params=point)
         if code in (401, 403):
             raise UserError(f"control API refused the switch (HTTP {code}): {body.get('error')}; set KIT_CONTROL_TOKEN")
         outcome = body.get("outcome") or ("failed" if code != 200 else "unknown")
-        cell["switch"] = {"outcome": outcome, "http_status": code, "error": body.get("error"),
-                          "durations": body.get("durations") or {}}
+        cell.switch = {"outcome": outcome, "http_status": code, "error": body.get("error"),
+                       "durations": body.get("durations") or {}}
         if outcome in OK_OUTCOMES:
             return None
-        cell["invalid_reason"] = f"switch {outcome}: {body.get('error') or 'no reason given'}"
+        cell.invalid_reason = f"switch {outcome}: {body.get('error') or 'no reason given'}"
         wanted = body.get("to") or {}
         record_plan(cell, wanted)
-        return {"name": cell["profile"], "spec": cell["spec"], "spec_params": point, "digest": wanted.get("digest"),
-                "error": f"never ran: {cell['invalid_reason']}"}
+        return {"name": cell.profile, "spec": cell.spec, "spec_params": point, "digest": wanted.get("digest"),
+                "error": f"never ran: {cell.invalid_reason}"}
 
-    async def running_plan(self, cell: dict[str, Any]) -> dict[str, Any]:
+    async def running_plan(self, cell: CellDraft) -> dict[str, Any]:
         """The plan the server runs now, from its control API, recorded in the cell; what the manifest keeps."""
         plan = None
         if self.control is not None:
@@ -77,19 +76,19 @@ class CellMeasurer:
         record_plan(cell, plan)
         return plan or {"error": "no control API: the running plan is unknown"}
 
-    async def check_backends(self, cell: dict[str, Any]) -> str:
+    async def check_backends(self, cell: CellDraft) -> str:
         """The profile's expected backends, as /status reads them off the server's log; "" when all run.
 
         A cell whose backend fell back to NCCL would report NCCL's tok/s under the profile's name."""
         if self.control is None:
-            cell["backends"] = None
+            cell.backends = None
             return ""
         try:
-            cell["backends"] = (await self.control.status()).get("backends") or []
+            cell.backends = (await self.control.status()).get("backends") or []
         except RuntimeFailure:
-            cell["backends"] = None
+            cell.backends = None
             return ""
-        return activation.summary(cell["backends"])
+        return activation.summary(cell.backends)
 
     async def warmup(self) -> str | None:
         if self.settings.warmup <= 0:
@@ -99,52 +98,52 @@ class CellMeasurer:
         bad = [r for r in records if not r.ok]
         return f"warm-up request failed: {bad[0].error}" if bad else None
 
-    async def fill(self, cell: dict[str, Any], *, repeats: int, on_rows: Callable[[list[dict[str, Any]]], None],
+    async def fill(self, cell: CellDraft, *, repeats: int, on_rows: Callable[[list[dict[str, Any]]], None],
                    on_plan: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         """Measure into `cell` (switching first unless --no-switch): `repeats` repeats at every concurrency
         level, each repeat's request rows to `on_rows`, the plan that ran (or was refused) to `on_plan`.
         Returns the server's /server_info (empty when it never answered); the caller closes the cell."""
-        s, server, name = self.settings, self.server, bundle.cell_label(cell)
+        s, server, name = self.settings, self.server, cell.label
         if s.switching:
             refused = await self.switch(cell, name)
             if refused is not None:
                 on_plan(refused)
-                self.say(f"{name}: {cell['invalid_reason']}; going on with the next profile")
+                self.say(f"{name}: {cell.invalid_reason}; going on with the next profile")
                 return {}
         on_plan(await self.running_plan(cell))
         missing = await self.check_backends(cell)
         if missing:
-            cell["invalid_reason"] = f"expected backend not active: {missing}"
-            self.say(f"{name}: INVALID ({cell['invalid_reason']}); going on with the next profile")
+            cell.invalid_reason = f"expected backend not active: {missing}"
+            self.say(f"{name}: INVALID ({cell.invalid_reason}); going on with the next profile")
             return {}
         try:
             await server.wait_healthy(s.health_timeout)
             info = await server.server_info()
         except (RuntimeFailure, *PROBE_ERRORS) as exc:
-            cell["invalid_reason"] = f"server not healthy: {exc}"
+            cell.invalid_reason = f"server not healthy: {exc}"
             return {}
         server.configure_from_server_info(info)
         sim = is_simulated(info)
-        cell["simulated"] = sim
-        cell["server"] = {"version": info.get("version"), "start_time": info.get("start_time"), "simulated": sim}
+        cell.simulated = sim
+        cell.server = {"version": info.get("version"), "start_time": info.get("start_time"), "simulated": sim}
         self.phase("warming up")
         warm_reason = await self.warmup()
         if warm_reason:
-            cell["invalid_reason"] = warm_reason
+            cell.invalid_reason = warm_reason
             return info
         self.phase("measuring")
         for c in s.concurrency:
             for r in range(repeats):
                 rep, rows = await measure_repeat(server=server, control=self.control, prompts=self.prompts,
-                                                 spec=cell["spec"], concurrency=c, repeat=r, on_done=self.on_request)
-                cell["per_repeat"].append(rep)
+                                                 spec=cell.spec, concurrency=c, repeat=r, on_done=self.on_request)
+                cell.per_repeat.append(rep)
                 on_rows(rows)
                 if not rep["valid"]:
                     self.say(f"{name} c={c} repeat {r + 1}: INVALID ({rep['invalid_reason']})")
                     try:
                         await server.wait_healthy(s.health_timeout)
                     except RuntimeFailure as exc:
-                        cell["invalid_reason"] = f"server did not come back: {exc}"
+                        cell.invalid_reason = f"server did not come back: {exc}"
                         return info
         return info
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench import bundle
+from bench import bundle_aggregate
 from bench.request_record import RequestRecord
 from bench.run.server_identity import PROBE_ERRORS, restart_reasons
 from bench.server_client import ServerClient
@@ -26,7 +26,7 @@ def null_invalid(rep: dict[str, Any]) -> None:
     """An invalid repeat keeps its counts but no number that could be read as a measurement."""
     for k, v in list(rep.items()):
         if isinstance(v, int | float) and not isinstance(v, bool) and k not in METRIC_KEYS_KEPT_WHEN_INVALID:
-            if k not in bundle.SKIP_AGG:
+            if k not in bundle_aggregate.SKIP_AGG:
                 rep[k] = None
     rep["accept_length_source"] = None
 
@@ -65,7 +65,7 @@ async def measure_repeat(
     cpu = time.process_time() - cpu0
     after = await server_identity(server, control)
     m1 = await server.metrics_counters() if after is not None else None
-    rep = bundle.repeat_summary(records, duration)
+    rep = bundle_aggregate.repeat_summary(records, duration)
     rep.update(repeat=repeat, concurrency=concurrency)
     rep["client_cpu_us_per_chunk"] = cpu / rep["chunks"] * 1e6 if rep["chunks"] else None
     if rep["accept_length"] is None and spec != "off" and m0 and m1:
