@@ -1,7 +1,7 @@
 """Control API (supervisord's `control` program): the HTTP face of the server's lifecycle.
 
-Routes, the switch body's schema and the bearer-token check; the state machine they report and drive
-lives in lifecycle.py. The only process that switches profiles.
+Routes, the switch body's schema and the bearer-token check; the lifecycle they report and drive is
+lifecycle.py, whose moves transitions.py decides. The only process that switches profiles.
 """
 
 from __future__ import annotations
@@ -187,9 +187,11 @@ async def no_tracebacks(request: web.Request, handler):
         return web.json_response({"error": f"internal error: {type(exc).__name__}"}, status=500)
 
 
-def make_app(state_dir: Path, token: str | None, metrics_auth: bool = False) -> web.Application:
+def make_app(state_dir: Path, token: str | None, metrics_auth: bool = False,
+             lifecycle: Lifecycle | None = None) -> web.Application:
+    """The control API's app; `lifecycle` stands in for the state dir's own in tests."""
     app = web.Application(middlewares=[no_tracebacks], client_max_size=64 * 1024)
-    rt = Lifecycle(state_dir)
+    rt = lifecycle or Lifecycle(state_dir)
     app[LIFECYCLE] = rt
     app[TOKEN] = token or ""
     app[METRICS] = CollectorRegistry(auto_describe=False)

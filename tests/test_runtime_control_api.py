@@ -1,0 +1,105 @@
+"""launcher.runtime.control_api in-process (aiohttp's test client) over a Lifecycle whose supervisord and
+server are fakes: the switch answers the typed entry as JSON, bad input is 400, a busy server 409."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from helpers_runtime import FakeServer, FakeSupervisor, env, plan, serving, switcher
+
+from launcher.profiles import sglang_args
+from launcher.runtime import control_api
+from launcher.runtime import switch as switch_mod
+from launcher.runtime.lifecycle import Lifecycle
+from launcher.runtime.transitions import HEALTH_OK
+
+TOKEN = "t0ken"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    env(monkeypatch)
+    monkeypatch.setattr(switch_mod, "LOG_GRACE_S", 0.02)
+    monkeypatch.setattr(sglang_args, "available", lambda: False)  # SGLang's parser takes seconds to build
+
+
+def api(tmp_path, body):
+    """Run `body(client, lifecycle, sup, server)` against the app, its monitor running on the fakes."""
+    sup = FakeSupervisor()
+    server = FakeServer(sup)
+    serving(tmp_path, plan("baseline"), sup)
+    sw = switcher(tmp_path, sup, server)
+    lc = Lifecycle(tmp_path, supervisor=sup, switcher=sw, transport=server.transport())
+    sw.follower = lc.follower
+
+    async def go():
+        async with TestClient(TestServer(control_api.make_app(tmp_path, TOKEN, lifecycle=lc))) as client:
+            for _ in range(400):  # the monitor's first ticks: serving
+                if lc.state == "serving" and lc.health == HEALTH_OK:
+                    break
+                await asyncio.sleep(0.01)
+            return await body(client, lc, sup, server)
+
+    return asyncio.run(go())
+
+
+def test_a_switch_answers_the_history_entry_and_the_status(tmp_path):
+    async def body(client, lc, sup, server):
+        r = await client.post("/switch", json={"profile": "nccl-tuned", "spec": "off"}, headers=AUTH)
+        data = await r.json()
+        assert r.status == 200 and data["outcome"] == "switched" and data["status"]["profile"] == "nccl-tuned"
+        assert set(data) >= {"ts", "id", "from", "to", "durations", "error", "backends", "status"}
+        r = await client.post("/switch", json={"profile": "nccl-tuned", "spec": "off"}, headers=AUTH)
+        data = await r.json()
+        assert (r.status, data["outcome"], data["durations"]) == (200, "unchanged", {})
+        assert "ts" not in data
+
+    api(tmp_path, body)
+
+
+def test_a_failed_switch_is_500_with_the_reason(tmp_path):
+    async def body(client, lc, sup, server):
+        server.health = lambda: 200 if lc.switcher.phase is None else 503
+        r = await client.post("/switch", json={"profile": "nccl-tuned", "spec": "off", "timeout_s": 0.05}, headers=AUTH)
+        data = await r.json()
+        assert r.status == 500 and data["outcome"] == "failed" and data["rollback_error"].startswith("health timeout")
+        assert data["status"]["state"] == "failed"
+
+    api(tmp_path, body)
+
+
+def test_bad_input_is_400_and_a_busy_server_409(tmp_path):
+    async def body(client, lc, sup, server):
+        r = await client.post("/switch", data=b"{", headers=AUTH)
+        assert r.status == 400 and "not valid JSON" in (await r.json())["error"]
+        r = await client.post("/switch", json={"profile": "nccl-tuned", "timeout_s": -1}, headers=AUTH)
+        assert r.status == 400 and "timeout_s" in (await r.json())["error"]
+        r = await client.post("/switch", json={"profile": "nccl-tuned"})
+        assert r.status == 401
+        await lc.lock.acquire()
+        try:
+            r = await client.post("/switch", json={"profile": "nccl-tuned"}, headers=AUTH)
+            assert r.status == 409
+        finally:
+            lc.lock.release()
+        assert sup.stops == 0
+
+    api(tmp_path, body)
+
+
+def test_status_shows_the_state_machine_as_it_moves(tmp_path):
+    async def body(client, lc, sup, server):
+        st = await (await client.get("/status")).json()
+        assert (st["state"], st["phase"], st["retry"]) == ("serving", None, {"attempts": 0, "next_at": None})
+        sup.crash()
+        for _ in range(400):
+            st = await (await client.get("/status")).json()
+            if st["state"] == "down":
+                break
+            await asyncio.sleep(0.01)
+        assert st["state"] == "down" and "server down" in st["last_error"]
+
+    api(tmp_path, body)

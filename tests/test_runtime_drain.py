@@ -1,0 +1,85 @@
+"""The drain waits for what runs: a /metrics that is slow or fails while a request streams is asked
+again (real supervisord, control API and stand-in), and a profile without /metrics is refused."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from helpers_profiles import ENV, clean_env
+
+from launcher.errors import UserError
+from launcher.profiles.plan import build_plan, evaluate
+
+TOKENS, DECODE_MS = 400, 25  # a 10 s stream: still running when the switch, validated first, drains
+
+
+def _stream(stack, out: dict, streaming: threading.Event) -> None:
+    with httpx.stream(
+        "POST", f"{stack.server_url}/generate",
+        json={"text": "hello", "sampling_params": {"max_new_tokens": TOKENS, "temperature": 0}, "stream": True},
+        timeout=60,
+    ) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("data:"):
+                out["lines"].append(line)
+                streaming.set()
+
+
+@pytest.mark.parametrize("fault", [{}, {"STANDIN_METRICS_BUSY_DELAY_S": "6"}, {"STANDIN_METRICS_BUSY_STATUS": "503"}],
+                         ids=["metrics", "slow-metrics", "metrics-503"])
+def test_drain_waits_for_the_running_request_whatever_metrics_answers(kit_stack, fault):
+    """/metrics counts the request, or answers after 6 s (the drain reads for 5 s), or 503 while the
+    request runs: the old drain took the last two for 'nothing runs' and the stop cut the stream off."""
+    stack = kit_stack("baseline", "off", extra_env={"STANDIN_DECODE_MS": str(DECODE_MS), **fault})
+    out: dict = {"lines": []}
+    streaming = threading.Event()
+    t = threading.Thread(target=_stream, args=(stack, out, streaming), daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    assert streaming.wait(15), "the stream never started"
+    assert len(out["lines"]) < TOKENS // 2  # switched while most of it is still to come
+    r = stack.switch("nccl-tuned", "off")
+    t.join(60)
+    body = r.json()
+    assert body["outcome"] == "switched", body
+    assert out["lines"][-1] == "data: [DONE]"  # the request in flight finished, not cut off
+    assert time.monotonic() - t0 >= TOKENS * DECODE_MS / 1000  # the switch waited for it
+    assert "drain_cut_short" not in body
+    assert stack.history()[-1]["durations"]["drain_s"] > 1
+
+
+def test_a_drain_cut_short_by_its_deadline_aborts_and_is_recorded(kit_stack):
+    stack = kit_stack("baseline", "off", extra_env={"STANDIN_DECODE_MS": "50", "KIT_DRAIN_TIMEOUT_S": "1",
+                                                     "STANDIN_METRICS_BUSY_STATUS": "503"})
+    out: dict = {"lines": []}
+    streaming = threading.Event()
+    t = threading.Thread(target=_stream, args=(stack, out, streaming), daemon=True)
+    t.start()
+    assert streaming.wait(15)
+    pid = stack.debug_env()["pid"]
+    body = stack.switch("nccl-tuned", "off").json()
+    t.join(60)
+    assert body["outcome"] == "aborted" and body["error"].startswith("drain timeout"), body
+    assert body["drain_cut_short"] == "/metrics answered 503"
+    assert stack.history()[-1]["drain_cut_short"] == "/metrics answered 503"
+    assert out["lines"][-1] == "data: [DONE]" and stack.debug_env()["pid"] == pid  # nothing was touched
+    assert stack.status()["state"] == "serving"
+
+
+# ----- a profile without /metrics --------------------------------------------------------------------------
+def test_a_profile_that_turns_off_metrics_is_refused_naming_the_drain(tmp_path, monkeypatch):
+    clean_env(monkeypatch)
+    monkeypatch.setenv("KIT_PROFILES_DIR", str(tmp_path))
+    (tmp_path / "quiet.toml").write_text('description = "no metrics"\nstatus = "experimental"\nextends = "baseline"\n'
+                                         '[server]\nenable-metrics = false\n')
+    _, findings = evaluate("quiet", "off", None, environ=ENV)
+    [f] = [f for f in findings if f.rule == "metrics_needed_by_drain"]
+    assert f.level == "error" and f.key == "server.enable-metrics" and f.file == tmp_path / "quiet.toml"
+    assert "drain" in f.message and "running requests" in f.message
+    with pytest.raises(UserError, match="enable-metrics must stay true"):
+        build_plan("quiet", "off", None, environ=ENV)
+    _, findings = evaluate("baseline", "eagle3", None, environ=ENV)
+    assert not [f for f in findings if f.rule == "metrics_needed_by_drain"]
