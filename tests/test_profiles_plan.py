@@ -59,7 +59,7 @@ def test_blank_kit_server_cmd_means_default():
 def test_true_is_bare_flag_false_omitted_lists_expand(user):
     user(
         {
-            "parent.toml": profile_toml("p", server={"enable-metrics": False, "dropped-flag": "x"}),
+            "parent.toml": profile_toml("p", server={"trust-remote-code": False, "dropped-flag": "x"}),
             "p.toml": profile_toml(
                 "p",
                 extends="parent",
@@ -74,7 +74,7 @@ def test_true_is_bare_flag_false_omitted_lists_expand(user):
         }
     )
     flags = plans.build_plan("p", "off", environ=ENV).flags
-    assert "--enable-metrics" not in flags  # base sets it, the parent unsets it
+    assert "--trust-remote-code" not in flags  # base sets it, the parent unsets it
     assert "--dropped-flag" not in flags
     i = flags.index("--enable-foo")
     assert flags[i + 1].startswith("--")  # bare flag, no value after it

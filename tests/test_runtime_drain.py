@@ -1,5 +1,6 @@
 """The drain waits for what runs: a /metrics that is slow or fails while a request streams is asked
-again (real supervisord, control API and stand-in), and a profile without /metrics is refused."""
+again (real supervisord, control API and stand-in). A profile without /metrics is refused by the rule
+metrics_needed_by_drain (tests/test_profiles_rules_metrics.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,6 @@ import time
 
 import httpx
 import pytest
-from helpers_profiles import ENV, clean_env
-
-from launcher.errors import UserError
-from launcher.profiles.plan import build_plan, evaluate
 
 TOKENS, DECODE_MS = 400, 25  # a 10 s stream: still running when the switch, validated first, drains
 
@@ -67,19 +64,3 @@ def test_a_drain_cut_short_by_its_deadline_aborts_and_is_recorded(kit_stack):
     assert stack.history()[-1]["drain_cut_short"] == "/metrics answered 503"
     assert out["lines"][-1] == "data: [DONE]" and stack.debug_env()["pid"] == pid  # nothing was touched
     assert stack.status()["state"] == "serving"
-
-
-# ----- a profile without /metrics --------------------------------------------------------------------------
-def test_a_profile_that_turns_off_metrics_is_refused_naming_the_drain(tmp_path, monkeypatch):
-    clean_env(monkeypatch)
-    monkeypatch.setenv("KIT_PROFILES_DIR", str(tmp_path))
-    (tmp_path / "quiet.toml").write_text('description = "no metrics"\nstatus = "experimental"\nextends = "baseline"\n'
-                                         '[server]\nenable-metrics = false\n')
-    _, findings = evaluate("quiet", "off", None, environ=ENV)
-    [f] = [f for f in findings if f.rule == "metrics_needed_by_drain"]
-    assert f.level == "error" and f.key == "server.enable-metrics" and f.file == tmp_path / "quiet.toml"
-    assert "drain" in f.message and "running requests" in f.message
-    with pytest.raises(UserError, match="enable-metrics must stay true"):
-        build_plan("quiet", "off", None, environ=ENV)
-    _, findings = evaluate("baseline", "eagle3", None, environ=ENV)
-    assert not [f for f in findings if f.rule == "metrics_needed_by_drain"]

@@ -2,6 +2,8 @@
 a switch is at. The control API, the switch, `launcher status/switch`, the fleet and the metrics all
 use these names; /status and history.jsonl carry their string values.
 
+Which moves between them are allowed is transitions.py's table.
+
 `StrEnum` members are strings, so JSON and comparisons with stored values need no conversion.
 """
 

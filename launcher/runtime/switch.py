@@ -3,7 +3,13 @@ and roll back to the last plan that worked when the new one fails.
 
 Every switch is journaled (launcher/runtime/journal.py) before the old server is touched, and any
 failure after that point, not only a failed health gate, takes the rollback path: the server is
-never left stopped without an outcome in the history."""
+never left stopped without an outcome in the history (one records.Entry per switch).
+
+The drain ends only when /metrics counts no running request or nothing listens; a slow or failing
+/metrics is asked again until the deadline (failures.DrainCutShort: the switch is aborted). The
+health gate fails as soon as supervisord's process info shows an exit since the start request
+(exits.ExitWatch: failures.ServerExited), even one supervisord already restarted. The phases move
+through transitions.change_phase."""
 
 from __future__ import annotations
 
