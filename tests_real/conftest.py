@@ -1,0 +1,47 @@
+"""The real-server tier: real SGLang 0.5.23 on the CPU under a real `launcher serve`.
+
+Run by `make test-real` with .venv-real's python (tools/real/install.sh builds it); never collected by
+`make test`. A real start takes one to two minutes on two cores, so tests share a started server
+wherever they do not need their own: `serving_stack` for the whole session, one stack per module
+elsewhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testsupport.real.model import make_model
+from testsupport.real.realstack import REAL_VENV, RealStack, in_real_venv
+
+# A profile of the tier's own: baseline plus a variable no one else sets, to follow into the workers.
+MARK_VAR, MARK_VALUE = "KITTEST_REAL_MARK", "serving-1"
+SERVING_PROFILE = (
+    'description = "real tier: baseline plus a marker variable"\nstatus = "experimental"\nextends = "baseline"\n'
+    f'[env]\n{MARK_VAR} = "{MARK_VALUE}"\n'
+)
+
+
+def pytest_configure(config):
+    if not in_real_venv():
+        raise pytest.UsageError(
+            f"tests_real/ runs under {REAL_VENV}/bin/python (real SGLang 0.5.23): "
+            "run `make test-real`, or `bash tools/real/install.sh` first"
+        )
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    return make_model(tmp_path_factory.mktemp("model") / "tiny-llama", seed=0)
+
+
+@pytest.fixture(scope="session")
+def serving_stack(tmp_path_factory, tiny_model):
+    """One real server for every test that only reads it: profile `real-serving`, spec off, TP 2."""
+    stack = RealStack(tmp_path_factory.mktemp("serving"), tiny_model, "real-serving")
+    stack.write_profile("real-serving", SERVING_PROFILE)
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()

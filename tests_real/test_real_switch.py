@@ -1,0 +1,148 @@
+"""A switch on real SGLang 0.5.23: it drains a request still streaming, stops, starts, health-gates on the
+real /health and commits; a restart shows in /server_info as 0.5.23 sends it; a profile the parser
+accepts but the real server refuses at start rolls back, quoting the server's own error line."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+from bench.run.server_identity import identity_of, restart_reasons
+from launcher.state_layout import StatePaths
+from testsupport.net import until
+from testsupport.real.realstack import START_TIMEOUT_S, RealStack
+
+MARK = "KITTEST_REAL_MARK"
+
+
+def profile(name: str, mark: str, max_running: int, extra_server: str = "") -> str:
+    return (f'description = "real tier: {name}"\nstatus = "experimental"\nextends = "baseline"\n'
+            f'[env]\n{MARK} = "{mark}"\n[server]\nmax-running-requests = {max_running}\n{extra_server}')
+
+
+PROFILES = {
+    "real-a": profile("real-a", "a", 8),
+    "real-b": profile("real-b", "b", 16),
+    # The parser takes any int; the real server refuses a context longer than the model's 2048 positions
+    # (sglang/srt/configs/model_config.py:1296-1316) when the model config is read at start.
+    "real-too-long": profile("real-too-long", "bad", 16, "context-length = 1000000\n"),
+}
+REFUSAL = "is greater than the derived context_length"
+STREAM_TOKENS = 160  # several seconds of decoding on two cores: still running when the switch drains
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
+
+
+def server_info(stack: RealStack) -> dict:
+    return httpx.get(f"{stack.server_url}/server_info", timeout=30).json()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, tiny_model):
+    s = RealStack(tmp_path_factory.mktemp("switch"), tiny_model, "real-a")
+    for name, text in PROFILES.items():
+        s.write_profile(name, text)
+    try:
+        yield s.start()
+    finally:
+        s.stop()
+
+
+def stream_generate(stack: RealStack, out: dict, streaming: threading.Event) -> None:
+    body = {"text": "Drain me", "stream": True,
+            "sampling_params": {"max_new_tokens": STREAM_TOKENS, "temperature": 0, "ignore_eos": True}}
+    try:
+        with httpx.stream("POST", f"{stack.server_url}/generate", json=body, timeout=300) as resp:
+            out["status"] = resp.status_code
+            for line in resp.iter_lines():
+                if line.startswith("data:"):
+                    out["lines"].append(line)
+                    streaming.set()
+    except httpx.HTTPError as exc:
+        out["error"] = repr(exc)
+
+
+@pytest.fixture(scope="module")
+def switched(stack):
+    """Switch real-a -> real-b while a request streams; what was seen before, during and after."""
+    before = {"status": stack.status(), "info": server_info(stack), "launch_pid": stack.launch_process().pid}
+    again = server_info(stack)
+    out: dict = {"lines": []}
+    streaming = threading.Event()
+    t = threading.Thread(target=stream_generate, args=(stack, out, streaming), daemon=True)
+    t.start()
+    assert streaming.wait(120), "the stream never started"
+    lines_at_switch = len(out["lines"])
+    t0 = time.monotonic()
+    r = stack.switch("real-b", "off", timeout_s=START_TIMEOUT_S)
+    took = time.monotonic() - t0
+    t.join(300)
+    return {"before": before, "again": again, "stream": out, "lines_at_switch": lines_at_switch,
+            "response": r, "took": took, "after_info": server_info(stack)}
+
+
+def test_switch_drains_the_stream_then_restarts_and_commits(stack, switched):
+    r = switched["response"]
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["outcome"] == "switched", body
+    out = switched["stream"]
+    assert "error" not in out and out["status"] == 200, out
+    assert switched["lines_at_switch"] < STREAM_TOKENS // 2  # most of it was still to come
+    assert out["lines"][-1] == "data: [DONE]"  # finished, not cut off
+    last = json.loads(out["lines"][-2][len("data:"):])
+    assert last["meta_info"]["completion_tokens"] == STREAM_TOKENS
+    assert last["meta_info"]["finish_reason"]["type"] == "length"
+    entry = stack.history()[-1]
+    assert entry["outcome"] == "switched" and entry["to"]["profile"] == "real-b"
+    assert entry["durations"]["drain_s"] > 0.5, entry["durations"]
+    st = stack.status()
+    assert st["state"] == "serving" and st["profile"] == "real-b" and st["health"] == "ok", st
+    committed = json.loads(StatePaths(stack.state_dir).committed.read_text())
+    assert committed["name"] == "real-b", committed
+
+
+def test_the_new_server_runs_the_new_flag_and_env(stack, switched):
+    launch = stack.launch_process()
+    assert launch.pid != switched["before"]["launch_pid"]  # stopped and started, not reconfigured
+    argv = launch.cmdline()
+    assert argv[argv.index("--max-running-requests") + 1] == "16"
+    assert switched["before"]["info"]["max_running_requests"] == 8
+    assert switched["after_info"]["max_running_requests"] == 16
+    for p in stack.schedulers():
+        assert environ_of(p.pid)[MARK] == "b", p.cmdline()[0]
+    assert httpx.get(f"{stack.server_url}/health", timeout=30).status_code == 200
+    r = stack.post("/generate", {"text": "after", "sampling_params": {"max_new_tokens": 2, "temperature": 0}})
+    assert r.status_code == 200 and r.json()["meta_info"]["completion_tokens"] == 2
+
+
+def test_a_restart_shows_in_the_identity_real_sglang_sends(switched):
+    before = identity_of(switched["before"]["info"])
+    assert before["start_time"] is None  # 0.5.23 sends none
+    assert before["startup_time"] and before["random_seed"] is not None
+    assert restart_reasons(before, identity_of(switched["again"])) == []  # the same server, asked twice
+    reasons = restart_reasons(before, identity_of(switched["after_info"]))
+    assert any("startup_time" in r for r in reasons), reasons
+
+
+def test_a_profile_the_real_server_refuses_rolls_back_quoting_its_error(stack, switched):
+    good = stack.status()["profile"]
+    r = stack.switch("real-too-long", "off", timeout_s=START_TIMEOUT_S)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["outcome"] == "rolled_back", body
+    quoted = [body.get("error") or "", *body.get("log_tail", [])]
+    assert any(REFUSAL in line for line in quoted), body
+    st = stack.wait_state({"rolled_back"})
+    assert st["profile"] == good and REFUSAL in (st["last_error"] or ""), st
+    assert stack.history()[-1]["outcome"] == "rolled_back"
+    argv = stack.launch_process().cmdline()
+    assert "--context-length" not in argv
+    until(lambda: httpx.get(f"{stack.server_url}/health", timeout=30).status_code == 200, 60, "healthy again")
