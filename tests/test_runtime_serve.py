@@ -1,0 +1,50 @@
+"""launcher.runtime.serve.initial_plan: which plan the container starts with (no supervisord here)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers_runtime import env
+
+from launcher.errors import UserError
+from launcher.profiles import sglang_args
+from launcher.runtime import state as runtime_state
+from launcher.runtime.admission import validated_plan
+from launcher.runtime.serve import initial_plan
+from launcher.state_layout import StatePaths
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    env(monkeypatch)
+    monkeypatch.setattr(sglang_args, "available", lambda: False)
+
+
+def test_a_fresh_start_runs_the_request_and_remembers_it(tmp_path):
+    paths = StatePaths(tmp_path)
+    assert initial_plan(paths, "nccl-tuned", "off").name == "nccl-tuned"
+    assert json.loads(paths.boot.read_text()) == {"profile": "nccl-tuned", "spec": "off"}
+
+
+def test_a_restart_with_the_same_request_resumes_the_committed_plan(tmp_path):
+    paths = StatePaths(tmp_path)
+    initial_plan(paths, "baseline", "off")
+    runtime_state.commit(tmp_path, validated_plan("fused", "off"))  # a switch made since
+    assert initial_plan(paths, "baseline", "off").name == "fused"
+    assert initial_plan(paths, None, None).name == "fused"  # no PROFILE at all: the committed plan too
+    assert initial_plan(paths, "nccl-tuned", "off").name == "nccl-tuned"  # a new request wins
+
+
+def test_a_committed_plan_that_no_longer_validates_gives_way_to_the_request(tmp_path, monkeypatch):
+    paths = StatePaths(tmp_path)
+    initial_plan(paths, "baseline", "off")
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "gone.toml").write_text('description = "x"\nstatus = "experimental"\nextends = "baseline"\n')
+    monkeypatch.setenv("KIT_PROFILES_DIR", str(profiles))
+    runtime_state.commit(tmp_path, validated_plan("gone", "off"))
+    (profiles / "gone.toml").unlink()
+    assert initial_plan(paths, "baseline", "off").name == "baseline"
+    with pytest.raises(UserError):
+        initial_plan(paths, "gone", "off")
