@@ -8,7 +8,8 @@ A bundle is a folder of files anyone can edit, copy or damage. Every field the s
 and comparisons use is checked here for its type (strict: "12.5" is not a number), numbers must be
 finite (1e999, NaN and Infinity are refused when the JSON is parsed), and names must follow the
 profile name rule, since they become file names. A damaged file is a UserError (exit 2) naming
-the file and the key, never a traceback. Fields nobody reads are left alone.
+the file and the key, never a traceback. Manifest fields nobody reads are left alone, and a cell
+file's keys its record does not hold are not read.
 """
 
 from __future__ import annotations
