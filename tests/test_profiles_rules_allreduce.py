@@ -198,17 +198,43 @@ def test_fusion_backend_with_the_enforce_flag_unset_passes(make):
 EAGLE = {"speculative-algorithm": "EAGLE3", "speculative-num-draft-tokens": 4}
 
 
-def test_pcie_ipc_with_sglangs_default_max_batch_takes_prefill(make):
-    plan, findings = make(env=IPC, server={"dtype": "bfloat16", **EAGLE})
+def test_pcie_ipc_under_speculation_sizes_for_sglangs_48_requests(make):
+    """EAGLE/NGRAM reset max running requests to 48 (speculative_hook.py:1086-1094, 1293-1302), and the
+    captured batches are clamped to that pool: 48 x 4 = 192 rows, decode-sized, no warning."""
+    for algo in ("EAGLE3", "NGRAM"):
+        _, findings = make(env=IPC, server={"dtype": "bfloat16", **EAGLE, "speculative-algorithm": algo})
+        assert by_rule(findings, "pcie_ipc_prefill_rows") == []
+
+
+def test_pcie_ipc_with_an_explicit_wide_request_pool_takes_prefill(make):
+    plan, findings = make(env=IPC, server={"dtype": "bfloat16", **EAGLE, "max-running-requests": 256})
     [f] = by_rule(findings, "pcie_ipc_prefill_rows", "warning")
-    assert "512 requests" in f.message and "2048 rows" in f.message and "+66% TTFT" in f.message
-    assert "cuda-graph-max-bs-decode = 128" in f.message and f.message in plan.warnings
+    assert "256 requests" in f.message and "--max-running-requests" in f.message and "1024 rows" in f.message
+    assert "+66%" in f.message and "level with NCCL" in f.message
+    assert "to 128 or less" in f.message and f.message in plan.warnings
+
+
+def test_pcie_ipc_graph_batch_wider_than_the_pool_is_clamped_to_the_pool(make):
+    # an explicit graph max of 512 under EAGLE-3 still captures at most the 48-request pool
+    _, findings = make(env=IPC, server={"dtype": "bfloat16", **EAGLE, "cuda-graph-max-bs-decode": 512})
+    assert by_rule(findings, "pcie_ipc_prefill_rows") == []
+    plan, findings = make(env=IPC, server={"dtype": "bfloat16", **EAGLE, "cuda-graph-max-bs-decode": 512,
+                                           "max-running-requests": 512})
+    [f] = by_rule(findings, "pcie_ipc_prefill_rows", "warning")
+    assert "512 requests (--cuda-graph-max-bs-decode) x 4 draft tokens = 2048 rows" in f.message
+
+
+def test_pcie_ipc_without_speculation_and_a_wide_graph_warns(make):
+    _, findings = make(env=IPC, server={"dtype": "bfloat16", "cuda-graph-max-bs-decode": 1024})
+    [f] = by_rule(findings, "pcie_ipc_prefill_rows", "warning")
+    assert "1024 rows" in f.message and "to 512 or less" in f.message
 
 
 @pytest.mark.parametrize(
     "server",
     [{"cuda-graph-max-bs-decode": 64, **EAGLE}, {"cuda-graph-max-bs-decode": 128, **EAGLE}, {},
-     {"max-running-requests": 32, **EAGLE}, {"cuda-graph-config": '{"decode": {"max_bs": 16}}', **EAGLE}],
+     {"max-running-requests": 32, **EAGLE}, {"cuda-graph-config": '{"decode": {"max_bs": 16}}', **EAGLE},
+     {"max-running-requests": 128, **EAGLE}, {"max-running-requests": 4096}],
 )
 def test_pcie_ipc_decode_sized_workspace_passes(make, server):
     _, findings = make(env=IPC, server={"dtype": "bfloat16", **server})
@@ -216,14 +242,16 @@ def test_pcie_ipc_decode_sized_workspace_passes(make, server):
 
 
 def test_pcie_ipc_fixed_numel_is_left_alone(make):
-    _, findings = make(env={**IPC, "SGLANG_PCIE_IPC_MAX_NUMEL": 917504}, server=EAGLE)
+    _, findings = make(env={**IPC, "SGLANG_PCIE_IPC_MAX_NUMEL": 917504}, server={**EAGLE, "max-running-requests": 512})
     assert by_rule(findings, "pcie_ipc_prefill_rows") == []
 
 
 @pytest.mark.parametrize("spec", ["eagle3", "ngram", "off"])
-def test_custom_ar_keeps_its_workspace_decode_sized(spec):
+def test_custom_ar_leaves_the_decode_graphs_alone_and_stays_decode_sized(spec):
+    """No --cuda-graph-max-bs-decode cap: it did nothing under speculation (48-request pool) and, without
+    it, only took CUDA graphs from decode batches above 64 requests."""
     plan, findings = evaluate("custom-ar", spec, PCIE, environ=ENV)
-    assert plan.flags[plan.flags.index("--cuda-graph-max-bs-decode") + 1] == "64"
+    assert "--cuda-graph-max-bs-decode" not in plan.flags
     assert by_rule(findings, "pcie_ipc_prefill_rows") == []
 
 

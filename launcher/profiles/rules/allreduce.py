@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from launcher.profiles.rules.context import Context, Finding
+from launcher.profiles.rules.context import Context, Finding, _as_int
 
 FUSION_PATCH = "sm120-allreduce-fusion"
 
@@ -130,12 +130,15 @@ PCIE_IPC_DECODE_ROWS = 512
 # Default decode CUDA-graph max batch at TP >= 4 on GPUs of 60 GB and more (memory_hook.py:132-170):
 # 512 (H100/A100 class, H200/RTX PRO 6000 96 GB class, B200). TP < 4 gets 256 below 160 GB.
 _DEFAULT_MAX_BS = {True: 512, False: 256}
+# Algorithms whose hook sets --max-running-requests to 48 when the user leaves it unset:
+# EAGLE/EAGLE3/NEXTN/STANDALONE (speculative_hook.py:1086-1094), NGRAM (:1293-1302), DFLASH (:438-446),
+# DSPARK (:852-860), FROZEN_KV_MTP (:992-1000); dispatched in speculative/spec_info.py:255-266.
+SPEC_RUNNING_REQUESTS = 48
+_RESETS_RUNNING_REQUESTS = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "FROZEN_KV_MTP"}
 
 
-def _decode_max_bs(ctx: Context) -> tuple[int | None, str]:
+def _graph_max_bs(ctx: Context) -> tuple[int, str]:
     """The decode CUDA-graph max batch the flags set, or SGLang's default for a large GPU, and where from."""
-    from launcher.profiles.rules.context import _as_int
-
     explicit = _as_int(ctx.server.get("cuda-graph-max-bs-decode"))
     if explicit is not None:
         return explicit, "--cuda-graph-max-bs-decode"
@@ -155,22 +158,37 @@ def _decode_max_bs(ctx: Context) -> tuple[int | None, str]:
             return max(decode["bs"]), "--cuda-graph-config decode.bs"
     tp = ctx.tp_size()
     default = _DEFAULT_MAX_BS[tp is None or tp >= 4]
-    running = _as_int(ctx.server.get("max-running-requests"))
-    if running is not None and running < default:  # memory_hook.py:182-188 clamps only the default
-        return running, "--max-running-requests (clamps SGLang's default)"
     return default, f"SGLang's default for GPUs of 60 GB or more at TP {tp if tp is not None else '?'} (memory_hook.py:132-170)"
 
 
+def _running_requests(ctx: Context) -> tuple[int | None, str]:
+    """--max-running-requests as the server will resolve it from the flags: the user's value, 48 under
+    speculation when unset, else None (sized from memory, not known from the flags)."""
+    explicit = _as_int(ctx.server.get("max-running-requests"))
+    if explicit is not None:
+        return explicit, "--max-running-requests"
+    algo = str(ctx.server.get("speculative-algorithm") or "").upper()
+    if algo in _RESETS_RUNNING_REQUESTS:
+        return SPEC_RUNNING_REQUESTS, f"SGLang's reset to {SPEC_RUNNING_REQUESTS} under {algo} (speculative_hook.py:1086-1094, 1293-1302)"
+    return None, ""
+
+
+def _decode_max_bs(ctx: Context) -> tuple[int, str]:
+    """The widest captured decode batch in requests: the graph's max batch clamped to the request pool,
+    which is --max-running-requests (base_cuda_graph_runner.py:77-101 via base_runner.py:367-390)."""
+    max_bs, source = _graph_max_bs(ctx)
+    running, why = _running_requests(ctx)
+    if running is not None and running < max_bs:
+        return running, f"the request pool of {why}, which clamps the captured batches (base_cuda_graph_runner.py:92-101)"
+    return max_bs, source
+
+
 def pcie_ipc_prefill_rows(ctx: Context) -> Iterator[Finding]:
-    """PCIe-IPC's workspace is decode max batch x draft tokens rows (pcie_ipc_ar.py:136-163, base_runner.py:367-390);
-    any prefill chunk of at most that many tokens takes the one-shot kernel, which cost 66% TTFT (pcie_ipc_ar.py:30-48)."""
+    """PCIe-IPC's workspace is the widest captured decode batch x tokens per request rows (base_runner.py:355-390,
+    pcie_ipc_ar.py:247-276); a prefill chunk of at most that many tokens takes the one-shot kernel too."""
     if str(ctx.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")) != "1" or ctx.env.get("SGLANG_PCIE_IPC_MAX_NUMEL"):
         return
     max_bs, source = _decode_max_bs(ctx)
-    if max_bs is None:
-        return
-    from launcher.profiles.rules.context import _as_int
-
     speculative = bool(ctx.server.get("speculative-algorithm"))
     # unset: SGLang auto-picks 4 draft tokens for non-Llama targets (speculative_hook.py:1159-1174)
     drafts = (_as_int(ctx.server.get("speculative-num-draft-tokens")) or 4) if speculative else 1
@@ -181,8 +199,9 @@ def pcie_ipc_prefill_rows(ctx: Context) -> Iterator[Finding]:
     yield ctx.finding(
         "warning", "pcie_ipc_prefill_rows", "env.SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",
         f"PCIe-IPC sizes its workspace for {max_bs} requests ({source}){per} = {rows} rows "
-        "(pcie_ipc_ar.py:136-163), so every prefill chunk of up to "
-        f"{rows} tokens also takes the one-shot kernel, which SGLang measured at +66% TTFT against NCCL "
-        f"(pcie_ipc_ar.py:30-48); set cuda-graph-max-bs-decode = {PCIE_IPC_DECODE_ROWS // drafts} or lower under "
-        "[server] (the custom-ar profile sets 64)",
+        f"(base_runner.py:367-390), above the {PCIE_IPC_DECODE_ROWS} rows its start-up autotune measures "
+        f"(pcie_ipc_ar.py:181-194), so every prefill chunk of up to {rows} tokens also takes the one-shot kernel; "
+        "SGLang measured a decode-sized workspace level with NCCL on TTFT and a prefill-sized one at +66% "
+        "(pcie_ipc_ar.py:36-48), and nothing measured one in between; lower max-running-requests or "
+        f"cuda-graph-max-bs-decode under [server] to {PCIE_IPC_DECODE_ROWS // drafts} or less",
     )
