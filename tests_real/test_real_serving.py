@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 
 import httpx
 from conftest import MARK_VALUE, MARK_VAR
@@ -64,3 +65,16 @@ def test_a_variable_the_profile_leaves_alone_keeps_sglangs_value(serving_stack):
         env = environ_of(p.pid)
         assert env.get("NCCL_CUMEM_ENABLE") == "0", p.cmdline()[0]
         assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "8", p.cmdline()[0]
+
+
+def test_health_runs_a_one_token_generation(serving_stack):
+    """0.5.23's /health is /health_generate unless SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0
+    (sglang/srt/entrypoints/http_server.py:721-748): it sends a 1-token request and answers after its
+    first poll a second later (:777), so every probe costs a second and a generation. The stand-in
+    answers /health at once."""
+    for path in ("/health", "/health_generate"):
+        t0 = time.monotonic()
+        r = httpx.get(f"{serving_stack.server_url}{path}", timeout=60)
+        took = time.monotonic() - t0
+        assert r.status_code == 200 and r.text == "", (path, r.status_code, r.text)
+        assert took >= 1.0, f"{path} answered in {took:.2f} s: no generation ran"

@@ -69,6 +69,25 @@ def stream_generate(stack: RealStack, out: dict, streaming: threading.Event) -> 
         out["error"] = repr(exc)
 
 
+def watch_health(stack: RealStack, seen: list[str], done: threading.Event) -> None:
+    """/health answers, in order, until `done`: "200", "503", "refused" (nothing listens), "timeout"."""
+    while not done.is_set():
+        try:
+            code = str(httpx.get(f"{stack.server_url}/health", timeout=10).status_code)
+        except httpx.ConnectError:
+            code = "refused"
+        except httpx.TimeoutException:
+            code = "timeout"
+        if not seen or seen[-1] != code:
+            seen.append(code)
+        done.wait(0.3)
+
+
+def in_order(seen: list[str], wanted: list[str]) -> bool:
+    it = iter(seen)
+    return all(any(x == w for x in it) for w in wanted)
+
+
 @pytest.fixture(scope="module")
 def switched(stack):
     """Switch real-a -> real-b while a request streams; what was seen before, during and after."""
@@ -80,12 +99,18 @@ def switched(stack):
     t.start()
     assert streaming.wait(120), "the stream never started"
     lines_at_switch = len(out["lines"])
+    health: list[str] = []
+    done = threading.Event()
+    watcher = threading.Thread(target=watch_health, args=(stack, health, done), daemon=True)
+    watcher.start()
     t0 = time.monotonic()
     r = stack.switch("real-b", "off", timeout_s=START_TIMEOUT_S)
     took = time.monotonic() - t0
+    done.set()
+    watcher.join(30)
     t.join(300)
     return {"before": before, "again": again, "stream": out, "lines_at_switch": lines_at_switch,
-            "response": r, "took": took, "after_info": server_info(stack)}
+            "response": r, "took": took, "after_info": server_info(stack), "health": health}
 
 
 def test_switch_drains_the_stream_then_restarts_and_commits(stack, switched):
@@ -107,6 +132,14 @@ def test_switch_drains_the_stream_then_restarts_and_commits(stack, switched):
     assert st["state"] == "serving" and st["profile"] == "real-b" and st["health"] == "ok", st
     committed = json.loads(StatePaths(stack.state_dir).committed.read_text())
     assert committed["name"] == "real-b", committed
+
+
+def test_health_through_the_switch_is_up_refused_starting_up(switched):
+    """What the health gate waits through on the real server: the old one answers, then nothing listens
+    while the new one imports and loads (uvicorn binds last), then 503 while it warms up
+    (ServerStatus.Starting, sglang/srt/entrypoints/http_server.py:735-736), then 200."""
+    assert in_order(switched["health"], ["200", "refused", "503", "200"]), switched["health"]
+    assert switched["health"][-1] == "200"
 
 
 def test_the_new_server_runs_the_new_flag_and_env(stack, switched):

@@ -22,7 +22,7 @@ from testsupport.stack import REPO, KitStack
 
 KERNEL_STANDIN = Path(__file__).resolve().parent / "kernel_standin"
 REAL_VENV = REPO / ".venv-real"
-START_TIMEOUT_S = 420.0  # 88-123 s on a first start on two cores, more while other work shares them
+START_TIMEOUT_S = 900.0  # 88-123 s on a first start on two idle cores; 7 min and more seen while other work shared them
 SCHEDULER_TITLE = "sglang::scheduler"  # setproctitle in sglang/srt/managers/scheduler.py:6294
 
 
