@@ -113,3 +113,18 @@ def test_topology_checks_follow_the_inputs(tmp_path):
     assert by_name == {"gpu-count": "warn", "topology": "pass", "p2p": "pass"}
     assert {c.name: c.status for c in facts_mod.topology_checks(facts, inp, tp=4)}["gpu-count"] == "pass"
     assert facts_mod.topology_checks(facts, facts_mod.Inputs(), tp=8) == []
+
+
+def test_rdma_nics_join_the_topology_legend_and_sys_class_infiniband(tmp_path):
+    """DeepEP's rule reads `rdma_nics`: a NIC shown by either source counts, none shown by a readable
+    sysfs is "none" even without a topology, and only two unreadable sources leave it unknown."""
+    probe = stub_probe(tmp_path)
+    ib = probe.root / "sys" / "class" / "infiniband"
+    (ib / "irdma0").mkdir(parents=True)
+    inp = facts_mod.read_inputs(probe, files("pcie8-broken"))
+    assert inp.rdma_devices == ["irdma0"]
+    assert facts_mod.build(inp, None)[0].rdma_nics == ["irdma0", "mlx5_0", "mlx5_1"]
+    (ib / "irdma0").rmdir()
+    ib.rmdir()
+    inp = facts_mod.read_inputs(probe, {"gpus": files("switch4")["gpus"]})
+    assert facts_mod.build(inp, None)[0].rdma_nics == []

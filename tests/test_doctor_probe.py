@@ -59,3 +59,17 @@ def test_command_result_first_error_line():
     assert CommandResult(9, "", "\n  NVIDIA-SMI has failed\nmore\n").first_error_line() == "NVIDIA-SMI has failed"
     assert CommandResult(9, "only stdout\n", "").first_error_line() == "only stdout"
     assert CommandResult(9, "", "").first_error_line() == "exit status 9"
+
+
+def test_rdma_devices_from_sys_class_infiniband(tmp_path):
+    """Each RDMA device the kernel registered is a directory under /sys/class/infiniband."""
+    ib = tmp_path / "sys" / "class" / "infiniband"
+    for name in ("mlx5_1", "mlx5_0"):
+        (ib / name).mkdir(parents=True)
+    assert Probe(root=tmp_path).rdma_devices() == ["mlx5_0", "mlx5_1"]
+
+
+def test_rdma_devices_none_when_sysfs_has_no_infiniband_class_and_unknown_without_sysfs(tmp_path):
+    (tmp_path / "host" / "sys" / "class" / "net").mkdir(parents=True)
+    assert Probe(root=tmp_path / "host").rdma_devices() == []  # sysfs read, no RDMA driver: none
+    assert Probe(root=tmp_path / "bare").rdma_devices() is None  # nothing read: unknown

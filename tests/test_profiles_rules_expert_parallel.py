@@ -1,5 +1,5 @@
 """launcher.profiles.rules.expert_parallel: DeepEP's normal mode, and what its low-latency mode needs
-within a host (P2P between every pair, not an RDMA NIC); a passing and a failing case each, with level
+within a host (P2P between every pair and an RDMA NIC); a passing and a failing case each, with level
 and message."""
 
 from __future__ import annotations
@@ -58,20 +58,30 @@ def test_deepep_rule_passes(make, server):
     assert by_rule(findings, "deepep_normal_mode") == []
 
 
-# ---- DeepEP low-latency within a host: P2P, not RDMA ------------------------------------------------
+# ---- DeepEP low-latency within a host: P2P and an RDMA NIC ------------------------------------------------
 
 RULE = "deepep_low_latency_transport"
 DEEPEP = {"moe-a2a-backend": "deepep"}
 
 
-def test_ep_deepep_without_an_rdma_nic_is_eligible_with_p2p():
-    """SGLang keeps allow_nvlink_for_low_latency_mode=True: DeepEP sets NVSHMEM_DISABLE_P2P=0 and writes
-    to peers through P2P pointers, IBGDA only where there is none (legacy.py:108, internode_ll.cu)."""
-    plan, findings = build_plan_findings("ep-deepep", facts("pcie-switch", "12.0", p2p_ok=True, rdma_nics=[]))
+def test_ep_deepep_without_an_rdma_nic_is_ineligible():
+    """Low-latency mode forces IBGDA on and the dispatch kernel asserts its QP count on every launch
+    (legacy.py:105-110, internode_ll.cu:284); local transfers use RDMA too (DeepEP#164)."""
+    with pytest.raises(UserError, match="found no RDMA NIC") as err:
+        build_plan("ep-deepep", "eagle3", facts("pcie-switch", "12.0", p2p_ok=True, rdma_nics=[]), environ=ENV)
+    assert "internode_ll.cu:284" in str(err.value) and "DeepEP#164" in str(err.value)
+
+
+def test_ep_deepep_without_a_nic_is_ineligible_on_nvlink_too(make):
+    _, findings = make(server=DEEPEP, facts=facts("nvlink", "9.0", p2p_ok=True, rdma_nics=[]))
+    [f] = by_rule(findings, RULE, "ineligible")
+    assert f.key == "server.moe-a2a-backend" and "use the ep profile" in f.message
+
+
+def test_ep_deepep_with_a_nic_and_p2p_is_eligible_and_warns_over_pcie():
+    plan, findings = build_plan_findings("ep-deepep", facts("pcie-switch", "12.0", p2p_ok=True, rdma_nics=["mlx5_0"]))
     assert not [f for f in findings if f.level in ("error", "ineligible")]
-    conditions = plan.requires["conditions"]
-    assert any("NVSHMEM's P2P transport coming up over PCIe without an RDMA NIC" in c for c in conditions)
-    assert not any("RDMA NIC (mlx5" in c for c in conditions)
+    assert not any("RDMA NIC" in c for c in plan.requires.get("conditions", []))
     assert any("memory-ordering" in w for w in plan.warnings)
 
 
@@ -96,7 +106,7 @@ def test_deepep_p2p_unknown_is_a_condition(make):
     plan, findings = make(server=DEEPEP)
     assert sorted(f.level for f in by_rule(findings, RULE)) == ["requires", "requires"]
     assert any("peer-to-peer access between every GPU pair" in c for c in plan.requires["conditions"])
-    assert any("without an RDMA NIC (unproven" in c for c in plan.requires["conditions"])
+    assert any(c.startswith("an RDMA NIC") and "internode_ll.cu:284" in c for c in plan.requires["conditions"])
 
 
 def test_deepep_with_a_nic_over_pcie_only_warns_about_memory_ordering(make):
@@ -106,20 +116,29 @@ def test_deepep_with_a_nic_over_pcie_only_warns_about_memory_ordering(make):
 
 
 def test_deepep_refuses_more_than_two_pcie_named_gpus(make):
-    host = facts("pcie-switch", "8.0", p2p_ok=True, rdma_nics=[])
+    host = facts("pcie-switch", "8.0", p2p_ok=True, rdma_nics=["mlx5_0"])
     for g in host.gpus:
         g.name = "NVIDIA A100-PCIE-40GB"
     _, findings = make(server={**DEEPEP, "tp-size": "8"}, facts=host)
     [f] = by_rule(findings, RULE, "ineligible")
-    assert "A100-PCIE-40GB" in f.message and "envs.py:155-156" in f.message
+    assert "A100-PCIE-40GB" in f.message and "DeepEP deep_ep/utils/envs.py:155-156" in f.message
     _, two = make(server={**DEEPEP, "tp-size": "2"}, facts=host)
     assert by_rule(two, RULE, "ineligible") == []
+
+
+def test_the_pcie_name_check_is_case_sensitive_like_deepeps(make):
+    """`'PCIE' in torch.cuda.get_device_name()` (envs.py:155): RTX PRO 6000 names do not match it."""
+    host = facts("pcie-switch", "12.0", p2p_ok=True, rdma_nics=["mlx5_0"])
+    for g in host.gpus:
+        g.name = "NVIDIA RTX PRO 6000 Blackwell Server Edition (PCIe)"
+    _, findings = make(server={**DEEPEP, "tp-size": "8"}, facts=host)
+    assert by_rule(findings, RULE, "ineligible") == []
 
 
 @pytest.mark.parametrize(
     ("server", "host"),
     [
-        (DEEPEP, facts("nvlink", "9.0", p2p_ok=True, rdma_nics=[])),  # NVLink, no NIC: nothing to say
+        (DEEPEP, facts("nvlink", "9.0", p2p_ok=True, rdma_nics=["mlx5_0"])),  # NVLink with a NIC: nothing to say
         ({"moe-a2a-backend": "none"}, facts("pcie-switch", p2p_ok=False, rdma_nics=[])),
         ({"moe-a2a-backend": "deepep", "deepep-mode": "normal"}, facts("pcie-switch", p2p_ok=True, rdma_nics=[])),
     ],
@@ -130,12 +149,12 @@ def test_deepep_transport_rule_passes(make, server, host):
 
 
 def test_ep_deepep_profile_passes_on_pcie():
-    plan = build_plan("ep-deepep", "eagle3", facts("pcie-switch", "12.0", p2p_ok=True), environ=ENV)
+    plan = build_plan("ep-deepep", "eagle3", facts("pcie-switch", "12.0", p2p_ok=True, rdma_nics=["mlx5_0"]), environ=ENV)
     assert plan.flags[plan.flags.index("--deepep-mode") + 1] == "low_latency"
 
 
 @pytest.mark.parametrize(("nics", "shown"), [([], "none"), (["mlx5_0", "mlx5_1"], "mlx5_0, mlx5_1")])
-def test_the_doctor_still_reports_rdma_nics_without_calling_deepep_impossible(nics, shown):
+def test_the_doctor_reports_rdma_nics_in_its_facts_table(nics, shown):
     from rich.console import Console
 
     from launcher.doctor import report

@@ -25,6 +25,7 @@ class Inputs:
     topo: topo_mod.Topology | None = None
     p2p: p2p_mod.P2PMatrix | None = None
     gpus: list[GpuFact] | None = None
+    rdma_devices: list[str] | None = None  # /sys/class/infiniband; None: not readable
     sources: dict[str, str] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
 
@@ -64,6 +65,7 @@ def read_inputs(probe: Probe, files: dict[str, Path | None]) -> Inputs:
     out.topo = parsed.get("topo")  # type: ignore[assignment]
     out.p2p = parsed.get("p2p")  # type: ignore[assignment]
     out.gpus = parsed.get("gpus")  # type: ignore[assignment]
+    out.rdma_devices = probe.rdma_devices()
     _agree(out)
     if not out.checks and out.gpus is not None:
         driver = out.gpus[0].driver_version if out.gpus else ""
@@ -100,6 +102,13 @@ def nvlink_multicast(interconnect: str | None, nvswitch: bool | None, sm_version
     return all(int(s.split(".")[0]) >= 9 for s in sm_versions)
 
 
+def rdma_nics(inp: Inputs) -> list[str] | None:
+    """RDMA NICs from both places that show them: the NIC legend of `nvidia-smi topo -m` and
+    /sys/class/infiniband. None only when neither could be read (unknown, not "none")."""
+    seen = [names for names in (inp.topo.nic_names() if inp.topo else None, inp.rdma_devices) if names is not None]
+    return sorted(set().union(*seen)) if seen else None
+
+
 def build(inp: Inputs, nccl_version: str | None) -> tuple[HostFacts, dict]:
     """HostFacts for the launcher's rules, plus details (links, affinity, NICs) for people."""
     gpus = list(inp.gpus or [])
@@ -118,7 +127,7 @@ def build(inp: Inputs, nccl_version: str | None) -> tuple[HostFacts, dict]:
             {g.compute_cap for g in gpus if g.compute_cap},
         ),
         nccl_version=nccl_version,
-        rdma_nics=inp.topo.nic_names() if inp.topo else None,
+        rdma_nics=rdma_nics(inp),
     )
     details: dict = {"sources": dict(inp.sources)}
     if inp.topo is not None:

@@ -114,6 +114,17 @@ class Probe:
         value = self.read("/sys/module/nvidia_uvm/parameters/uvm_disable_hmm")
         return loaded, None if value is None else value.strip()
 
+    def rdma_devices(self) -> list[str] | None:
+        """RDMA devices the kernel registered (/sys/class/infiniband: mlx5_0, irdma0, ...); [] when sysfs is
+        there without that class (no RDMA driver loaded), None when /sys/class cannot be read at all."""
+        ib = self.path("/sys/class/infiniband")
+        try:
+            return sorted(e.name for e in ib.iterdir())
+        except FileNotFoundError:
+            return [] if self.path("/sys/class").is_dir() else None
+        except OSError:
+            return None
+
     def shm_bytes(self) -> int | None:
         try:
             st = self.statvfs(str(self.path("/dev/shm")))

@@ -35,7 +35,7 @@ def facts_table(r: Report) -> Table:
     t.add_row("P2P (read)", p2p if len(f.gpus) != 1 else Text("single GPU", style="dim"))
     t.add_row("NVLink multicast", _fmt_bool(f.nvlink_multicast))
     t.add_row("NCCL", f.nccl_version or Text("unknown", style="dim"))
-    # Reported for multi-host work; DeepEP low-latency within one host needs P2P, not a NIC (docs/evidence.md).
+    # From nvidia-smi topo -m and /sys/class/infiniband; none makes ep-deepep ineligible (docs/evidence.md).
     nics = ", ".join(f.rdma_nics or []) or ("none" if f.rdma_nics == [] else "")
     t.add_row("RDMA NICs", nics or Text("unknown", style="dim"))
     t.add_row("read from", ", ".join(f"{k}: {v}" for k, v in r.details.get("sources", {}).items()) or "nothing")

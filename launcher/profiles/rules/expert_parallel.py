@@ -8,15 +8,16 @@ from launcher.profiles.rules.context import Context, Finding
 
 
 def deepep_low_latency_transport(ctx: Context) -> Iterator[Finding]:
-    """DeepEP low-latency mode within one host: peer-to-peer writes, not RDMA (docs/evidence.md,
-    "Expert parallelism and DeepEP").
+    """DeepEP low-latency mode within one host: P2P between every pair, and an RDMA NIC (docs/evidence.md,
+    "DeepEP low-latency within one host").
 
-    SGLang builds DeepEP's Buffer without `allow_nvlink_for_low_latency_mode`, so it stays True
-    (sglang/srt/layers/moe/token_dispatcher/deepep.py:285-304, DeepEP deep_ep/buffers/legacy.py:39) and
-    DeepEP sets NVSHMEM_DISABLE_P2P=0 (legacy.py:108). The kernels then store straight into a peer's
-    buffer wherever NVSHMEM gives a P2P pointer, and use IBGDA only where it gives none
-    (csrc/kernels/legacy/internode_ll.cu:44-51, 263-272). So a host needs P2P between every GPU pair,
-    not an RDMA NIC; whether NVSHMEM's P2P transport comes up over PCIe without a NIC is unproven.
+    SGLang leaves `allow_nvlink_for_low_latency_mode` at True (sglang/srt/layers/moe/token_dispatcher/deepep.py:285-304,
+    DeepEP deep_ep/buffers/legacy.py:39), so stores to a peer with an NVSHMEM P2P pointer skip RDMA
+    (csrc/kernels/legacy/internode_ll.cu:44-51, 263-272). But low-latency mode still forces IBGDA on
+    (NVSHMEM_IB_ENABLE_IBGDA=1, legacy.py:105-110), and the dispatch kernel asserts IBGDA's QP count on
+    every launch, P2P or not (internode_ll.cu:284); the maintainer's answer for one 8-GPU host is that
+    local transfers use RDMA too (DeepEP#164). So without an RDMA NIC it is more likely broken than
+    unproven: ineligible until a run on a NIC-less host shows otherwise.
     """
     if ctx.server.get("moe-a2a-backend", "none") != "deepep" or ctx.server.get("deepep-mode", "auto") == "normal":
         return
@@ -38,16 +39,24 @@ def deepep_low_latency_transport(ctx: Context) -> Iterator[Finding]:
     if names and (tp is None or tp > 2):
         yield ctx.finding(
             "ineligible", rule, key,
-            f"DeepEP refuses more than 2 ranks on GPUs whose name contains 'PCIE' ({', '.join(names)}: "
-            "'PCIe GPUs only have pairwise NVLink connections', deep_ep/utils/envs.py:155-156); use the ep profile",
+            f"DeepEP's own check_nvlink_connections refuses more than 2 ranks on GPUs whose CUDA name contains "
+            f"'PCIE', upper case ({', '.join(names)}: 'PCIe GPUs only have pairwise NVLink connections', DeepEP "
+            "deep_ep/utils/envs.py:155-156); use the ep profile",
         )
     nics = f.rdma_nics if f is not None else None
-    if ctx.is_pcie() is not False and not nics:
+    if nics == []:
+        yield ctx.finding(
+            "ineligible", rule, key,
+            "`launcher doctor` found no RDMA NIC (nvidia-smi topo -m, /sys/class/infiniband), and DeepEP's low-latency "
+            "mode forces IBGDA on (NVSHMEM_IB_ENABLE_IBGDA=1, deep_ep/buffers/legacy.py:105-110) and its dispatch "
+            "kernel asserts IBGDA's QP count on every launch (csrc/kernels/legacy/internode_ll.cu:284); the "
+            "maintainer: local transfers use RDMA too (DeepEP#164); use the ep profile (NCCL all-to-all) instead",
+        )
+    elif nics is None:
         yield ctx.finding(
             "requires", rule, key,
-            "NVSHMEM's P2P transport coming up over PCIe without an RDMA NIC (unproven: DeepEP still sets "
-            "NVSHMEM_IB_ENABLE_IBGDA=1, legacy.py:109, and its dispatch kernel asserts IBGDA's QP count, "
-            "internode_ll.cu:284); prove it with `make up` and `make bench` on the host",
+            "an RDMA NIC (mlx5 or another IBGDA-capable device): DeepEP's low-latency dispatch asserts IBGDA state "
+            "even between P2P peers (internode_ll.cu:284; DeepEP#164)",
         )
     if ctx.is_pcie():
         yield ctx.finding(
