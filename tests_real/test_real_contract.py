@@ -36,11 +36,12 @@ REAL_ONLY = {
 }
 # Keys the stand-in sends that the real server does not, on purpose.
 STANDIN_ONLY = {
-    # The stand-in counts verify passes even with speculation off; SGLang 0.5.23 adds spec_verify_ct to
-    # meta_info only when a speculative algorithm runs.
+    # The stand-in writes spec_verify_ct 0 with speculation off; SGLang 0.5.23 adds it to meta_info only
+    # when a request had verify passes (sglang/srt/managers/tokenizer_manager.py:3150-3172).
     "generate": {"meta_info.spec_verify_ct"},
     "generate_stream": {"meta_info.spec_verify_ct"},
-    # ChatMessage.tool_calls is left out by SGLang's response when there are none; the stand-in writes null.
+    # SGLang drops a None tool_calls from the message (sglang/srt/entrypoints/openai/protocol.py:1302-1303);
+    # the stand-in writes null.
     "chat": {"choices[].message.tool_calls"},
     "chat_stream": set(),
 }

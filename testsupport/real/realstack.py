@@ -22,6 +22,7 @@ from testsupport.stack import REPO, KitStack
 
 KERNEL_STANDIN = Path(__file__).resolve().parent / "kernel_standin"
 REAL_VENV = REPO / ".venv-real"
+DRAIN_TIMEOUT_S = 600
 START_TIMEOUT_S = 900.0  # 88-123 s on a first start on two idle cores; 7 min and more seen while other work shared them
 SCHEDULER_TITLE = "sglang::scheduler"  # setproctitle in sglang/srt/managers/scheduler.py:6294
 
@@ -47,7 +48,7 @@ class RealStack(KitStack):
                 "KIT_START_RETRIES": "0",
                 "KIT_HEALTH_TIMEOUT_S": str(int(START_TIMEOUT_S)),
                 "KIT_ROLLBACK_TIMEOUT_S": str(int(START_TIMEOUT_S)),
-                "KIT_DRAIN_TIMEOUT_S": "120",
+                "KIT_DRAIN_TIMEOUT_S": str(DRAIN_TIMEOUT_S),
                 "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1",
                 **(extra_env or {}),
@@ -60,6 +61,19 @@ class RealStack(KitStack):
 
     def wait_state(self, states: set[str], timeout: float = START_TIMEOUT_S) -> dict:
         return super().wait_state(states, timeout)
+
+    def switch(self, profile: str, spec: str = "off", token: str | None = "default", timeout_s: float | None = None,
+               spec_params: object = None) -> httpx.Response:
+        """POST /switch as KitStack.switch does, but waiting as long as the switch can take: KitStack's fixed
+        120 s HTTP timeout is shorter than a drain plus a real stop and start here. `timeout_s` is the
+        health gate's; the request waits for two gates (the new start, and a rollback's) and the drain."""
+        tok = self.token if token == "default" else token
+        headers = {"Authorization": f"Bearer {tok}"} if tok is not None else {}
+        body: dict = {"profile": profile, "spec": spec, "timeout_s": timeout_s}
+        if spec_params is not None:
+            body["spec_params"] = spec_params
+        wait = 2 * (timeout_s or START_TIMEOUT_S) + DRAIN_TIMEOUT_S + 120
+        return httpx.post(f"{self.control_url}/switch", json=body, headers=headers, timeout=wait)
 
     def write_profile(self, name: str, text: str) -> None:
         """A profile of the test's own, beside the overlay, in the stack's KIT_PROFILES_DIR."""
