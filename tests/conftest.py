@@ -7,7 +7,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers_marks import group_of, starts_processes  # noqa: E402
 
-from testsupport.stack import KitStack  # noqa: E402
+from testsupport.stack import KitStack, stop_all  # noqa: E402
 
 
 @pytest.fixture
@@ -21,13 +21,18 @@ def kit_stack(tmp_path):
         return stack.start() if start else stack
 
     yield make
-    for s in stacks:
-        s.stop()
+    stop_all(stacks)
 
 
 def pytest_collection_modifyitems(config, items):
     """Mark every test that starts a process `stack` (`make test-fast` leaves them out), and keep the tests
-    that share a fixture wider than one test on one xdist worker (`--dist loadgroup`), so it is set up once."""
+    that share a fixture wider than one test on one xdist worker (`--dist loadgroup`), so it is set up once.
+    The cases of one parametrized test run in the order of their ids: xdist needs every worker to collect
+    the same list, and cases drawn from a set come in another order in each process."""
+    first: dict[tuple[str, str], int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(_test_of(item), i)
+    items.sort(key=lambda item: (first[_test_of(item)], item.nodeid))
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = [d for ds in info.name2fixturedefs.values() for d in ds] if info else []
@@ -36,3 +41,8 @@ def pytest_collection_modifyitems(config, items):
         group = group_of(item.nodeid, [(d.baseid, d.argname, d.scope, d.func) for d in defs])
         if group and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _test_of(item) -> tuple[str, str]:
+    """The test function a collected case belongs to: its parent's node id and its name before [params]."""
+    return (item.parent.nodeid if item.parent else "", getattr(item, "originalname", item.name))

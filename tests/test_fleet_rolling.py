@@ -12,12 +12,12 @@ import time
 import httpx
 import pytest
 
-from testsupport.stack import FleetStack
+from testsupport.stack import FleetStack, start_all
 
 
 @pytest.fixture
 def fleet(kit_stack, tmp_path):
-    stacks = [kit_stack("baseline", "off") for _ in range(3)]
+    stacks = start_all([kit_stack("baseline", "off", start=False) for _ in range(3)])
     (tmp_path / "fleet").mkdir()
     f = FleetStack(tmp_path / "fleet", stacks)
     f.start()
@@ -169,7 +169,7 @@ def _history(fleet) -> list[dict]:
 def pair(kit_stack, tmp_path):
     """Two hosts behind the router, both on baseline + eagle3 (the overlay's point, 3,1,4)."""
     (tmp_path / "pair").mkdir()
-    f = FleetStack(tmp_path / "pair", [kit_stack("baseline", "eagle3") for _ in range(2)]).start()
+    f = FleetStack(tmp_path / "pair", start_all([kit_stack("baseline", "eagle3", start=False) for _ in range(2)])).start()
     yield f
     f.stop()
 

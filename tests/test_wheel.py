@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,6 +23,11 @@ REPO = Path(__file__).resolve().parent.parent
 BUILTIN = sorted(p.stem for p in (REPO / "profiles").glob("*.toml") if p.stem != "base")
 
 
+# What is not the distribution's source: environments, caches, build and run outputs, git.
+SKIPPED_IN_COPY = (".git", ".venv*", ".cache", ".state", ".kit", ".whl", ".gl", "build", "dist", "results",
+                   "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache")
+
+
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -32,8 +38,11 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
     tmp = tmp_path_factory.mktemp("wheel")
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith(("KIT_", "NCCL_", "SGLANG_"))}
+    # Built from a copy: pip builds a local folder in place, and the checkout is no scratch space.
+    src = tmp / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(*SKIPPED_IN_COPY))
     built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp / "dist"),
-                  str(REPO)], cwd=tmp, env=env)
+                  str(src)], cwd=tmp, env=env)
     assert built.returncode == 0, built.stderr[-2000:]
     wheel = next((tmp / "dist").glob("pcie_spec_kit-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -191,6 +192,20 @@ class KitStack(LoopbackHost):
 
     def stop(self) -> None:
         stop_group(self.proc, 30)
+
+
+def start_all(stacks: list[KitStack], timeout: float = 60) -> list[KitStack]:
+    """Start several stacks at once (each mostly waits on its own processes); the first failure is raised."""
+    with ThreadPoolExecutor(max_workers=len(stacks) or 1) as pool:
+        for done in [pool.submit(s.start, timeout) for s in stacks]:
+            done.result()
+    return stacks
+
+
+def stop_all(stacks: list[KitStack]) -> None:
+    """Stop several stacks at once: each stop mostly waits for its processes to end."""
+    with ThreadPoolExecutor(max_workers=len(stacks) or 1) as pool:
+        list(pool.map(KitStack.stop, stacks))
 
 
 class FleetStack:
