@@ -24,6 +24,8 @@ from testsupport.net import until
 from testsupport.standin.activation import GAVE_UP, startup_lines, switched_on
 from testsupport.standin.server_args import parse_server_argv
 
+LOADED_START_S = 120  # a loaded host can take more than the stack's 30 s to start; the start is not under test here
+
 
 def _plan(name="custom-ar", **env):
     return plans.build_plan(name, "off", environ={**ENV, **env})
@@ -290,7 +292,7 @@ def test_status_stays_right_after_60mb_of_log(kit_stack):
 
 
 def test_mscclpp_death_rolls_back_quoting_its_cause(kit_stack):
-    stack = kit_stack("baseline", "off")
+    stack = kit_stack("baseline", "off", start=False).start(timeout=LOADED_START_S)
     _profile(stack, "mscclpp-dies", "mscclpp", STANDIN_FAULT="mscclpp_init_failure")
     body = stack.switch("mscclpp-dies", "off").json()
     assert body["outcome"] == "rolled_back" and body["failed_step"] == "health", body

@@ -10,7 +10,20 @@ import time
 import httpx
 import pytest
 
-TOKENS, DECODE_MS = 400, 25  # a 10 s stream: still running when the switch, validated first, drains
+TOKENS, DECODE_MS = 400, 25  # a 10 s stream: still running when the switch, validated beforehand, drains
+LOADED_START_S = 120  # a loaded host can take more than the stack's 30 s to start; the start is not under test here
+
+
+def _start(kit_stack, **extra_env: str):
+    return kit_stack("baseline", "off", extra_env=extra_env, start=False).start(timeout=LOADED_START_S)
+
+
+def _checked(stack, profile: str) -> None:
+    """POST /check first: the control API builds and caches SGLang's parser, so the switch's own
+    validation is quick and its drain begins while the stream runs."""
+    r = httpx.post(f"{stack.control_url}/check", json={"profile": profile, "spec": "off"},
+                   headers={"Authorization": f"Bearer {stack.token}"}, timeout=120)
+    assert r.status_code == 200, r.text
 
 
 def _stream(stack, out: dict, streaming: threading.Event) -> None:
@@ -30,7 +43,8 @@ def _stream(stack, out: dict, streaming: threading.Event) -> None:
 def test_drain_waits_for_the_running_request_whatever_metrics_answers(kit_stack, fault):
     """/metrics counts the request, or answers after 6 s (the drain reads for 5 s), or 503 while the
     request runs: the old drain took the last two for 'nothing runs' and the stop cut the stream off."""
-    stack = kit_stack("baseline", "off", extra_env={"STANDIN_DECODE_MS": str(DECODE_MS), **fault})
+    stack = _start(kit_stack, STANDIN_DECODE_MS=str(DECODE_MS), **fault)
+    _checked(stack, "nccl-tuned")
     out: dict = {"lines": []}
     streaming = threading.Event()
     t = threading.Thread(target=_stream, args=(stack, out, streaming), daemon=True)
@@ -49,8 +63,8 @@ def test_drain_waits_for_the_running_request_whatever_metrics_answers(kit_stack,
 
 
 def test_a_drain_cut_short_by_its_deadline_aborts_and_is_recorded(kit_stack):
-    stack = kit_stack("baseline", "off", extra_env={"STANDIN_DECODE_MS": "50", "KIT_DRAIN_TIMEOUT_S": "1",
-                                                     "STANDIN_METRICS_BUSY_STATUS": "503"})
+    stack = _start(kit_stack, STANDIN_DECODE_MS="50", KIT_DRAIN_TIMEOUT_S="1", STANDIN_METRICS_BUSY_STATUS="503")
+    _checked(stack, "nccl-tuned")
     out: dict = {"lines": []}
     streaming = threading.Event()
     t = threading.Thread(target=_stream, args=(stack, out, streaming), daemon=True)
