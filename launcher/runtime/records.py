@@ -20,7 +20,7 @@ ALWAYS = frozenset({"ts", "from_", "to", "outcome", "durations", "error"})  # in
 class Entry(BaseModel):
     """A history entry. Optional fields appear in the JSON only once assigned (or given)."""
 
-    model_config = ConfigDict(populate_by_name=True, validate_assignment=False, arbitrary_types_allowed=True)
+    model_config = ConfigDict(populate_by_name=True)
     ts: float = Field(default_factory=time.time)
     id: str | None = None
     from_: dict | None = Field(default=None, alias="from")
