@@ -1,8 +1,9 @@
 """Names in a results bundle: the run id, a cell's name, label and files, and the check that a path stays inside.
 
 A cell is named `<profile>__<spec>`, or `<profile>__<spec>__<S>-<K>-<D>` at an EAGLE-3 point
-(`bench run --eagle3 S,K,D`); that name is its key in the manifest and the stem of its two files,
-`<name>.json` (the record) and `<name>.requests.jsonl` (one line per measured request).
+(`bench run --eagle3 S,K,D`); that name is its key in the manifest and the stem of its files,
+`<name>.json` (the record), `<name>.requests.jsonl` (one line per measured request) and
+`<name>.logprobs.jsonl` (the correctness pass: one line per prompt, with its log-probabilities).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from launcher.profiles.spec_params import SpecParams, coerce
 MANIFEST = "manifest.json"
 SUFFIX = ".json"
 REQUESTS_SUFFIX = ".requests.jsonl"
+LOGPROBS_SUFFIX = ".logprobs.jsonl"  # the correctness pass: one greedy reply per prompt with its log-probabilities
 
 Point = SpecParams | Mapping[str, Any] | None  # an EAGLE-3 point as callers hold it: the model or its JSON
 

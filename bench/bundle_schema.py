@@ -76,8 +76,17 @@ class _Settings(_Part):
 
 
 class _Gate(_Part):
-    min_exact_match: float = 0.9
+    """The gate's settings (bench/run/correctness.py): older bundles carry min_exact_match instead of the
+    log-probability thresholds."""
+
     collapse_ratio: float = 0.6
+    min_accept: float | None = None
+    max_delta: float | None = None
+    p99_delta: float | None = None
+    max_flip_gap: float | None = None
+    min_tokens: int | None = None
+    top_k: int | None = None
+    min_exact_match: float | None = None
 
 
 class Manifest(_Part):
@@ -109,8 +118,10 @@ class Correctness(_Part):
 
     status: str | None = None
     reasons: list[str] = []
-    exact_match_rate: Num = None
+    exact_match_rate: Num = None  # information only (older bundles: the rule)
     first_divergence: int | None = None
+    # besides, as the gate writes them: rule ("logprob"; absent in bundles gated on exact match), logprobs
+    # (bench/run/logprob_gate.py GateStats, None without a correctness pass), thresholds, note
 
 
 LevelKey = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,5}$")]

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from bench import bundle, bundle_names
 from bench.args import CliArgs, entry_point
 from bench.bundle_schema import Cell
+from bench.run import correctness
 from bench.stats import fmt_mean_sd
 from launcher import atomic
 
@@ -107,9 +108,28 @@ def _host_line(host: dict[str, Any]) -> str:
 
 def correctness_text(r: dict[str, Any]) -> str:
     status = r["correctness"] or "—"
-    if status == "FAIL" and r["correctness_reasons"]:
-        return "FAIL: " + "; ".join(r["correctness_reasons"])
+    if status in ("FAIL", "not enough evidence") and r["correctness_reasons"]:
+        return f"{status}: " + "; ".join(r["correctness_reasons"])
     return status
+
+
+def gate_lines(gate: dict[str, Any]) -> list[str]:
+    """How the bundle's gate judged, in the words of its own settings (a bundle gated on exact match says so)."""
+    accept = (f"accept length under {gate.get('collapse_ratio', 0.6):.0%} of baseline's or at most "
+              f"{gate.get('min_accept', 1.05)}")
+    if gate.get("max_delta") is None:
+        return [f"- correctness (exact-match gate of an older kit): greedy outputs vs baseline under the same spec; "
+                f"FAIL below {gate.get('min_exact_match', 0.9):.0%} exact match, or {accept}. A FAIL profile is not "
+                "a candidate, whatever its speed."]
+    return [
+        "- correctness: each profile's untimed greedy pass vs baseline's under the same spec, by log-probability: "
+        f"FAIL when, before a prompt's first divergence, a chosen token's log-probability moved by more than "
+        f"{gate['max_delta']} nats (p99 over {gate['p99_delta']}), when texts parted at tokens more than "
+        f"{gate['max_flip_gap']} nats apart, or on {accept}; 'not enough evidence' under {gate['min_tokens']} "
+        "tokens compared or without log-probabilities from the server (never a pass). A FAIL profile is not a "
+        "candidate, whatever its speed.",
+        f"- exact match and first divergence are information only: {correctness.TEXTS_DIFFER}.",
+    ]
 
 
 def markdown(manifest: dict[str, Any], cells: list[Cell]) -> str:
@@ -172,10 +192,7 @@ def markdown(manifest: dict[str, Any], cells: list[Cell]) -> str:
         "one verify pass.",
         "- accept length: completion_tokens / spec_verify_ct summed over the requests of a repeat "
         "(per-request meta_info); '(metrics)' when it came from /metrics counter deltas instead.",
-        f"- correctness: greedy outputs vs baseline under the same spec; FAIL below "
-        f"{gate.get('min_exact_match', 0.9):.0%} exact match, or accept length under "
-        f"{gate.get('collapse_ratio', 0.6):.0%} of baseline's or at most {gate.get('min_accept', 1.05)}. "
-        "A FAIL profile is not a candidate, whatever its speed.",
+        *gate_lines(gate),
         "- INVALID: a request failed, a stream broke or the server restarted; no number is reported.",
         "",
         "Plots: throughput.png (tok/s, error bars = sd over repeats), tpot.png (per-request TPOT).",

@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from bench import logprob_rows
 from bench.capped_body import (
     ERROR_BODY_CAP,
     JSON_CAP,
@@ -29,6 +30,7 @@ from bench.capped_body import (
     size_text,
 )
 from bench.request_record import RequestRecord
+from bench.run.logprob_gate import TokenLogprob
 from bench.sse_events import MalformedEvent, ServerError, StreamLimit, StreamState
 from bench.sse_stream import consume
 from bench.workload import Prompt
@@ -278,6 +280,46 @@ class ServerClient:
             record.completion_tokens = sum(t for t in record.chunk_tokens if t) or None
         record.ok = True
         return record
+
+    def _logprob_payload(self, prompt: Prompt, top_k: int) -> tuple[str, dict[str, Any]]:
+        """The same greedy request as a measured one, not streamed, asking for every output token's
+        log-probability and its top-k alternatives (the correctness pass; never timed)."""
+        path, payload = self._payload(prompt)
+        payload["stream"] = False
+        if self.api == "generate":
+            payload.update(return_logprob=True, top_logprobs_num=top_k, logprob_start_len=-1)
+        else:
+            payload.pop("stream_options", None)
+            payload.update(logprobs=True, top_logprobs=top_k)
+        return path, payload
+
+    async def logprobs(self, prompt: Prompt, top_k: int) -> tuple[str, list[TokenLogprob] | None]:
+        """One greedy reply with its log-probabilities: (text, rows), rows None when the server sent none.
+        RuntimeFailure naming the prompt when the request itself fails."""
+        path, payload = self._logprob_payload(prompt, top_k)
+        try:
+            async with self.session.post(f"{self.url}{path}", json=payload,
+                                         timeout=aiohttp.ClientTimeout(total=self.request_timeout)) as resp:
+                if resp.status != 200:
+                    raise RuntimeFailure(f"prompt {prompt.id}: log-probability request got HTTP {resp.status}: "
+                                         f"{await self._error_body(resp)}")
+                body, more = await read_upto(resp, self.line_cap)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise RuntimeFailure(f"prompt {prompt.id}: log-probability request failed: {_why(exc)}") from exc
+        if more:
+            raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply over {size_text(self.line_cap)}")
+        try:
+            data = json.loads(body)
+        except ValueError as exc:
+            raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply is not JSON ({exc})") from exc
+        if not isinstance(data, dict):
+            raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply is not a JSON object")
+        if self.api == "generate":
+            return str(data.get("text") or ""), logprob_rows.from_generate(data)
+        choices = data.get("choices") or [{}]
+        message = choices[0].get("message") if isinstance(choices[0], dict) else None
+        text = message.get("content") if isinstance(message, dict) else None
+        return str(text or ""), logprob_rows.from_chat(data)
 
     async def _error_body(self, resp: aiohttp.ClientResponse) -> str:
         """The first 300 characters of a non-200 body, read no further than error_body_cap."""

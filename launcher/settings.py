@@ -62,6 +62,16 @@ def _seconds(lo_exclusive: float = 0.0) -> Kind[float]:
     return Kind("a finite number of seconds > 0", parse)
 
 
+def _positive(unit: str) -> Kind[float]:
+    def parse(raw: str) -> float:
+        value = float(raw.strip())
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError
+        return value
+
+    return Kind(f"a finite number of {unit} > 0", parse)
+
+
 def _bool(raw: str) -> bool:
     low = raw.strip().lower()
     if low in ("1", "true", "yes", "on"):
@@ -246,6 +256,13 @@ class BenchAndDiagnostics(Section, title='bench and diagnostics'):
     KIT_IMAGE_ID = Setting(STR, None, "Image id recorded in bench bundles.", "client")
     KIT_NCCL_TESTS_BIN = Setting(PATH, None, "nccl-tests' all_reduce_perf for `bench allreduce --with-nccl-tests` (the server image sets it; elsewhere all_reduce_perf on PATH).", "client")
     KIT_DOCTOR_ROOT = Setting(PATH, Path("/"), "Prefix of every /proc, /sys and /dev path the doctor reads (a saved copy of another host).", "client")
+    # The correctness gate's thresholds (bench/run/logprob_gate.py): docs/bench.md "The correctness gate" derives
+    # the defaults from docs/evidence/logprob-gate/ (a correct reordering stays 1.45x or more below each).
+    KIT_GATE_MAX_DELTA = Setting(_positive("nats"), 0.33, "Correctness gate: a profile FAILs when a chosen token's log-probability moves by more than this against baseline's where both saw the same text (a correct reordering moved it by at most 0.23).", "client")
+    KIT_GATE_P99_DELTA = Setting(_positive("nats"), 0.045, "Correctness gate: ... or when the 99th percentile of those moves is above this (correct reorderings: at most 0.030).", "client")
+    KIT_GATE_MAX_FLIP_GAP = Setting(_positive("nats"), 0.35, "Correctness gate: ... or when, where the texts part, the two tokens' log-probabilities were further apart than this (a reordering flips only near-ties: at most 0.19).", "client")
+    KIT_GATE_MIN_TOKENS = Setting(_int(1), 200, "Correctness gate: fewer tokens compared than this (over all prompts, before each first divergence) is 'not enough evidence', never a PASS.", "client")
+    KIT_GATE_TOP_K = Setting(_int(1), 5, "Correctness gate: how many alternatives per token the correctness pass asks the server for (top_logprobs).", "client")
     KIT_ALLREDUCE_TEST_HANG_RANK = Setting(_int(0), None, "Test hook: this rank of `bench allreduce` stalls on purpose, to prove the hang detector names it.", "test")
 
 

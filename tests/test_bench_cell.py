@@ -9,7 +9,9 @@ from helpers_bench import rec
 
 from bench import bundle, bundle_aggregate
 from bench.bundle_schema import Cell
+from bench.run import logprob_gate
 from bench.run.cell import apply_gate, close_cell, new_cell, record_plan
+from bench.run.logprob_gate import TokenLogprob
 from bench.run.settings import RunSettings
 from launcher.errors import RuntimeFailure, UserError
 from launcher.profiles.spec_params import SpecParams
@@ -107,14 +109,15 @@ def test_the_record_is_frozen_and_the_gate_gives_new_records(tmp_path):
     base = close_cell(measured(settings(), {1: [1.0, 1.0], 4: [1.0, 1.0]}), concurrency=[1, 4], repeats=2)
     with pytest.raises(ValueError, match="frozen"):
         base.valid = False
-    rows = [{"prompt_id": "p1", "ok": True, "text": "same", "concurrency": 1, "repeat": 0}]
-    bundle.append_requests(tmp_path, "fused", "eagle3", rows)
-    bundle.append_requests(tmp_path, "baseline", "eagle3", rows)
+    rows = [(f"p{i}", "same", [TokenLogprob(t, -0.5, {t: -0.5}) for t in range(50)]) for i in range(5)]
+    bundle.write_logprobs(tmp_path, "fused", "eagle3", rows)
+    bundle.write_logprobs(tmp_path, "baseline", "eagle3", rows)
     baseline = base.model_copy(update={"profile": "baseline"})
     judged = apply_gate(run_dir=tmp_path, cells={"fused__eagle3": base, "baseline__eagle3": baseline},
-                        min_exact_match=0.9)
+                        thresholds=logprob_gate.thresholds({}))
     assert judged["fused__eagle3"].correctness.status == "PASS"
     assert judged["fused__eagle3"].correctness.exact_match_rate == 1.0
+    assert judged["fused__eagle3"].correctness.model_extra["logprobs"]["tokens"] == 250
     assert base.correctness.status == "pending"  # the record given is left as it was
 
 

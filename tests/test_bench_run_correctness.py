@@ -1,8 +1,9 @@
-"""bench.run.correctness: first differing character, the PASS/FAIL gate, and the reference outputs."""
+"""bench.run.correctness: first differing character, the log-probability gate's verdicts, and the reference outputs."""
 
 from __future__ import annotations
 
-from bench.run import correctness
+from bench.run import correctness, logprob_gate
+from bench.run.logprob_gate import TokenLogprob
 
 
 def test_first_difference_is_a_character_index():
@@ -11,20 +12,62 @@ def test_first_difference_is_a_character_index():
     assert correctness.first_difference("ab", "abc") == 2
 
 
-def test_gate_pass_fail_and_no_baseline():
+def lps(shift: float = 0.0, flip_at: int | None = None, n: int = 60, prompts: int = 5):
+    """Correctness-pass rows: `n` tokens per prompt, moved by `shift` nats, the texts parting at `flip_at`."""
+    out = {}
+    for p in range(prompts):
+        rows = []
+        for i in range(n):
+            tok = 1000 + i if flip_at is None or i < flip_at else 2000 + i
+            rows.append(TokenLogprob(tok, -0.3 + shift, {tok: -0.3 + shift, 1000 + i: -0.3, 2000 + i: -0.302}))
+        out[str(p)] = rows
+    return out
+
+
+T = logprob_gate.thresholds({})
+
+
+def test_a_reordered_sum_passes_though_texts_differ():
     base = {"p1": "one two", "p2": "three four"}
-    ok = correctness.gate("eagle3", dict(base), 2.0, base, 2.1)
-    assert ok["status"] == "PASS" and ok["exact_match_rate"] == 1.0 and ok["first_divergence"] is None
-    wrong = correctness.gate("eagle3", {"p1": "one two", "p2": "three FOUR"}, 2.0, base, 2.0)
-    assert wrong["status"] == "FAIL" and wrong["exact_match_rate"] == 0.5 and wrong["first_divergence"] == 6
-    collapsed = correctness.gate("eagle3", dict(base), 1.0, base, 2.0)
+    texts = {"p1": "one two", "p2": "three FOUR"}  # exact match 50%: the old 90% rule would have failed it
+    ok = correctness.gate("eagle3", texts, 2.0, base, 2.1, logprobs=lps(0.004, flip_at=40), baseline_logprobs=lps(),
+                          thresholds=T)
+    assert ok["status"] == "PASS", ok["reasons"]
+    assert ok["exact_match_rate"] == 0.5 and ok["first_divergence"] == 6  # still reported, as information
+    assert ok["logprobs"]["tokens"] == 200 and ok["logprobs"]["flips"] == 5 and ok["rule"] == "logprob"
+    assert "near-ties" in ok["note"]
+
+
+def test_a_broken_reduction_fails_naming_the_move():
+    base = {"p1": "one two"}
+    bad = correctness.gate("eagle3", dict(base), 2.0, base, 2.0, logprobs=lps(0.6), baseline_logprobs=lps(),
+                           thresholds=T)
+    assert bad["status"] == "FAIL" and any("0.600 nats" in r for r in bad["reasons"])
+    assert bad["exact_match_rate"] == 1.0  # identical texts do not save it
+
+
+def test_no_logprobs_is_not_enough_evidence_never_a_pass():
+    base = {"p1": "one two"}
+    r = correctness.gate("eagle3", dict(base), 2.0, base, 2.0, logprobs=None, baseline_logprobs=lps(), thresholds=T)
+    assert r["status"] == "not enough evidence" and "no log-probabilities" in r["reasons"][0]
+    none_sent = {k: None for k in lps()}
+    r = correctness.gate("off", dict(base), None, base, None, logprobs=none_sent, baseline_logprobs=lps(), thresholds=T)
+    assert r["status"] == "not enough evidence" and "did not return them" in r["reasons"][0]
+    few = correctness.gate("off", dict(base), None, base, None, logprobs=lps(n=10), baseline_logprobs=lps(n=10),
+                           thresholds=T)
+    assert few["status"] == "not enough evidence" and "50 common-prefix tokens" in few["reasons"][0]
+
+
+def test_accept_length_collapse_and_no_baseline():
+    base = {"p1": "one two", "p2": "three four"}
+    good = {"logprobs": lps(), "baseline_logprobs": lps(), "thresholds": T}
+    collapsed = correctness.gate("eagle3", dict(base), 1.0, base, 2.0, **good)
     assert collapsed["status"] == "FAIL"
     assert any("1.05" in r for r in collapsed["reasons"]) and any("60%" in r for r in collapsed["reasons"])
-    low = correctness.gate("eagle3", dict(base), 1.1, base, 2.0)  # 1.1 < 0.6 * 2.0
-    assert low["status"] == "FAIL"
-    assert correctness.gate("off", dict(base), None, None, None)["status"] == "n/a (no baseline)"
-    assert correctness.gate("eagle3", dict(base), 1.0, None, None)["status"] == "FAIL"  # absolute rule
-    assert correctness.gate("off", {}, None, base, None)["status"] == "n/a (not measured)"
+    assert correctness.gate("eagle3", dict(base), 1.1, base, 2.0, **good)["status"] == "FAIL"  # 1.1 < 0.6 * 2.0
+    assert correctness.gate("off", dict(base), None, None, None, logprobs=lps(), thresholds=T)["status"] == "n/a (no baseline)"
+    assert correctness.gate("eagle3", dict(base), 1.0, None, None, thresholds=T)["status"] == "FAIL"  # absolute rule
+    assert correctness.gate("off", {}, None, base, None, thresholds=T)["status"] == "n/a (not measured)"
 
 
 def test_reference_outputs_take_first_level_first_repeat():

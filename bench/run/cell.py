@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from bench import bundle, bundle_aggregate, bundle_names
 from bench.bundle_schema import Cell
 from bench.run import correctness
+from bench.run.logprob_gate import Thresholds
 from bench.run.settings import RunSettings
 from launcher.errors import RuntimeFailure
 from launcher.profiles.spec_params import SpecParams, coerce
@@ -127,27 +128,31 @@ def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int) -> Cell
                              f"({err['msg']}); check what the server and its control API report") from None
 
 
-def apply_gate(*, run_dir: Path, cells: Mapping[str, Cell], min_exact_match: float) -> dict[str, Cell]:
-    """Every record with its correctness against baseline's outputs under the same spec mode (at the same
-    EAGLE-3 point when baseline ran it, else at the overlay's)."""
-    settings = correctness.GateSettings(min_exact_match=min_exact_match)
-    outputs = {
-        key: correctness.reference_outputs(bundle.read_requests(run_dir, c.profile, c.spec, c.spec_params))
-        for key, c in cells.items()
-    }
+def gate_inputs(run_dir: Path, cell: Cell) -> tuple[dict[str, str], dict[str, Any] | None]:
+    """What the gate compares of one cell: its texts and its log-probabilities (prompt id -> rows), from its
+    correctness pass; the measured texts and no log-probabilities for a cell without one (an older bundle)."""
+    passed = bundle.read_logprobs(run_dir, cell.profile, cell.spec, cell.spec_params)
+    if passed is None:
+        return correctness.reference_outputs(bundle.read_requests(run_dir, cell.profile, cell.spec, cell.spec_params)), None
+    return {k: text for k, (text, _) in passed.items()}, {k: rows for k, (_, rows) in passed.items()}
+
+
+def apply_gate(*, run_dir: Path, cells: Mapping[str, Cell], thresholds: Thresholds) -> dict[str, Cell]:
+    """Every record with its correctness against baseline's under the same spec mode (at the same EAGLE-3
+    point when baseline ran it, else at the overlay's)."""
+    inputs = {key: gate_inputs(run_dir, c) for key, c in cells.items()}
     judged = {}
     for key, cell in cells.items():
         base_key = bundle_names.cell_name(correctness.BASELINE, cell.spec, cell.spec_params)
         if base_key not in cells:
             base_key = bundle_names.cell_name(correctness.BASELINE, cell.spec)
         base = cells.get(base_key)
+        (texts, lps), (base_texts, base_lps) = inputs[key], inputs.get(base_key, ({}, None))
         result = correctness.gate(
-            cell.spec,
-            outputs[key],
-            cell.first_level().get("accept_length"),
-            outputs.get(base_key) if base is not None else None,
+            cell.spec, texts, cell.first_level().get("accept_length"),
+            base_texts if base is not None else None,
             base.first_level().get("accept_length") if base is not None else None,
-            settings,
+            logprobs=lps, baseline_logprobs=base_lps if base is not None else None, thresholds=thresholds,
         )
         if not cell.valid and result["status"] == "PASS":
             result["status"] = "n/a (invalid run)"  # partial outputs cannot vouch for a profile

@@ -1,34 +1,54 @@
-"""Correctness gate: a fast profile that changes greedy outputs (or kills acceptance) is a FAIL.
+"""Correctness gate: a fast profile whose numerics are broken (or that kills acceptance) is a FAIL, and one
+that only sums in another order is not.
 
-For each (profile, spec), the greedy (temperature 0) outputs are compared with the `baseline`
-profile's outputs under the same spec mode, prompt by prompt:
-* exact-match rate: share of common prompts whose generated text is identical;
-* first divergence: the CHARACTER index of the first differing character of the generated text
-  (characters, not tokens, so that it means the same for /generate and the chat API, where token
-  ids are not returned); the earliest over all prompts is reported, and each prompt's index too.
+Each (profile, spec) is compared with the `baseline` profile under the same spec mode, prompt by prompt,
+on its correctness pass (bench/run/measure.py: one untimed greedy reply per prompt with every token's
+log-probability and its top alternatives, bench/logprob_rows.py):
 
-A profile FAILs when its exact-match rate is below `min_exact_match`, or its accept length under
-speculation collapses: below `collapse_ratio` x baseline's under the same spec, or at most
-`min_accept` (about 1.0 means every draft token is rejected, the signature of a wrong
-all-reduce). Without a baseline run for that spec the status is "n/a (no baseline)", unless the
-absolute accept-length rule already fails it.
+* the verdict (bench/run/logprob_gate.py): over the tokens before each prompt's first divergence, where both
+  runs saw the same text, how far the chosen token's log-probability moved (its p99 and max), and at the
+  first divergence whether the two tokens were a near-tie. PASS, FAIL, or "not enough evidence" when too
+  few tokens could be compared, or the server sent no log-probabilities (never a PASS then). Thresholds are
+  the KIT_GATE_* settings; docs/bench.md "The correctness gate" has their calibration;
+* accept length under speculation: FAIL when it collapses, below `collapse_ratio` x baseline's under the
+  same spec, or at most `min_accept` (about 1.0 means every draft token is rejected, the signature of a
+  wrong all-reduce);
+* exact match and first divergence of the texts, as information only: two correct all-reduces that add the
+  same partial sums in another order round differently in bf16, greedy decoding then flips at near-ties, and
+  the texts part ways (docs/evidence.md "Reduction order and greedy text": 74-78% of texts matched between
+  correct orders). The first divergence is a CHARACTER index of the generated text, the same for /generate
+  and the chat API.
+
+Without a baseline run for that spec the status is "n/a (no baseline)", unless the absolute accept-length
+rule already fails it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
+
+from bench.run import logprob_gate
+from bench.run.logprob_gate import Thresholds, TokenLogprob
 
 BASELINE = "baseline"
 UNIT = "character"
+TEXTS_DIFFER = ("texts may differ between correct profiles: a reordered all-reduce rounds differently in bf16, "
+                "so greedy decoding flips at near-ties; the gate judges log-probabilities, not text")
+NO_LOGPROBS = "the server returned no log-probabilities"
+
+Logprobs = Mapping[str, Sequence[TokenLogprob] | None]
 
 
 @dataclass(frozen=True)
 class GateSettings:
-    min_exact_match: float = 0.9
     collapse_ratio: float = 0.6
     min_accept: float = 1.05
+
+    def as_dict(self, thresholds: Thresholds) -> dict[str, Any]:
+        """What the manifest records of the gate: these and the log-probability thresholds."""
+        return {**asdict(self), **asdict(thresholds)}
 
 
 def reference_outputs(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -66,6 +86,18 @@ def compare_outputs(outputs: Mapping[str, str], baseline: Mapping[str, str]) -> 
     }
 
 
+def _accept_reasons(spec: str, accept: float | None, base_accept: float | None, s: GateSettings,
+                    has_baseline: bool) -> list[str]:
+    reasons = []
+    if spec == "off" or accept is None:
+        return reasons
+    if accept <= s.min_accept:
+        reasons.append(f"accept length {accept:.2f} <= {s.min_accept} (drafts all rejected)")
+    if has_baseline and base_accept is not None and accept < s.collapse_ratio * base_accept:
+        reasons.append(f"accept length {accept:.2f} < {s.collapse_ratio:.0%} of baseline's {base_accept:.2f}")
+    return reasons
+
+
 def gate(
     spec: str,
     outputs: Mapping[str, str],
@@ -73,49 +105,51 @@ def gate(
     baseline_outputs: Mapping[str, str] | None,
     baseline_accept: float | None,
     settings: GateSettings = GateSettings(),
+    *,
+    logprobs: Logprobs | None = None,
+    baseline_logprobs: Logprobs | None = None,
+    thresholds: Thresholds | None = None,
 ) -> dict[str, Any]:
-    """The correctness verdict of one (profile, spec): status PASS, FAIL or 'n/a (no baseline)'."""
+    """The correctness verdict of one (profile, spec): status PASS, FAIL, 'not enough evidence' or n/a.
+
+    `outputs`: the measured texts (exact match, for information); `logprobs`: the correctness pass (None when
+    the cell has none). SettingError (exit 2) for a bad KIT_GATE_* threshold when `thresholds` is None."""
+    t = thresholds or logprob_gate.thresholds()
     result: dict[str, Any] = {
         "baseline": f"{BASELINE}+{spec}",
+        "rule": "logprob",
         "exact_match_rate": None,
         "first_divergence": None,
         "divergence_unit": UNIT,
         "compared": 0,
         "accept_length": accept_length,
         "baseline_accept_length": baseline_accept,
-        "min_exact_match": settings.min_exact_match,
+        "thresholds": asdict(t),
+        "logprobs": None,
+        "note": TEXTS_DIFFER,
         "reasons": [],
     }
-    reasons: list[str] = result["reasons"]
-    if not outputs:
+    if not outputs and not logprobs:
         result["status"] = "n/a (not measured)"
         return result
-    speculative = spec != "off"
-    if speculative and accept_length is not None and accept_length <= settings.min_accept:
-        reasons.append(f"accept length {accept_length:.2f} <= {settings.min_accept} (drafts all rejected)")
-    has_baseline = baseline_outputs is not None and len(baseline_outputs) > 0
-    if has_baseline:
-        cmp = compare_outputs(outputs, baseline_outputs or {})
+    has_baseline = bool(baseline_outputs) or bool(baseline_logprobs)
+    reasons = _accept_reasons(spec, accept_length, baseline_accept, settings, has_baseline)
+    if baseline_outputs:
+        cmp = compare_outputs(outputs, baseline_outputs)
         result.update({k: cmp[k] for k in ("compared", "exact_match_rate", "first_divergence")})
         result["divergence_per_prompt"] = cmp["divergence_per_prompt"]
-        rate = cmp["exact_match_rate"]
-        if rate is None:
-            reasons.append("no prompt in common with the baseline")
-        elif rate < settings.min_exact_match:
-            reasons.append(f"exact match {rate:.0%} < {settings.min_exact_match:.0%} of {BASELINE}+{spec}")
-        if (
-            speculative
-            and accept_length is not None
-            and baseline_accept is not None
-            and accept_length < settings.collapse_ratio * baseline_accept
-        ):
-            reasons.append(
-                f"accept length {accept_length:.2f} < {settings.collapse_ratio:.0%} of baseline's {baseline_accept:.2f}"
-            )
     if reasons:
-        result["status"] = "FAIL"
-    elif not has_baseline:
+        result.update(status=logprob_gate.FAIL, reasons=reasons)
+        return result
+    if not has_baseline:
         result["status"] = "n/a (no baseline)"
-    else:
-        result["status"] = "PASS"
+        return result
+    if not logprobs or not baseline_logprobs:
+        side = "this profile" if not logprobs else BASELINE
+        result.update(status=logprob_gate.NOT_ENOUGH, reasons=[f"{NO_LOGPROBS} for {side}'s correctness pass"])
+        return result
+    stats = logprob_gate.compare(baseline_logprobs, logprobs, t.top_k)
+    result["logprobs"] = stats.as_dict()
+    status, why = logprob_gate.verdict(stats, t)
+    result.update(status=status, reasons=why)
     return result

@@ -33,24 +33,32 @@ class TokenLogprob:
     """One generated position: the chosen token, its log-probability, and the top alternatives
     (token id -> log-probability) the server returned there."""
 
-    token_id: int
+    token_id: int | str  # an id (/generate), or the token text (the chat API names tokens so)
     logprob: float
-    top: Mapping[int, float] = field(default_factory=dict)
+    top: Mapping[int | str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """When a candidate fails. The defaults sit at the geometric mean of the largest value a correct
-    reordering reached and the smallest a broken reduction reached, in the calibration committed under
-    docs/evidence/logprob-gate/ (tools/gpu/numerics_calibration.py on one H200): each leaves about 1.45x or
-    more of room on both sides there. A real model at TP 8 does more reductions per token; recalibrate on it
-    before tightening them."""
+    """When a candidate fails: named settings (launcher/settings.py KIT_GATE_*), whose defaults sit at the
+    geometric mean of the largest value a correct reordering reached and the smallest a broken reduction
+    reached in the calibration under docs/evidence/logprob-gate/ (tools/gpu/numerics_calibration.py on one
+    H200). A real model at TP 8 does more reductions per token; recalibrate on it before tightening them."""
 
-    max_delta: float = 0.33  # nats, the largest chosen-token change on the common prefix (correct <= 0.23, broken >= 0.48)
-    p99_delta: float = 0.045  # nats, its 99th percentile (correct <= 0.030, broken >= 0.068)
-    max_flip_gap: float = 0.35  # nats, the largest gap at a first divergence (correct <= 0.19, broken >= 0.63)
-    min_tokens: int = 200  # fewer common-prefix tokens than this is not enough evidence for a PASS
-    top_k: int = 5  # how many alternatives a flip's tokens are looked up in
+    max_delta: float  # nats: the largest chosen-token change on the common prefix
+    p99_delta: float  # nats: its 99th percentile
+    max_flip_gap: float  # nats: the largest log-probability gap at a first divergence (a near-tie is small)
+    min_tokens: int  # fewer common-prefix tokens than this is not enough evidence for a PASS
+    top_k: int  # how many alternatives the correctness pass asks for, and a flip's tokens are looked up in
+
+
+def thresholds(environ: Mapping[str, str] | None = None) -> Thresholds:
+    """The thresholds the settings name; SettingError (exit 2) naming a bad one."""
+    from launcher import settings  # standard library only, like this module
+
+    return Thresholds(settings.KIT_GATE_MAX_DELTA.get(environ), settings.KIT_GATE_P99_DELTA.get(environ),
+                      settings.KIT_GATE_MAX_FLIP_GAP.get(environ), settings.KIT_GATE_MIN_TOKENS.get(environ),
+                      settings.KIT_GATE_TOP_K.get(environ))
 
 
 @dataclass(frozen=True)
@@ -58,8 +66,8 @@ class Flip:
     """The first divergence of one prompt."""
 
     position: int
-    reference_token: int
-    candidate_token: int
+    reference_token: int | str
+    candidate_token: int | str
     in_reference_top: bool  # the candidate's token is in the reference's top-k there
     in_candidate_top: bool  # and the reference's in the candidate's
     gap: float | None  # reference's log-probability of its token minus of the candidate's (None: not in its top-k)
@@ -100,7 +108,7 @@ def _top(row: TokenLogprob, k: int) -> dict[int, float]:
 
 
 def compare_prompt(prompt_id: str, reference: Sequence[TokenLogprob], candidate: Sequence[TokenLogprob],
-                   top_k: int = Thresholds.top_k) -> PromptComparison:
+                   top_k: int) -> PromptComparison:
     """The common prefix's log-probability changes and the first divergence of one prompt."""
     deltas: list[float] = []
     for i, (r, c) in enumerate(zip(reference, candidate, strict=False)):
@@ -124,7 +132,7 @@ def quantile(values: Sequence[float], q: float) -> float | None:
 
 
 def compare(reference: Mapping[str, Sequence[TokenLogprob] | None],
-            candidate: Mapping[str, Sequence[TokenLogprob] | None], top_k: int = Thresholds.top_k) -> GateStats:
+            candidate: Mapping[str, Sequence[TokenLogprob] | None], top_k: int) -> GateStats:
     """The gate's statistics over the prompts both runs have. A prompt whose log-probabilities are
     missing on either side (None or empty) is counted in `missing` and compared no further."""
     common = [k for k in reference if k in candidate]
@@ -154,7 +162,7 @@ def compare(reference: Mapping[str, Sequence[TokenLogprob] | None],
     )
 
 
-def verdict(stats: GateStats, thresholds: Thresholds = Thresholds()) -> tuple[str, list[str]]:
+def verdict(stats: GateStats, thresholds: Thresholds) -> tuple[str, list[str]]:
     """PASS, FAIL or 'not enough evidence', with the reasons. Any failing statistic is a FAIL however few
     tokens it rests on; a PASS needs at least `min_tokens` common-prefix tokens."""
     t = thresholds

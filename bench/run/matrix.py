@@ -20,7 +20,6 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from rich.progress import (
 from bench import bundle, bundle_names, bundle_provenance
 from bench.bundle_schema import Cell
 from bench.request_record import RequestRecord
-from bench.run import correctness
+from bench.run import correctness, logprob_gate
 from bench.run.cell import CellDraft, apply_gate, close_cell, new_cell
 from bench.run.measure import CellMeasurer
 from bench.run.selection import no_switch_label, resolve_profiles, resolve_specs
@@ -63,6 +62,7 @@ class MatrixRun:
         self.run_dir = Path(settings.out) / self.run_id  # the bundle's name once it is whole
         self.work_dir = Path(settings.out) / f".{self.run_id}.partial"  # where it is written until then
         self.prompts: list[Prompt] = build_workload(settings.workload, settings.num_prompts, settings.seed)
+        self.thresholds = logprob_gate.thresholds()  # a bad KIT_GATE_* setting stops here, before anything runs
         self.cells: dict[str, Cell] = {}  # the records of the cells finished, by name
         self.matrix: list[tuple[str, str, dict[str, int] | None]] = []  # (profile, spec, EAGLE-3 point)
         self.current: CellDraft | None = None  # the cell being measured
@@ -89,7 +89,7 @@ class MatrixRun:
             "control": {"url": self.s.control, "status_at_start": server_status},
             "plans": {},  # cell -> the plan the server ran for it, as its control API reported it
             "settings": self.s.to_json(),
-            "gate": asdict(correctness.GateSettings(min_exact_match=self.s.min_exact_match)),
+            "gate": correctness.GateSettings().as_dict(self.thresholds),
             "matrix": [bundle_names.cell_name(p, s, sp) for p, s, sp in self.matrix],
         }
         bundle.write_manifest(self.work_dir, self.manifest)
@@ -241,6 +241,8 @@ class MatrixRun:
         info = await measurer.fill(
             cell, repeats=s.repeats, on_plan=on_plan,
             on_rows=lambda rows: bundle.append_requests(self.work_dir, profile, spec, rows, point),
+            on_logprobs=lambda rows: bundle.write_logprobs(self.work_dir, profile, spec, rows, point),
+            top_k=self.thresholds.top_k,
         )
         self.simulated = self.simulated or cell.simulated
         if info and self.manifest["server"]["sglang_version"] is None:
@@ -259,4 +261,4 @@ class MatrixRun:
         self._say(f"{record.label}: {verdict}{detail}")
 
     def _apply_gate(self) -> None:
-        self.cells = apply_gate(run_dir=self.work_dir, cells=self.cells, min_exact_match=self.s.min_exact_match)
+        self.cells = apply_gate(run_dir=self.work_dir, cells=self.cells, thresholds=self.thresholds)

@@ -15,6 +15,7 @@ from typing import Any
 
 from bench.request_record import RequestRecord
 from bench.run.cell import CellDraft, record_plan
+from bench.run.logprob_gate import TokenLogprob
 from bench.run.repeat import measure_repeat
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.run.settings import RunSettings
@@ -98,11 +99,24 @@ class CellMeasurer:
         bad = [r for r in records if not r.ok]
         return f"warm-up request failed: {bad[0].error}" if bad else None
 
+    async def correctness_pass(self, top_k: int) -> list[tuple[str, str, list[TokenLogprob] | None]]:
+        """One untimed greedy reply per prompt, one at a time (so every profile sees the same batches), with
+        each token's log-probability and its top-k alternatives: what the correctness gate compares."""
+        out = []
+        for p in self.prompts:
+            text, rows = await self.server.logprobs(p, top_k)
+            out.append((p.id, text, rows))
+        return out
+
     async def fill(self, cell: CellDraft, *, repeats: int, on_rows: Callable[[list[dict[str, Any]]], None],
-                   on_plan: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+                   on_plan: Callable[[dict[str, Any]], None],
+                   on_logprobs: Callable[[list[tuple[str, str, list[TokenLogprob] | None]]], None] | None = None,
+                   top_k: int = 5) -> dict[str, Any]:
         """Measure into `cell` (switching first unless --no-switch): `repeats` repeats at every concurrency
-        level, each repeat's request rows to `on_rows`, the plan that ran (or was refused) to `on_plan`.
-        Returns the server's /server_info (empty when it never answered); the caller closes the cell."""
+        level, each repeat's request rows to `on_rows`, the plan that ran (or was refused) to `on_plan`; then,
+        with `on_logprobs`, the correctness pass (after the timed repeats, so asking for log-probabilities
+        never changes what is timed). Returns the server's /server_info (empty when it never answered); the
+        caller closes the cell."""
         s, server, name = self.settings, self.server, cell.label
         if s.switching:
             refused = await self.switch(cell, name)
@@ -145,5 +159,11 @@ class CellMeasurer:
                     except RuntimeFailure as exc:
                         cell.invalid_reason = f"server did not come back: {exc}"
                         return info
+        if on_logprobs is not None:
+            self.phase("checking correctness")
+            try:
+                on_logprobs(await self.correctness_pass(top_k))
+            except RuntimeFailure as exc:
+                cell.invalid_reason = f"correctness pass failed: {exc}"
         return info
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testsupport.standin import simulation, trace
+from testsupport.standin import numerics, simulation, trace
 from testsupport.standin.server_args import ServerArgs
 from testsupport.standin.settings import StandinSettings
 
@@ -29,6 +29,7 @@ class Chunk:
     completion_tokens: int
     spec_verify_ct: int
     finished: bool
+    positions: list[numerics.Position] = field(default_factory=list)  # every token so far, with log-probabilities
 
 
 @dataclass
@@ -115,6 +116,9 @@ class Engine:
         if not counts:
             counts = [0]  # max_new_tokens == 0: one final event after prefill, no tokens
         offsets = simulation.chunk_offsets_s(len(counts), self.settings.ttft_ms, self.interval_ms)
+        decoded = numerics.decode(prompt, sum(counts), self.settings.numerics,
+                                  lambda n: simulation.token_ids(prompt, n, self.settings.corrupt_output),
+                                  len(simulation.VOCAB))
         output_ids: list[int] = []
         verify_ct = 0
         streaming = "true" if stream else "false"
@@ -125,7 +129,7 @@ class Engine:
             for k, (count, offset) in enumerate(zip(counts, offsets, strict=True)):
                 await self._maybe_die(request_number, k)
                 await asyncio.sleep(max(0.0, t0 + offset - loop.time()))
-                new_ids = simulation.token_ids(prompt, count, self.settings.corrupt_output, len(output_ids))
+                new_ids = [p.token_id for p in decoded[len(output_ids):len(output_ids) + count]]
                 now = loop.time()
                 if count and first_at is None:
                     first_at = now
@@ -139,7 +143,8 @@ class Engine:
                     self.stats.spec_tokens += count
                     self.stats.spec_passes += 1
                 await self._record_step()
-                yield Chunk(k, new_ids, output_ids, len(output_ids), verify_ct, k == len(counts) - 1)
+                yield Chunk(k, new_ids, output_ids, len(output_ids), verify_ct, k == len(counts) - 1,
+                            decoded[:len(output_ids)])
             self.stats.num_requests_total += 1
             self.stats.prompt_tokens_total += simulation.prompt_token_count(prompt)
             self.stats.generation_tokens_total += len(output_ids)

@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from launcher.errors import RuntimeFailure
-from testsupport.standin import simulation
+from testsupport.standin import logprob_shapes, simulation
 from testsupport.standin.activation import parse_ranks, startup_lines, write_filler
 from testsupport.standin.engine import VERSION, Engine, ProfilingError
 from testsupport.standin.metrics import render_metrics
@@ -92,14 +92,14 @@ async def generate(request: web.Request) -> web.StreamResponse:
     n = _max_tokens(engine, params.get("max_new_tokens"), "sampling_params.max_new_tokens")
     if not engine.healthy():
         return _not_ready()
+    want_lp, top, with_text = logprob_shapes.generate_request(body)
     rid, t0 = engine.new_request_id(), time.monotonic()
 
     def event(chunk: Any) -> dict[str, Any]:
-        return {
-            "text": simulation.detokenize(chunk.output_ids),
-            "output_ids": list(chunk.output_ids),
-            "meta_info": engine.meta_info(rid, prompt, chunk, n, t0),
-        }
+        meta = engine.meta_info(rid, prompt, chunk, n, t0)
+        if want_lp:
+            meta.update(logprob_shapes.generate_meta(chunk.positions, top, with_text))
+        return {"text": simulation.detokenize(chunk.output_ids), "output_ids": list(chunk.output_ids), "meta_info": meta}
 
     if not body.get("stream"):
         last = None
@@ -156,6 +156,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     prompt = _chat_prompt(body)
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     n = _max_tokens(engine, limit, "max_tokens")
+    want_lp, top = logprob_shapes.chat_request(body)
     if not engine.healthy():
         return _not_ready()
     rid, created = engine.new_request_id(), int(time.time())
@@ -182,7 +183,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 "object": "chat.completion",
                 "created": created,
                 "model": model,
-                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "length"}],
+                "choices": [{"index": 0, "message": message, "finish_reason": "length",
+                             "logprobs": logprob_shapes.chat_content(last.positions, top) if want_lp else None}],
                 "usage": usage(last.completion_tokens),
             }
         )
@@ -200,9 +202,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                         _sse(_chat_chunk(rid, created, model, {"role": "assistant", "content": ""}, None))
                     )
                 delta = {"content": simulation.detokenize(chunk.new_ids)}
-                await resp.write(
-                    _sse(_chat_chunk(rid, created, model, delta, "length" if chunk.finished else None))
-                )
+                event = _chat_chunk(rid, created, model, delta, "length" if chunk.finished else None)
+                if want_lp:
+                    new = chunk.positions[len(chunk.positions) - len(chunk.new_ids):]
+                    event["choices"][0]["logprobs"] = logprob_shapes.chat_content(new, top)
+                await resp.write(_sse(event))
                 completion = chunk.completion_tokens
         if include_usage:
             final = _chat_chunk(rid, created, model, {}, None)

@@ -39,6 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from launcher.errors import UserError
+from testsupport.standin.numerics import Numerics
 
 CONFIG_ENV = "STANDIN_CONFIG"
 PROFILE_ENV = "KIT_ACTIVE_PROFILE"
@@ -87,6 +88,11 @@ class StandinSettings(BaseModel):
     )
     corrupt_output: bool = Field(
         False, description="Different text and accept length 1.0 (wrong all-reduce)."
+    )
+    numerics: Numerics = Field(
+        "reference", description="What the profile's all-reduce does to the log-probabilities (numerics.py): "
+        "reference (none), reorder (a correct sum in another order: rounding noise, flips at near-ties), "
+        "corrupt (a broken one: large jumps)."
     )
     trace_comm_fraction: float = Field(
         0.7, ge=0, le=1, description="Share of each traced forward pass spent in all-reduce kernels."

@@ -291,13 +291,14 @@ def main() -> int:
               "torch": torch.__version__, "models": models, "derived": derive(models)}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "calibration.json").write_text(json.dumps(result, indent=2) + "\n")
+    thresholds = gate.thresholds()  # the kit's defaults (launcher/settings.py KIT_GATE_*), or as set
     hdr = (f"{'model':9s} {'variant':10s} {'ok?':5s} {'exact':>6s} {'1st div':>7s} {'tokens':>7s} {'p50':>7s} "
            f"{'p99':>7s} {'max':>7s} {'flips':>5s} {'hard':>4s} {'maxgap':>7s} {'loss':>7s}  verdict(defaults)")
     print(hdr)
     for name, m in models.items():
         for kind, v in m["variants"].items():
             st = gate.GateStats(**{k: v[k] for k in gate.GateStats.__dataclass_fields__})
-            verdict, _ = gate.verdict(st)
+            verdict, _ = gate.verdict(st, thresholds)
 
             def f(x, w=7, d=3):
                 return f"{x:{w}.{d}f}" if isinstance(x, float) else f"{'-':>{w}s}"
