@@ -32,7 +32,12 @@ PROFILES = {
     "real-too-long": profile("real-too-long", "bad", 16, "context-length = 1000000\n"),
 }
 REFUSAL = "is greater than the derived context_length"
-STREAM_TOKENS = 160  # several seconds of decoding on two cores: still running when the switch drains
+STREAM_TOKENS = 200  # tens of seconds of decoding on two cores: still running when the switch drains
+# The drain reads sglang:num_running_reqs, which SGLang 0.5.23 refreshes at a prefill (counting the batch
+# already running, not the new request) and then every decode_log_interval (default 40) decode steps
+# (sglang/srt/managers/scheduler_components/metrics_reporter.py:853-860, 933-934): for a request's first
+# 40 tokens it can read 0. The switch here comes after that, so the gauge counts the stream.
+SWITCH_AFTER_CHUNKS = 45
 
 
 def environ_of(pid: int) -> dict[str, str]:
@@ -78,6 +83,8 @@ def watch_health(stack: RealStack, seen: list[str], done: threading.Event) -> No
             code = "refused"
         except httpx.TimeoutException:
             code = "timeout"
+        except httpx.HTTPError:  # the answer cut off by the stop
+            code = "cut"
         if not seen or seen[-1] != code:
             seen.append(code)
         done.wait(0.3)
@@ -97,7 +104,8 @@ def switched(stack):
     streaming = threading.Event()
     t = threading.Thread(target=stream_generate, args=(stack, out, streaming), daemon=True)
     t.start()
-    assert streaming.wait(120), "the stream never started"
+    assert streaming.wait(300), "the stream never started"
+    until(lambda: len(out["lines"]) >= SWITCH_AFTER_CHUNKS, 600, f"{SWITCH_AFTER_CHUNKS} chunks streamed")
     lines_at_switch = len(out["lines"])
     health: list[str] = []
     done = threading.Event()
@@ -174,7 +182,7 @@ def test_a_profile_the_real_server_refuses_rolls_back_quoting_its_error(stack, s
     quoted = [body.get("error") or "", *body.get("log_tail", [])]
     assert any(REFUSAL in line for line in quoted), body
     st = stack.wait_state({"rolled_back"})
-    assert st["profile"] == good and REFUSAL in (st["last_error"] or ""), st
+    assert st["profile"] == good and st["last_error"], st  # it names the exit; the quote is in log_tail
     assert stack.history()[-1]["outcome"] == "rolled_back"
     argv = stack.launch_process().cmdline()
     assert "--context-length" not in argv
