@@ -35,6 +35,7 @@ VERBS = (
     "demo-tune",
     "test",
     "test-fast",
+    "test-real",
     "lint",
     "check",
     "show",
