@@ -63,8 +63,6 @@ WORKLOAD = Flag("--workload", "bundled chat-templated prompts (default) or seede
 API = Flag("--api", "SGLang native /generate (default; per-request spec_verify_ct) or OpenAI chat", choices=APIS)
 WARMUP = Flag("--warmup", "uncounted warm-up requests after each switch (default {default})", type=int)
 SEED = Flag("--seed", "seed of the random workload (default {default})", type=int)
-MIN_EXACT_MATCH = Flag("--min-exact-match", "correctness gate: least share of outputs identical to baseline's "
-                                            "(default {default:g})", type=float)
 SWITCH_TIMEOUT = Flag("--switch-timeout", "seconds a switch (restart + health gate) may take (default {default:g})",
                       type=float)
 HEALTH_TIMEOUT = Flag("--health-timeout", "seconds to wait for /health after a switch or restart (default {default:g})",

@@ -65,12 +65,12 @@ def test_shared_flags_are_declared_once_and_taken_by_both_commands():
     # each command keeps its own defaults, read from its dataclass, and says them in the help
     for cls, parser in ((RunArgs, run_p), (TuneArgs, tune_p)):
         for name, field in (("--num-prompts", "num_prompts"), ("--warmup", "warmup"),
-                            ("--switch-timeout", "switch_timeout"), ("--min-exact-match", "min_exact_match")):
+                            ("--switch-timeout", "switch_timeout")):
             act = _action(parser, name)
             assert act.default == getattr(cls, field) and f"(default {getattr(cls, field):g})" in act.help
     assert RunArgs.num_prompts != TuneArgs.num_prompts
     # a flag neither command words its own way says the same in both
-    for name in ("--max-tokens", "--warmup", "--min-exact-match", "--workload", "--api"):
+    for name in ("--max-tokens", "--warmup", "--workload", "--api"):
         assert _action(run_p, name).help == _action(tune_p, name).help
     assert _action(run_p, "--seed").help != _action(tune_p, "--seed").help  # tune's seed also seeds the bootstrap
 

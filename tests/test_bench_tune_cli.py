@@ -26,7 +26,6 @@ def _token(monkeypatch):
     (["--tpot-ms", "-1", "--ttft-ms", "5", "--objective", "goodput"], "--tpot-ms -1.0"),
     (["--concurrency", "0"], "at least 1"),
     (["--final-repeats", "0"], "--final-repeats 0"),
-    (["--min-exact-match", "2"], "--min-exact-match"),
     (["--profile-name", "../evil"], "profile"),
     (["--facts", "/nonexistent/facts.json"], "--facts /nonexistent/facts.json: no such file"),
     (["--allreduce", "/nonexistent/ar"], "--allreduce"),
@@ -66,3 +65,19 @@ def test_settings_resolve_defaults():
     assert s.objective.concurrency == 4 and s.concurrency == [4, 1] and s.profiles == ("baseline", "fused")
     assert s.run_settings().repeats == s.screen_repeats and s.run_settings(switching=False).no_switch
     assert "budget_s" not in s.measuring()  # a longer budget reuses the same cells
+
+
+@pytest.mark.parametrize(("name", "value"), [("KIT_GATE_MAX_DELTA", "-1"), ("KIT_GATE_MIN_TOKENS", "lots"),
+                                             ("KIT_GATE_TOP_K", "0")])
+def test_a_bad_gate_threshold_is_exit_2_naming_it_before_anything_is_contacted(name, value, monkeypatch, capsys):
+    # BASE's server and control API do not answer: reaching them would be exit 1, not 2
+    monkeypatch.setenv(name, value)
+    assert main(BASE) == 2
+    err = capsys.readouterr().err
+    assert name in err and "cannot reach" not in err
+
+
+def test_min_exact_match_is_gone():
+    with pytest.raises(SystemExit) as exc:
+        TuneArgs.parse([*BASE, "--min-exact-match", "0.9"])
+    assert exc.value.code == 2

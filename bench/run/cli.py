@@ -78,7 +78,6 @@ class RunArgs(CliArgs, RunKnobs):
         p.add_argument("--request-timeout", type=float, default=cls.request_timeout,
                        help="seconds one request may take in all; a stream that never ends fails then "
                             f"(default {cls.request_timeout:g})")
-        flags.MIN_EXACT_MATCH.add(p, cls.min_exact_match)
         flags.SEED.add(p, cls.seed)
         flags.OUT.add(p, DEFAULT_OUT, help=f"{flags.OUT.help}; the bundle goes to OUT/<run-id>/ (default {DEFAULT_OUT})")
         flags.FLEET.add(p, help=f"{flags.FLEET.help}: bench each host in turn (its server and control API, its token), "
@@ -94,8 +93,6 @@ class RunArgs(CliArgs, RunKnobs):
                 raise UserError(f"{flag} {v}: must be at least 1")
         if self.warmup < 0:
             raise UserError("--warmup must be 0 or more")
-        if not 0.0 <= self.min_exact_match <= 1.0:
-            raise UserError("--min-exact-match must be between 0 and 1")
         for flag, t in (("--connect-timeout", self.connect_timeout), ("--read-timeout", self.read_timeout),
                         ("--request-timeout", self.request_timeout)):
             if not t > 0 or t == float("inf"):

@@ -24,7 +24,6 @@ class RunKnobs:
     health_timeout: float = 600.0
     read_timeout: float = 600.0  # silence before a request is given up
     request_timeout: float = 1800.0  # one whole request
-    min_exact_match: float = 0.9
     seed: int = 1234
 
 

@@ -102,7 +102,6 @@ class TuneArgs(CliArgs, TuneKnobs):
         flags.API.add(p, cls.api)
         flags.WARMUP.add(p, cls.warmup)
         flags.SEED.add(p, cls.seed, help="workload and bootstrap seed (default {default})")
-        flags.MIN_EXACT_MATCH.add(p, cls.min_exact_match)
         flags.SWITCH_TIMEOUT.add(p, cls.switch_timeout, help="seconds one switch may take (default {default:g})")
         flags.HEALTH_TIMEOUT.add(p, cls.health_timeout,
                                  help="seconds to wait for /health after a switch (default {default:g})")
@@ -121,8 +120,6 @@ class TuneArgs(CliArgs, TuneKnobs):
                 raise UserError(f"{flag} {v}: must be at least 1")
         if self.warmup < 0:
             raise UserError(f"--warmup {self.warmup}: must be 0 or more")
-        if not 0.0 <= self.min_exact_match <= 1.0:
-            raise UserError(f"--min-exact-match {self.min_exact_match}: must be between 0 and 1")
         for flag, t in (("--switch-timeout", self.switch_timeout), ("--health-timeout", self.health_timeout)):
             if not 0 < t < float("inf"):
                 raise UserError(f"{flag} {t}: must be a positive number of seconds")

@@ -146,6 +146,9 @@ def _bundle_cell(run: TuneRun, label: str, mr: MatrixRun) -> None:
             cell.invalid_reason = e.reason
         if e.detail.get("plan"):
             mr.manifest["plans"][cell.key] = e.detail["plan"]
+    passed = run.correctness_pass(label)
+    if passed is not None:
+        bundle.write_logprobs(mr.work_dir, cell.profile, spec, passed, first.spec_params)
     record = close_cell(cell, concurrency=run.s.concurrency, repeats=max(per_c.values(), default=0))
     verdict = run.gate(label)
     mr.cells[record.key] = record.with_correctness(verdict if verdict is not None else {"status": "n/a (not measured)"})

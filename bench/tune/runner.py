@@ -33,8 +33,10 @@ from typing import Any
 
 from rich.console import Console
 
-from bench.run import correctness
+from bench import logprob_rows
+from bench.run import correctness, logprob_gate
 from bench.run.cell import close_cell, new_cell
+from bench.run.logprob_gate import TokenLogprob
 from bench.run.measure import CellMeasurer
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.server_client import ServerClient
@@ -53,6 +55,7 @@ from launcher.runtime.control_client import ControlClient
 from launcher.runtime.states import ANSWERING, Outcome
 
 STATE = "tune-state.json"
+LOGPROBS = "logprobs"  # a journal entry's detail key of the cell's correctness pass
 SERVER_ONLY = "server-only"  # the profile hash of a profile this machine has no file of
 
 
@@ -110,6 +113,7 @@ class TuneRun:
         self.finalists: list[str] = []
         self.decision: Decision | None = None
         self.progress: TuneProgress | None = None
+        self.thresholds = logprob_gate.thresholds()  # a bad KIT_GATE_* setting is exit 2 before anything is switched
         self.switched = False  # production left its starting plan at least once
 
     # ----- small helpers ---------------------------------------------------------------------------
@@ -144,21 +148,41 @@ class TuneRun:
     def reference_label(self, spec: str) -> str:
         return f"{REFERENCE_PROFILE}+{spec}"
 
+    def correctness_pass(self, label: str,
+                         phases: Sequence[str] = journal.PHASES) -> list[tuple[str, str, list[TokenLogprob] | None]] | None:
+        """The cell's correctness pass, (prompt id, text, log-probabilities or None) per prompt, from the first
+        finished measurement that ran one; None before any did."""
+        for e in self.entries_of(label, phases):
+            passed = e.detail.get(LOGPROBS) if e.status == "ok" else None
+            if isinstance(passed, list):
+                return [(r["prompt_id"], str(r.get("text") or ""), logprob_rows.from_json(r.get("logprobs")))
+                        for r in passed if isinstance(r, dict) and isinstance(r.get("prompt_id"), str)]
+        return None
+
+    def gate_inputs(self, label: str, phases: Sequence[str] = journal.PHASES) -> tuple[dict[str, str] | None, Any]:
+        """What the gate compares of a cell: the texts and log-probabilities of its correctness pass, or, for a
+        cell without one, its measured texts and no log-probabilities; (None, None) before it has outputs."""
+        passed = self.correctness_pass(label, phases)
+        if passed is not None:
+            return {pid: text for pid, text, _ in passed}, {pid: lps for pid, _, lps in passed}
+        rows = self.rows_of(label, phases)
+        return (correctness.reference_outputs(rows), None) if rows else (None, None)
+
     def gate(self, label: str) -> dict[str, Any] | None:
-        """The correctness verdict of a cell's outputs against baseline's under its spec mode; None before
-        the cell has outputs."""
-        rows = self.rows_of(label)
-        if not rows:
+        """The correctness verdict of a cell's correctness pass against baseline's under its spec mode (the
+        measured texts, and no log-probabilities, when it has none); None before the cell has outputs."""
+        if not self.rows_of(label):
             return None
         spec = self.spec_of(label)
-        ref_rows = self.rows_of(self.reference_label(spec), ("reference",))
+        ref_label = self.reference_label(spec)
         accepts = self.accept_lengths(label, journal.PHASES)
-        ref_acc = self.accept_lengths(self.reference_label(spec), ("reference",))
+        ref_acc = self.accept_lengths(ref_label, ("reference",))
+        texts, lps = self.gate_inputs(label)
+        ref_texts, ref_lps = self.gate_inputs(ref_label, ("reference",))
         verdict = correctness.gate(
-            spec, correctness.reference_outputs(rows), sum(accepts) / len(accepts) if accepts else None,
-            correctness.reference_outputs(ref_rows) if ref_rows else None,
+            spec, texts or {}, sum(accepts) / len(accepts) if accepts else None, ref_texts,
             sum(ref_acc) / len(ref_acc) if ref_acc else None,
-            correctness.GateSettings(min_exact_match=self.s.min_exact_match),
+            logprobs=lps, baseline_logprobs=ref_lps, thresholds=self.thresholds,
         )
         if verdict["status"] == "n/a (no baseline)":
             verdict["reasons"] = [f"no reference: {self.reference_label(spec)} has no outputs"]
@@ -221,10 +245,18 @@ class TuneRun:
                         spec_params=params)
         rows: list[dict[str, Any]] = []
         plan: dict[str, Any] = {}
+        passed: list[dict[str, Any]] = []  # the correctness pass, run the first time a label is measured
+
+        def on_logprobs(result: Sequence[tuple[str, str, list[TokenLogprob] | None]]) -> None:
+            passed.extend({"prompt_id": pid, "text": text, "logprobs": logprob_rows.to_json(lps)}
+                          for pid, text, lps in result)
+
+        first = self.correctness_pass(cand.label) is None
         t0 = time.monotonic()
         if switch:
             self.switched = True
-        info = await m.fill(cell, repeats=repeats, on_rows=rows.extend, on_plan=plan.update)
+        info = await m.fill(cell, repeats=repeats, on_rows=rows.extend, on_plan=plan.update,
+                            on_logprobs=on_logprobs if first else None, top_k=self.thresholds.top_k)
         wall = time.monotonic() - t0
         self.simulated = self.simulated or is_simulated(info) if info else self.simulated
         record = close_cell(cell, concurrency=self.s.concurrency, repeats=repeats)
@@ -237,6 +269,8 @@ class TuneRun:
                       profile_hash=self.hashes.get(cand.profile, SERVER_ONLY), settings_digest=self.settings_digest,
                       phase=phase, round=rnd)
         detail = {"cell": record.to_json(), "rows": rows, "plan": plan, "wall_s": wall, "measure_s": measured}
+        if first and record.valid:
+            detail[LOGPROBS] = passed
         if record.valid:
             entry = journal.Entry(status="ok", repeats=tuple(_repeat_of(rep, rs) for rep, rs in judged),
                                   spec=cand.spec, spec_params=params, detail=detail, **common)

@@ -34,7 +34,6 @@ class TuneKnobs:
     api: str = RunKnobs.api
     warmup: int = RunKnobs.warmup
     seed: int = RunKnobs.seed
-    min_exact_match: float = RunKnobs.min_exact_match
     switch_timeout: float = RunKnobs.switch_timeout
     health_timeout: float = RunKnobs.health_timeout
     screen_repeats: int = 2
@@ -67,7 +66,6 @@ class TuneSettings(TuneKnobs):
             "url": self.url, "num_prompts": self.num_prompts, "max_tokens": self.max_tokens,
             "workload": self.workload, "api": self.api, "warmup": self.warmup, "seed": self.seed,
             "concurrency": self.concurrency, "objective": asdict(self.objective),
-            "min_exact_match": self.min_exact_match,
         }
 
     def run_settings(self, *, switching: bool = True) -> RunSettings:
@@ -76,7 +74,7 @@ class TuneSettings(TuneKnobs):
             url=self.url, out=self.out, control=self.control, control_given=True, concurrency=list(self.concurrency),
             repeats=self.screen_repeats, num_prompts=self.num_prompts, max_tokens=self.max_tokens,
             workload=self.workload, api=self.api, warmup=self.warmup, no_switch=not switching, seed=self.seed,
-            min_exact_match=self.min_exact_match, switch_timeout=self.switch_timeout,
+            switch_timeout=self.switch_timeout,
             health_timeout=self.health_timeout, connect_timeout=self.connect_timeout,
             read_timeout=self.read_timeout, request_timeout=self.request_timeout, argv=list(self.argv),
         )
