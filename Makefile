@@ -271,12 +271,12 @@ demo: $(VENV_KIT_STAMP) ## the whole flow against a simulated server (no GPU, no
 demo-tune: $(VENV_KIT_STAMP) ## `bench tune` against the simulated server; fails unless it finds the stand-in's optimum
 	$(PY) -m testsupport.demo --tune
 
-# The tests mostly wait on the processes they start, so more workers than cores pays (measured on 2 cores).
-# --dist loadgroup keeps the tests that share a fixture wider than one test on one worker (tests/conftest.py).
+# The tests mostly wait on the processes they start, so there are more workers than cores. --dist loadfile
+# keeps a file's tests on one worker: module-scoped fixtures (a started stack, a built wheel) are set up once.
 TEST_WORKERS ?= 4
 TEST_ARGS ?=
 test: $(VENV_TEST_STAMP) ## run the test suite, TEST_WORKERS=4 in parallel (creates .venv on first use)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(TEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(TEST_ARGS)
 
 test-fast: $(VENV_TEST_STAMP) ## the tests that start no process (no kit stack, server or CLI subprocess): under 2 minutes
 	$(PY) -m pytest -q -m "not stack" $(TEST_ARGS)

@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers_marks import group_of, starts_processes  # noqa: E402
+from helpers_marks import starts_processes  # noqa: E402
 
 from testsupport.stack import KitStack, stop_all  # noqa: E402
 
@@ -24,23 +24,23 @@ def kit_stack(tmp_path):
     stop_all(stacks)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Mark every test that starts a process `stack` (`make test-fast` leaves them out), and keep the tests
-    that share a fixture wider than one test on one xdist worker (`--dist loadgroup`), so it is set up once.
-    The cases of one parametrized test run in the order of their ids: xdist needs every worker to collect
+def pytest_itemcollected(item):
+    """Mark a test that starts a process, itself or through a fixture or helper of the tests, `stack`:
+    `make test-fast` leaves these out."""
+    info = getattr(item, "_fixtureinfo", None)
+    fixtures = [d.func for ds in info.name2fixturedefs.values() for d in ds] if info else []
+    if starts_processes(getattr(item, "obj", None), fixtures):
+        item.add_marker(pytest.mark.stack)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """The cases of one parametrized test run in the order of their ids: xdist needs every worker to collect
     the same list, and cases drawn from a set come in another order in each process."""
     first: dict[tuple[str, str], int] = {}
     for i, item in enumerate(items):
         first.setdefault(_test_of(item), i)
     items.sort(key=lambda item: (first[_test_of(item)], item.nodeid))
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        defs = [d for ds in info.name2fixturedefs.values() for d in ds] if info else []
-        if starts_processes(getattr(item, "obj", None), [d.func for d in defs]):
-            item.add_marker(pytest.mark.stack)
-        group = group_of(item.nodeid, [(d.baseid, d.argname, d.scope, d.func) for d in defs])
-        if group and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _test_of(item) -> tuple[str, str]:

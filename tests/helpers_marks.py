@@ -1,5 +1,5 @@
-"""Which tests start processes, and which share a fixture wider than one test: read from the source of
-the test and of what it uses, so no test has to be marked by hand (conftest.py applies the marks)."""
+"""Which tests start processes: read from the source of the test and of what it uses, so no test has to
+be marked by hand (conftest.py applies the mark)."""
 
 from __future__ import annotations
 
@@ -52,11 +52,3 @@ def _starts(obj: object, seen: set[int]) -> bool:
 def starts_processes(test: Callable | None, fixtures: Iterable[Callable]) -> bool:
     """Whether a test, or any fixture it uses, starts a process (directly or through the tests' helpers)."""
     return any(_starts(f, set()) for f in [test, *fixtures] if f is not None)
-
-
-def group_of(nodeid: str, fixtures: Iterable[tuple[str, str, str, Callable]]) -> str | None:
-    """The xdist group of a test that uses a fixture of the tests' own wider than one test (baseid,
-    argname, scope, func): the fixture's module, or its conftest folder and name; None without one."""
-    groups = sorted(baseid if baseid.endswith(".py") else f"{baseid or '.'}::{argname}"
-                    for baseid, argname, scope, func in fixtures if scope != "function" and _ours(func))
-    return groups[0] if groups else None

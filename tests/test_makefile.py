@@ -216,7 +216,7 @@ def test_falls_back_to_docker_compose_v1(kit):
 
 def test_host_side_verbs_use_py(kit):
     for verb, expected in (
-        ("test", "/opt/py/bin/python -m pytest -q -n 4 --dist loadgroup"),
+        ("test", "/opt/py/bin/python -m pytest -q -n 4 --dist loadfile"),
         ("test-fast", '/opt/py/bin/python -m pytest -q -m "not stack"'),
         ("check", "/opt/py/bin/python -m launcher check --all"),
         ("show", "/opt/py/bin/python -m launcher show custom-ar --spec ngram"),

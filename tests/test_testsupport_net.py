@@ -1,5 +1,5 @@
-"""testsupport/net.py's ports and testsupport/stack.py's port-clash check, and tests/helpers_marks.py's
-marks: what lets `make test` run the tests in parallel without two of them sharing a port."""
+"""testsupport/net.py's ports and testsupport/stack.py's port-clash check, what lets `make test` run the
+tests in parallel without two of them sharing a port; and tests/helpers_marks.py's `stack` mark."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers_marks import group_of, starts_processes
+from helpers_marks import starts_processes
 
 from testsupport import net
 from testsupport.stack import port_clash
@@ -91,11 +91,3 @@ def test_a_test_is_marked_stack_when_it_or_a_helper_it_names_starts_a_process():
     assert starts_processes(SAMPLES["class"], [])  # through a class of the tests
     assert starts_processes(SAMPLES["in_process"], [SAMPLES["calls"]])  # through a fixture
     assert not starts_processes(None, [pytest.fixture])  # pytest's own code is not scanned
-
-
-def test_tests_sharing_a_wider_fixture_of_the_tests_get_one_group():
-    fn = SAMPLES["in_process"]
-    assert group_of("tests/test_x.py::t", [("tests/test_x.py", "wheel", "session", fn)]) == "tests/test_x.py"
-    assert group_of("tests/test_x.py::t", [("tests", "pool", "module", fn)]) == "tests::pool"
-    assert group_of("tests/test_x.py::t", [("tests/test_x.py", "tmp", "function", fn)]) is None
-    assert group_of("tests/test_x.py::t", [("", "tmp_path_factory", "session", pytest.fixture)]) is None
