@@ -1,13 +1,15 @@
 """PNG plots of a bundle (matplotlib, Agg backend: no display needed).
 
 throughput.png: tok/s per profile, one bar per spec mode, error bars = sd over repeats; invalid
-cells get no bar and the word "invalid", correctness FAILs are hatched and labelled FAIL.
+cells get no bar and the word "invalid", correctness FAILs are hatched red and labelled FAIL, cells with
+"not enough evidence" are dotted gray and labelled so (never drawn as a pass).
 tpot.png: per-request TPOT distribution of every valid (profile, spec), as box plots.
 Both say SIMULATED in the title and across the plot when the server was the stand-in.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from bench import bundle, bundle_names  # noqa: E402
 from bench.bundle_schema import Cell  # noqa: E402
+from bench.report import UNVERIFIED  # noqa: E402
 
 SIM_TITLE = "SIMULATED (stand-in server) - "
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How a bar whose correctness is not a pass looks: its hatch, the colour of hatch and word, the word."""
+
+    hatch: str
+    color: str
+    word: str
+
+
+# only a FAIL is hatched red; a cell the gate could not vouch for is dotted gray, never drawn as a pass
+MARKS = {"FAIL": Mark("//", "red", "FAIL"), UNVERIFIED: Mark("..", "dimgray", "not enough evidence")}
 
 
 def _mark_simulated(fig: Any, simulated: bool) -> None:
@@ -44,13 +60,14 @@ def throughput(path: Path, rows: list[dict[str, Any]], simulated: bool, concurre
             if not r["valid"] or r["output_throughput_mean"] is None:
                 ax.text(x, 0, "invalid", rotation=90, ha="center", va="bottom", fontsize=8, color="gray")
                 continue
-            fail = r["status"] == "FAIL"
+            mark = MARKS.get(r["status"])
             ax.bar(x, r["output_throughput_mean"], width, yerr=r["output_throughput_sd"] or 0.0, capsize=3,
-                   color=f"C{j}", hatch="//" if fail else None, edgecolor="black" if fail else None,
+                   color=f"C{j}", hatch=mark.hatch if mark else None, edgecolor=mark.color if mark else None,
                    label=None if spec in labelled else spec)
             labelled.add(spec)
-            if fail:
-                ax.text(x, r["output_throughput_mean"], "FAIL", ha="center", va="bottom", fontsize=8, color="red")
+            if mark:
+                ax.text(x, r["output_throughput_mean"], mark.word, ha="center", va="bottom", fontsize=8,
+                        color=mark.color)
     if labelled:
         ax.legend(title="spec")
     ax.set_xticks(range(len(profiles)), profiles, rotation=20, ha="right")

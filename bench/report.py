@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from bench import bundle, bundle_names
 from bench.args import CliArgs, entry_point
 from bench.bundle_schema import Cell
-from bench.run import correctness
+from bench.run import correctness, logprob_gate
 from bench.stats import fmt_mean_sd
 from launcher import atomic
 
@@ -25,6 +25,8 @@ SIM_BANNER = (
     "not a real engine on a GPU. The numbers show that the harness works; they say nothing about any host."
 )
 BASE = ("baseline", "off")
+UNVERIFIED = "UNVERIFIED"  # a valid cell the gate could not vouch for: not OK, not FAIL
+STATUS_OF = {logprob_gate.FAIL: "FAIL", logprob_gate.NOT_ENOUGH: UNVERIFIED}  # the table's status of a verdict
 MAX_REASON = 160  # the full reason is in <profile>__<spec>.json
 CSV_FIELDS = [
     "profile", "spec", "spec_params", "concurrency", "status", "valid", "invalid_reason", "correctness", "exact_match_rate",
@@ -51,7 +53,7 @@ def rows(manifest: dict[str, Any], cells: list[Cell]) -> list[dict[str, Any]]:
         for level in levels:
             agg = c.level(level)
             valid = c.valid
-            status = "INVALID" if not valid else ("FAIL" if corr.status == "FAIL" else "OK")
+            status = "INVALID" if not valid else STATUS_OF.get(corr.status, "OK")
             tps = agg.get("output_throughput_mean")
             ref = base_tps.get(level)
             out.append(

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from matplotlib.colors import to_rgba
+
 from bench import bundle_names, plots
 from bench.bundle_schema import Cell
 
@@ -41,3 +43,16 @@ def test_tpot_axis_starts_at_zero(tmp_path, figures):
     plots.tpot(tmp_path / "tpot.png", tmp_path, cells, False, 1)
     (ax,) = figures[0].axes
     assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 16.0
+
+
+def test_only_a_fail_is_hatched_red_and_not_enough_evidence_is_marked_apart(tmp_path, figures):
+    rows = [_row("baseline", 80.0), {**_row("fused", 90.0), "status": "FAIL"},
+            {**_row("quiet", 85.0), "status": "UNVERIFIED"}]
+    plots.throughput(tmp_path / "t.png", rows, False, 1)
+    (ax,) = figures[0].axes
+    base, fail, unverified = ax.patches[:3]
+    assert fail.get_hatch() == "//" and fail.get_edgecolor() == to_rgba("red")
+    assert unverified.get_hatch() == ".." and unverified.get_edgecolor() != to_rgba("red")
+    assert not base.get_hatch()
+    words = {t.get_text(): t.get_color() for t in ax.texts}
+    assert words == {"FAIL": "red", "not enough evidence": "dimgray"}

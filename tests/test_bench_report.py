@@ -22,3 +22,15 @@ def test_markdown_marks_invalid_and_fail_and_simulated():
 def test_markdown_of_a_real_run_is_not_marked_simulated():
     md = report.markdown(manifest(), [Cell.model_validate(cell("baseline", "off", 80.0, 1.0))])
     assert "SIMULATED" not in md.splitlines()[0]
+
+
+def test_a_cell_without_enough_evidence_is_not_shown_as_ok():
+    cells = [cell("baseline", "off", 80.0, 1.0), cell("quiet", "off", 90.0, 1.0)]
+    cells[1]["correctness"] = {"status": "not enough evidence",
+                               "reasons": ["the server returned no log-probabilities for this profile's correctness pass"]}
+    md = report.markdown(manifest(), [Cell.model_validate(c) for c in cells])
+    quiet = next(line for line in md.splitlines() if line.startswith("| quiet"))
+    assert "| UNVERIFIED |" in quiet and "| OK |" not in quiet
+    assert "not enough evidence: the server returned no log-probabilities" in quiet
+    base = next(line for line in md.splitlines() if line.startswith("| baseline"))
+    assert "| OK |" in base

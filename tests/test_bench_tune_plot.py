@@ -159,3 +159,16 @@ def test_height_grows_with_cells(fig_of):
 ])
 def test_sparse_or_malformed_input_does_not_raise(tmp_path, tune):
     assert tp.plot(tune, tmp_path / "t.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_not_enough_evidence_is_not_drawn_as_wrong_nor_as_a_candidate(fig_of):
+    tune = _mixed(winner=False)
+    tune["cells"].append(_cell("quiet+off", 140.0, status="invalid",
+                               correctness={"status": "not enough evidence", "reasons": ["40 tokens compared < 200"]}))
+    fig = fig_of(tune)
+    quiet, wrong = _bar(fig, "quiet+off"), _bar(fig, "fused+eagle3(3,1,4)")
+    assert quiet.get_facecolor() == to_rgba(tp.UNVERIFIED_COLOR) != wrong.get_facecolor()
+    assert quiet.get_hatch() == ".." and wrong.get_hatch() == "//"
+    texts = _texts(fig)
+    assert any(t.startswith("NOT VERIFIED: 40 tokens compared") for t in texts)
+    assert not any(t.startswith("WRONG: 40 tokens") for t in texts)

@@ -32,6 +32,13 @@ FAULT_PROFILES = {
     'extends = "fused"\n[env]\nSTANDIN_WITHHOLD_ACTIVATION = "fusion"\n',
     "mscclpp-quiet": 'description = "test: healthy, but MSCCL++ did not import"\nstatus = "experimental"\n'
     'extends = "mscclpp"\n[env]\nSTANDIN_WITHHOLD_ACTIVATION = "mscclpp"\n',
+    "reordered": 'description = "test: a correct all-reduce in another order (rounding noise, texts differ)"\n'
+    'status = "experimental"\nextends = "baseline"\n[env]\nSTANDIN_NUMERICS = "reorder"\n'
+    'STANDIN_DECODE_MS = "6"\nSTANDIN_VERIFY_MS = "15"\n',
+    "corrupt-fast": 'description = "test: the fastest profile, with a broken all-reduce"\nstatus = "experimental"\n'
+    'extends = "baseline"\n[env]\nSTANDIN_NUMERICS = "corrupt"\nSTANDIN_DECODE_MS = "3"\nSTANDIN_VERIFY_MS = "8"\n',
+    "no-logprobs": 'description = "test: a server that ignores requests for log-probabilities"\n'
+    'status = "experimental"\nextends = "baseline"\n[env]\nSTANDIN_LOGPROBS = "0"\n',
 }
 
 

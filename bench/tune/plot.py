@@ -4,7 +4,8 @@ Bar length = the cell's objective mean, error bar = its 95% CI: the interleaved 
 cell was a finalist (final_n > 0; those are the numbers that decided), else the screening repeats; each
 bar's text says which. The winner is green with "WINNER", the plan that was running when the tune
 started is grey with "running plan", a cell that failed the correctness gate is red and hatched with
-"WRONG: <reason>" (never a candidate, however fast), a failed cell has no bar and "failed: <reason>",
+"WRONG: <reason>" (never a candidate, however fast), one the gate could not vouch for ("not enough
+evidence") is dotted with "NOT VERIFIED: <reason>" (never a candidate either), a failed cell has no bar and "failed: <reason>",
 a skipped one "skipped". Cells without numbers sit at the bottom. SIMULATED as in bench/plots.py.
 Reads tune.json defensively: a missing or null field never raises.
 """
@@ -29,6 +30,7 @@ from bench.plots import SIM_TITLE, _mark_simulated  # noqa: E402
 WINNER_COLOR = "tab:green"
 INCUMBENT_COLOR = "tab:gray"
 OTHER_COLOR = "tab:blue"
+UNVERIFIED_COLOR = "khaki"
 WRONG_COLOR = "tab:red"
 REASON_CHARS = 48
 
@@ -131,12 +133,16 @@ def figure(tune: Mapping[str, Any]) -> Figure:
         status = c.get("status")
         mean, ci, reps, which = shown(c)
         tags = []
-        is_wrong = status == "invalid"
+        # "invalid": never a candidate; red only for a FAIL, dotted for a cell the gate could not vouch for
+        is_unverified = status == "invalid" and _map(c.get("correctness")).get("status") != "FAIL"
+        is_wrong = status == "invalid" and not is_unverified
         is_failed = status == "failed"
-        is_winner = winner_label is not None and label == winner_label and not (is_wrong or is_failed)
+        is_winner = winner_label is not None and label == winner_label and not (is_wrong or is_unverified or is_failed)
         is_incumbent = incumbent_label is not None and label == incumbent_label
         if is_wrong:
             tags.append(f"WRONG: {_short(_wrong_reason(c))}")
+        elif is_unverified:
+            tags.append(f"NOT VERIFIED: {_short(_wrong_reason(c))}")
         elif is_failed:
             tags.append(f"failed: {_short(c.get('reason') or 'server failed')}")
         elif status == "skipped":
@@ -148,13 +154,14 @@ def figure(tune: Mapping[str, Any]) -> Figure:
         if is_incumbent:
             tags.append("running plan")
         if mean is not None and not is_failed and status != "skipped":
-            color = WRONG_COLOR if is_wrong else WINNER_COLOR if is_winner else (
+            color = WRONG_COLOR if is_wrong else UNVERIFIED_COLOR if is_unverified else WINNER_COLOR if is_winner else (
                 INCUMBENT_COLOR if is_incumbent else OTHER_COLOR)
             xerr = None
             if ci is not None:
                 xerr = [[max(0.0, mean - ci[0])], [max(0.0, ci[1] - mean)]]
             bars = ax.barh(y, mean, height=0.7, xerr=xerr, capsize=3, color=color,
-                           hatch="//" if is_wrong else None, edgecolor="black" if is_wrong or is_winner else None,
+                           hatch="//" if is_wrong else ".." if is_unverified else None,
+                           edgecolor="black" if is_wrong or is_unverified or is_winner else None,
                            linewidth=1.5 if is_winner else 1.0)
             bars.patches[0].set_gid(label)
             ci_text = f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else ""
@@ -177,6 +184,8 @@ def figure(tune: Mapping[str, Any]) -> Figure:
         Patch(facecolor=INCUMBENT_COLOR, label="running plan"),
         Patch(facecolor=OTHER_COLOR, label="other candidate"),
         Patch(facecolor=WRONG_COLOR, hatch="//", edgecolor="black", label="wrong output (not a candidate)"),
+        Patch(facecolor=UNVERIFIED_COLOR, hatch="..", edgecolor="black",
+              label="not enough evidence (not a candidate)"),
         Line2D([], [], color="black", marker="|", markersize=8, linestyle="-",
                label="95% CI of the mean: final = interleaved final repeats, screening = screening repeats"),
     ], loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=5.5, ncols=2, fontsize=8)

@@ -93,6 +93,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if not engine.healthy():
         return _not_ready()
     want_lp, top, with_text = logprob_shapes.generate_request(body)
+    want_lp = want_lp and engine.settings.logprobs
     rid, t0 = engine.new_request_id(), time.monotonic()
 
     def event(chunk: Any) -> dict[str, Any]:
@@ -157,6 +158,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     n = _max_tokens(engine, limit, "max_tokens")
     want_lp, top = logprob_shapes.chat_request(body)
+    want_lp = want_lp and engine.settings.logprobs
     if not engine.healthy():
         return _not_ready()
     rid, created = engine.new_request_id(), int(time.time())

@@ -94,6 +94,10 @@ class StandinSettings(BaseModel):
         "reference (none), reorder (a correct sum in another order: rounding noise, flips at near-ties), "
         "corrupt (a broken one: large jumps)."
     )
+    logprobs: bool = Field(
+        True, description="Answer requests for log-probabilities; false ignores them (an older or another "
+        "server): replies carry none."
+    )
     trace_comm_fraction: float = Field(
         0.7, ge=0, le=1, description="Share of each traced forward pass spent in all-reduce kernels."
     )
