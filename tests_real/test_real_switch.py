@@ -139,7 +139,7 @@ def test_switch_drains_the_stream_then_restarts_and_commits(stack, switched):
     st = stack.status()
     assert st["state"] == "serving" and st["profile"] == "real-b" and st["health"] == "ok", st
     committed = json.loads(StatePaths(stack.state_dir).committed.read_text())
-    assert committed["name"] == "real-b", committed
+    assert committed["plan"]["name"] == "real-b", committed
 
 
 def test_health_through_the_switch_is_up_refused_starting_up(switched):
