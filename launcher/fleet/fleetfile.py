@@ -40,6 +40,16 @@ _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def _matching(pattern: re.Pattern[str], what: str):
+    """A validator: the whole value matches `pattern`, else the error says what the value must be."""
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise ValueError(f"{value!r}: {what}")
+        return value
+
+    return AfterValidator(check)
+
+
 def normalise_url(value: str) -> str:
     """scheme://host:port with nothing after it: the router stores worker URLs as given, so one
     spelling per server is what makes add, remove and lookup agree."""
@@ -131,24 +141,10 @@ def _may_collide(a: str, b: str) -> bool:
 
 class Host(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str
+    name: Annotated[str, _matching(_NAME, "use 1-64 of a-z 0-9 . _ -, starting with a letter or digit")]
     server: Url
     control: Url
-    token_env: str = settings.KIT_CONTROL_TOKEN.name
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _NAME.fullmatch(v):
-            raise ValueError(f"{v!r}: use 1-64 of a-z 0-9 . _ -, starting with a letter or digit")
-        return v
-
-    @field_validator("token_env")
-    @classmethod
-    def _env(cls, v: str) -> str:
-        if not _ENV.fullmatch(v):
-            raise ValueError(f"{v!r} is not an environment variable name")
-        return v
+    token_env: Annotated[str, _matching(_ENV, "not an environment variable name")] = settings.KIT_CONTROL_TOKEN.name
 
     def token(self) -> str | None:
         return os.environ.get(self.token_env) or None
