@@ -52,7 +52,7 @@ def test_no_logprobs_is_not_enough_evidence_never_a_pass():
     assert r["status"] == "not enough evidence" and "no log-probabilities" in r["reasons"][0]
     none_sent = {k: None for k in lps()}
     r = correctness.gate("off", dict(base), None, base, None, logprobs=none_sent, baseline_logprobs=lps(), thresholds=T)
-    assert r["status"] == "not enough evidence" and "did not return them" in r["reasons"][0]
+    assert r["status"] == "not enough evidence" and r["reasons"] == [f"{correctness.NO_LOGPROBS} for this profile's correctness pass"]
     few = correctness.gate("off", dict(base), None, base, None, logprobs=lps(n=10), baseline_logprobs=lps(n=10),
                            thresholds=T)
     assert few["status"] == "not enough evidence" and "50 common-prefix tokens" in few["reasons"][0]

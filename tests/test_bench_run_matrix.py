@@ -25,10 +25,16 @@ def stack(tmp_path_factory):
         yield s
 
 
-def bench(stack: KitStack, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+# A few prompts of 16 tokens compare about 50 tokens, under the gate's default of 200 (too little evidence
+# for a PASS, which test_the_default_refuses_to_pass_on_too_little_evidence shows): tests that need a verdict
+# from such a tiny workload lower it.
+TINY_WORKLOAD_GATE = {"KIT_GATE_MIN_TOKENS": "32"}
+
+
+def bench(stack: KitStack, *args: str, timeout: float = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "bench.run.cli", "--url", stack.server_url, "--control", stack.control_url, *args],
-        cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=timeout,
+        cwd=REPO, env={**stack.env, **(env or {})}, capture_output=True, text=True, timeout=timeout,
     )
 
 
@@ -45,11 +51,12 @@ def test_unknown_profile_exits_2_before_any_switch(stack, tmp_path):
 def test_full_matrix_gate_validity_and_failed_switch(stack, tmp_path):
     r = bench(stack, "--profiles", "baseline,fused,nccl-tuned,crashy", "--spec", "eagle3,off", "--repeats", "2",
               "--num-prompts", "3", "--max-tokens", "16", "--warmup", "1", "--switch-timeout", "30",
-              "--health-timeout", "20", "--out", str(tmp_path))
+              "--health-timeout", "20", "--out", str(tmp_path), env=TINY_WORKLOAD_GATE)
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["complete"] is True and manifest["simulated"] is True
+    assert manifest["gate"]["min_tokens"] == 32
     assert set(manifest["plans"]) == {f"{p}__{s}" for p in ("baseline", "fused", "nccl-tuned", "crashy")
                                       for s in ("eagle3", "off")}
     assert all(plan.get("digest") for plan in manifest["plans"].values())
@@ -97,6 +104,50 @@ def test_full_matrix_gate_validity_and_failed_switch(stack, tmp_path):
     assert len(csv_lines) == 1 + 8
     status = stack.status()  # the last switch rolled back to a working plan
     assert status["state"] == "rolled_back" and status["health"] == "ok"
+
+
+def test_the_gate_judges_log_probabilities_not_texts(stack, tmp_path):
+    """8 prompts x 128 tokens: enough evidence under the default thresholds. A reordered all-reduce passes
+    though many of its texts differ from baseline's; a broken one fails although it is the fastest; a server
+    that sends no log-probabilities is not enough evidence, never a pass."""
+    r = bench(stack, "--profiles", "baseline,reordered,corrupt-fast,no-logprobs", "--spec", "off", "--repeats", "1",
+              "--num-prompts", "8", "--max-tokens", "128", "--warmup", "0", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["gate"]["min_tokens"] == 200  # the default
+
+    def cell(profile: str) -> dict:
+        return json.loads((run_dir / f"{profile}__off.json").read_text())
+
+    base, reordered, corrupt, quiet = (cell(p) for p in ("baseline", "reordered", "corrupt-fast", "no-logprobs"))
+    assert all(c["valid"] for c in (base, reordered, corrupt, quiet))
+    assert base["correctness"]["status"] == "PASS" and base["correctness"]["exact_match_rate"] == 1.0
+    rc = reordered["correctness"]
+    assert rc["status"] == "PASS", rc["reasons"]
+    assert rc["exact_match_rate"] <= 0.75 and rc["first_divergence"] is not None  # well under 90% of texts match
+    assert rc["logprobs"]["tokens"] >= 200 and rc["logprobs"]["max_delta"] < rc["thresholds"]["max_delta"]
+    cc = corrupt["correctness"]
+    assert corrupt["output_throughput"] > max(base["output_throughput"], reordered["output_throughput"])
+    assert cc["status"] == "FAIL" and cc["logprobs"]["max_delta"] > cc["thresholds"]["max_delta"]
+    qc = quiet["correctness"]
+    assert qc["status"] == "not enough evidence" and qc["logprobs"] is None
+    assert any("no log-probabilities" in x and "this profile" in x for x in qc["reasons"])
+    rows = {line.split("|")[1].strip(): line for line in (run_dir / "summary.md").read_text().splitlines()
+            if line.startswith("| ")}
+    assert "| OK |" in rows["reordered"] and "| FAIL |" in rows["corrupt-fast"]
+    assert "| UNVERIFIED |" in rows["no-logprobs"] and "| OK |" not in rows["no-logprobs"]
+
+
+def test_the_default_refuses_to_pass_on_too_little_evidence(stack, tmp_path):
+    r = bench(stack, "--profiles", "baseline", "--spec", "off", "--repeats", "1", "--num-prompts", "2",
+              "--max-tokens", "16", "--warmup", "0", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
+    corr = json.loads((run_dir / "baseline__off.json").read_text())["correctness"]
+    assert corr["exact_match_rate"] == 1.0  # baseline against itself: every text the same ...
+    assert corr["status"] == "not enough evidence"  # ... but 32 tokens are too few to vouch for it
+    assert corr["logprobs"]["tokens"] == 32 < corr["thresholds"]["min_tokens"] == 200
 
 
 def test_plans_come_from_the_server_and_no_switch_labels_from_its_status(stack, tmp_path):

@@ -86,6 +86,11 @@ def compare_outputs(outputs: Mapping[str, str], baseline: Mapping[str, str]) -> 
     }
 
 
+def _any_rows(logprobs: Logprobs | None) -> bool:
+    """Whether the server sent log-probabilities for any prompt (one that ignores the request sends none)."""
+    return bool(logprobs) and any(rows for rows in logprobs.values())
+
+
 def _accept_reasons(spec: str, accept: float | None, base_accept: float | None, s: GateSettings,
                     has_baseline: bool) -> list[str]:
     reasons = []
@@ -144,8 +149,8 @@ def gate(
     if not has_baseline:
         result["status"] = "n/a (no baseline)"
         return result
-    if not logprobs or not baseline_logprobs:
-        side = "this profile" if not logprobs else BASELINE
+    if not _any_rows(logprobs) or not _any_rows(baseline_logprobs):
+        side = "this profile" if not _any_rows(logprobs) else BASELINE
         result.update(status=logprob_gate.NOT_ENOUGH, reasons=[f"{NO_LOGPROBS} for {side}'s correctness pass"])
         return result
     stats = logprob_gate.compare(baseline_logprobs, logprobs, t.top_k)

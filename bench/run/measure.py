@@ -114,7 +114,7 @@ class CellMeasurer:
                    top_k: int = 5) -> dict[str, Any]:
         """Measure into `cell` (switching first unless --no-switch): `repeats` repeats at every concurrency
         level, each repeat's request rows to `on_rows`, the plan that ran (or was refused) to `on_plan`; then,
-        with `on_logprobs`, the correctness pass (after the timed repeats, so asking for log-probabilities
+        with `on_logprobs` and every repeat valid, the correctness pass (after the timed repeats, so asking for log-probabilities
         never changes what is timed). Returns the server's /server_info (empty when it never answered); the
         caller closes the cell."""
         s, server, name = self.settings, self.server, cell.label
@@ -159,7 +159,7 @@ class CellMeasurer:
                     except RuntimeFailure as exc:
                         cell.invalid_reason = f"server did not come back: {exc}"
                         return info
-        if on_logprobs is not None:
+        if on_logprobs is not None and all(rep["valid"] for rep in cell.per_repeat):  # an invalid cell is not gated
             self.phase("checking correctness")
             try:
                 on_logprobs(await self.correctness_pass(top_k))
