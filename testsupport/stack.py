@@ -107,7 +107,7 @@ class KitStack(LoopbackHost):
         self.proc: subprocess.Popen | None = None
         self.log = tmp / "serve.log"
 
-    def start(self, timeout: float = 30) -> KitStack:
+    def start(self, timeout: float = 90) -> KitStack:  # a ceiling: a loaded host takes long to import
         """Start `launcher serve` and wait until it serves. When a port it was given turned out to be taken
         (another process bound it between free_port and the server), start again on fresh ports and a
         fresh state dir (the failed one is kept beside it), at most PORT_TRIES times in all."""
