@@ -36,6 +36,8 @@ sys.path.insert(0, str(REPO))
 from bench.run import logprob_gate as gate  # noqa: E402  (standard library only)
 
 DEVICE = torch.device("cuda")
+SIZES = {"tp": 8, "d-model": 512, "heads": 8, "ctx": 256, "batch": 64, "train-s": 60.0, "prompts": 128,
+         "prompt-len": 64, "new-tokens": 192, "top-k": 5, "corpus-bytes": 48_000_000}
 CORRECT = ("ring", "tree", "oneshot")  # ring is the reference
 BROKEN = ("drop", "stale", "double")
 
@@ -256,18 +258,9 @@ def derive(models: dict) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--tp", type=int, default=8)
     p.add_argument("--layers", default="8,24", help="comma-separated model depths (two reductions per layer)")
-    p.add_argument("--d-model", type=int, default=512)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--ctx", type=int, default=256)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--train-s", type=float, default=60.0)
-    p.add_argument("--prompts", type=int, default=128)
-    p.add_argument("--prompt-len", type=int, default=64)
-    p.add_argument("--new-tokens", type=int, default=192)
-    p.add_argument("--top-k", type=int, default=5)
-    p.add_argument("--corpus-bytes", type=int, default=48_000_000)
+    for flag, default in SIZES.items():  # the run's sizes: TP ways, model, training, decoding
+        p.add_argument(f"--{flag}", type=type(default), default=default)
     p.add_argument("--smoke-cpu", action="store_true", help="a tiny run on the CPU, to check the script itself")
     args = p.parse_args()
     global DEVICE
