@@ -7,7 +7,9 @@ simulated or not, and the setup of every (profile, spec) both measured (its setu
 flags, patches and the models' identity, without the model paths, host and port; the plan digest
 for a bundle written before setup digests existed). Otherwise the command refuses (exit 2) and
 lists the differences; --force prints them and compares anyway. Host-local values that differ
-(model path, port, ...) are listed as information, never refused.
+(model path, port, ...) are listed as information, never refused, and so is the correctness gate: each
+cell's verdict and statistics on both hosts (bench/run/logprob_gate.py), and the thresholds where the two
+bundles were gated differently.
 """
 
 from __future__ import annotations
@@ -80,6 +82,41 @@ def local_differences(fa: dict[str, Any], fb: dict[str, Any]) -> list[str]:
     return out
 
 
+GATE_STATS = ("tokens", "p99_delta", "max_delta", "max_flip_gap")  # a cell's log-probability statistics shown
+GATE_SETTINGS = ("max_delta", "p99_delta", "max_flip_gap", "min_tokens", "top_k", "collapse_ratio", "min_accept",
+                 "min_exact_match")
+
+
+def _gate_of(cell: Cell) -> dict[str, Any]:
+    corr = cell.correctness
+    stats = (corr.model_extra or {}).get("logprobs")
+    stats = stats if isinstance(stats, dict) else {}
+    return {"status": corr.status, "exact_match_rate": corr.exact_match_rate,
+            **{k: stats.get(k) if isinstance(stats.get(k), int | float) else None for k in GATE_STATS}}
+
+
+def gate_rows(cells_a: list[Cell], cells_b: list[Cell]) -> list[dict[str, Any]]:
+    """Each cell both bundles have: its correctness verdict and statistics on A and on B, and whether the
+    verdicts agree. Information: a verdict that differs between hosts is reported, never refused."""
+    index_b = {c.key: c for c in cells_b}
+    out = []
+    for ca in cells_a:
+        cb = index_b.get(ca.key)
+        if cb is None:
+            continue
+        ga, gb = _gate_of(ca), _gate_of(cb)
+        out.append({"profile": ca.profile, "spec": ca.spec + bundle_names.point_text(ca.spec_params),
+                    "a": ga, "b": gb, "same_verdict": ga["status"] == gb["status"]})
+    return out
+
+
+def gate_setting_differences(ma: dict[str, Any], mb: dict[str, Any]) -> list[str]:
+    """The gate's settings that differ between the two bundles' manifests (their verdicts then differ in
+    meaning too)."""
+    a, b = ma.get("gate") or {}, mb.get("gate") or {}
+    return [f"gate {k}: A={a.get(k)} B={b.get(k)}" for k in GATE_SETTINGS if a.get(k) != b.get(k)]
+
+
 def _level_stats(cell: Cell, level: str, key: str) -> tuple[float | None, float | None, int]:
     agg = cell.level(level)
     if not cell.valid:
@@ -129,6 +166,22 @@ def deltas(cells_a: list[Cell], cells_b: list[Cell], k: float = 2.0) -> list[dic
 def _finite(v: float) -> float | None:
     """Differences of huge finite numbers can overflow; JSON output never carries NaN or Infinity."""
     return float(v) if math.isfinite(v) else None
+
+
+def _fmt_gate(g: dict[str, Any]) -> str:
+    em = "—" if g["exact_match_rate"] is None else f"{g['exact_match_rate']:.0%}"
+    p99 = "—" if g["p99_delta"] is None else f"{g['p99_delta']:.4f}"
+    mx = "—" if g["max_delta"] is None else f"{g['max_delta']:.4f}"
+    return f"{g['status'] or '—'} (tokens {g['tokens'] if g['tokens'] is not None else '—'}, p99 {p99}, max {mx}, exact {em})"
+
+
+def render_gate(rows: list[dict[str, Any]], console: Console, title: str) -> None:
+    table = Table(title=title)
+    for col in ("profile", "spec", "A: verdict (log-probability statistics)", "B: verdict", "same verdict"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["profile"], r["spec"], _fmt_gate(r["a"]), _fmt_gate(r["b"]), "yes" if r["same_verdict"] else "NO")
+    console.print(table)
 
 
 def _fmt(v: float | None, sd: float | None = None) -> str:
@@ -194,9 +247,10 @@ def compare(*, dir_a: str, dir_b: str, force: bool = False, as_json: bool = Fals
         for d in diffs:
             print(f"  - {d}")
     rows = deltas(ca, cb)
+    gates, gate_settings = gate_rows(ca, cb), gate_setting_differences(ma, mb)
     if as_json:
-        print(json.dumps({"differences": diffs, "local_differences": local, "simulated": bool(sim), "rows": rows},
-                         indent=2, allow_nan=False))
+        print(json.dumps({"differences": diffs, "local_differences": local, "simulated": bool(sim), "rows": rows,
+                          "gate": gates, "gate_settings": gate_settings}, indent=2, allow_nan=False))
         return 0
     if local:
         print(f"{label}local to each host, shown for information (setups are compared without them):")
@@ -204,6 +258,9 @@ def compare(*, dir_a: str, dir_b: str, force: bool = False, as_json: bool = Fals
             print(f"  - {d}")
     render(rows, Console(width=160), f"{label}B ({mb.get('run_id')}) vs A ({ma.get('run_id')})")
     print(f"{label}beyond spread = |delta| > 2·sqrt(sdA² + sdB²) over repeats")
+    render_gate(gates, Console(width=160), f"{label}correctness gate, B vs A (information: reported, never refused)")
+    for d in gate_settings:
+        print(f"{label}  - {d}: the verdicts were reached under different thresholds")
     return 0
 
 

@@ -88,3 +88,23 @@ def test_two_real_runs_of_one_setup_on_other_ports_and_model_paths_compare_witho
     assert "port of baseline__off" in shown.stdout and "model-path of baseline__off" in shown.stdout
     data = json.loads(cmp("--json").stdout)
     assert data["differences"] == [] and len(data["local_differences"]) == 2
+
+
+def test_gate_statistics_of_two_hosts_are_reported_never_refused():
+    a, b = cell("fused", "off", 90.0, 1.0), cell("fused", "off", 91.0, 1.0)
+    a["correctness"] = {"status": "PASS", "exact_match_rate": 0.75, "reasons": [],
+                        "logprobs": {"tokens": 255, "p99_delta": 0.012, "max_delta": 0.02, "max_flip_gap": 0.004}}
+    b["correctness"] = {"status": "FAIL", "exact_match_rate": 0.5, "reasons": ["max delta 1.2 > 0.33"],
+                        "logprobs": {"tokens": 180, "p99_delta": 0.9, "max_delta": 1.2, "max_flip_gap": None}}
+    rows = compare.gate_rows([Cell.model_validate(a)], [Cell.model_validate(b)])
+    assert rows == [{"profile": "fused", "spec": "off", "same_verdict": False,
+                     "a": {"status": "PASS", "exact_match_rate": 0.75, "tokens": 255, "p99_delta": 0.012,
+                           "max_delta": 0.02, "max_flip_gap": 0.004},
+                     "b": {"status": "FAIL", "exact_match_rate": 0.5, "tokens": 180, "p99_delta": 0.9,
+                           "max_delta": 1.2, "max_flip_gap": None}}]
+    old = Cell.model_validate(cell("fused", "off", 90.0, 1.0))  # an older bundle: a verdict, no statistics
+    assert compare.gate_rows([old], [old])[0]["a"]["tokens"] is None
+    ma, mb = {**manifest(), "gate": {"max_delta": 0.33, "min_tokens": 200}}, {**manifest(), "gate": {"max_delta": 0.5,
+                                                                                                     "min_tokens": 200}}
+    assert compare.gate_setting_differences(ma, mb) == ["gate max_delta: A=0.33 B=0.5"]
+    assert compare.differences(compare.fingerprint(ma, []), compare.fingerprint(mb, [])) == []  # no refusal

@@ -1,6 +1,8 @@
 """`bench tune` end to end: real `launcher serve` (supervisord, control API) over the stand-in, real
 switches, the tune as its own process, as a user runs it. Profiles change the stand-in's speed through
-their [env] (STANDIN_DECODE_MS), or its output (STANDIN_CORRUPT_OUTPUT), so the right answer is known."""
+their [env] (STANDIN_DECODE_MS), their numerics (STANDIN_NUMERICS: a correct reordering or a broken
+reduction), their log-probabilities (STANDIN_LOGPROBS) or their output (STANDIN_ACCEPT_LENGTH), so the right
+answer is known."""
 
 from __future__ import annotations
 
@@ -20,8 +22,10 @@ from testsupport.stack import REPO, FleetStack, KitStack, stop_group
 
 STANDIN = {"default": {"startup_delay_s": 0.2, "ttft_ms": 5, "decode_ms": 3, "verify_ms": 4, "accept_length": 2.0}}
 PROFILES = {
-    "fast": '[env]\nSTANDIN_DECODE_MS = "1.5"\n',  # twice baseline's speed
-    "wrong": '[env]\nSTANDIN_DECODE_MS = "1"\nSTANDIN_CORRUPT_OUTPUT = "true"\n',  # faster still, but wrong
+    # twice baseline's speed, with a correct all-reduce in another order: its texts part from baseline's
+    "fast": '[env]\nSTANDIN_DECODE_MS = "1.5"\nSTANDIN_NUMERICS = "reorder"\n',
+    "wrong": '[env]\nSTANDIN_DECODE_MS = "1"\nSTANDIN_NUMERICS = "corrupt"\n',  # faster still, but a broken reduction
+    "mute": '[env]\nSTANDIN_DECODE_MS = "1.2"\nSTANDIN_LOGPROBS = "0"\n',  # fast, but sends no log-probabilities
     "same": "",
     "same2": "",
     "lazy": '[env]\nSTANDIN_ACCEPT_LENGTH = "1.02"\n',  # same text, but every draft rejected
@@ -61,13 +65,16 @@ def tune_argv(stack, out: Path, *extra: str) -> list[str]:
 
 def tune_env(stack) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "STANDIN_"))}
+    # 2 prompts of 24 tokens compare 48 tokens, under the gate's default of 200 ("not enough evidence", so
+    # nothing could win): these tests lower it; the race measures enough tokens for the default (RACE)
     return {**env, "KIT_CONTROL_TOKEN": stack.token, "PYTHONPATH": str(REPO),
-            "KIT_PROFILES_DIR": str(stack.profiles_dir)}
+            "KIT_PROFILES_DIR": str(stack.profiles_dir), "KIT_GATE_MIN_TOKENS": "32"}
 
 
-def run_tune(stack, out: Path, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(tune_argv(stack, out, *extra), cwd=REPO, env=tune_env(stack), capture_output=True,
-                          text=True, timeout=timeout)
+def run_tune(stack, out: Path, *extra: str, timeout: float = 300,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(tune_argv(stack, out, *extra), cwd=REPO, env={**tune_env(stack), **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def result(out: Path) -> dict:
@@ -89,12 +96,17 @@ def on_start_plan(stack) -> None:
     assert (st["profile"], st["spec"]) == ("baseline", "off"), st
 
 
+RACE = ("--num-prompts", "8", "--max-tokens", "128")  # the last flags win: more tokens than tune_argv's
+
+
 @pytest.fixture(scope="module")
 def race(stack, tmp_path_factory):
-    """One tune over a faster profile, a faster-but-wrong one and one that crashes at start."""
+    """One tune over a faster profile (correct, reordered), a faster-but-wrong one, a fast one that sends no
+    log-probabilities and one that crashes at start; 8 prompts of 128 tokens, under the gate's defaults."""
     out = tmp_path_factory.mktemp("race")
     before = len(stack.history())
-    proc = run_tune(stack, out, "--profiles", "baseline,fast,wrong,crashy")
+    proc = run_tune(stack, out, "--profiles", "baseline,fast,wrong,mute,crashy", *RACE,
+                    env={"KIT_GATE_MIN_TOKENS": "200"}, timeout=600)
     return proc, out, before
 
 
@@ -109,6 +121,8 @@ def test_the_faster_profile_wins(race):
     cells = {c["label"]: c for c in res["cells"]}
     assert cells["fast+off"]["final_n"] == 8 and cells["baseline+off"]["final_n"] == 8
     assert cells["fast+off"]["final_mean"] > 1.5 * cells["baseline+off"]["final_mean"]
+    corr = cells["fast+off"]["correctness"]  # it won on its log-probabilities, not on equal texts
+    assert corr["status"] == "PASS" and corr["exact_match_rate"] <= 0.75
 
 
 def test_a_faster_but_wrong_profile_never_wins(race):
@@ -120,6 +134,24 @@ def test_a_faster_but_wrong_profile_never_wins(race):
     assert wrong["mean"] > cells["fast+off"]["mean"]  # it was the fastest: the gate, not speed, kept it out
     assert "wrong+off" in result(out)["decision"]["rejected"]
     assert "wrong+off: WRONG" in proc.stderr + proc.stdout
+
+
+def test_a_profile_without_log_probabilities_is_not_verified_and_never_wins(race):
+    proc, out, _ = race
+    res = result(out)
+    mute = {c["label"]: c for c in res["cells"]}["mute+off"]
+    assert mute["status"] == "invalid" and mute["correctness"]["status"] == "not enough evidence"
+    assert "not verified" in mute["reason"] and "no log-probabilities" in mute["reason"]
+    assert "mute+off" in res["decision"]["rejected"] and res["winner"]["label"] == "fast+off"
+
+
+def test_the_correctness_pass_runs_once_per_cell_and_is_journalled(race):
+    _, out, _ = race
+    passes = collections.Counter(e["label"] for e in journal(out) if e["status"] == "ok" and "logprobs" in e["detail"])
+    measured = {e["label"] for e in journal(out) if e["status"] == "ok"}
+    assert set(passes) == measured and set(passes.values()) == {1}
+    base = next(e for e in journal(out) if e["label"] == "baseline+off" and "logprobs" in e["detail"])
+    assert len(base["detail"]["logprobs"]) == 8 and all(r["logprobs"] for r in base["detail"]["logprobs"])
 
 
 def test_a_failing_cell_is_recorded_and_the_tune_goes_on(race):

@@ -161,8 +161,10 @@ class TuneRun:
 
     def gate_inputs(self, label: str, phases: Sequence[str] = journal.PHASES) -> tuple[dict[str, str] | None, Any]:
         """What the gate compares of a cell: the texts and log-probabilities of its correctness pass, or, for a
-        cell without one, its measured texts and no log-probabilities; (None, None) before it has outputs."""
-        passed = self.correctness_pass(label, phases)
+        cell without one, its measured texts (in `phases`) and no log-probabilities; (None, None) before it has
+        outputs. The pass is the label's, whichever phase ran it (the running plan's runs where it is measured
+        in place, before its reference cell)."""
+        passed = self.correctness_pass(label)
         if passed is not None:
             return {pid: text for pid, text, _ in passed}, {pid: lps for pid, _, lps in passed}
         rows = self.rows_of(label, phases)
