@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_demo_runs_simulated_and_stops_its_server(tmp_path):
     r = subprocess.run(
-        [sys.executable, "-m", "testsupport.demo", "--profiles", "baseline,fused", "--num-prompts", "2", "--max-tokens", "12",
+        [sys.executable, "-m", "testsupport.demo", "--profiles", "baseline,fused", "--num-prompts", "2", "--max-tokens", "64",
          "--repeats", "1", "--out", str(tmp_path / "demo")],
         cwd=REPO, capture_output=True, text=True, timeout=180,
     )
@@ -32,6 +32,13 @@ def test_demo_runs_simulated_and_stops_its_server(tmp_path):
     assert (run_dir / "throughput.png").is_file()
     assert "baseline | eagle3" in r.stdout and "fused | off" in r.stdout
     assert Path(run_dir / "summary.md").read_text().startswith("# SIMULATED")
+    # the lowered evidence bar is printed as such, and recorded; fused sums in another order (demo/standin.json):
+    # one of its two texts parts from baseline's, and the gate passes it on its log-probabilities
+    assert "KIT_GATE_MIN_TOKENS=48, lowered from its default 200" in r.stdout
+    assert json.loads((run_dir / "manifest.json").read_text())["gate"]["min_tokens"] == 48
+    for spec in ("eagle3", "off"):
+        corr = json.loads((run_dir / f"fused__{spec}.json").read_text())["correctness"]
+        assert corr["status"] == "PASS" and corr["exact_match_rate"] == 0.5, corr
 
 
 def test_demo_tune_finds_the_stand_ins_optimum(tmp_path):
