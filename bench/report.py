@@ -120,8 +120,9 @@ def gate_lines(gate: dict[str, Any]) -> list[str]:
     accept = (f"accept length under {gate.get('collapse_ratio', 0.6):.0%} of baseline's or at most "
               f"{gate.get('min_accept', 1.05)}")
     if gate.get("max_delta") is None:
-        return [f"- correctness (exact-match gate of an older kit): greedy outputs vs baseline under the same spec; "
-                f"FAIL below {gate.get('min_exact_match', 0.9):.0%} exact match, or {accept}. A FAIL profile is not "
+        # a bundle gated on exact match, by a kit before the log-probability gate: its summary as it was written
+        return [f"- correctness: greedy outputs vs baseline under the same spec; FAIL below "
+                f"{gate.get('min_exact_match', 0.9):.0%} exact match, or {accept}. A FAIL profile is not "
                 "a candidate, whatever its speed."]
     return [
         "- correctness: each profile's untimed greedy pass vs baseline's under the same spec, by log-probability: "
