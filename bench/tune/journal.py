@@ -7,8 +7,8 @@ never lost. Each line carries the candidate's label, the phase (`reference`: bas
 gate compares with; `screen`; `final`: one interleaved slot) and round, its spec mode and EAGLE-3
 point, the plan digest the server ran, the sha256 of the profile's file(s) (`profile_hash`), the
 digest of the tune's measuring settings, its status, its repeats, and `detail`: the bench cell
-record, its request rows (the gate's outputs) and the plan, so the bundle is rebuilt from the
-journal alone.
+record, its request rows, the plan and, on a cell's first finished measurement, its correctness pass
+(`logprobs`: what the gate compares), so the bundle is rebuilt from the journal alone.
 
 `resume()` reads the journal back:
 - `ok` cells are reused: their repeats count toward the planner's results;
@@ -71,7 +71,7 @@ class Entry:
     finished_at: float = 0.0
     spec: str = ""
     spec_params: dict[str, int] | None = None
-    detail: dict[str, Any] = field(default_factory=dict)  # the cell record, its request rows, its plan, timings
+    detail: dict[str, Any] = field(default_factory=dict)  # the cell record, request rows, plan, timings, correctness pass
     v: int = VERSION
 
     def to_json(self) -> dict[str, Any]:
