@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.run.server_identity import is_simulated, restart_reasons
+from bench.run.server_identity import identity_of, is_simulated, restart_reasons
 
 
 def test_restart_reasons():
@@ -21,3 +21,16 @@ def test_is_simulated_reads_top_level_or_first_internal_state():
     assert not is_simulated({"internal_states": [{"avg_spec_accept_length": 2.0}]})
     assert not is_simulated({})
     assert not is_simulated({"internal_states": "garbage"})
+
+
+def test_a_restart_of_a_real_0_5_23_server_is_told_by_its_per_start_signals():
+    """SGLang 0.5.23's /server_info has no start_time: a new start shows as new startup_time phase durations
+    and, unless --random-seed pins it, a new random_seed."""
+    first = {"startup_time": {"scheduler_e2e": 41.2}, "random_seed": 7, "launch_command": "--model-path /m"}
+    again = identity_of(dict(first))
+    assert again["start_time"] is None and restart_reasons(again, identity_of(dict(first))) == []
+    moved = identity_of({**first, "startup_time": {"scheduler_e2e": 44.9}, "random_seed": 8})
+    reasons = restart_reasons(again, moved)
+    assert any("scheduler_e2e=41.2" in r for r in reasons) and any("random_seed" in r or "seed" in r for r in reasons)
+    pinned = {**first, "launch_command": "--model-path /m --random-seed 7", "random_seed": 7}
+    assert identity_of(pinned)["random_seed"] is None  # a pinned seed says nothing about a restart

@@ -6,7 +6,7 @@ cell switched with that point (control API `spec_params`) and labelled `profile+
 Honesty rules enforced here:
 * warm-up requests are sent after every switch and never counted;
 * a repeat is invalid when any request errors or its stream breaks, or when the server restarted
-  during it (its /server_info start_time, or the control API's restart count or pid, changed);
+  during it (its /server_info per-start signals, or the control API's restart count or pid, changed);
   an invalid repeat carries its reason and no numbers, and makes its (profile, spec) invalid;
 * a failed switch (rolled_back / failed) is recorded and the matrix goes on with the next cell;
 * every finished cell is written at once, so an interrupt leaves a partial bundle that says

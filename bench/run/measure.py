@@ -17,7 +17,7 @@ from bench.request_record import RequestRecord
 from bench.run.cell import CellDraft, record_plan
 from bench.run.logprob_gate import TokenLogprob
 from bench.run.repeat import measure_repeat
-from bench.run.server_identity import PROBE_ERRORS, is_simulated
+from bench.run.server_identity import PROBE_ERRORS, identity_of, is_simulated
 from bench.run.settings import RunSettings
 from bench.server_client import ServerClient
 from bench.workload import Prompt
@@ -139,7 +139,7 @@ class CellMeasurer:
         server.configure_from_server_info(info)
         sim = is_simulated(info)
         cell.simulated = sim
-        cell.server = {"version": info.get("version"), "start_time": info.get("start_time"), "simulated": sim}
+        cell.server = {"version": info.get("version"), **identity_of(info), "simulated": sim}
         self.phase("warming up")
         warm_reason = await self.warmup()
         if warm_reason:

@@ -1,7 +1,7 @@
 """One measured repeat of `bench run`: its numbers, and whether the same server served all of it.
 
 A repeat is invalid when any request errors or its stream breaks, or when the server restarted
-during it (its /server_info start_time, or the control API's restart count or pid, changed); an
+during it (its /server_info per-start signals, or the control API's restart count or pid, changed); an
 invalid repeat carries its reason and no numbers.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from bench import bundle_aggregate
 from bench.request_record import RequestRecord
-from bench.run.server_identity import PROBE_ERRORS, restart_reasons
+from bench.run.server_identity import PROBE_ERRORS, identity_of, restart_reasons
 from bench.server_client import ServerClient
 from bench.workload import Prompt
 from launcher.errors import RuntimeFailure
@@ -32,12 +32,13 @@ def null_invalid(rep: dict[str, Any]) -> None:
 
 
 async def server_identity(server: ServerClient, control: ControlClient | None) -> dict[str, Any] | None:
-    """Start time (and, with a control API, restart count and pid) of the server now; None if it is down."""
+    """The server's per-start signals (server_identity.py; with a control API, its restart count and pid
+    too) now; None if it is down."""
     try:
         info = await server.server_info()
     except PROBE_ERRORS:
         return None
-    ident: dict[str, Any] = {"start_time": info.get("start_time")}
+    ident: dict[str, Any] = identity_of(info)
     if control is not None:
         try:
             st = await control.status()

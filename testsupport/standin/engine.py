@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from testsupport.standin import numerics, simulation, trace
 from testsupport.standin.server_args import ServerArgs
 from testsupport.standin.settings import StandinSettings
@@ -81,6 +83,9 @@ class Engine:
         self.environ = dict(os.environ if environ is None else environ)
         self.start_time = time.time()
         self.start_monotonic = time.monotonic()
+        # per start, as SGLang's /server_info: phase durations of this start, and a seed drawn unless pinned
+        self.startup_time = {"scheduler_e2e": round(time.time() - psutil.Process().create_time(), 6)}
+        self.args_random_seed = int.from_bytes(os.urandom(4), "big") % (2**30)
         self.stats = Stats()
         self.profile: ProfileSession | None = None
 

@@ -243,7 +243,9 @@ async def model_info(request: web.Request) -> web.Response:
 
 
 async def server_info(request: web.Request) -> web.Response:
-    """SGLang's server-args fields plus ``simulated``, ``start_time`` (unix s) and the stand-in truth."""
+    """SGLang's server-args fields plus ``simulated`` and the stand-in truth. As SGLang 0.5.23, no start time:
+    what changes from one start to the next is ``startup_time`` (phase durations, http_server.py:886) and,
+    unless --random-seed pins it, ``random_seed`` (serving_hook.py:660-665)."""
     engine = request.app[ENGINE_KEY]
     info = engine.args.as_dict()
     info.update(
@@ -251,7 +253,8 @@ async def server_info(request: web.Request) -> web.Response:
             "launch_command": shlex.join([sys.executable, "-m", "testsupport.standin", *sys.argv[1:]]),
             "version": VERSION,
             "simulated": True,
-            "start_time": engine.start_time,
+            "startup_time": engine.startup_time,
+            "random_seed": engine.args_random_seed,
             "internal_states": [engine.internal_state()],
             "standin": {**engine.settings.model_dump(), "effective_accept_length": engine.accept_length},
         }
