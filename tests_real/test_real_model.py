@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from testsupport.real.model import END, TinyLlama, make_model
+from testsupport.real.model import END, TINY_LLAMA, make_model
 
 
 def test_same_seed_same_folder_other_seed_other_weights(tmp_path, tiny_model):
@@ -20,14 +20,14 @@ def test_same_seed_same_folder_other_seed_other_weights(tmp_path, tiny_model):
     assert w0.keys() == w1.keys() and all(torch.equal(w0[k], w1[k]) for k in w0)
     assert not torch.equal(w0["model.embed_tokens.weight"], w2["model.embed_tokens.weight"])
     config = json.loads((tiny_model / "config.json").read_text())
-    shape = TinyLlama()
-    assert config["architectures"] == ["LlamaForCausalLM"] and config["num_hidden_layers"] == shape.num_hidden_layers
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert {k: config[k] for k in TINY_LLAMA} == dict(TINY_LLAMA)
     assert w0["model.embed_tokens.weight"].dtype == torch.bfloat16
 
 
 def test_tokenizer_has_the_vocabulary_and_renders_a_chat(tiny_model):
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
-    assert len(tok) == TinyLlama().vocab_size and tok.eos_token == END
+    assert len(tok) == TINY_LLAMA["vocab_size"] and tok.eos_token == END
     text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
     assert text == f"<|user|>\nhi{END}\n<|assistant|>\n"
     ids = tok("Hello server 42")["input_ids"]

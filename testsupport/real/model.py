@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 ROLES = ("system", "user", "assistant")
 END = "<|end|>"
@@ -36,18 +37,11 @@ WORDS = (
 ).split()
 
 
-@dataclass(frozen=True)
-class TinyLlama:
-    """The shape of the model; SGLang 0.5.23 serves it as LlamaForCausalLM."""
-
-    vocab_size: int = 1024
-    hidden_size: int = 128
-    intermediate_size: int = 256
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    head_dim: int = 32
-    max_position_embeddings: int = 2048
+# The shape of the model, as LlamaConfig names it; SGLang 0.5.23 serves it as LlamaForCausalLM.
+TINY_LLAMA: Mapping[str, int] = MappingProxyType({
+    "vocab_size": 1024, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "max_position_embeddings": 2048,
+})
 
 
 def corpus(seed: int, lines: int = 4000) -> list[str]:
@@ -62,8 +56,8 @@ def corpus(seed: int, lines: int = 4000) -> list[str]:
     return out
 
 
-def make_tokenizer(folder: Path, shape: TinyLlama, seed: int) -> None:
-    """A byte-level BPE tokenizer of `shape.vocab_size` tokens, saved as transformers' fast tokenizer."""
+def make_tokenizer(folder: Path, shape: Mapping[str, int], seed: int) -> None:
+    """A byte-level BPE tokenizer of `shape["vocab_size"]` tokens, saved as transformers' fast tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -72,7 +66,7 @@ def make_tokenizer(folder: Path, shape: TinyLlama, seed: int) -> None:
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=shape.vocab_size,
+        vocab_size=shape["vocab_size"],
         special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
@@ -83,7 +77,7 @@ def make_tokenizer(folder: Path, shape: TinyLlama, seed: int) -> None:
     fast.save_pretrained(folder)
 
 
-def make_model(folder: str | Path, seed: int = 0, shape: TinyLlama = TinyLlama()) -> Path:
+def make_model(folder: str | Path, seed: int = 0, shape: Mapping[str, int] = TINY_LLAMA) -> Path:
     """Write the checkpoint (config, safetensors weights in bf16, generation config) and tokenizer."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
@@ -94,14 +88,7 @@ def make_model(folder: str | Path, seed: int = 0, shape: TinyLlama = TinyLlama()
     vocab = json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]
     bos, eos = vocab[BOS], vocab[END]
     config = LlamaConfig(
-        vocab_size=shape.vocab_size,
-        hidden_size=shape.hidden_size,
-        intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_hidden_layers,
-        num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_key_value_heads,
-        head_dim=shape.head_dim,
-        max_position_embeddings=shape.max_position_embeddings,
+        **shape,
         bos_token_id=bos,
         eos_token_id=eos,
         pad_token_id=eos,
