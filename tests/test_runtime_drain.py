@@ -21,9 +21,7 @@ def _start(kit_stack, **extra_env: str):
 def _checked(stack, profile: str) -> None:
     """POST /check first: the control API builds and caches SGLang's parser, so the switch's own
     validation is quick and its drain begins while the stream runs."""
-    r = httpx.post(f"{stack.control_url}/check", json={"profile": profile, "spec": "off"},
-                   headers={"Authorization": f"Bearer {stack.token}"}, timeout=120)
-    assert r.status_code == 200, r.text
+    stack.check(profile)
 
 
 def _stream(stack, out: dict, streaming: threading.Event) -> None:

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -151,6 +152,14 @@ class KitStack(LoopbackHost):
             time.sleep(0.1)
         raise AssertionError(f"not {states} after {timeout}s: {last}\n{self.log.read_text()[-3000:]}")
 
+    def check(self, profile: str, spec: str = "off") -> dict:
+        """POST /check: the plan a switch would run, validated, nothing switched. The first one builds and
+        caches the control API's SGLang parser, so a switch after it starts without that wait."""
+        r = httpx.post(f"{self.control_url}/check", json={"profile": profile, "spec": spec},
+                       headers={"Authorization": f"Bearer {self.token}"}, timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()
+
     def switch(self, profile: str, spec: str = "off", token: str | None = "default", timeout_s: float | None = None,
                spec_params: object = None) -> httpx.Response:
         """POST /switch; `spec_params` (an EAGLE point as a mapping, or anything to send as is) only when given."""
@@ -276,6 +285,19 @@ class FleetStack:
 
     def stop(self) -> None:
         stop_group(self.proc, 20)
+
+
+@contextlib.contextmanager
+def temporary_stack(extra_env: dict[str, str], timeout: float = 60) -> Iterator[KitStack]:
+    """A started KitStack (baseline, off) in a folder that goes with it, its parser built (one /check), for
+    the benchmark scripts: their first timed switch pays no import. Stopped after."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stack = KitStack(Path(tmp), "baseline", "off", extra_env).start(timeout=timeout)
+        try:
+            stack.check("baseline")
+            yield stack
+        finally:
+            stack.stop()
 
 
 @contextlib.contextmanager

@@ -21,7 +21,6 @@ import os
 import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from testsupport.net import ignore_http_errors, until  # noqa: E402
-from testsupport.stack import KitStack  # noqa: E402
+from testsupport.stack import KitStack, temporary_stack  # noqa: E402
 
 
 def trial(stack: KitStack, target: str) -> tuple[float, dict]:
@@ -53,35 +52,29 @@ def main() -> int:
     p.add_argument("--startup-delay", type=float, default=1.0)
     p.add_argument("--health-timeout", type=float, default=4.0)
     args = p.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        stack = KitStack(Path(tmp), "baseline", "off", {"STANDIN_STARTUP_DELAY_S": str(args.startup_delay),
-                                                         "KIT_HEALTH_TIMEOUT_S": str(args.health_timeout)})
-        stack.start(timeout=60)
-        rows: list[tuple[str, float, dict]] = []
-        try:
-            time.sleep(2)
-            for i in range(args.trials):
-                target = ("nccl-tuned", "fused")[i // 2 % 2] if i % 2 == 0 else "hangs"
-                secs, entry = trial(stack, target)
-                rows.append((target, secs, entry))
-                print(f"SIMULATED kill {i + 1}/{args.trials}: switch -> {target:<10} killed in phase "
-                      f"{entry.get('interrupted_phase')}; outcome {entry['outcome']}/{entry.get('resolution')} "
-                      f"recorded and healthy {secs:6.2f} s after the kill")
-                if target != "hangs":  # go back to baseline for the next trial, a normal switch
-                    stack.switch("baseline", "off")
-            hist = stack.history()
-            st = stack.status()
-            committed = json.loads((stack.state_dir / "committed.json").read_text())["plan"]
-            served = stack.debug_env()["env"]["KIT_ACTIVE_PROFILE"]
-            # An authorized call with a bad body answers 400; an unauthorized one 401: changes nothing.
-            def auth(token: str) -> int:
-                return httpx.post(f"{stack.control_url}/switch", content=b"{}", timeout=5,
-                                  headers={"Authorization": f"Bearer {token}"}).status_code
-            token_ok = auth(stack.token) == 400 and auth("wrong") == 401
-            servers = [q for q in psutil.Process(stack.proc.pid).children(recursive=True)
-                       if "testsupport.standin" in " ".join(q.cmdline())]
-        finally:
-            stack.stop()
+    rows: list[tuple[str, float, dict]] = []
+    env = {"STANDIN_STARTUP_DELAY_S": str(args.startup_delay), "KIT_HEALTH_TIMEOUT_S": str(args.health_timeout)}
+    with temporary_stack(env) as stack:
+        for i in range(args.trials):
+            target = ("nccl-tuned", "fused")[i // 2 % 2] if i % 2 == 0 else "hangs"
+            secs, entry = trial(stack, target)
+            rows.append((target, secs, entry))
+            print(f"SIMULATED kill {i + 1}/{args.trials}: switch -> {target:<10} killed in phase "
+                  f"{entry.get('interrupted_phase')}; outcome {entry['outcome']}/{entry.get('resolution')} "
+                  f"recorded and healthy {secs:6.2f} s after the kill")
+            if target != "hangs":  # go back to baseline for the next trial, a normal switch
+                stack.switch("baseline", "off")
+        hist = stack.history()
+        st = stack.status()
+        committed = json.loads((stack.state_dir / "committed.json").read_text())["plan"]
+        served = stack.debug_env()["env"]["KIT_ACTIVE_PROFILE"]
+        # An authorized call with a bad body answers 400; an unauthorized one 401: changes nothing.
+        def auth(token: str) -> int:
+            return httpx.post(f"{stack.control_url}/switch", content=b"{}", timeout=5,
+                              headers={"Authorization": f"Bearer {token}"}).status_code
+        token_ok = auth(stack.token) == 400 and auth("wrong") == 401
+        servers = [q for q in psutil.Process(stack.proc.pid).children(recursive=True)
+                   if "testsupport.standin" in " ".join(q.cmdline())]
     switches_tried = 1 + args.trials + sum(1 for t, _, _ in rows if t != "hangs")  # start + kills + returns
     checks = {
         "one history entry per switch tried": len(hist) == switches_tried,
