@@ -76,17 +76,11 @@ class _Settings(_Part):
 
 
 class _Gate(_Part):
-    """The gate's settings (bench/run/correctness.py): older bundles carry min_exact_match instead of the
-    log-probability thresholds."""
+    """The gate's settings (bench/run/correctness.py GateSettings.as_dict: these and the log-probability
+    thresholds); older bundles carry min_exact_match instead of the thresholds."""
 
+    __pydantic_extra__: dict[str, Num]
     collapse_ratio: float = 0.6
-    min_accept: float | None = None
-    max_delta: float | None = None
-    p99_delta: float | None = None
-    max_flip_gap: float | None = None
-    min_tokens: int | None = None
-    top_k: int | None = None
-    min_exact_match: float | None = None
 
 
 class Manifest(_Part):
