@@ -286,7 +286,7 @@ e2e: $(VENV_TEST_STAMP) ## both images from the real Dockerfile and the compose 
 
 .PHONY: test-real
 REAL_VENV ?= .venv-real
-$(REAL_VENV)/.real-installed: tools/real/requirements.txt tools/real/install.sh
+$(REAL_VENV)/.real-installed: tools/real/requirements.txt tools/real/constraints.txt tools/real/install.sh
 	REAL_VENV=$(abspath $(REAL_VENV)) bash tools/real/install.sh
 test-real: $(REAL_VENV)/.real-installed ## real SGLang 0.5.23 on the CPU under launcher serve (tests_real/; builds a 6.5 GB .venv-real first)
 	$(REAL_VENV)/bin/python -m pytest tests_real -q -p no:cacheprovider --timeout 3600 $(TEST_ARGS)
