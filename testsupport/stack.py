@@ -37,7 +37,7 @@ FAULT_PROFILES = {
     'status = "experimental"\nextends = "baseline"\n[env]\nSTANDIN_NUMERICS = "reorder"\n'
     'STANDIN_DECODE_MS = "6"\nSTANDIN_VERIFY_MS = "15"\n',
     "corrupt-fast": 'description = "test: the fastest profile, with a broken all-reduce"\nstatus = "experimental"\n'
-    'extends = "baseline"\n[env]\nSTANDIN_NUMERICS = "corrupt"\nSTANDIN_DECODE_MS = "3"\nSTANDIN_VERIFY_MS = "8"\n',
+    'extends = "baseline"\n[env]\nSTANDIN_NUMERICS = "corrupt"\nSTANDIN_DECODE_MS = "1"\nSTANDIN_VERIFY_MS = "2"\n',
     "no-logprobs": 'description = "test: a server that ignores requests for log-probabilities"\n'
     'status = "experimental"\nextends = "baseline"\n[env]\nSTANDIN_LOGPROBS = "0"\n',
 }
