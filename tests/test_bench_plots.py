@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from matplotlib.colors import to_rgba
 
 from bench import bundle_names, plots
