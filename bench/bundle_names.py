@@ -84,3 +84,22 @@ def cell_file(run_dir: Path, profile: str, spec: str, suffix: str, spec_params: 
 def requests_file(profile: str, spec: str, spec_params: Point = None) -> str:
     """The name of a cell's request rows file, as its record names it."""
     return f"{cell_name(profile, spec, spec_params)}{REQUESTS_SUFFIX}"
+
+
+class CellNames:
+    """A cell's names, from its `profile`, `spec` and `spec_params`: for the record (bundle_schema.Cell) and
+    for the cell while it is measured (bench/run/cell.py CellDraft) alike."""
+
+    profile: str
+    spec: str
+    spec_params: Point
+
+    @property
+    def key(self) -> str:
+        """The cell's identity in a bundle, its file name: `fused__eagle3__1-1-2`."""
+        return cell_name(self.profile, self.spec, self.spec_params)
+
+    @property
+    def label(self) -> str:
+        """How summaries and messages name it: `fused+eagle3(1,1,2)`."""
+        return cell_label(self.profile, self.spec, self.spec_params)

@@ -121,7 +121,7 @@ class Correctness(_Part):
 LevelKey = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,5}$")]
 
 
-class Cell(BaseModel):
+class Cell(bundle_names.CellNames, BaseModel):
     """One (profile, spec[, EAGLE-3 point]) result: the one record of a cell, for writing and for reading.
 
     Built once from its measured repeats (bench/run/cell.py `close`), written whole (`to_json`,
@@ -155,16 +155,6 @@ class Cell(BaseModel):
     requests_file: str | None = None
     by_concurrency: dict[LevelKey, Level] = {}
     correctness: Correctness = Correctness()
-
-    @property
-    def key(self) -> str:
-        """The cell's identity in a bundle, its file name: `fused__eagle3__1-1-2`."""
-        return bundle_names.cell_name(self.profile, self.spec, self.spec_params)
-
-    @property
-    def label(self) -> str:
-        """How summaries and messages name it: `fused+eagle3(1,1,2)`."""
-        return bundle_names.cell_label(self.profile, self.spec, self.spec_params)
 
     def level(self, concurrency: str | int) -> Level:
         """The aggregate at one concurrency level (empty when the cell has none there)."""

@@ -95,15 +95,17 @@ def _gate_of(cell: Cell) -> dict[str, Any]:
             **{k: stats.get(k) if isinstance(stats.get(k), int | float) else None for k in GATE_STATS}}
 
 
+def matched(cells_a: list[Cell], cells_b: list[Cell]) -> list[tuple[Cell, Cell]]:
+    """The cells both bundles have, in A's order: the same key (profile, spec, EAGLE-3 point)."""
+    index_b = {c.key: c for c in cells_b}
+    return [(ca, index_b[ca.key]) for ca in cells_a if ca.key in index_b]
+
+
 def gate_rows(cells_a: list[Cell], cells_b: list[Cell]) -> list[dict[str, Any]]:
     """Each cell both bundles have: its correctness verdict and statistics on A and on B, and whether the
     verdicts agree. Information: a verdict that differs between hosts is reported, never refused."""
-    index_b = {c.key: c for c in cells_b}
     out = []
-    for ca in cells_a:
-        cb = index_b.get(ca.key)
-        if cb is None:
-            continue
+    for ca, cb in matched(cells_a, cells_b):
         ga, gb = _gate_of(ca), _gate_of(cb)
         out.append({"profile": ca.profile, "spec": ca.spec + bundle_names.point_text(ca.spec_params),
                     "a": ga, "b": gb, "same_verdict": ga["status"] == gb["status"]})
@@ -127,12 +129,8 @@ def _level_stats(cell: Cell, level: str, key: str) -> tuple[float | None, float 
 def deltas(cells_a: list[Cell], cells_b: list[Cell], k: float = 2.0) -> list[dict[str, Any]]:
     """One entry per (profile, spec, EAGLE-3 point, concurrency, metric) present in both bundles: cells
     match by (profile, spec, spec_params), a cell without a point (older bundles too) only one without."""
-    index_b = {c.key: c for c in cells_b}
     out = []
-    for ca in cells_a:
-        cb = index_b.get(ca.key)
-        if cb is None:
-            continue
+    for ca, cb in matched(cells_a, cells_b):
         levels = [lv for lv in ca.by_concurrency if lv in cb.by_concurrency]
         for level in levels:
             for label, key in METRICS:

@@ -31,7 +31,7 @@ ADOPTED = ("plan_digest", "setup_digest", "local", "plan_spec_params", "server",
 
 
 @dataclass
-class CellDraft:
+class CellDraft(bundle_names.CellNames):
     """A cell while it is measured; `close_cell` turns it into its record.
 
     `spec_params`: the EAGLE-3 point the cell is switched to (`bench run --eagle3`), None for the spec
@@ -52,14 +52,6 @@ class CellDraft:
     simulated: bool = False
     invalid_reason: str | None = None  # why the cell stopped before its repeats were done
     per_repeat: list[dict[str, Any]] = field(default_factory=list)  # bench/run/repeat.py's summaries
-
-    @property
-    def key(self) -> str:
-        return bundle_names.cell_name(self.profile, self.spec, self.spec_params)
-
-    @property
-    def label(self) -> str:
-        return bundle_names.cell_label(self.profile, self.spec, self.spec_params)
 
     def adopt(self, earlier: Mapping[str, Any]) -> None:
         """What an earlier measurement of this cell (its record as JSON) says of its switch, plan and server."""
