@@ -10,6 +10,14 @@ from helpers_marks import starts_processes  # noqa: E402
 from testsupport.stack import KitStack, stop_all  # noqa: E402
 
 
+@pytest.fixture(scope="session")
+def sglang_parser():
+    """SGLang's real argument parser; it takes seconds to build, and sglang_args caches it: once per session."""
+    from launcher.profiles import sglang_args
+
+    return sglang_args.parser()
+
+
 @pytest.fixture
 def kit_stack(tmp_path):
     """Factory: start a real `launcher serve` over the stand-in; every stack is stopped afterwards."""

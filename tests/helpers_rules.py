@@ -9,19 +9,13 @@ from __future__ import annotations
 import pytest
 from helpers_profiles import ENV, clean_env, facts, profile_toml, write_profiles
 
-from launcher.profiles import rules, sglang_args
+from launcher.profiles import rules
 from launcher.profiles.plan import evaluate
 
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch):
     clean_env(monkeypatch)
-
-
-@pytest.fixture(scope="session")
-def sglang_parser():
-    """SGLang's parser takes seconds to build; sglang_args caches it, so build it once per session."""
-    return sglang_args.parser()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from helpers_rules import NVLINK, PCIE, by_rule
 from launcher.profiles.plan import build_plan, evaluate
 
 # Fixtures shared by the rule tests: pytest looks them up by name in the test module.
-_env, make, sglang_parser = helpers_rules._env, helpers_rules.make, helpers_rules.sglang_parser
+_env, make = helpers_rules._env, helpers_rules.make
 
 
 # ---- (d) expandable segments + PCIe IPC all-reduce ----------------------------------------------

@@ -16,10 +16,9 @@ def _env(monkeypatch):
     clean_env(monkeypatch)
 
 
-@pytest.fixture(scope="session")
-def parser():
-    """Built once per session (about 2 s); sglang_args caches it for every later call."""
-    return sglang_args.parser()
+@pytest.fixture
+def parser(sglang_parser):
+    return sglang_parser
 
 
 def test_sglang_is_importable_at_the_pinned_version(parser):
