@@ -318,7 +318,9 @@ class TuneRun:
             sp = await plan_space(s, control, self.say)
             self.candidates, self.excluded, self.ordered = sp.candidates, sp.excluded, sp.ordered
             self.predictions, self.plan_digests = sp.predictions, sp.plan_digests
-            self.settings_digest = journal.settings_digest({**s.measuring(), "overlays": overlay_hash(s.specs)})
+            # the correctness pass's top-k too: a pass asked for fewer alternatives cannot be reused for more
+            self.settings_digest = journal.settings_digest({**s.measuring(), "overlays": overlay_hash(s.specs),
+                                                            "logprob_top_k": self.thresholds.top_k})
             self.start_plan = self.load_state(running)
             self.incumbent = Candidate.of_plan(self.start_plan)
             self.hashes = {n: profile_hash(n) for n in {c.profile for c in self.candidates}
