@@ -12,7 +12,8 @@ from bench.tune.order import (
     Halving,
     Priors,
     cell_cost_s,
-    cells_that_fit,
+    breadth_first,
+    minimum,
     load_curves,
     lower_bound,
     next_batch,
@@ -77,11 +78,23 @@ def test_a_bad_budget_is_exit_2(text):
     assert exc.value.exit_code == 2
 
 
-def test_cells_that_fit_and_too_small_for_one():
-    assert cells_that_fit(3600, switch_s=300, repeat_s=60, repeats=2) == 8
-    with pytest.raises(UserError, match="too small for one cell.*at least --budget 420s") as exc:
-        cells_that_fit(400, switch_s=300, repeat_s=60, repeats=2)
-    assert exc.value.exit_code == 2
+def test_minimum_holds_references_one_cell_per_profile_and_the_blocked_final():
+    need = minimum(switch_s=300, repeat_s=60, references=2, profiles=3, screen_repeats=2, final_arms=3,
+                   final_repeats=8, blocks=2)
+    # 5 cells of 300 + 2x60, then the final A B C C B A: 5 switches and 24 repeats
+    assert need.seconds == 5 * 420 + 5 * 300 + 24 * 60 and need.final_switches == 5
+    assert need.problem(remaining_s=need.seconds, budget_s=9000, switch_s=300, repeat_s=60) is None
+    text = need.problem(remaining_s=need.seconds - 1, budget_s=need.seconds + 99, switch_s=300, repeat_s=60)
+    assert f"give --budget {int(need.seconds) + 100}s" in text and "--final-repeats" in text and "--finalists 1" in text
+    assert "3 profile(s)" in text and "2 reference cell(s)" in text
+
+
+def test_breadth_first_puts_every_profiles_best_first_in_promise_order():
+    order = [Candidate("a", "off"), Candidate("a", "ngram"), Candidate("b", "off"), Candidate("a", "eagle3", None),
+             Candidate("c", "ngram"), Candidate("b", "ngram")]
+    out = breadth_first(order)
+    assert [c.label for c in out[:3]] == ["a+off", "b+off", "c+ngram"]
+    assert [c.label for c in out[3:]] == ["a+ngram", "a+eagle3", "b+ngram"] and len(out) == len(order)
 
 
 def _space(n):

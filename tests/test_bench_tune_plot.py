@@ -26,7 +26,7 @@ def _mixed(winner=True, simulated=False):
         "incumbent": {"label": "baseline+off"},
         "winner": {"label": "custom-ar+eagle3(2,1,3)", "profile": "custom-ar", "spec": "eagle3",
                    "spec_params": [2, 1, 3]} if winner else None,
-        "decision": {"outcome": "winner" if winner else "no significant difference"},
+        "decision": {"outcome": "winner" if winner else "no_gain", "power": {"power_at_gain": 0.93}},
         "cells": [
             _cell("baseline+off", 80.0, final_mean=81.0, final_ci=[79.0, 83.0], final_n=8),
             _cell("custom-ar+eagle3(2,1,3)", 110.0, final_mean=112.0, final_ci=[108.0, 116.0], final_n=8),
@@ -132,7 +132,7 @@ def test_highest_mean_on_top_and_cells_without_numbers_at_the_bottom(fig_of):
 def test_no_winner_title_says_the_running_plan_stays(fig_of):
     fig = fig_of(_mixed(winner=False))
     title = fig.axes[0].get_title()
-    assert "no significant difference: running plan stays (baseline+off)" in title
+    assert "no_gain: running plan stays (baseline+off); a 3% gain found 93% of the time" in title
     assert not any(t.startswith("WINNER") for t in _texts(fig))
 
 
@@ -172,3 +172,15 @@ def test_not_enough_evidence_is_not_drawn_as_wrong_nor_as_a_candidate(fig_of):
     texts = _texts(fig)
     assert any(t.startswith("NOT VERIFIED: 40 tokens compared") for t in texts)
     assert not any(t.startswith("WRONG: 40 tokens") for t in texts)
+
+
+def test_a_cell_measured_once_gets_no_interval(fig_of):
+    """One value has no 95% CI: no error bar, no bracketed interval, n=1 said."""
+    tune = _mixed()
+    tune["cells"] = [_cell("once+off", 90.0, ci=[90.0, 90.0], n=1), _cell("twice+off", 95.0, n=2)]
+    fig = fig_of(tune)
+    texts = _texts(fig)
+    once = next(t for t in texts if "90.0" in t)
+    twice = next(t for t in texts if "95.0" in t)
+    assert "[" not in once and "n=1" in once and "[93.0, 97.0]" in twice
+    assert tp.shown(tune["cells"][0])[1] is None and tp.shown(tune["cells"][1])[1] == (93.0, 97.0)

@@ -206,8 +206,8 @@ def test_no_winner_among_equal_profiles(stack, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = result(tmp_path)
     assert res["winner"] is None and res["profile_file"] is None
-    assert res["decision"]["outcome"] == "no significant difference"
-    assert res["decision"]["chosen"] == "baseline+off"
+    assert res["decision"]["outcome"] not in ("winner", "tie"), res["decision"]
+    assert res["decision"]["chosen"] == "baseline+off" and "power" in res["decision"]
     assert not list(tmp_path.glob("*/tuned.toml"))
     on_start_plan(stack)
 
@@ -303,8 +303,10 @@ def test_bad_input_against_the_server_switches_nothing(stack, tmp_path):
     assert stack.switch("baseline", "off").json()["outcome"] == "switched"
     before = len(stack.history())
     small = run_tune(stack, tmp_path / "small", "--profiles", "baseline,fast", "--budget", "1s")
-    assert small.returncode == 2 and "too small for one cell" in small.stderr, small.stderr[-2000:]
+    assert small.returncode == 2 and "cannot hold the smallest honest tune" in small.stderr, small.stderr[-2000:]
+    assert "--final-repeats" in small.stderr and "give --budget" in small.stderr
     assert len(stack.history()) == before  # nothing switched
+    assert not list((tmp_path / "small").glob("journal.jsonl")) or not (tmp_path / "small" / "journal.jsonl").read_text()
     on_start_plan(stack)
 
 

@@ -77,6 +77,18 @@ def test_a_first_healthy_start_serves_and_is_committed_once(tmp_path):
     assert json.loads(StatePaths(tmp_path).committed.read_text())["plan"]["name"] == "baseline"
 
 
+def test_status_never_shows_a_new_health_reading_beside_the_old_state(tmp_path):
+    """The reading is published with the state it leads to: while the tick waits on supervisord, /status still
+    shows the reading before (a test saw health "ok" beside state "starting" in that window)."""
+    rig = Rig(tmp_path, committed=False)
+    seen: list[tuple[str, str]] = []
+    rig.sup.on_info = lambda _sup: seen.append((rig.lc.status()["health"], rig.lc.status()["state"]))
+    run(rig.tick())
+    assert seen and seen[0] == ("unknown", "starting"), seen
+    st = rig.lc.status()
+    assert (st["health"], st["state"]) == ("ok", "serving")
+
+
 def test_a_dead_server_reads_down_and_comes_back_counted(tmp_path):
     rig = Rig(tmp_path)
     run(rig.tick())

@@ -157,16 +157,21 @@ def gate_env(args: argparse.Namespace) -> dict[str, str]:
         f"prompt(s) of {args.max_tokens} tokens are too few for the default; a real run keeps it")
     return {name: str(DEMO_MIN_TOKENS)}
 TUNE_SPECS = "off,eagle3"
+# three points: the stand-in's optimum (2,1,3) lies inside them, not at the largest; 3 profiles x 4 = 12
+# candidates, so a loaded 2-core machine (a switch of 5-8 s) still screens every profile and runs the final
+TUNE_POINTS = "1,1,2;2,1,3;3,1,4"
+TUNE_BUDGET = "240s"
 
 
 def simulated_optimum(profiles: str, specs: str, max_tokens: int) -> tuple[str, dict[str, float]]:
     """The best candidate by the stand-in's own model (testsupport/standin/simulation.py) over the space
     `bench tune` searches with its default EAGLE-3 points, and every candidate's tok/s."""
-    from bench.tune.space import DEFAULT_POINTS, build_space
+    from bench.tune.space import build_space
+    from launcher.profiles.spec_params import parse_list
     from testsupport.standin.settings import CONFIG_ENV, PROFILE_ENV, load_settings
     from testsupport.standin.simulation import expected_tokps
 
-    cands, _ = build_space(profiles.split(","), specs.split(","), DEFAULT_POINTS)
+    cands, _ = build_space(profiles.split(","), specs.split(","), parse_list(TUNE_POINTS, "--eagle3"))
     truth = {}
     for c in cands:
         st = load_settings({CONFIG_ENV: str(STANDIN_CONFIG), PROFILE_ENV: c.profile})
@@ -183,7 +188,7 @@ def tune(args: argparse.Namespace) -> int:
     with demo_server() as (server_url, control_url, token):
         tune_argv = [
             "--url", server_url, "--control", control_url, "--profiles", args.profiles, "--spec", args.spec,
-            "--budget", args.budget, "--num-prompts", str(args.num_prompts), "--max-tokens", str(args.max_tokens),
+            "--eagle3", TUNE_POINTS, "--budget", args.budget, "--num-prompts", str(args.num_prompts), "--max-tokens", str(args.max_tokens),
             "--warmup", "1", "--screen-repeats", "1", "--switch-timeout", "60", "--health-timeout", "30",
             "--out", args.out,
         ]
@@ -215,8 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--tune", action="store_true",
                    help=f"run `bench tune` instead (default --profiles {TUNE_PROFILES} --spec {TUNE_SPECS}, "
-                        "--max-tokens 64, --num-prompts 1, --budget 150s, into results/demo-tune)")
-    p.add_argument("--budget", default="150s", help="--tune: the tune's budget (default 150s)")
+                        f"--eagle3 '{TUNE_POINTS}', --max-tokens 64, --num-prompts 1, --budget {TUNE_BUDGET}, "
+                        "into results/demo-tune)")
+    p.add_argument("--budget", default=TUNE_BUDGET, help=f"--tune: the tune's budget (default {TUNE_BUDGET})")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if args.tune:
         given = set(sys.argv[1:] if argv is None else argv)

@@ -31,7 +31,8 @@ from bench.tune.runner import TuneRun
 from bench.tune.settings import DEFAULT_BUDGET, DEFAULT_OUT, DEFAULT_SPECS, TuneKnobs, TuneSettings
 from launcher import settings
 from launcher.errors import UserError, run_cli
-from launcher.profiles.catalog import check_name
+from launcher.profiles.catalog import BASE_NAME, check_name
+from launcher.resources import builtin_profiles_dir
 from launcher.profiles.spec_params import parse_list
 
 
@@ -42,7 +43,8 @@ class TuneArgs(CliArgs, TuneKnobs):
     prog: ClassVar[str] = "bench tune"
     description: ClassVar[str] = (
         "Find the fastest correct setup for this host (profile x spec mode x EAGLE-3 point) within a time "
-        "budget: screen with successive halving, decide with interleaved repeats and a bootstrap test, gate "
+        "budget: screen every profile, then successive halving; decide with blocked, mirrored final repeats and a "
+        "bootstrap test; gate "
         "every cell against baseline, write tune.json, a plot and a profile file; production is put back on "
         "the plan it started with unless --apply."
     )
@@ -108,14 +110,20 @@ class TuneArgs(CliArgs, TuneKnobs):
         p.add_argument("--screen-repeats", type=int, default=cls.screen_repeats,
                        help=f"repeats per candidate in the first halving round (default {cls.screen_repeats})")
         p.add_argument("--final-repeats", type=int, default=cls.final_repeats,
-                       help=f"interleaved repeats per finalist and the running plan (default {cls.final_repeats}; "
+                       help=f"final repeats per finalist and the running plan (default {cls.final_repeats}; "
                             f"fewer than {decision.MIN_REPEATS} can never declare a winner)")
+        p.add_argument("--final-blocks", type=int, default=cls.final_blocks,
+                       help=f"blocks each final arm's repeats are split into, one switch per block, mirrored "
+                            f"A B C C B A (default {cls.final_blocks}; docs/tune.md)")
+        p.add_argument("--finalists", type=int, default=cls.finalists,
+                       help=f"candidates that reach the final beside the running plan (default {cls.finalists})")
         return p
 
     def settings(self, argv: list[str]) -> TuneSettings:
         """Check every flag (exit 2 naming it) and resolve what the environment supplies."""
         for flag, v in (("--num-prompts", self.num_prompts), ("--max-tokens", self.max_tokens),
-                        ("--screen-repeats", self.screen_repeats), ("--final-repeats", self.final_repeats)):
+                        ("--screen-repeats", self.screen_repeats), ("--final-repeats", self.final_repeats),
+                        ("--final-blocks", self.final_blocks), ("--finalists", self.finalists)):
             if v < 1:
                 raise UserError(f"{flag} {v}: must be at least 1")
         if self.warmup < 0:
@@ -155,6 +163,10 @@ class TuneArgs(CliArgs, TuneKnobs):
         objective = Objective(kind=self.objective, concurrency=concurrency[0], ttft_ms=self.ttft_ms,  # type: ignore[arg-type]
                               tpot_ms=self.tpot_ms, goodput_unit=self.goodput_unit)  # type: ignore[arg-type]
         check_name("profile", self.profile_name)
+        if (builtin_profiles_dir() / f"{self.profile_name}.toml").is_file() or self.profile_name == BASE_NAME:
+            raise UserError(f"--profile-name {self.profile_name}: a built-in profile has that name; the written file "
+                            "would shadow it (and extend itself); choose another name, e.g. the default "
+                            f"'{TuneKnobs.profile_name}' (nothing was switched)")
         if self.fleet and not Path(self.fleet).is_file():
             raise UserError(f"--fleet {self.fleet}: no such file")
         url = http_url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()

@@ -1,9 +1,9 @@
-"""The decision rule of `bench tune`: a winner only when it beats, beyond noise, both the runner-up and
-the plan that was running when the tune started; otherwise the running plan stays.
+"""The decision rule of `bench tune`: a finalist replaces the plan that was running when the tune started
+only when it beats it beyond noise and by more than the floor; otherwise the running plan stays.
 
-**Samples.** The finalists and the running plan are measured in an interleaved schedule
-(`interleave`: A B C A B C …, one repeat per slot), so slow drift (thermals, a neighbour's job)
-lands on every arm alike. Each repeat gives one objective value.
+**Samples.** The finalists and the running plan are measured in blocks, mirrored (bench/tune/schedule.py:
+A B C C B A, a few repeats per switch), so slow drift (thermals, a neighbour's job) lands on every arm
+alike. Each repeat gives one objective value.
 
 **Objective.** `tokps` (default): output tok/s of the repeat at concurrency 1, as `bench run`
 measures it. `goodput`: at the given concurrency, the requests of a repeat that meet BOTH targets
@@ -12,40 +12,49 @@ alone; a failed request never meets them), counted as requests/s (`goodput_unit=
 default: finished-in-target requests / the repeat's wall time) or as tok/s (`"tok/s"`: their output
 tokens / the repeat's wall time).
 
-**Rule.** The candidate with the highest mean objective among those that passed the correctness
-gate is the contender (a cell that failed the gate, or whose server failed, is never chosen: it is
-listed with its reason). It wins only when the percentile bootstrap 95% interval of the difference
-of means (contender − other; each arm resampled with replacement, its deviations widened by
-sqrt(n/(n-1)) so the interval is not too narrow at small n; 10,000 resamples, seeded) lies
-wholly above 0 against the runner-up (the next best correct candidate, when there is one) AND
-against the running plan. Otherwise: "no significant difference", and the running plan stays.
-A lead must also be worth a switch: the interval's low end must reach `min_gain` (1%) of the other's
-mean, so two setups that differ by less (identical ones whose tiny systematic difference a quiet host
-resolves, for example) are "no significant difference".
-With fewer than `min_repeats` (8) values in any compared arm, or with the running plan not
-measured, no winner is declared. Why 8: with equal arms and only the running plan to beat, 6
-repeats each still crowned a winner in 6% of seeds, 8 keep it under 5% (tests/test_bench_tune_decision.py).
+**Rule.** For every finalist that passed the correctness gate (a cell that failed the gate, or whose
+server failed, is never chosen: it is listed with its reason), the percentile bootstrap 95% interval of
+its mean minus the running plan's (each arm resampled with replacement, its deviations widened by
+sqrt(n/(n-1)) so the interval is not too narrow at small n; 10,000 resamples, seeded). A finalist *beats*
+the running plan when that interval's low end clears `min_gain` (1%) of the running plan's mean: a lead
+must be worth a switch, so two setups that differ by less (identical ones whose tiny systematic
+difference a quiet host resolves, for example) do not. Outcomes:
+
+- `winner`: one finalist beats the running plan, and beats every other finalist that does by the same test;
+- `tie`: several beat the running plan and cannot be told apart among themselves; the one with the highest
+  mean is chosen (the data cannot rank them, the rule is deterministic) and the tie is reported. A tie
+  among finalists never cancels a clear win over production;
+- `worse`: every finalist is slower than the running plan (each interval wholly below 0);
+- `underpowered`: nothing beats the running plan and the spread measured is too wide to tell: a gain of
+  `POWER_GAIN` (3%) would be found less than 80% of the time (or an arm has fewer than `min_repeats`);
+- `no_gain`: nothing beats the running plan although a 3% gain would have been found;
+- `no correct candidate`: no finalist passed the gate.
+
+A final cut short by the budget is decided on the repeats it has (at least `min_repeats`, 3, per arm),
+with the power they give. **Power**: with SE the standard error of the difference at the measured spread,
+a gain g is found with probability Φ((g - min_gain)·mean / SE - 1.96); every decision states the gain
+found 80% of the time and how often a 3% gain would be found, so that "the running plan stays" is read
+rightly. The false-winner rate and power of this rule under the blocked schedule are simulated in
+tools/tune_schedule_sim.py (docs/tune.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import math
 from dataclasses import asdict, dataclass, field
+from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
 
 RESAMPLES = 10_000
 CONFIDENCE = 0.95
-MIN_REPEATS = 8
+MIN_REPEATS = 3  # fewer values per arm cannot be decided on (underpowered)
+FINAL_REPEATS = 8  # the final's default repeats per arm
+POWER_GAIN = 0.03  # the gain every decision states its power for
+POWER_TARGET = 0.8
 MIN_GAIN = 0.01  # a lead's interval must clear 1% of the other's mean
-
-
-def interleave(arms: Sequence[str], repeats: int) -> list[str]:
-    """A B A B … (round-robin over `arms`, `repeats` rounds): the order the final repeats run in."""
-    if len(set(arms)) != len(arms):
-        raise ValueError("arms must be distinct")
-    return [arm for _ in range(repeats) for arm in arms]
 
 
 @dataclass(frozen=True)
@@ -142,12 +151,45 @@ class Comparison:
     significant: bool
 
 
+Outcome = Literal["winner", "tie", "worse", "underpowered", "no_gain", "no correct candidate"]
+KEEPS = {"worse": "every finalist is slower than the running plan",
+         "underpowered": "the spread measured is too wide to tell",
+         "no_gain": "nothing beats the running plan by more than the floor",
+         "no correct candidate": "no finalist passed the correctness gate"}
+
+
+@dataclass(frozen=True)
+class Power:
+    """What the final could have found at the spread it measured (running plan against the best finalist)."""
+
+    se: float  # standard error of the difference of means, in the objective's unit
+    detectable_gain: float  # the gain (fraction of the running plan's mean) found 80% of the time
+    power_at_gain: float  # how often a POWER_GAIN gain would be found
+    gain: float = POWER_GAIN
+
+    def describe(self) -> str:
+        return (f"a {self.gain:.0%} gain would be found about {self.power_at_gain:.0%} of the time; "
+                f"a {self.detectable_gain:.1%} gain 80% of the time")
+
+
+def power(a: Sequence[float], b: Sequence[float], *, min_gain: float = MIN_GAIN, gain: float = POWER_GAIN) -> Power:
+    """Power of the rule for arm `a` against the running plan `b` at their measured spread (normal approximation)."""
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    var = (xa.var(ddof=1) / len(xa) if len(xa) > 1 else 0.0) + (xb.var(ddof=1) / len(xb) if len(xb) > 1 else 0.0)
+    se, mean = math.sqrt(var), float(xb.mean())
+    z = NormalDist().inv_cdf(1 - (1 - CONFIDENCE) / 2)
+    if se <= 0 or mean <= 0:
+        return Power(se, min_gain, 1.0 if gain > min_gain else 0.0, gain)
+    detect = min_gain + (z + NormalDist().inv_cdf(POWER_TARGET)) * se / mean
+    return Power(se, detect, NormalDist().cdf((gain - min_gain) * mean / se - z), gain)
+
+
 @dataclass(frozen=True)
 class Decision:
-    outcome: Literal["winner", "no significant difference", "no correct candidate"]
+    outcome: Outcome
     chosen: str  # the winner, or the running plan that stays
     incumbent: str
-    contender: str | None
+    contender: str | None  # the best correct finalist by mean
     runner_up: str | None
     objective: str
     rule: str
@@ -155,6 +197,9 @@ class Decision:
     repeats: dict[str, int]
     comparisons: list[Comparison] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)  # label -> why it cannot be chosen
+    tied: list[str] = field(default_factory=list)  # with a tie: the finalists that tie with the chosen one
+    power: Power | None = None
+    reason: str = ""
     resamples: int = RESAMPLES
     confidence: float = CONFIDENCE
     seed: int = 0
@@ -164,13 +209,36 @@ class Decision:
         """As tune.json's `decision`."""
         return asdict(self)
 
+    def summary(self) -> str:
+        """One line: what was decided and why, with the power behind it."""
+        if self.outcome in ("winner", "tie"):
+            lead = next((c for c in self.comparisons if c.contender == self.chosen and c.role == "running plan"), None)
+            text = f"{self.outcome}: {self.chosen}"
+            if lead is not None:
+                text += f" (+{lead.diff_mean:.1f}, 95% interval {lead.ci_low:.1f}..{lead.ci_high:.1f} over {self.incumbent})"
+            if self.tied:
+                text += f"; tied with {', '.join(self.tied)}, picked by the highest mean"
+            return text
+        text = f"{self.outcome}: {self.incumbent} stays ({self.reason or KEEPS.get(self.outcome, '')})"
+        return text + (f"; {self.power.describe()}" if self.power else "")
+
 
 RULE = (
-    "winner = highest mean {unit} among cells that passed the correctness gate; it is chosen only if the "
-    "{conf:.0%} percentile-bootstrap interval ({resamples} resamples, seed {seed}) of its mean minus the "
-    "runner-up's and minus the running plan's both lie above {gain:.0%} of that arm's mean, each arm with at "
-    "least {min_repeats} interleaved repeats; otherwise the running plan stays"
+    "a finalist beats the running plan when the {conf:.0%} percentile-bootstrap interval ({resamples} resamples, "
+    "seed {seed}) of its mean {unit} minus the running plan's lies above {gain:.0%} of the running plan's mean, "
+    "each arm with at least {min_repeats} repeats; of those that beat it, the best by mean wins unless another "
+    "one cannot be told from it by the same test (a tie: the highest mean is picked); otherwise the running "
+    "plan stays (worse, no_gain, or underpowered when a {power_gain:.0%} gain would be found less than "
+    "{target:.0%} of the time)"
 )
+
+
+def _compare(a: str, b: str, role: str, samples: Mapping[str, Sequence[float]], means: Mapping[str, float], *,
+             seed: int, resamples: int, confidence: float, min_repeats: int, min_gain: float) -> Comparison:
+    diff, low, high = bootstrap_diff(samples[a], samples[b], seed=seed, resamples=resamples, confidence=confidence)
+    enough = min(len(samples[a]), len(samples[b])) >= min_repeats
+    return Comparison(a, b, role, diff, low, high, len(samples[a]), len(samples[b]),
+                      enough and low > max(0.0, min_gain * means[b]))
 
 
 def decide(
@@ -185,13 +253,13 @@ def decide(
     min_repeats: int = MIN_REPEATS,
     min_gain: float = MIN_GAIN,
 ) -> Decision:
-    """Apply the rule (module docstring) to the final interleaved values per candidate label.
+    """Apply the rule (module docstring) to the final values per candidate label.
 
     `samples` holds the objective values of every finalist and of `incumbent` (the running plan);
     `rejected` names cells that failed the gate or their switch, with why: they are never chosen."""
     rejected = dict(rejected or {})
     rule = RULE.format(unit=objective.unit, conf=confidence, resamples=resamples, seed=seed, min_repeats=min_repeats,
-                       gain=min_gain)
+                       gain=min_gain, power_gain=POWER_GAIN, target=POWER_TARGET)
     means = {k: float(np.mean(v)) for k, v in samples.items() if len(v)}
     counts = {k: len(v) for k, v in samples.items()}
     correct = sorted((k for k in means if k not in rejected), key=lambda k: -means[k])
@@ -200,21 +268,30 @@ def decide(
     contenders = [k for k in correct if k != incumbent]
     if not contenders:
         return Decision("no correct candidate", incumbent, contender=None, runner_up=None, **base)
-    contender = contenders[0]
-    runner_up = contenders[1] if len(contenders) > 1 else None
-    comparisons = []
-    others = [(runner_up, "runner-up")] if runner_up else []
-    if incumbent in means:
-        others.append((incumbent, "running plan"))
-    for i, (other, role) in enumerate(others):
-        diff, low, high = bootstrap_diff(samples[contender], samples[other], seed=seed + i, resamples=resamples,
-                                         confidence=confidence)
-        enough = min(len(samples[contender]), len(samples[other])) >= min_repeats
-        comparisons.append(Comparison(contender, other, role, diff, low, high, len(samples[contender]),
-                                      len(samples[other]), enough and low > max(0.0, min_gain * means[other])))
-    wins = incumbent in means and all(c.significant for c in comparisons)
-    if wins:
-        return Decision("winner", contender, contender=contender, runner_up=runner_up, comparisons=comparisons,
-                        **base)
-    return Decision("no significant difference", incumbent, contender=contender, runner_up=runner_up,
-                    comparisons=comparisons, **base)
+    best, runner_up = contenders[0], (contenders[1] if len(contenders) > 1 else None)
+    if incumbent not in means:
+        return Decision("underpowered", incumbent, contender=best, runner_up=runner_up,
+                        reason="the running plan was not measured in the final", **base)
+    kw = dict(resamples=resamples, confidence=confidence, min_repeats=min_repeats, min_gain=min_gain)
+    vs_inc = [_compare(c, incumbent, "running plan", samples, means, seed=seed + i, **kw)
+              for i, c in enumerate(contenders)]
+    beats = [c.contender for c in vs_inc if c.significant]
+    pw = power(samples[best], samples[incumbent], min_gain=min_gain)
+    if beats:
+        chosen = beats[0]
+        among = [_compare(chosen, other, "runner-up", samples, means, seed=seed + 100 + i, **kw)
+                 for i, other in enumerate(beats[1:])]
+        tied = [c.other for c in among if not c.significant]
+        return Decision("tie" if tied else "winner", chosen, contender=chosen, runner_up=runner_up,
+                        comparisons=[*among, *vs_inc], tied=tied, power=pw, **base)
+    short = [k for k in (best, incumbent) if counts[k] < min_repeats]
+    if all(c.ci_high < 0 for c in vs_inc) and not short:
+        outcome, reason = "worse", ""
+    elif short or pw.power_at_gain < POWER_TARGET:
+        outcome = "underpowered"
+        reason = (f"{', '.join(short)} measured fewer than {min_repeats} times" if short
+                  else "the spread measured is too wide to tell")
+    else:
+        outcome, reason = "no_gain", ""
+    return Decision(outcome, incumbent, contender=best, runner_up=runner_up, comparisons=vs_inc, power=pw,
+                    reason=reason, **base)

@@ -17,8 +17,11 @@ The priors are rough (Priors' docstring says where each comes from); they only o
 never decide: the decision is measured (bench/tune/decision.py).
 
 **Budget.** `parse_budget("20m" | "3h" | "90s" | "1h30m")` -> seconds (exit 2 on anything else or 0).
-Every cell costs one switch (drain, restart, health gate, warm-up) plus its repeats. Once the first
-switch has been timed, `cells_that_fit` says how many cells of `repeats` repeats fit; none is exit 2.
+Every cell costs one switch (drain, restart, health gate, warm-up) plus its repeats. Once a switch has
+been timed (from /status history before the first switch, else the first one), `minimum` is the
+smallest honest tune: the references left, one screening cell for every profile (`breadth_first` puts
+each profile's most promising candidate first), and the final in its blocks (bench/tune/schedule.py);
+a budget that cannot hold it is exit 2, naming the budget that would and the flags that lower it.
 
 **Successive halving** (`next_batch`, pure: the state is the results so far, so a resumed tune plans
 the same next batch). Round r asks every survivor for `screen_repeats · 2^r` repeats in all. Round 0's
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.predict import model
+from bench.tune import schedule
 from bench.tune.space import Candidate
 from launcher.errors import UserError
 
@@ -146,17 +150,47 @@ def cell_cost_s(switch_s: float, repeat_s: float, repeats: int) -> float:
     return switch_s + repeats * repeat_s
 
 
-def cells_that_fit(budget_s: float, switch_s: float, repeat_s: float, repeats: int) -> int:
-    """How many cells of `repeats` repeats the budget holds, now that a switch has been timed;
-    UserError (exit 2) when not even one does."""
-    cost = cell_cost_s(switch_s, repeat_s, repeats)
-    n = int(budget_s // cost) if cost > 0 else 0
-    if n < 1:
-        raise UserError(
-            f"the budget ({budget_s:.0f} s) is too small for one cell: the first switch took {switch_s:.0f} s and "
-            f"{repeats} repeat(s) take {repeats * repeat_s:.0f} s; give at least --budget {math.ceil(cost)}s"
-        )
-    return n
+def breadth_first(ordered: Sequence[Candidate]) -> list[Candidate]:
+    """Every profile's most promising candidate first (in promise order), then the rest in promise order: a
+    budget that ends round 0 early has still screened every profile the user named."""
+    firsts: dict[str, Candidate] = {}
+    for c in ordered:
+        firsts.setdefault(c.profile, c)
+    head = list(firsts.values())
+    return head + [c for c in ordered if all(c is not f for f in head)]
+
+
+@dataclass(frozen=True)
+class Minimum:
+    """The smallest honest tune at the measured costs: the references left, one screening cell per profile
+    not screened yet, then the final (bench/tune/schedule.py)."""
+
+    seconds: float
+    references: int
+    profiles: int
+    final_arms: int
+    final_switches: int
+
+    def problem(self, remaining_s: float, budget_s: float, switch_s: float, repeat_s: float) -> str | None:
+        if remaining_s >= self.seconds:
+            return None
+        spent = budget_s - remaining_s
+        need = math.ceil(self.seconds + spent)
+        return (f"--budget: {budget_s:.0f} s cannot hold the smallest honest tune at the measured costs (a switch "
+                f"{switch_s:.1f} s, a repeat {repeat_s:.1f} s): {self.references} reference cell(s), one screening "
+                f"cell for each of {self.profiles} profile(s), and a final of {self.final_arms} arms in "
+                f"{self.final_switches} switches need {self.seconds:.0f} s more (after {spent:.0f} s spent); give "
+                f"--budget {need}s or more, or lower it with --final-repeats, --screen-repeats, --finalists 1 or "
+                "fewer --profiles")
+
+
+def minimum(*, switch_s: float, repeat_s: float, references: int, profiles: int, screen_repeats: int,
+            final_arms: int, final_repeats: int, blocks: int) -> Minimum:
+    """What `Minimum` says, from the measured switch and repeat times."""
+    runs = schedule.mirrored([f"arm{i}" for i in range(final_arms)], final_repeats, blocks) if final_arms > 1 else []
+    cost = (references + profiles) * cell_cost_s(switch_s, repeat_s, screen_repeats)
+    cost += schedule.cost_s(runs, switch_s, repeat_s)
+    return Minimum(cost, references, profiles, final_arms, schedule.switches(runs))
 
 
 # Student t, two-sided 95%, by degrees of freedom 1..30; 1.96 beyond

@@ -1,6 +1,6 @@
 """PNG of a `bench tune` result (tune.json): one horizontal bar per cell, best at the top.
 
-Bar length = the cell's objective mean, error bar = its 95% CI: the interleaved final repeats when the
+Bar length = the cell's objective mean, error bar = its 95% CI (none for a cell measured once): the final repeats when the
 cell was a finalist (final_n > 0; those are the numbers that decided), else the screening repeats; each
 bar's text says which. The winner is green with "WINNER", the plan that was running when the tune
 started is grey with "running plan", a cell that failed the correctness gate is red and hatched with
@@ -69,8 +69,9 @@ def shown(cell: Mapping[str, Any]) -> tuple[float | None, tuple[float, float] | 
     """(mean, ci95, n, "final"|"screening") the bar shows: the final repeats when there were any."""
     final_n = _int(cell.get("final_n"))
     if final_n > 0 and _num(cell.get("final_mean")) is not None:
-        return _num(cell.get("final_mean")), _ci(cell.get("final_ci95")), final_n, "final"
-    return _num(cell.get("mean")), _ci(cell.get("ci95")), _int(cell.get("n")), "screening"
+        return _num(cell.get("final_mean")), _ci(cell.get("final_ci95")) if final_n > 1 else None, final_n, "final"
+    n = _int(cell.get("n"))  # one value has no interval: none is drawn
+    return _num(cell.get("mean")), _ci(cell.get("ci95")) if n > 1 else None, n, "screening"
 
 
 def _wrong_reason(cell: Mapping[str, Any]) -> str:
@@ -94,10 +95,15 @@ def _title(tune: Mapping[str, Any]) -> str:
     outcome = _map(tune.get("decision")).get("outcome")
     incumbent = _map(tune.get("incumbent")).get("label")
     stays = f"running plan stays ({incumbent})" if incumbent else "running plan stays"
-    if outcome == "winner":
-        line = f"winner: {_map(tune.get('winner')).get('label') or '?'}"
-    elif outcome in ("no significant difference", "no correct candidate"):
+    if outcome in ("winner", "tie"):
+        tied = _map(tune.get("decision")).get("tied") or []
+        line = f"{outcome}: {_map(tune.get('winner')).get('label') or '?'}"
+        line += f" (tied with {', '.join(map(str, tied))}; highest mean picked)" if tied else ""
+    elif outcome in ("worse", "underpowered", "no_gain", "no correct candidate"):
+        power = _map(_map(tune.get("decision")).get("power"))
         line = f"{outcome}: {stays}"
+        if isinstance(power.get("power_at_gain"), int | float):
+            line += f"; a 3% gain found {power['power_at_gain']:.0%} of the time"
     elif outcome == "not reached":
         line = f"decision not reached: {stays}"
     else:
@@ -187,7 +193,7 @@ def figure(tune: Mapping[str, Any]) -> Figure:
         Patch(facecolor=UNVERIFIED_COLOR, hatch="..", edgecolor="black",
               label="not enough evidence (not a candidate)"),
         Line2D([], [], color="black", marker="|", markersize=8, linestyle="-",
-               label="95% CI of the mean: final = interleaved final repeats, screening = screening repeats"),
+               label="95% CI of the mean (n > 1): final = blocked final repeats, screening = screening repeats"),
     ], loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=5.5, ncols=2, fontsize=8)
     _mark_simulated(fig, bool(tune.get("simulated")))
     return fig

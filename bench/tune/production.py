@@ -71,12 +71,13 @@ def finish(run: TuneRun, path: Path) -> int:
     d = data["decision"]
     winner = winner_of(run)
     if winner is not None:
-        say(f"{prefix}winner: {winner.label} ({d['rule']})", style="bold green")
+        say(f"{prefix}{run.decision.summary() if run.decision else winner.label}", style="bold green")
+        say(f"  rule: {d['rule']}")
         for comp in d.get("comparisons", []):
-            say(f"  vs {comp['role']} {comp['other']}: {comp['diff_mean']:+.2f} (95% CI {comp['ci_low']:+.2f}.."
+            say(f"  {comp['contender']} vs {comp['role']} {comp['other']}: {comp['diff_mean']:+.2f} (95% CI {comp['ci_low']:+.2f}.."
                 f"{comp['ci_high']:+.2f}, n={comp['n_contender']}/{comp['n_other']})")
     else:
-        say(f"{prefix}{d['outcome']}: {d.get('chosen')} stays")
+        say(f"{prefix}{run.decision.summary() if run.decision else d['outcome'] + ': ' + str(d.get('chosen')) + ' stays'}")
     rc = 0
     if run.s.apply and winner is not None:
         rc = apply(run, winner, data)

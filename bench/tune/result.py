@@ -82,9 +82,12 @@ def cell_summary(run: TuneRun, label: str) -> dict[str, Any]:
     }
 
 
+CHOOSES = ("winner", "tie")  # the outcomes that pick a finalist (bench/tune/decision.py)
+
+
 def winner_of(run: TuneRun) -> Candidate | None:
     d = run.decision
-    if d is None or d.outcome != "winner":
+    if d is None or d.outcome not in CHOOSES:
         return None
     return Candidate.parse(d.chosen)
 
@@ -195,7 +198,7 @@ def profile_text(run: TuneRun, winner: Candidate, bundle_dir: Path, data: dict[s
     figures = {}
     if cell["final_mean"] is not None:
         lo, hi = cell["final_ci95"] or (None, None)
-        figures[unit] = f"{cell['final_mean']:.2f} (95% CI {lo:.2f}..{hi:.2f}, n={cell['final_n']} interleaved)"
+        figures[unit] = f"{cell['final_mean']:.2f} (95% CI {lo:.2f}..{hi:.2f}, n={cell['final_n']} final repeats)"
     for comp in d.comparisons if d else []:
         figures[f"vs {comp.role} {comp.other}"] = f"{comp.diff_mean:+.2f} {unit} (95% bootstrap {comp.ci_low:+.2f}..{comp.ci_high:+.2f})"
     evidence = profile_out.Evidence(

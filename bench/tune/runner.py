@@ -7,12 +7,12 @@ Order of work (docs/tune.md):
    of a tune records it in OUT/tune-state.json, so a run resumed after SIGKILL still knows it; the
    candidates are checked against the server before anything is switched (bench/tune/planning.py);
 2. measure the running plan where it runs (no switch): its screening repeats, and the time a repeat
-   takes; with the last switch's time from /status history, a budget too small for one cell is exit 2
-   before anything is switched;
+   takes; with the last switch's time from /status history, a budget that cannot hold the smallest
+   honest tune (order.minimum) is exit 2 before anything is switched, else after the first switch;
 3. one reference cell per spec mode, `baseline+<spec>`: the outputs every cell is gated against;
-4. successive halving over the candidates, most promising first (bench/tune/order.py), keeping time
-   for the final comparison;
-5. the finalists and the running plan in an interleaved schedule, one switch and one repeat per slot;
+4. every profile's most promising candidate, then successive halving over the rest, most promising
+   first (bench/tune/order.py), keeping time for the final comparison; only screened candidates reach it;
+5. the finalists and the running plan in blocks, mirrored (bench/tune/schedule.py): a few switches;
 6. the decision (bench/tune/decision.py), the bundle, tune.json, the plot and the profile file
    (bench/tune/result.py);
 7. production back on the plan it started with, or on the winner with --apply; --fleet rolls it
@@ -40,8 +40,8 @@ from bench.run.logprob_gate import TokenLogprob
 from bench.run.measure import CellMeasurer
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.server_client import ServerClient
-from bench.tune import journal, order, space
-from bench.tune.decision import Decision, Repeat, RequestTiming, decide, interleave
+from bench.tune import journal, order, schedule, space
+from bench.tune.decision import Decision, Repeat, RequestTiming, decide
 from bench.tune.planning import REFERENCE_PROFILE, plan_space
 from bench.tune.progress import TuneProgress
 from bench.tune.settings import TuneSettings
@@ -49,7 +49,7 @@ from bench.tune.space import Candidate
 from bench.tune.timing import Timing
 from bench.workload import build_workload
 from launcher import atomic
-from launcher.errors import KitError, RuntimeFailure
+from launcher.errors import KitError, RuntimeFailure, UserError
 from launcher.profiles import loader
 from launcher.runtime.control_client import ControlClient
 from launcher.runtime.states import ANSWERING, Outcome
@@ -316,7 +316,9 @@ class TuneRun:
             with contextlib.suppress(*PROBE_ERRORS):
                 self.simulated = is_simulated(await server.server_info())
             sp = await plan_space(s, control, self.say)
-            self.candidates, self.excluded, self.ordered = sp.candidates, sp.excluded, sp.ordered
+            self.candidates, self.excluded, self.ordered = sp.candidates, sp.excluded, order.breadth_first(sp.ordered)
+            self.say("order: " + ", ".join(f"{c.label} ({sp.predictions[c.label]:.0f})" for c in self.ordered)
+                     + " (predicted tok/s; every profile's best first)")
             self.predictions, self.plan_digests = sp.predictions, sp.plan_digests
             # the correctness pass's top-k too: a pass asked for fewer alternatives cannot be reused for more
             self.settings_digest = journal.settings_digest({**s.measuring(), "overlays": overlay_hash(s.specs),
@@ -346,19 +348,35 @@ class TuneRun:
         return {"decision": self.decision}
 
     async def measure_in_place(self, measurer: CellMeasurer, status: dict[str, Any], running: dict[str, Any]) -> None:
-        """The running plan's screening repeats where it runs, and the budget check before any switch."""
+        """The running plan's screening repeats where it runs, with the budget checked before and after them."""
         assert self.incumbent is not None
         inc = self.incumbent
-        if running.get("digest") == self.start_plan.get("digest") and not self.entries_of(inc.label, ("screen",)):
-            await self.measure(measurer, inc, self.s.screen_repeats, phase="screen", switch=False,
-                               spec_params=self.start_plan.get("spec_params"))
         last = [h for h in status.get("history") or [] if isinstance(h, dict)
                 and h.get("outcome") in (Outcome.SWITCHED, Outcome.STARTED) and (h.get("durations") or {}).get("total_s")]
         if last and self.timing.switch_s is None:
             self.timing.switch_s = float(last[-1]["durations"]["total_s"])
+            self.check_minimum()  # the switches alone (no repeat timed yet): a budget they overrun measures nothing
+        if running.get("digest") == self.start_plan.get("digest") and not self.entries_of(inc.label, ("screen",)):
+            await self.measure(measurer, inc, self.s.screen_repeats, phase="screen", switch=False,
+                               spec_params=self.start_plan.get("spec_params"))
         if self.timing.repeat_s is not None:  # a switch not timed yet counts as free: a lower bound
-            order.cells_that_fit(self.remaining(), self.timing.switch_s or 0.0, self.timing.repeat_s,
-                                 self.s.screen_repeats)
+            self.check_minimum()
+
+    def check_minimum(self) -> None:
+        """Exit 2 when the rest of the budget cannot hold the smallest honest tune at the measured costs."""
+        assert self.incumbent is not None
+        sw, rep = self.timing.switch_s or 0.0, self.timing.repeat_s or 0.0
+        specs = dict.fromkeys([*self.s.specs, self.incumbent.spec])
+        refs = sum(1 for spec in specs if not self.entries_of(self.reference_label(spec), ("reference",)))
+        screened = {c.profile for c in self.candidates if self.entries_of(c.label, ("screen",))}
+        profiles = len({c.profile for c in self.candidates} - screened)
+        arms = min(self.s.finalists, len(self.candidates)) + 1
+        need = order.minimum(switch_s=sw, repeat_s=rep, references=refs, profiles=profiles,
+                             screen_repeats=self.s.screen_repeats, final_arms=arms,
+                             final_repeats=self.s.final_repeats, blocks=self.s.final_blocks)
+        problem = need.problem(self.remaining(), self.s.budget_s, sw, rep)
+        if problem:
+            raise UserError(problem)
 
     async def references(self, measurer: CellMeasurer) -> None:
         """baseline+<spec> for every spec mode in play: the outputs each cell is gated against."""
@@ -368,18 +386,26 @@ class TuneRun:
             label = self.reference_label(spec)
             if self.entries_of(label, ("reference",)):
                 continue
+            timed = self.timing.switch_s is not None
             await self.measure(measurer, Candidate(REFERENCE_PROFILE, spec), self.s.screen_repeats, phase="reference")
-            if self.timing.switch_s is not None and self.timing.repeat_s is not None:
-                order.cells_that_fit(self.remaining(), self.timing.switch_s, self.timing.repeat_s, self.s.screen_repeats)
+            if not timed and self.timing.switch_s is not None and self.timing.repeat_s is not None:
+                self.check_minimum()  # the first switch timed: production goes back before exit 2 (cli.py)
+
+    def final_runs(self, arms: Sequence[str]) -> list[schedule.Run]:
+        return schedule.mirrored(list(arms), self.s.final_repeats, self.s.final_blocks)
 
     def final_reserve(self) -> float:
-        """Time kept for the interleaved final: finalists and the running plan, one switch per slot."""
-        sw, rep = self.timing.switch_s or 0.0, self.timing.repeat_s or 0.0
-        return (self.s.finalists + 1) * self.s.final_repeats * (sw + rep)
+        """Time kept for the final: finalists and the running plan in blocks, one switch per block."""
+        arms = [f"arm{i}" for i in range(min(self.s.finalists, len(self.candidates)) + 1)]
+        return schedule.cost_s(self.final_runs(arms), self.timing.switch_s or 0.0, self.timing.repeat_s or 0.0)
 
     async def screen(self, measurer: CellMeasurer) -> None:
         """Successive halving (bench/tune/order.py) within the budget less the final's reserve."""
         halving = order.Halving(screen_repeats=self.s.screen_repeats, finalists=self.s.finalists)
+        heads = self.ordered[:len({c.profile for c in self.ordered})]  # every profile's first (breadth_first)
+        for cand in heads:  # screened whatever the final's reserve says: the minimum check promised them
+            if not self.entries_of(cand.label, ("screen", "reference")):
+                await self.measure(measurer, cand, self.s.screen_repeats, phase="screen")
         while True:
             nb = order.next_batch(self.ordered, self.states(), remaining_s=self.remaining() - self.final_reserve(),
                                   switch_s=self.timing.switch_s or 0.0, repeat_s=self.timing.repeat_s or 0.0,
@@ -388,8 +414,8 @@ class TuneRun:
                 self.progress.plan(nb.cost_s + self.final_reserve())
             if nb.done:
                 self.halving_reason = nb.reason
-                states = self.states()
-                alive = [c for c in nb.survivors if not states[c.label].failed]
+                states = self.states()  # a candidate never screened never reaches the final
+                alive = [c for c in nb.survivors if not states[c.label].failed and states[c.label].tokps]
                 alive.sort(key=lambda c: -order.lower_bound(states[c.label].tokps))
                 self.finalists = [c.label for c in alive[: self.s.finalists]]
                 return
@@ -398,27 +424,27 @@ class TuneRun:
                 await self.measure(measurer, cand, n, phase="screen", rnd=nb.round)
 
     async def final(self, measurer: CellMeasurer) -> None:
-        """A B C A B C …: the finalists and the running plan, one switch and one repeat per slot."""
+        """The finalists and the running plan in mirrored blocks (bench/tune/schedule.py); a final the budget
+        cuts short is decided on the repeats it has."""
         assert self.incumbent is not None
         arms = list(dict.fromkeys([*self.finalists, self.incumbent.label]))
         if len(arms) < 2:
             return
         by_label = {c.label: c for c in [*self.candidates, self.incumbent]}
-        done = {a: len(self.entries_of(a, ("final",))) for a in arms}
-        seen: dict[str, int] = {}
-        for i, arm in enumerate(interleave(arms, self.s.final_repeats)):
-            seen[arm] = seen.get(arm, 0) + 1
-            if seen[arm] <= done[arm] or self.failure(arm):
+        done = {a: sum(len(e.repeats) for e in self.entries_of(a, ("final",)) if e.status == "ok") for a in arms}
+        runs = schedule.remaining(self.final_runs(arms), done)
+        for i, run in enumerate(runs):
+            if self.failure(run.arm):
                 continue
             sw, rep = self.timing.switch_s or 0.0, self.timing.repeat_s or 0.0
             if self.progress is not None:
-                self.progress.plan((len(arms) * self.s.final_repeats - i) * (sw + rep))
-            if sw + rep > self.remaining():
-                self.say(f"the budget ends the final comparison after {i} of {len(arms) * self.s.final_repeats} slots")
+                self.progress.plan(schedule.cost_s(runs[i:], sw, rep))
+            n = min(run.repeats, int((self.remaining() - sw) // rep) if rep > 0 else run.repeats)
+            if n < 1:
+                self.say(f"the budget ends the final after {i} of {len(runs)} blocks: deciding on the repeats it has")
                 return
-            cand = by_label[arm]
-            params = self.start_plan.get("spec_params") if arm == self.incumbent.label else None
-            await self.measure(measurer, cand, 1, phase="final", rnd=seen[arm], spec_params=params)
+            params = self.start_plan.get("spec_params") if run.arm == self.incumbent.label else None
+            await self.measure(measurer, by_label[run.arm], n, phase="final", rnd=run.block + 1, spec_params=params)
 
     def decide(self) -> Decision:
         """The rule over the final interleaved values; rejected: every arm that failed or is wrong."""

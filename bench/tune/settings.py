@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.run.settings import RunKnobs, RunSettings
-from bench.tune import decision
+from bench.tune import decision, schedule
 from bench.tune.decision import Objective
 from launcher.profiles.spec_params import SpecParams
 
@@ -37,7 +37,9 @@ class TuneKnobs:
     switch_timeout: float = RunKnobs.switch_timeout
     health_timeout: float = RunKnobs.health_timeout
     screen_repeats: int = 2
-    final_repeats: int = decision.MIN_REPEATS
+    final_repeats: int = decision.FINAL_REPEATS
+    final_blocks: int = schedule.DEFAULT_BLOCKS
+    finalists: int = 2
 
 
 @dataclass(kw_only=True)
@@ -57,7 +59,6 @@ class TuneSettings(TuneKnobs):
     connect_timeout: float = RunKnobs.connect_timeout
     read_timeout: float = RunKnobs.read_timeout
     request_timeout: float = RunKnobs.request_timeout
-    finalists: int = 2
     argv: list[str] = field(default_factory=list)
 
     def measuring(self) -> dict[str, Any]:

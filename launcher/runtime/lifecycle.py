@@ -182,27 +182,32 @@ class Lifecycle:
                     traceback.print_exc()
                 await asyncio.sleep(HEALTH_PERIOD_S)
 
-    async def _probe(self, client: httpx.AsyncClient) -> None:
+    async def _probe(self, client: httpx.AsyncClient) -> tuple[str, float]:
+        """One /health reading and when it was taken; the caller publishes it with the state it leads to."""
         target = self.switcher.active or self.current
         url = target.server_url if target else self.fallback_url
         try:
             r = await client.get(f"{url}/health")
-            self.health = HEALTH_OK if r.status_code == 200 else f"http {r.status_code}"
+            health = HEALTH_OK if r.status_code == 200 else f"http {r.status_code}"
         except httpx.TimeoutException:
-            self.health = "timeout"
+            health = "timeout"
         except httpx.HTTPError:
-            self.health = HEALTH_DOWN
-        self.health_at = time.time()
+            health = HEALTH_DOWN
+        return health, time.time()
 
     async def _tick(self, client: httpx.AsyncClient) -> None:
         busy = self.lock.locked()  # a reading taken while a switch ran describes that switch's servers
         await asyncio.to_thread(self.follower.poll)  # the server log since the last tick, into the start records
-        await self._probe(client)
+        probed = await self._probe(client)
         try:
             info = await asyncio.to_thread(self.sup.info)
         except Exception as exc:
+            self.health, self.health_at = probed
             self.last_error = f"supervisord does not answer: {describe(exc)}"
             return
+        # From here to the state move nothing awaits: /status never shows this reading's health beside the
+        # state of the reading before (health "ok" while still "starting").
+        self.health, self.health_at = probed
         pid = int(info.get("pid") or 0)
         if busy or self.lock.locked():
             self.pid = pid

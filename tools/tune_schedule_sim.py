@@ -1,0 +1,98 @@
+"""Seeded simulation of the tune's final: false-winner rate and power of the decision rule
+(bench/tune/decision.py) under the interleaved schedule (one switch per repeat) and the mirrored blocks
+(bench/tune/schedule.py), and the switches each costs.
+
+The model of a repeat's tok/s: the arm's true mean × (1 + noise + drift + offset), where
+- noise: each repeat's own, normal with sd `--cv` (3.4%: the spread measured on the demo's stand-in
+  runs and the kit's evidence, docs/tune.md);
+- drift: linear over the whole final, from -drift/2 to +drift/2 (a host warming up, a neighbour's job);
+- offset: one normal draw with sd `--restart-sd` per switch, shared by the repeats of that block (a
+  restart that lands the server in a slightly different state: allocator, clocks, compile caches).
+
+Cases: `equal` (three arms alike: any winner is false), `gain` (one finalist `--gain` faster than the
+running plan, the other equal to it: power is how often the faster one is chosen).
+
+    .venv/bin/python tools/tune_schedule_sim.py --seeds 400 --out docs/evidence/tune-schedule/sim.log
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.tune import schedule  # noqa: E402
+from bench.tune.decision import decide  # noqa: E402
+
+ARMS = ("a", "b", "inc")
+
+
+def interleaved(arms, repeats):
+    return [schedule.Run(arm, 1, k) for k in range(repeats) for arm in arms]
+
+
+def simulate(runs, means, rng, cv, drift, restart_sd):
+    total = sum(r.repeats for r in runs)
+    t = 0
+    out: dict[str, list[float]] = {a: [] for a in means}
+    for r in runs:
+        offset = rng.normal(0, restart_sd)
+        for _ in range(r.repeats):
+            d = drift * (t / max(1, total - 1) - 0.5)
+            out[r.arm].append(means[r.arm] * (1 + rng.normal(0, cv) + d + offset))
+            t += 1
+    return out
+
+
+def rates(kind, runs, seeds, cv, drift, restart_sd, gain, resamples):
+    means = {"a": 100.0, "b": 100.0, "inc": 100.0}
+    if kind == "gain":
+        means["a"] = 100.0 * (1 + gain)
+    hits = 0
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        samples = simulate(runs, means, rng, cv, drift, restart_sd)
+        d = decide(samples, "inc", seed=seed, resamples=resamples)
+        chose = d.outcome in ("winner", "tie")
+        hits += (chose if kind == "equal" else chose and d.chosen == "a")
+    return hits / seeds
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=400)
+    p.add_argument("--repeats", type=int, default=8, help="final repeats per arm (default 8)")
+    p.add_argument("--cv", type=float, default=0.034)
+    p.add_argument("--drift", type=float, default=0.02, help="linear drift over the final, end to end (default 2%%)")
+    p.add_argument("--restart-sd", type=float, default=0.005, help="sd of a per-switch offset (default 0.5%%)")
+    p.add_argument("--gain", type=float, default=0.03)
+    p.add_argument("--resamples", type=int, default=2000)
+    p.add_argument("--out", default=None, help="also write the table here")
+    a = p.parse_args(argv)
+    schedules = {
+        "interleaved (1 repeat per switch)": interleaved(ARMS, a.repeats),
+        "mirrored, 2 blocks": schedule.mirrored(list(ARMS), a.repeats, 2),
+        "mirrored, 4 blocks": schedule.mirrored(list(ARMS), a.repeats, 4),
+    }
+    lines = [f"seeds {a.seeds}, {a.repeats} repeats per arm, 3 arms (2 finalists + running plan), cv {a.cv:.1%}, "
+             f"drift {a.drift:.1%}, per-switch offset sd {a.restart_sd:.1%}, gain {a.gain:.0%}, "
+             f"{a.resamples} bootstrap resamples",
+             f"{'schedule':<36} {'switches':>8} {'false winners':>14} {'power':>7}"]
+    for name, runs in schedules.items():
+        fw = rates("equal", runs, a.seeds, a.cv, a.drift, a.restart_sd, a.gain, a.resamples)
+        pw = rates("gain", runs, a.seeds, a.cv, a.drift, a.restart_sd, a.gain, a.resamples)
+        lines.append(f"{name:<36} {schedule.switches(runs):>8} {fw:>14.1%} {pw:>7.1%}")
+    text = "\n".join(lines)
+    print(text)
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
