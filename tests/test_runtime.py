@@ -11,6 +11,8 @@ import time
 import httpx
 import psutil
 
+from testsupport.net import until
+
 LOADED_START_S = 120  # a loaded host can take more than the stack's 30 s to start; the start is not under test here
 
 
@@ -54,6 +56,30 @@ def test_an_identical_profile_under_another_name_is_a_real_switch(kit_stack):
     assert stack.switch("twin", "off").json()["outcome"] == "unchanged"
     assert stack.switch("baseline", "off").json()["outcome"] == "switched"
     assert stack.status()["profile"] == "baseline"
+
+
+def test_a_server_that_loads_then_answers_503_then_a_slow_health_serves_and_switches(kit_stack):
+    """SGLang 0.5.23's start: the port refuses through the model load, /health answers 503 during warm-up,
+    then each /health is a one-token generation (here 2.5 s, past the monitor's old 2 s probe timeout). The
+    first start commits, /status reads health ok, and a switch health-gates and commits the same way."""
+    env = {"STANDIN_LOAD_DELAY_S": "2", "STANDIN_STARTUP_DELAY_S": "1", "STANDIN_HEALTH_DELAY_S": "2.5"}
+    stack = kit_stack("baseline", "off", extra_env=env, start=False).start(timeout=LOADED_START_S)
+    st = until(lambda: (s := stack.status())["health"] == "ok" and s["state"] == "serving" and s, 60, "serving")
+    assert st["profile"] == "baseline" and st["last_error"] is None
+    r = stack.switch("nccl-tuned", "off")
+    assert r.status_code == 200 and r.json()["outcome"] == "switched", r.text
+    st = until(lambda: (s := stack.status())["health"] == "ok" and s, 60, "health ok after the switch")
+    assert (st["profile"], st["state"]) == ("nccl-tuned", "serving")
+
+
+def test_a_probe_timeout_below_the_health_generation_never_commits(kit_stack):
+    """Why KIT_HEALTH_PROBE_TIMEOUT_S waits past SGLang's /health: with 1 s against a 2.5 s /health every probe
+    reads 'timeout' (not down), and the first start is never committed as serving."""
+    env = {"STANDIN_HEALTH_DELAY_S": "2.5", "KIT_HEALTH_PROBE_TIMEOUT_S": "1"}
+    stack = kit_stack("baseline", "off", extra_env=env, start=False)
+    stack.start(timeout=LOADED_START_S, states=frozenset({"starting"}), healthy=False)
+    st = until(lambda: (s := stack.status())["health"] == "timeout" and s, 60, "a probe timed out")
+    assert st["state"] == "starting"
 
 
 def test_crash_at_start_rolls_back(kit_stack):

@@ -283,6 +283,33 @@ def test_health_is_503_during_startup_then_200(tmp_path: Path) -> None:
         assert "SIMULATED SGLang stand-in" in server.stderr()
 
 
+def test_start_refuses_connections_while_loading_then_503_then_a_slow_health(tmp_path: Path) -> None:
+    """As SGLang 0.5.23 starts: the port refuses through the model load, /health answers 503 at once during
+    warm-up, then 200 after a one-token generation (at least 1 s: health_delay_s)."""
+    env = {**FAST, "STANDIN_LOAD_DELAY_S": "1.5", "STANDIN_STARTUP_DELAY_S": "0.5", "STANDIN_HEALTH_DELAY_S": "1.0"}
+    with standin(tmp_path, [], env, wait="none") as server:
+        refused = False
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # until the stand-in says it loads: the port must refuse
+            if "loading the model" in server.stderr():
+                with pytest.raises(httpx.ConnectError):
+                    server.client.get("/health")
+                refused = True
+                break
+            time.sleep(0.02)
+        assert refused, server.stderr()
+        server.wait_listening()
+        t0 = time.monotonic()
+        codes = set()
+        while (r := server.client.get("/health")).status_code != 200:
+            codes.add(r.status_code)
+            assert time.monotonic() - t0 < 20
+        assert time.monotonic() - t0 >= 1.0  # the last, healthy answer took the generation's time
+        assert codes <= {503}
+        ready = time.monotonic()
+        assert server.client.get("/ready").status_code == 200 and time.monotonic() - ready < 1.0
+
+
 def test_streaming_generate_reports_exact_accept_length(tmp_path: Path) -> None:
     env = {**FAST, "STANDIN_ACCEPT_LENGTH": "2.5"}
     with standin(tmp_path, SPEC_ARGV, env) as server:

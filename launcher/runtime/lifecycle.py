@@ -6,7 +6,8 @@ It observes (supervisord's process info, /health, the journal, the clock) and ca
 next state is, and what to do, is decided in transitions.py, whose table every move goes through:
 - starting/failed -> serving: /health answers 200 (the first healthy start of a plan is committed);
 - serving/degraded/rolled_back -> down: supervisord's program is neither RUNNING nor STARTING, or /health
-  is refused (a slow /health is not "down");
+  is refused (a slow /health is not "down": SGLang's runs a one-token generation, at least 1 s, so each
+  probe waits KIT_HEALTH_PROBE_TIMEOUT_S, past SGLang's own 20 s limit);
 - down -> the state it left: /health answers 200 again;
 - any -> failed: supervisord gave up (FATAL); it is started again after a doubling backoff;
 - starting -> failed: the first start ended (EXITED, STOPPED, ...);
@@ -38,8 +39,6 @@ from launcher.runtime.states import ANSWERING, Outcome, Phase, Resolution, State
 from launcher.runtime.supervisor_rpc import Supervisor
 from launcher.runtime.switch import Switcher, label
 from launcher.runtime.transitions import HEALTH_DOWN, HEALTH_OK, Act, Reading, Retry
-
-HEALTH_PERIOD_S = 0.25
 
 
 class Busy(Exception):
@@ -174,13 +173,14 @@ class Lifecycle:
         if j is not None:
             await self.lock.acquire()  # held from here: no switch and no commit before it is resolved
             self.recovery = asyncio.create_task(self.recover(j))
-        async with httpx.AsyncClient(timeout=httpx.Timeout(2, connect=1), transport=self.transport) as client:
+        probe = httpx.Timeout(settings.KIT_HEALTH_PROBE_TIMEOUT_S.get(), connect=1)
+        async with httpx.AsyncClient(timeout=probe, transport=self.transport) as client:
             while True:
                 try:
                     await self._tick(client)
                 except Exception:  # a monitor that dies leaves /status stale: report and go on
                     traceback.print_exc()
-                await asyncio.sleep(HEALTH_PERIOD_S)
+                await asyncio.sleep(settings.KIT_HEALTH_PROBE_PERIOD_S.get())
 
     async def _probe(self, client: httpx.AsyncClient) -> tuple[str, float]:
         """One /health reading and when it was taken; the caller publishes it with the state it leads to."""

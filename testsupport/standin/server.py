@@ -67,7 +67,12 @@ def _not_ready() -> web.Response:
 
 # ----- health --------------------------------------------------------------------------------
 async def health(request: web.Request) -> web.Response:
-    return web.Response(status=200 if request.app[ENGINE_KEY].healthy() else 503)
+    engine = request.app[ENGINE_KEY]
+    if not engine.healthy():
+        return web.Response(status=503)  # SGLang answers 503 at once while it starts
+    if engine.settings.health_delay_s and request.path != "/ready":
+        await asyncio.sleep(engine.settings.health_delay_s)  # the one-token generation SGLang runs, then polls for
+    return web.Response(status=200 if engine.healthy() else 503)
 
 
 # ----- native /generate ----------------------------------------------------------------------
@@ -357,6 +362,14 @@ async def serve(engine: Engine) -> int:
             signal.signal(sig, signal.SIG_IGN)  # SIMULATED: a server that only SIGKILL stops
             continue
         loop.add_signal_handler(sig, stop.set)
+    if engine.settings.load_delay_s:  # SGLang loads the model before it listens: connections are refused
+        print(f"SIMULATED: loading the model for {engine.settings.load_delay_s:g} s", file=sys.stderr, flush=True)
+        try:
+            await asyncio.wait_for(stop.wait(), engine.settings.load_delay_s)
+            return 0
+        except TimeoutError:
+            pass
+        engine.start_monotonic = time.monotonic()  # the warm-up (503) starts once it listens
     runner = web.AppRunner(build_app(engine), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     site = web.TCPSite(runner, engine.args.host, engine.args.port)

@@ -53,7 +53,13 @@ class StandinSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    startup_delay_s: float = Field(1.0, ge=0, description="/health answers 503 for this long after start.")
+    load_delay_s: float = Field(
+        0.0, ge=0, description="Seconds before the server listens at all (SGLang loading the model: connections are "
+        "refused), before the startup_delay_s warm-up in which /health answers 503.")
+    startup_delay_s: float = Field(1.0, ge=0, description="/health answers 503 for this long after it listens.")
+    health_delay_s: float = Field(
+        0.0, ge=0, description="/health and /health_generate answer after this long (SGLang 0.5.23 runs a one-token "
+        "generation and polls for it once a second: at least 1 s).")
     ttft_ms: float = Field(40.0, ge=0, description="Request arrival to the first chunk.")
     decode_ms: float = Field(12.0, ge=0, description="Chunk interval without speculation (1 token a chunk).")
     verify_ms: float = Field(30.0, ge=0, description="Chunk interval with speculation (one verify pass).")
