@@ -37,6 +37,7 @@ ROWS = {
     "`NCCL_P2P_LEVEL=SYS`": ["p2p_level_across_sockets"],
     "EAGLE (steps, top-k, draft tokens)": ["eagle_spec_params"],
     "`enable-metrics` turned off": ["metrics_needed_by_drain"],
+    "`log-level` above info": ["startup_lines_need_info_logging"],
 }
 
 

@@ -27,6 +27,7 @@ from launcher.profiles.rules.context import Context, Finding, Level
 from launcher.profiles.rules.expert_parallel import deepep_low_latency_transport, deepep_normal_mode
 from launcher.profiles.rules.host import gpu_count, host_requirements
 from launcher.profiles.rules.metrics import metrics_needed_by_drain
+from launcher.profiles.rules.server_log import startup_lines_need_info_logging
 from launcher.profiles.rules.nccl_env import (
     graph_mixing_off_with_eager_nccl,
     ll128_on_pcie,
@@ -70,6 +71,7 @@ RULES: list[tuple[Rule, bool]] = [
     (p2p_level_across_sockets, False),
     (eagle_spec_params, False),
     (metrics_needed_by_drain, False),
+    (startup_lines_need_info_logging, False),
 ]
 
 
