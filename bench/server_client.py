@@ -203,7 +203,7 @@ class ServerClient:
     def configure_from_server_info(self, info: dict[str, Any]) -> None:
         """Model name for the chat API; whether /generate streams incremental or cumulative text."""
         self.model = str(info.get("served_model_name") or info.get("model_path") or "default")
-        self.incremental_text = bool(info.get("incremental_streaming_output") or info.get("stream_output"))
+        self.incremental_text = bool(info.get("incremental_streaming_output"))  # the 0.5.23 field (tokenizer_manager.py 543)
 
     # ----- one request -------------------------------------------------------------------------
     def _payload(self, prompt: Prompt) -> tuple[str, dict[str, Any]]:

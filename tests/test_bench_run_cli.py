@@ -192,7 +192,8 @@ def test_chat_api_accept_length_from_metrics(standin, tmp_path):
               "--max-tokens", "12", "--warmup", "0", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     cell = json.loads((only_bundle(tmp_path) / "current__eagle3.json").read_text())
-    assert cell["accept_length"] == 2.0 and cell["accept_length_source"] == "metrics"
+    # per request, from the sglext chunk SGLang sends when asked (return_spec_tokens_details), as /generate does
+    assert cell["accept_length"] == 2.0 and cell["accept_length_source"] == "meta_info"
 
 
 def test_server_death_makes_run_invalid_and_bundle_still_written(standin, tmp_path):

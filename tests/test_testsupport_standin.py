@@ -341,7 +341,7 @@ def test_without_speculation_one_token_per_chunk(tmp_path: Path) -> None:
         events, done = stream_generate(server, "hello", 9)
         assert done and len(events) == 9
         assert [e["meta_info"]["completion_tokens"] for e in events] == list(range(1, 10))
-        assert all(e["meta_info"]["spec_verify_ct"] == 0 for e in events)
+        assert not any("spec_verify_ct" in e["meta_info"] for e in events)  # only under speculation, as SGLang
         assert "spec_accept_length" not in events[-1]["meta_info"]
         assert "avg_spec_accept_length" not in server.client.get("/server_info").json()["internal_states"][0]
         assert metric(server.client.get("/metrics").text, "sglang:spec_verify_calls_total") == 0
@@ -362,9 +362,20 @@ def test_chat_completions_stream_and_non_stream(spec_server: Standin) -> None:
     assert events[0]["choices"][0]["delta"]["role"] == "assistant"
     content_events = [e for e in events if e["choices"]]
     streamed = "".join(e["choices"][0]["delta"].get("content") or "" for e in content_events)
-    assert content_events[-1]["choices"][0]["finish_reason"] == "length"
-    assert len(content_events) == 1 + expected_counts(10, 2.5, True)[1]
+    # as SGLang 0.5.23: the finish reason in a chunk of its own with no token, usage only on the last chunk
+    assert content_events[-1]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}
+    assert {e["choices"][0]["finish_reason"] for e in content_events[:-1]} == {None}
+    assert len(content_events) == 2 + expected_counts(10, 2.5, True)[1]
     assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 10
+    assert all("usage" not in e for e in events[:-1]) and not any("sglext" in e for e in events)
+    # asked for, the speculation details come in an sglext chunk with no choices, before usage
+    with spec_server.client.stream("POST", "/v1/chat/completions",
+                                   json={**body, "return_spec_tokens_details": True}) as r:
+        asked, _ = sse_events(r)
+    [ext] = [e for e in asked if "sglext" in e]
+    assert asked.index(ext) == len(asked) - 2 and ext["choices"] == []
+    details = ext["sglext"]["spec_tokens_details"]
+    assert details["spec_verify_ct"] == expected_counts(10, 2.5, True)[1] and details["spec_accept_length"] == 2.5
     whole = spec_server.client.post("/v1/chat/completions", json={**body, "stream": False}).json()
     assert whole["object"] == "chat.completion"
     assert whole["choices"][0]["message"]["content"] == streamed

@@ -183,7 +183,9 @@ class Engine:
     def meta_info(
         self, rid: str, prompt: str, chunk: Chunk, max_new_tokens: int, t0: float
     ) -> dict[str, object]:
-        """SGLang's ``meta_info`` for one chunk (``spec_verify_ct`` is always present, 0 without spec)."""
+        """SGLang's ``meta_info`` for one chunk. As 0.5.23 sends it (managers/tokenizer_manager.py, around 2755 and
+        3150-3172): the ``spec_*`` keys, ``spec_verify_ct`` included, only in the finished chunk and only under
+        speculation with drafts proposed; never in the chunks before it, never without speculation."""
         meta: dict[str, object] = {
             "id": rid,
             "finish_reason": {"type": "length", "length": max_new_tokens} if chunk.finished else None,
@@ -192,17 +194,16 @@ class Engine:
             "cached_tokens": 0,
             "reasoning_tokens": 0,
             "weight_version": "default",
-            "spec_verify_ct": chunk.spec_verify_ct,
         }
-        if chunk.spec_verify_ct > 0:
+        drafts = self.args.speculative_num_draft_tokens
+        if chunk.finished and chunk.spec_verify_ct > 0 and drafts and drafts > 1:
+            proposed = chunk.spec_verify_ct * (drafts - 1)
+            correct = chunk.completion_tokens - chunk.spec_verify_ct
+            meta["spec_accept_rate"] = correct / proposed
             meta["spec_accept_length"] = chunk.completion_tokens / chunk.spec_verify_ct
-            drafts = self.args.speculative_num_draft_tokens
-            if drafts and drafts > 1:
-                proposed = chunk.spec_verify_ct * (drafts - 1)
-                correct = chunk.completion_tokens - chunk.spec_verify_ct
-                meta["spec_accept_rate"] = correct / proposed
-                meta["spec_num_correct_drafts"] = correct
-                meta["spec_num_proposed_drafts"] = proposed
+            meta["spec_num_correct_drafts"] = correct
+            meta["spec_num_proposed_drafts"] = proposed
+            meta["spec_verify_ct"] = chunk.spec_verify_ct
         if chunk.finished:
             meta["e2e_latency"] = time.monotonic() - t0
         return meta

@@ -152,8 +152,7 @@ def _chat_chunk(
         "created": created,
         "model": model,
         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-        "usage": None,
-    }
+    }  # no "usage" key: SGLang 0.5.23 leaves it out of every chunk but the last
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -201,7 +200,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     try:
-        completion = 0
+        completion, last, t0 = 0, None, time.monotonic()
         async with contextlib.aclosing(engine.generate(prompt, n)) as chunks:
             async for chunk in chunks:
                 if chunk.index == 0:
@@ -209,12 +208,22 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                         _sse(_chat_chunk(rid, created, model, {"role": "assistant", "content": ""}, None))
                     )
                 delta = {"content": simulation.detokenize(chunk.new_ids)}
-                event = _chat_chunk(rid, created, model, delta, "length" if chunk.finished else None)
+                event = _chat_chunk(rid, created, model, delta, None)
                 if want_lp:
                     new = chunk.positions[len(chunk.positions) - len(chunk.new_ids):]
                     event["choices"][0]["logprobs"] = logprob_shapes.chat_content(new, top)
                 await resp.write(_sse(event))
-                completion = chunk.completion_tokens
+                completion, last = chunk.completion_tokens, chunk
+        # As SGLang 0.5.23 (entrypoints/openai/serving_chat.py around 2641-2764): the finish reason in a chunk
+        # of its own with no token, then, when asked (return_spec_tokens_details) and speculation ran, the
+        # sglext chunk with no choices, then usage, then [DONE].
+        await resp.write(_sse(_chat_chunk(rid, created, model, {}, "length")))
+        if body.get("return_spec_tokens_details") is True and last is not None:
+            meta = engine.meta_info(rid, prompt, last, n, t0)
+            spec = {k: v for k, v in meta.items() if k.startswith("spec_")}
+            if spec:
+                await resp.write(_sse({"id": rid, "object": "chat.completion.chunk", "created": created,
+                                       "model": model, "choices": [], "sglext": {"spec_tokens_details": spec}}))
         if include_usage:
             final = _chat_chunk(rid, created, model, {}, None)
             final["choices"], final["usage"] = [], usage(completion)
