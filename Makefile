@@ -284,12 +284,15 @@ test-fast: $(VENV_TEST_STAMP) ## the tests that start no process (no kit stack, 
 e2e: $(VENV_TEST_STAMP) ## both images from the real Dockerfile and the compose stack, on a CPU machine (root: may start a private dockerd)
 	PY=$(PY) COMPOSE_BIN=$(VENV)/compose/bin/docker-compose bash tools/e2e/run.sh
 
-.PHONY: test-real
+.PHONY: test-real demo-real
 REAL_VENV ?= .venv-real
 $(REAL_VENV)/.real-installed: tools/real/requirements.txt tools/real/constraints.txt tools/real/install.sh
 	REAL_VENV=$(abspath $(REAL_VENV)) bash tools/real/install.sh
 test-real: $(REAL_VENV)/.real-installed ## real SGLang 0.5.23 on the CPU under launcher serve (tests_real/; builds a 6.5 GB .venv-real first)
 	$(REAL_VENV)/bin/python -m pytest tests_real -q -p no:cacheprovider --timeout 3600 $(TEST_ARGS)
+
+demo-real: $(REAL_VENV)/.real-installed ## the demo's flow (up, switch, bench, report) on REAL SGLang 0.5.23 on the CPU with a tiny random model: timings mean nothing about a GPU host
+	$(REAL_VENV)/bin/python -m testsupport.real.demo
 
 lint: $(VENV_KIT_STAMP)
 lint: ## ruff, hadolint, shellcheck (if installed), compose file check (if compose is installed)

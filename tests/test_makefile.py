@@ -36,6 +36,7 @@ VERBS = (
     "test",
     "test-fast",
     "test-real",
+    "demo-real",
     "lint",
     "check",
     "show",

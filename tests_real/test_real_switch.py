@@ -187,3 +187,21 @@ def test_a_profile_the_real_server_refuses_rolls_back_quoting_its_error(stack, s
     argv = stack.launch_process().cmdline()
     assert "--context-length" not in argv
     until(lambda: httpx.get(f"{stack.server_url}/health", timeout=30).status_code == 200, 60, "healthy again")
+
+
+def test_a_server_that_crashes_at_every_start_is_reported_as_a_crash_loop(tmp_path, tiny_model):
+    """Its own stack, started on the profile the real server refuses: supervisord's start and its one retry
+    both exit, it gives up (FATAL), and /status reads `failed` with a crash loop that quotes the server's
+    own error line; the automatic restart waits its backoff (600 s here: nothing restarts during the test)."""
+    s = RealStack(tmp_path / "crashy", tiny_model, "real-too-long",
+                  extra_env={"KIT_START_RETRIES": "1", "KIT_RETRY_BACKOFF_S": "600"})
+    for name, text in PROFILES.items():
+        s.write_profile(name, text)
+    try:
+        s.start(states=frozenset({"failed"}), healthy=False)
+        st = until(lambda: (x := s.status())["retry"]["next_at"] is not None and x, START_TIMEOUT_S,
+                   "the crash loop announced")
+        assert st["state"] == "failed" and "crash loop" in st["last_error"] and "FATAL" in st["last_error"], st
+        assert REFUSAL in StatePaths(s.state_dir).server_log.read_text(errors="replace")  # the real cause, logged
+    finally:
+        s.stop()

@@ -55,12 +55,13 @@ class RealStack(KitStack):
             }
         )
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> RealStack:
-        super().start(timeout)
+    def start(self, timeout: float = START_TIMEOUT_S, states: frozenset[str] = frozenset({"serving"}),
+              healthy: bool = True) -> RealStack:
+        super().start(timeout, states, healthy)
         return self
 
-    def wait_state(self, states: set[str], timeout: float = START_TIMEOUT_S) -> dict:
-        return super().wait_state(states, timeout)
+    def wait_state(self, states: set[str], timeout: float = START_TIMEOUT_S, healthy: bool = True) -> dict:
+        return super().wait_state(states, timeout, healthy)
 
     def switch(self, profile: str, spec: str = "off", token: str | None = "default", timeout_s: float | None = None,
                spec_params: object = None) -> httpx.Response:

@@ -1,0 +1,78 @@
+"""The bench and the start-up reader against real SGLang 0.5.23 (the session's shared server, TP 2):
+`bench run` writes a complete bundle through /generate and through the chat API with the same token counts,
+and the start-up reader reads the real log, with its rank prefixes, into a record whose verdicts say why no
+GPU backend runs on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from launcher.profiles.plan import Plan
+from launcher.runtime import activation
+from launcher.runtime.start_lines import RANK_PREFIX, rank_of, scan
+from launcher.state_layout import StatePaths
+from testsupport.stack import REPO
+
+MAX_TOKENS = 12
+
+
+def bench(stack, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "STANDIN_"))}
+    env.update(KIT_CONTROL_TOKEN=stack.token, PYTHONPATH=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "bench", "run", "--url", stack.server_url, "--control", stack.control_url,
+         "--no-switch", "--repeats", "1", "--num-prompts", "2", "--max-tokens", str(MAX_TOKENS), "--warmup", "0",
+         "--read-timeout", "600", "--out", str(out), *extra],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+
+
+def bundle(out: Path) -> tuple[dict, dict, list[dict]]:
+    [run_dir] = [p for p in out.iterdir() if p.is_dir()]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    [cell_file] = [p for p in run_dir.glob("*.json") if p.name not in ("manifest.json",) and "__" in p.name]
+    cell = json.loads(cell_file.read_text())
+    rows = [json.loads(line) for line in cell_file.with_name(cell_file.stem + ".requests.jsonl").read_text().splitlines()]
+    return manifest, cell, rows
+
+
+def test_bench_run_writes_a_complete_bundle_and_the_chat_api_counts_the_same(serving_stack, tmp_path):
+    gen = bench(serving_stack, tmp_path / "generate")
+    assert gen.returncode == 0, gen.stderr[-3000:]
+    manifest, cell, rows = bundle(tmp_path / "generate")
+    assert manifest["simulated"] is False and cell["valid"] is True, cell.get("invalid_reason")
+    [rep] = cell["per_repeat"]
+    assert rep["valid"] and rep["completed"] == 2 and rep["failed"] == 0 and rep["output_throughput"] > 0
+    assert cell["profile"] == "real-serving" and cell["spec"] == "off"
+    assert cell["accept_length"] is None  # no speculation: SGLang sends no spec_verify_ct, so none is made up
+    chat = bench(serving_stack, tmp_path / "chat", "--api", "chat")
+    assert chat.returncode == 0, chat.stderr[-3000:]
+    _, chat_cell, chat_rows = bundle(tmp_path / "chat")
+    assert chat_cell["valid"] is True, chat_cell.get("invalid_reason")
+
+    def counts(rs):
+        return sorted((r["prompt_id"], r["completion_tokens"]) for r in rs if r.get("ok"))
+
+    assert counts(rows) == counts(chat_rows) and len(counts(rows)) == 2
+    assert all(0 < n <= MAX_TOKENS for _, n in counts(rows))
+
+
+def test_the_start_reader_reads_the_real_log_and_says_why_no_gpu_backend_runs(serving_stack):
+    text = StatePaths(serving_stack.state_dir).server_log.read_text(errors="replace")
+    tagged = {rank_of(line) for line in text.splitlines() if RANK_PREFIX.match(line)}
+    assert {"TP0", "TP1"} <= tagged, sorted(tagged)  # SGLang's own [time TPn] prefixes, read per rank
+    records = [r for r in scan(text) if r["profile"] == "real-serving"]
+    assert records and records[-1]["pid"], records
+    record = records[-1]
+    plan = Plan.from_json(json.loads(StatePaths(serving_stack.state_dir).profile_json.read_text()))
+    expecting = plan.model_copy(update={"expects": ["fusion", "pcie-ipc", "mscclpp"]})
+    statuses, decode = activation.assess(expecting, record)
+    for st in statuses:  # on CPU no GPU backend logs its line: each is inactive, and says which line is missing
+        assert st["active"] is False and st["verdict"] == "inactive", st
+        assert "no '" in st["evidence"] and "in the server log since it started" in st["evidence"], st
+    assert decode["backend"] in ("nccl", None) and decode["why"], decode
+    status = serving_stack.status()
+    assert status["backends"] == [] and status["decode_allreduce"]["why"], status  # baseline expects none
