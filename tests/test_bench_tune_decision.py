@@ -159,3 +159,19 @@ def test_a_lead_below_the_minimum_gain_is_no_winner_however_quiet():
     assert small.outcome == "no_gain" and small.comparisons[0].ci_low > 0
     assert decide({"a": base * 1.03, "inc": base}, "inc").outcome == "winner"
     assert decide({"a": base * 1.005, "inc": base}, "inc", min_gain=0.0).outcome == "winner"
+
+
+def test_runs_not_repeats_are_the_unit_when_noise_comes_in_bursts():
+    """Two runs of a finalist, one during a neighbour's quiet minute: as 8 independent repeats it 'wins'; as the
+    runs they are, the interval holds the difference between runs and nothing wins."""
+    rng = np.random.default_rng(3)
+    a = [list(110 + rng.normal(0, 0.2, 4)), list(101 + rng.normal(0, 0.2, 4))]
+    inc = [list(100 + rng.normal(0, 0.2, 4)), list(100 + rng.normal(0, 0.2, 4))]
+    flat_decision = decide({"a": [v for r in a for v in r], "inc": [v for r in inc for v in r]}, "inc")
+    assert flat_decision.outcome == "winner"
+    by_run = decide({"a": a, "inc": inc}, "inc")
+    assert by_run.outcome not in ("winner", "tie") and by_run.comparisons[0].ci_low < 1.0
+    assert by_run.repeats == {"a": 8, "inc": 8} and abs(by_run.means["a"] - flat_decision.means["a"]) < 1e-9
+    # runs of one repeat each are the plain bootstrap of the values
+    vals = list(100 + rng.normal(0, 1, 8))
+    assert bootstrap_diff([[v] for v in vals], [100.0] * 8, seed=1) == bootstrap_diff(vals, [100.0] * 8, seed=1)

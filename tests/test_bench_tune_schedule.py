@@ -15,6 +15,10 @@ def test_block_sizes_split_evenly_and_never_empty():
 
 
 def test_mirrored_blocks_merge_neighbours_and_balance_linear_drift():
+    four = mirrored(["A", "B", "C"], 8)  # the default: 4 blocks
+    assert [(r.arm, r.repeats) for r in four] == [("A", 2), ("B", 2), ("C", 4), ("B", 2), ("A", 4), ("B", 2),
+                                                  ("C", 4), ("B", 2), ("A", 2)]
+    assert switches(four) == 9
     runs = mirrored(["A", "B", "C"], 8, 2)
     assert [(r.arm, r.repeats) for r in runs] == [("A", 4), ("B", 4), ("C", 8), ("B", 4), ("A", 4)]
     assert switches(runs) == 5 and switches(runs, running="A") == 4

@@ -14,8 +14,9 @@ tokens / the repeat's wall time).
 
 **Rule.** For every finalist that passed the correctness gate (a cell that failed the gate, or whose
 server failed, is never chosen: it is listed with its reason), the percentile bootstrap 95% interval of
-its mean minus the running plan's (each arm resampled with replacement, its deviations widened by
-sqrt(n/(n-1)) so the interval is not too narrow at small n; 10,000 resamples, seeded). A finalist *beats*
+its mean minus the running plan's (each arm resampled in two stages, its runs, then each run's repeats,
+since the repeats of one run share their switch and their stretch of time; deviations widened by
+sqrt(k/(k-1)) so the interval is not too narrow at small k; 10,000 resamples, seeded). A finalist *beats*
 the running plan when that interval's low end clears `min_gain` (1%) of the running plan's mean: a lead
 must be worth a switch, so two setups that differ by less (identical ones whose tiny systematic
 difference a quiet host resolves, for example) do not. Outcomes:
@@ -119,23 +120,51 @@ def goodput(rep: Repeat, ttft_ms: float, tpot_ms: float, unit: str = "req/s") ->
     return amount / rep.duration_s
 
 
-def _resampled_means(x: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """Means of `resamples` resamples, deviations widened by sqrt(n/(n-1)) so their spread is the sample
-    variance's, not the biased (n-1)/n of it (the plain percentile bootstrap is too narrow at small n)."""
-    n = len(x)
-    dev = x[rng.integers(0, n, (resamples, n))].mean(axis=1) - x.mean()
-    return x.mean() + dev * (np.sqrt(n / (n - 1)) if n > 1 else 1.0)
+Arm = Sequence[float] | Sequence[Sequence[float]]  # values, or the values of each run (one switch each)
 
 
-def bootstrap_diff(a: Sequence[float], b: Sequence[float], *, seed: int = 0, resamples: int = RESAMPLES,
+def runs_of(arm: Arm) -> list[np.ndarray]:
+    """An arm as its runs: a flat list of values is one run per value (independent repeats); a list of lists
+    is the repeats of each run, which share their switch and their stretch of time."""
+    if len(arm) and all(isinstance(v, Sequence | np.ndarray) for v in arm):
+        return [np.asarray(r, dtype=float) for r in arm if len(r)]  # type: ignore[arg-type]
+    return [np.asarray([v], dtype=float) for v in arm]  # type: ignore[list-item]
+
+
+def flat(arm: Arm) -> list[float]:
+    return [float(v) for r in runs_of(arm) for v in r]
+
+
+def _resampled_means(runs: list[np.ndarray], rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """Means of `resamples` two-stage resamples: the arm's runs with replacement, then each chosen run's repeats
+    with replacement. Repeats of one run share its switch and its stretch of time (a neighbour's burst of load,
+    a server that came up a little slower), so they are not independent: resampling whole runs carries the
+    spread between runs into the interval. With one value per run this is the plain bootstrap of the values.
+    Deviations are widened by sqrt(k/(k-1)) over k runs (sqrt(n/(n-1)) over n repeats when there is one run)
+    so their spread is the sample variance's, not the biased (k-1)/k of it."""
+    sizes = np.array([len(r) for r in runs])
+    centre = float(np.concatenate(runs).mean())
+    within = np.stack([r[rng.integers(0, len(r), (resamples, len(r)))].mean(axis=1) for r in runs])  # k x R
+    k = len(runs)
+    if k == 1:
+        n = int(sizes[0])
+        return centre + (within[0] - centre) * (np.sqrt(n / (n - 1)) if n > 1 else 1.0)
+    pick = rng.integers(0, k, (resamples, k))
+    w = sizes[pick]
+    means = (within[pick, np.arange(resamples)[:, None]] * w).sum(axis=1) / w.sum(axis=1)
+    return centre + (means - centre) * np.sqrt(k / (k - 1))
+
+
+def bootstrap_diff(a: Arm, b: Arm, *, seed: int = 0, resamples: int = RESAMPLES,
                    confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(mean(a) - mean(b), low, high): percentile bootstrap interval of the difference of means."""
-    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    """(mean(a) - mean(b), low, high): percentile bootstrap interval of the difference of means, resampling
+    each arm's runs, then their repeats (`_resampled_means`)."""
+    ra, rb = runs_of(a), runs_of(b)
     rng = np.random.default_rng(seed)
-    ma, mb = _resampled_means(xa, rng, resamples), _resampled_means(xb, rng, resamples)
+    ma, mb = _resampled_means(ra, rng, resamples), _resampled_means(rb, rng, resamples)
     tail = (1.0 - confidence) / 2.0 * 100.0
     low, high = np.percentile(ma - mb, [tail, 100.0 - tail])
-    return float(xa.mean() - xb.mean()), float(low), float(high)
+    return float(np.concatenate(ra).mean() - np.concatenate(rb).mean()), float(low), float(high)
 
 
 @dataclass(frozen=True)
@@ -172,11 +201,19 @@ class Power:
                 f"a {self.detectable_gain:.1%} gain 80% of the time")
 
 
-def power(a: Sequence[float], b: Sequence[float], *, min_gain: float = MIN_GAIN, gain: float = POWER_GAIN) -> Power:
+def _var_of_mean(arm: Arm) -> float:
+    """Variance of an arm's mean: from its run means when it has several runs, else from its repeats."""
+    runs = runs_of(arm)
+    if len(runs) > 1 and any(len(r) > 1 for r in runs):
+        means = np.array([r.mean() for r in runs])
+        return float(means.var(ddof=1) / len(runs))
+    x = np.concatenate(runs) if runs else np.asarray([], dtype=float)
+    return float(x.var(ddof=1) / len(x)) if len(x) > 1 else 0.0
+
+
+def power(a: Arm, b: Arm, *, min_gain: float = MIN_GAIN, gain: float = POWER_GAIN) -> Power:
     """Power of the rule for arm `a` against the running plan `b` at their measured spread (normal approximation)."""
-    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    var = (xa.var(ddof=1) / len(xa) if len(xa) > 1 else 0.0) + (xb.var(ddof=1) / len(xb) if len(xb) > 1 else 0.0)
-    se, mean = math.sqrt(var), float(xb.mean())
+    se, mean = math.sqrt(_var_of_mean(a) + _var_of_mean(b)), float(np.mean(flat(b)))
     z = NormalDist().inv_cdf(1 - (1 - CONFIDENCE) / 2)
     if se <= 0 or mean <= 0:
         return Power(se, min_gain, 1.0 if gain > min_gain else 0.0, gain)
@@ -233,16 +270,16 @@ RULE = (
 )
 
 
-def _compare(a: str, b: str, role: str, samples: Mapping[str, Sequence[float]], means: Mapping[str, float], *,
+def _compare(a: str, b: str, role: str, samples: Mapping[str, Arm], means: Mapping[str, float], *,
              seed: int, resamples: int, confidence: float, min_repeats: int, min_gain: float) -> Comparison:
     diff, low, high = bootstrap_diff(samples[a], samples[b], seed=seed, resamples=resamples, confidence=confidence)
-    enough = min(len(samples[a]), len(samples[b])) >= min_repeats
-    return Comparison(a, b, role, diff, low, high, len(samples[a]), len(samples[b]),
-                      enough and low > max(0.0, min_gain * means[b]))
+    na, nb = len(flat(samples[a])), len(flat(samples[b]))
+    enough = min(na, nb) >= min_repeats
+    return Comparison(a, b, role, diff, low, high, na, nb, enough and low > max(0.0, min_gain * means[b]))
 
 
 def decide(
-    samples: Mapping[str, Sequence[float]],
+    samples: Mapping[str, Arm],
     incumbent: str,
     *,
     rejected: Mapping[str, str] | None = None,
@@ -255,13 +292,14 @@ def decide(
 ) -> Decision:
     """Apply the rule (module docstring) to the final values per candidate label.
 
-    `samples` holds the objective values of every finalist and of `incumbent` (the running plan);
+    `samples` holds the objective values of every finalist and of `incumbent` (the running plan), flat or as
+    the values of each run (one switch each: `runs_of`);
     `rejected` names cells that failed the gate or their switch, with why: they are never chosen."""
     rejected = dict(rejected or {})
     rule = RULE.format(unit=objective.unit, conf=confidence, resamples=resamples, seed=seed, min_repeats=min_repeats,
                        gain=min_gain, power_gain=POWER_GAIN, target=POWER_TARGET)
-    means = {k: float(np.mean(v)) for k, v in samples.items() if len(v)}
-    counts = {k: len(v) for k, v in samples.items()}
+    means = {k: float(np.mean(flat(v))) for k, v in samples.items() if flat(v)}
+    counts = {k: len(flat(v)) for k, v in samples.items()}
     correct = sorted((k for k in means if k not in rejected), key=lambda k: -means[k])
     base = dict(incumbent=incumbent, objective=objective.describe(), rule=rule, means=means, repeats=counts,
                 rejected=rejected, resamples=resamples, confidence=confidence, seed=seed, min_gain=min_gain)

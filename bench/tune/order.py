@@ -25,11 +25,11 @@ a budget that cannot hold it is exit 2, naming the budget that would and the fla
 
 **Successive halving** (`next_batch`, pure: the state is the results so far, so a resumed tune plans
 the same next batch). Round r asks every survivor for `screen_repeats · 2^r` repeats in all. Round 0's
-survivors are all candidates; when a round is complete, the better half (ceil(n/2)) by the lower
-95% confidence bound of mean tok/s (Student t; a single repeat counts as its own bound) go on.
+survivors are all candidates; when a round is complete, the better half (ceil(n/2)) by mean tok/s of
+their screening repeats go on (`screen_mean`: a lower bound would drop the best for one disturbed repeat).
 Failed cells (server failed, rolled back, invalid, or wrong by the correctness gate) drop out and are
-never measured again. Halving stops once at most `finalists` (2) remain: the decision's interleaved
-comparison with the running plan takes over. A batch never costs more than the remaining budget:
+never measured again. Halving stops once at most `finalists` (2) remain: the final's blocked
+comparison with the running plan takes over (bench/tune/schedule.py). A batch never costs more than the remaining budget:
 cells are added in promise order while `switch_s + repeats · repeat_s` still fits, the rest wait, and
 a round that cannot be finished ends the halving ("budget").
 """
@@ -209,9 +209,11 @@ def interval(values: Sequence[float]) -> tuple[float, float]:
     return mean - half, mean + half
 
 
-def lower_bound(values: Sequence[float]) -> float:
-    """Lower 95% confidence bound of the mean (Student t); one value is its own bound."""
-    return interval(values)[0] if values else -math.inf
+def screen_mean(values: Sequence[float]) -> float:
+    """What halving ranks by: the mean of the screening repeats (-inf without any). Not a lower bound: with 2
+    repeats Student's t is 12.7, so one repeat a neighbour's burst of load slowed would drop the best candidate
+    at once; a wild spread gets more repeats in the next round instead, and the final decides with its test."""
+    return statistics.fmean(values) if values else -math.inf
 
 
 @dataclass(frozen=True)
@@ -288,9 +290,9 @@ def next_batch(
         if len(survivors) <= halving.finalists:
             return NextBatch([], rnd, target, survivors, True, "finalists", dropped=dropped)
         keep = math.ceil(len(survivors) / 2)
-        by_bound = sorted(survivors, key=lambda c: -lower_bound(results[c.label].tokps))
-        for c in by_bound[keep:]:
-            dropped[c.label] = f"round {rnd}: lower bound {lower_bound(results[c.label].tokps):.2f} tok/s not in the best {keep}"
-        kept = set(id(c) for c in by_bound[:keep])
+        by_mean = sorted(survivors, key=lambda c: -screen_mean(results[c.label].tokps))
+        for c in by_mean[keep:]:
+            dropped[c.label] = f"round {rnd}: mean {screen_mean(results[c.label].tokps):.2f} tok/s not in the best {keep}"
+        kept = set(id(c) for c in by_mean[:keep])
         survivors = alive([c for c in survivors if id(c) in kept])
         rnd += 1

@@ -416,7 +416,7 @@ class TuneRun:
                 self.halving_reason = nb.reason
                 states = self.states()  # a candidate never screened never reaches the final
                 alive = [c for c in nb.survivors if not states[c.label].failed and states[c.label].tokps]
-                alive.sort(key=lambda c: -order.lower_bound(states[c.label].tokps))
+                alive.sort(key=lambda c: -order.screen_mean(states[c.label].tokps))
                 self.finalists = [c.label for c in alive[: self.s.finalists]]
                 return
             batch = nb.batch if self.timing.switch_s is not None else nb.batch[:1]  # a switch not yet timed
@@ -427,7 +427,8 @@ class TuneRun:
         """The finalists and the running plan in mirrored blocks (bench/tune/schedule.py); a final the budget
         cuts short is decided on the repeats it has."""
         assert self.incumbent is not None
-        arms = list(dict.fromkeys([*self.finalists, self.incumbent.label]))
+        # the running plan first: its runs sit at both ends and in the middle of the mirrored schedule
+        arms = list(dict.fromkeys([self.incumbent.label, *self.finalists]))
         if len(arms) < 2:
             return
         by_label = {c.label: c for c in [*self.candidates, self.incumbent]}
@@ -450,8 +451,10 @@ class TuneRun:
         """The rule over the final interleaved values; rejected: every arm that failed or is wrong."""
         assert self.incumbent is not None
         labels = {c.label for c in self.candidates} | {self.incumbent.label}
-        samples = {label: [self.s.objective.value(r) for e in self.entries_of(label, ("final",)) if e.status == "ok"
-                           for r in e.repeats] for label in labels}
+        # one list per final run (one switch): the decision resamples runs, then their repeats
+        samples = {label: [[self.s.objective.value(r) for r in e.repeats]
+                           for e in self.entries_of(label, ("final",)) if e.status == "ok" and e.repeats]
+                   for label in labels}
         samples = {k: v for k, v in samples.items() if v}
         rejected = {label: why for label in labels if (why := self.failure(label))}
         return decide(samples, self.incumbent.label, rejected=rejected, objective=self.s.objective, seed=self.s.seed)

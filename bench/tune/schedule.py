@@ -4,15 +4,17 @@ On the target a switch reloads the model (minutes), so one switch per repeat (A 
 24 switches for two finalists and the running plan) costs hours. Here every arm gets `blocks` blocks of
 its repeats and the passes run forward, then backward, then forward …:
 
-    blocks=2, arms A B C:   A A A A | B B B B | C C C C | C C C C | B B B B | A A A A
-                            pass 1 (forward)              pass 2 (backward)
+    blocks=4, arms A B C, 8 repeats each:   AA BB CC | CC BB AA | AA BB CC | CC BB AA
+                                            pass 1     pass 2     pass 3     pass 4
 
-Two neighbouring blocks of one arm (C C above) run without a switch between them, so 3 arms cost 5
-switches instead of 24. Mirroring balances drift: under a drift linear in time every arm's blocks sit,
-on average, at the same position (A at 0 and 5, B at 1 and 4, C at 2 and 3: 2.5 each), so a host that
-warms up or a neighbour that starts a job lands on every arm alike, as the interleaved order did. The
-false-winner rate and power of this schedule against the interleaved one, under noise, drift and a
-per-restart offset, are simulated by tools/tune_schedule_sim.py (docs/tune.md).
+Neighbouring blocks of one arm (CC CC, AA AA) run without a switch between them, so 3 arms cost 9
+switches instead of 24 (blocks=2: 5). Mirroring balances drift: under a drift linear in time every
+arm's repeats sit, on average, at the same point, so a host that warms up lands on every arm alike.
+
+What blocks cannot balance is noise that comes in bursts (a neighbour's job for a minute): a block absorbs
+it whole. So the decision (bench/tune/decision.py) resamples runs, then their repeats, never the repeats of
+a run as if independent, and a schedule with few runs per arm pays for its few switches in power, not in
+false winners. tools/tune_schedule_sim.py simulates both, with and without bursts (docs/tune.md).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-DEFAULT_BLOCKS = 2
+DEFAULT_BLOCKS = 4
 
 
 @dataclass(frozen=True)
