@@ -55,10 +55,17 @@ def from_baseline(stack):
         assert stack.switch("baseline", "off").json()["outcome"] in ("switched", "unchanged")
 
 
+# The stand-in's repeats take a fifth of a second, so on a loaded test machine a run of them swings by a third
+# with the load: the final is 4 repeats in 4 blocks of one (mirrored, nearly interleaved: a burst lands on
+# every arm alike), where the default 4 blocks of 8 would leave 2-3 long runs an arm and, resampled as runs,
+# decide nothing on such a machine.
+FINAL = ("--final-blocks", "4", "--final-repeats", "4")
+
+
 def tune_argv(stack, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "bench", "tune", "--url", stack.server_url, "--control", stack.control_url,
             "--spec", "off", "--max-tokens", "24", "--num-prompts", "2", "--warmup", "1", "--budget", "10m",
-            "--switch-timeout", "60", "--health-timeout", "30", "--out", str(out), *extra]
+            "--switch-timeout", "60", "--health-timeout", "30", *FINAL, "--out", str(out), *extra]
 
 
 def tune_env(stack) -> dict[str, str]:
