@@ -38,7 +38,7 @@ def test_the_faster_profile_wins(race):
     vs = {c["role"]: c for c in res["decision"]["comparisons"]}
     assert vs["running plan"]["other"] == "baseline+off" and vs["running plan"]["ci_low"] > 0
     cells = {c["label"]: c for c in res["cells"]}
-    assert cells["fast+off"]["final_n"] == 8 and cells["baseline+off"]["final_n"] == 8
+    assert cells["fast+off"]["final_n"] == 4 and cells["baseline+off"]["final_n"] == 4  # helpers_tune.FINAL
     assert cells["fast+off"]["final_mean"] > 1.5 * cells["baseline+off"]["final_mean"]
     corr = cells["fast+off"]["correctness"]  # it won on its log-probabilities, not on equal texts
     assert corr["status"] == "PASS" and corr["exact_match_rate"] <= 0.75
@@ -79,7 +79,7 @@ def test_a_failing_cell_is_recorded_and_the_tune_goes_on(race):
     assert cells["crashy+off"]["status"] == "failed" and "switch" in cells["crashy+off"]["reason"]
     failed = [e for e in journal(out) if e["label"] == "crashy+off"]
     assert [e["status"] for e in failed] == ["failed"]  # recorded once, never retried
-    assert cells["fast+off"]["final_n"] == 8  # measured after it
+    assert cells["fast+off"]["final_n"] == 4  # measured after it (helpers_tune.FINAL)
 
 
 def test_production_is_back_on_the_plan_it_started_with(race, stack):
