@@ -11,15 +11,15 @@ from bench.tune.order import (
     CellState,
     Halving,
     Priors,
-    cell_cost_s,
     breadth_first,
-    minimum,
+    cell_cost_s,
     load_curves,
-    screen_mean,
+    minimum,
     next_batch,
     parse_budget,
     predict,
     rank,
+    screen_mean,
 )
 from bench.tune.space import DEFAULT_POINTS, Candidate, build_space
 from launcher.errors import UserError

@@ -32,8 +32,8 @@ from bench.tune.settings import DEFAULT_BUDGET, DEFAULT_OUT, DEFAULT_SPECS, Tune
 from launcher import settings
 from launcher.errors import UserError, run_cli
 from launcher.profiles.catalog import BASE_NAME, check_name
-from launcher.resources import builtin_profiles_dir
 from launcher.profiles.spec_params import parse_list
+from launcher.resources import builtin_profiles_dir
 
 
 @dataclass(kw_only=True)

@@ -41,8 +41,8 @@ tools/tune_schedule_sim.py (docs/tune.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any, Literal

@@ -27,7 +27,6 @@ from launcher.profiles.rules.context import Context, Finding, Level
 from launcher.profiles.rules.expert_parallel import deepep_low_latency_transport, deepep_normal_mode
 from launcher.profiles.rules.host import gpu_count, host_requirements
 from launcher.profiles.rules.metrics import metrics_needed_by_drain
-from launcher.profiles.rules.server_log import startup_lines_need_info_logging
 from launcher.profiles.rules.nccl_env import (
     graph_mixing_off_with_eager_nccl,
     ll128_on_pcie,
@@ -42,6 +41,7 @@ from launcher.profiles.rules.parent_env import (
     parent_set_env_conflict,
 )
 from launcher.profiles.rules.parser import sglang_flags
+from launcher.profiles.rules.server_log import startup_lines_need_info_logging
 from launcher.profiles.rules.speculation import eagle_spec_params, speculation_in_profile
 
 Rule = Callable[[Context], Iterator[Finding]]
