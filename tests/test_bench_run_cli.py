@@ -125,7 +125,8 @@ def test_timing_close_to_configured(standin):
 def test_no_spec_gives_no_accept_length(standin):
     s = standin(spec=False, ttft_ms="5", decode_ms="2")
     records, _ = run_client(s.url, 2, 10)
-    assert all(r.ok and r.spec_verify_ct == 0 and r.accept_length is None and r.chunks == 10 for r in records)
+    # SGLang 0.5.23 sends no spec_verify_ct without speculation (tokenizer_manager.py:3150-3172), nor does the stand-in
+    assert all(r.ok and r.spec_verify_ct is None and r.accept_length is None and r.chunks == 10 for r in records)
 
 
 def test_chat_api_streams_and_counts_tokens(standin):
