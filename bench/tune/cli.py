@@ -190,14 +190,14 @@ def tune(s: TuneSettings, *, token: str, console: Console) -> int:
     except KeyboardInterrupt:
         console.print("interrupted: putting production back on the plan the tune started from", style="yellow")
         production.restore(run)
-        if written is None and run.entries:
+        if written is None and run.cells.entries:
             written = result.write(run, complete=False, interrupted=True)
         where = f"partial results in {written}; " if written else ""
         console.print(f"{where}the same command resumes from {run.out / JOURNAL}")
         return 130
     except BaseException:
         production.restore(run)  # nothing once production is back, or on the winner (--apply)
-        if written is None and run.entries:
+        if written is None and run.cells.entries:
             with contextlib.suppress(Exception):
                 result.write(run, complete=False)
         raise

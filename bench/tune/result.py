@@ -38,16 +38,16 @@ def _stats(values: list[float]) -> dict[str, Any]:
 def labels(run: TuneRun) -> list[str]:
     """Every label the tune measured or planned: the running plan, the references, the candidates."""
     out = [run.incumbent.label] if run.incumbent else []
-    out += [e.label for e in run.entries if e.phase == "reference"]
+    out += [e.label for e in run.cells.entries if e.phase == "reference"]
     out += [c.label for c in run.candidates]
     return list(dict.fromkeys(out))
 
 
 def cell_summary(run: TuneRun, label: str) -> dict[str, Any]:
     """tune.json's view of one cell: its status, its numbers (screening and final), its correctness."""
-    entries = run.entries_of(label)
+    entries = run.cells.entries_of(label)
     failed = next((e for e in entries if e.status == "failed"), None)
-    verdict = run.gate(label)
+    verdict = run.cells.gate(label)
     value = run.s.objective.value
     early = [value(r) for e in entries if e.status == "ok" and e.phase != "final" for r in e.repeats]
     final = [value(r) for e in entries if e.status == "ok" and e.phase == "final" for r in e.repeats]
@@ -57,7 +57,7 @@ def cell_summary(run: TuneRun, label: str) -> dict[str, Any]:
     if failed is not None:
         status, reason = "failed", failed.reason
     elif verdict is not None and verdict["status"] != "PASS":
-        status, reason = "invalid", run.failure(label)
+        status, reason = "invalid", run.cells.failure(label)
     elif entries:
         status, reason = "measured", None
     else:
@@ -125,7 +125,7 @@ def tune_json(run: TuneRun, *, run_id: str, complete: bool, interrupted: bool, p
 
 def _bundle_cell(run: TuneRun, label: str, mr: MatrixRun) -> None:
     """All of a label's measured repeats as one `bench run` cell, its request rows renumbered to match."""
-    entries = run.entries_of(label)
+    entries = run.cells.entries_of(label)
     if not entries:
         return
     first = entries[0]
@@ -149,11 +149,11 @@ def _bundle_cell(run: TuneRun, label: str, mr: MatrixRun) -> None:
             cell.invalid_reason = e.reason
         if e.detail.get("plan"):
             mr.manifest["plans"][cell.key] = e.detail["plan"]
-    passed = run.correctness_pass(label)
+    passed = run.cells.correctness_pass(label)
     if passed is not None:
         bundle.write_logprobs(mr.work_dir, cell.profile, spec, passed, first.spec_params)
     record = close_cell(cell, concurrency=run.s.concurrency, repeats=max(per_c.values(), default=0))
-    verdict = run.gate(label)
+    verdict = run.cells.gate(label)
     mr.cells[record.key] = record.with_correctness(verdict if verdict is not None else {"status": "n/a (not measured)"})
 
 
@@ -161,9 +161,9 @@ def write(run: TuneRun, *, complete: bool, interrupted: bool = False) -> Path:
     """The bundle with tune.json, tune.png and (with a winner) the profile file; returns its folder."""
     mr = MatrixRun(run.s.run_settings(), run.console)
     mr.simulated = run.simulated
-    measured = [label for label in labels(run) if run.entries_of(label)]
+    measured = [label for label in labels(run) if run.cells.entries_of(label)]
     mr.matrix = [(e.profile, e.spec or Candidate.parse(label).spec, e.spec_params)
-                 for label in measured for e in run.entries_of(label)[:1]]
+                 for label in measured for e in run.cells.entries_of(label)[:1]]
     mr._start_bundle(None)
     mr.manifest["tune"] = {"journal": str(Path(run.s.out) / journal.JOURNAL)}
     for label in measured:

@@ -34,14 +34,15 @@ from typing import Any
 from rich.console import Console
 
 from bench import logprob_rows
-from bench.run import correctness, logprob_gate
+from bench.run import logprob_gate
 from bench.run.cell import close_cell, new_cell
 from bench.run.logprob_gate import TokenLogprob
 from bench.run.measure import CellMeasurer
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.server_client import ServerClient
-from bench.tune import journal, order, schedule, space
+from bench.tune import journal, ledger, order, schedule, space
 from bench.tune.decision import Decision, Repeat, RequestTiming, decide
+from bench.tune.ledger import Ledger, reference_label
 from bench.tune.planning import REFERENCE_PROFILE, plan_space
 from bench.tune.progress import TuneProgress
 from bench.tune.settings import TuneSettings
@@ -55,7 +56,6 @@ from launcher.runtime.control_client import ControlClient
 from launcher.runtime.states import ANSWERING, Outcome
 
 STATE = "tune-state.json"
-LOGPROBS = "logprobs"  # a journal entry's detail key of the cell's correctness pass
 SERVER_ONLY = "server-only"  # the profile hash of a profile this machine has no file of
 
 
@@ -97,7 +97,6 @@ class TuneRun:
         self.t0 = time.monotonic()
         self.deadline = self.t0 + s.budget_s
         self.simulated = False
-        self.entries: list[journal.Entry] = []  # reused and new, in order
         self.hashes: dict[str, str] = {}
         self.settings_digest = ""
         self.start_plan: dict[str, Any] = {}
@@ -114,6 +113,7 @@ class TuneRun:
         self.decision: Decision | None = None
         self.progress: TuneProgress | None = None
         self.thresholds = logprob_gate.thresholds()  # a bad KIT_GATE_* setting is exit 2 before anything is switched
+        self.cells = Ledger(self.thresholds)  # the journal entries, reused and new, and their verdicts
         self.switched = False  # production left its starting plan at least once
 
     # ----- small helpers ---------------------------------------------------------------------------
@@ -124,91 +124,13 @@ class TuneRun:
         prefix = "SIMULATED " if self.simulated else ""
         self.console.print(f"{prefix}{text}", style=style, highlight=False, markup=False, soft_wrap=True)
 
-    def entries_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> list[journal.Entry]:
-        return [e for e in self.entries if e.label == label and e.phase in phases]
-
-    def failure(self, label: str) -> str | None:
-        """Why a cell cannot be chosen: its server failed, or its output is wrong against the reference."""
-        for e in self.entries_of(label):
-            if e.status == "failed":
-                return e.reason or "failed"
-        verdict = self.gate(label)
-        if verdict is not None and verdict["status"] != "PASS":
-            why = "; ".join(verdict.get("reasons") or []) or verdict["status"]
-            return f"wrong output: {why}" if verdict["status"] == "FAIL" else f"not verified: {why}"
-        return None
-
-    def wrong(self, label: str) -> bool:
-        verdict = self.gate(label)
-        return verdict is not None and verdict["status"] == "FAIL"
-
-    def rows_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> list[dict[str, Any]]:
-        return [r for e in self.entries_of(label, phases) if e.status == "ok" for r in e.detail.get("rows", [])]
-
-    def reference_label(self, spec: str) -> str:
-        return f"{REFERENCE_PROFILE}+{spec}"
-
-    def correctness_pass(self, label: str,
-                         phases: Sequence[str] = journal.PHASES) -> list[tuple[str, str, list[TokenLogprob] | None]] | None:
-        """The cell's correctness pass, (prompt id, text, log-probabilities or None) per prompt, from the first
-        finished measurement that ran one; None before any did."""
-        for e in self.entries_of(label, phases):
-            passed = e.detail.get(LOGPROBS) if e.status == "ok" else None
-            if isinstance(passed, list):
-                return [(r["prompt_id"], str(r.get("text") or ""), logprob_rows.from_json(r.get("logprobs")))
-                        for r in passed if isinstance(r, dict) and isinstance(r.get("prompt_id"), str)]
-        return None
-
-    def gate_inputs(self, label: str, phases: Sequence[str] = journal.PHASES) -> tuple[dict[str, str] | None, Any]:
-        """What the gate compares of a cell: the texts and log-probabilities of its correctness pass, or, for a
-        cell without one, its measured texts (in `phases`) and no log-probabilities; (None, None) before it has
-        outputs. The pass is the label's, whichever phase ran it (the running plan's runs where it is measured
-        in place, before its reference cell)."""
-        passed = self.correctness_pass(label)
-        if passed is not None:
-            return {pid: text for pid, text, _ in passed}, {pid: lps for pid, _, lps in passed}
-        rows = self.rows_of(label, phases)
-        return (correctness.reference_outputs(rows), None) if rows else (None, None)
-
-    def gate(self, label: str) -> dict[str, Any] | None:
-        """The correctness verdict of a cell's correctness pass against baseline's under its spec mode (the
-        measured texts, and no log-probabilities, when it has none); None before the cell has outputs."""
-        if not self.rows_of(label):
-            return None
-        spec = self.spec_of(label)
-        ref_label = self.reference_label(spec)
-        accepts = self.accept_lengths(label, journal.PHASES)
-        ref_acc = self.accept_lengths(ref_label, ("reference",))
-        texts, lps = self.gate_inputs(label)
-        ref_texts, ref_lps = self.gate_inputs(ref_label, ("reference",))
-        verdict = correctness.gate(
-            spec, texts or {}, sum(accepts) / len(accepts) if accepts else None, ref_texts,
-            sum(ref_acc) / len(ref_acc) if ref_acc else None,
-            logprobs=lps, baseline_logprobs=ref_lps, thresholds=self.thresholds,
-        )
-        if verdict["status"] == "n/a (no baseline)":
-            verdict["reasons"] = [f"no reference: {self.reference_label(spec)} has no outputs"]
-        return verdict
-
-    def accept_lengths(self, label: str, phases: Sequence[str]) -> list[float]:
-        """Each measured repeat's accept length (the gate's collapse check), from the cell records kept."""
-        reps = [r for e in self.entries_of(label, phases) if e.status == "ok"
-                for r in (e.detail.get("cell") or {}).get("per_repeat", [])]
-        return [float(r["accept_length"]) for r in reps if r.get("accept_length") is not None]
-
-    def spec_of(self, label: str) -> str:
-        for e in self.entries_of(label):
-            if e.spec:
-                return e.spec
-        return Candidate.parse(label).spec
-
     def states(self) -> dict[str, order.CellState]:
         """The planner's view: screening tok/s per candidate, or why it left the race."""
         out: dict[str, order.CellState] = {}
         for c in self.candidates:
-            values = tuple(self.s.objective.value(r) for e in self.entries_of(c.label, ("reference", "screen"))
+            values = tuple(self.s.objective.value(r) for e in self.cells.entries_of(c.label, ("reference", "screen"))
                            if e.status == "ok" for r in e.repeats)
-            out[c.label] = order.CellState(values, self.failure(c.label))
+            out[c.label] = order.CellState(values, self.cells.failure(c.label))
         return out
 
     # ----- state that survives the process ----------------------------------------------------------
@@ -233,7 +155,7 @@ class TuneRun:
 
     def record(self, entry: journal.Entry) -> None:
         journal.record(self.out, entry)
-        self.entries.append(entry)
+        self.cells.entries.append(entry)
 
     # ----- measuring one cell ---------------------------------------------------------------------
     async def measure(self, measurer: CellMeasurer, cand: Candidate, repeats: int, *, phase: journal.Phase,
@@ -253,7 +175,7 @@ class TuneRun:
             passed.extend({"prompt_id": pid, "text": text, "logprobs": logprob_rows.to_json(lps)}
                           for pid, text, lps in result)
 
-        first = self.correctness_pass(cand.label) is None
+        first = self.cells.correctness_pass(cand.label) is None
         t0 = time.monotonic()
         if switch:
             self.switched = True
@@ -272,7 +194,7 @@ class TuneRun:
                       phase=phase, round=rnd)
         detail = {"cell": record.to_json(), "rows": rows, "plan": plan, "wall_s": wall, "measure_s": measured}
         if first and record.valid:
-            detail[LOGPROBS] = passed
+            detail[ledger.LOGPROBS] = passed
         if record.valid:
             entry = journal.Entry(status="ok", repeats=tuple(_repeat_of(rep, rs) for rep, rs in judged),
                                   spec=cand.spec, spec_params=params, detail=detail, **common)
@@ -292,8 +214,8 @@ class TuneRun:
         values = [self.s.objective.value(r) for r in entry.repeats]
         mean = sum(values) / len(values) if values else 0.0
         line = f"{entry.label} [{where}]: {mean:.1f} {self.s.objective.unit} over {len(values)} repeat(s)"
-        if entry.phase != "reference" and self.wrong(entry.label):
-            self.say(f"{line}: WRONG ({self.failure(entry.label)}): never chosen", style="bold red")
+        if entry.phase != "reference" and self.cells.wrong(entry.label):
+            self.say(f"{line}: WRONG ({self.cells.failure(entry.label)}): never chosen", style="bold red")
         else:
             self.say(line)
 
@@ -329,9 +251,9 @@ class TuneRun:
                            | {self.incumbent.profile, REFERENCE_PROFILE}}
             resumed = journal.resume(self.out, profile_hashes=self.hashes, settings_digest=self.settings_digest,
                                      plan_digests=self.plan_digests)
-            self.entries, self.invalidated, self.torn = list(resumed.entries), resumed.invalidated, resumed.torn
-            if self.entries:
-                self.say(f"resuming: {len(self.entries)} finished cell(s) reused from {self.out / journal.JOURNAL}"
+            self.cells.entries, self.invalidated, self.torn = list(resumed.entries), resumed.invalidated, resumed.torn
+            if self.cells.entries:
+                self.say(f"resuming: {len(self.cells.entries)} finished cell(s) reused from {self.out / journal.JOURNAL}"
                          + (f", {len(self.invalidated)} measured again" if self.invalidated else ""))
             for label, why in dict.fromkeys(self.invalidated):  # one line per cell and reason
                 self.say(f"{label}: measured again ({why})")
@@ -356,7 +278,7 @@ class TuneRun:
         if last and self.timing.switch_s is None:
             self.timing.switch_s = float(last[-1]["durations"]["total_s"])
             self.check_minimum()  # the switches alone (no repeat timed yet): a budget they overrun measures nothing
-        if running.get("digest") == self.start_plan.get("digest") and not self.entries_of(inc.label, ("screen",)):
+        if running.get("digest") == self.start_plan.get("digest") and not self.cells.entries_of(inc.label, ("screen",)):
             await self.measure(measurer, inc, self.s.screen_repeats, phase="screen", switch=False,
                                spec_params=self.start_plan.get("spec_params"))
         if self.timing.repeat_s is not None:  # a switch not timed yet counts as free: a lower bound
@@ -367,8 +289,8 @@ class TuneRun:
         assert self.incumbent is not None
         sw, rep = self.timing.switch_s or 0.0, self.timing.repeat_s or 0.0
         specs = dict.fromkeys([*self.s.specs, self.incumbent.spec])
-        refs = sum(1 for spec in specs if not self.entries_of(self.reference_label(spec), ("reference",)))
-        screened = {c.profile for c in self.candidates if self.entries_of(c.label, ("screen",))}
+        refs = sum(1 for spec in specs if not self.cells.entries_of(reference_label(spec), ("reference",)))
+        screened = {c.profile for c in self.candidates if self.cells.entries_of(c.label, ("screen",))}
         profiles = len({c.profile for c in self.candidates} - screened)
         arms = min(self.s.finalists, len(self.candidates)) + 1
         need = order.minimum(switch_s=sw, repeat_s=rep, references=refs, profiles=profiles,
@@ -383,8 +305,8 @@ class TuneRun:
         assert self.incumbent is not None
         specs = list(dict.fromkeys([*self.s.specs, self.incumbent.spec]))
         for spec in specs:
-            label = self.reference_label(spec)
-            if self.entries_of(label, ("reference",)):
+            label = reference_label(spec)
+            if self.cells.entries_of(label, ("reference",)):
                 continue
             timed = self.timing.switch_s is not None
             await self.measure(measurer, Candidate(REFERENCE_PROFILE, spec), self.s.screen_repeats, phase="reference")
@@ -404,7 +326,7 @@ class TuneRun:
         halving = order.Halving(screen_repeats=self.s.screen_repeats, finalists=self.s.finalists)
         heads = self.ordered[:len({c.profile for c in self.ordered})]  # every profile's first (breadth_first)
         for cand in heads:  # screened whatever the final's reserve says: the minimum check promised them
-            if not self.entries_of(cand.label, ("screen", "reference")):
+            if not self.cells.entries_of(cand.label, ("screen", "reference")):
                 await self.measure(measurer, cand, self.s.screen_repeats, phase="screen")
         while True:
             nb = order.next_batch(self.ordered, self.states(), remaining_s=self.remaining() - self.final_reserve(),
@@ -432,10 +354,10 @@ class TuneRun:
         if len(arms) < 2:
             return
         by_label = {c.label: c for c in [*self.candidates, self.incumbent]}
-        done = {a: sum(len(e.repeats) for e in self.entries_of(a, ("final",)) if e.status == "ok") for a in arms}
+        done = {a: sum(len(e.repeats) for e in self.cells.entries_of(a, ("final",)) if e.status == "ok") for a in arms}
         runs = schedule.remaining(self.final_runs(arms), done)
         for i, run in enumerate(runs):
-            if self.failure(run.arm):
+            if self.cells.failure(run.arm):
                 continue
             sw, rep = self.timing.switch_s or 0.0, self.timing.repeat_s or 0.0
             if self.progress is not None:
@@ -453,8 +375,8 @@ class TuneRun:
         labels = {c.label for c in self.candidates} | {self.incumbent.label}
         # one list per final run (one switch): the decision resamples runs, then their repeats
         samples = {label: [[self.s.objective.value(r) for r in e.repeats]
-                           for e in self.entries_of(label, ("final",)) if e.status == "ok" and e.repeats]
+                           for e in self.cells.entries_of(label, ("final",)) if e.status == "ok" and e.repeats]
                    for label in labels}
         samples = {k: v for k, v in samples.items() if v}
-        rejected = {label: why for label in labels if (why := self.failure(label))}
+        rejected = {label: why for label in labels if (why := self.cells.failure(label))}
         return decide(samples, self.incumbent.label, rejected=rejected, objective=self.s.objective, seed=self.s.seed)
