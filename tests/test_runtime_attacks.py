@@ -357,6 +357,29 @@ def test_bug_11_a_crash_loop_is_reported_and_recovered(kit_stack, tmp_path):
     assert st["retry"]["attempts"] >= 1 and st["last_error"] is None
 
 
+def test_a_server_that_dies_after_start_secs_is_a_crash_loop_the_kit_stops(kit_stack, tmp_path):
+    """A real server loads for longer than KIT_START_SECS and then dies: supervisord counts each start a
+    success and restarts it for ever (never FATAL). Past KIT_START_RETRIES restarts without one healthy
+    answer the kit calls it a crash loop and stops the program until the backoff (600 s here) ends; a switch
+    brings it back once the fault is gone. The backoff's restart itself: test_runtime_lifecycle.py."""
+    flag = tmp_path / "crash"
+    stack = kit_stack(extra_env={"STANDIN_CRASH_WHILE": str(flag), "STANDIN_LOAD_DELAY_S": "1.5",
+                                 "KIT_START_SECS": "1", "KIT_START_RETRIES": "2", "KIT_RETRY_BACKOFF_S": "600"})
+    sup = Supervisor(StatePaths(stack.state_dir).socket)
+    flag.write_text("1")
+    os.kill(stack.debug_env()["pid"], signal.SIGKILL)
+    st = until(lambda: (s := stack.status())["state"] == "failed" and s["retry"]["next_at"] is not None and s, 120,
+               "the kit gives up")
+    assert "crash loop" in st["last_error"] and "without a healthy answer" in st["last_error"], st
+    assert st["restarts"] >= 3
+    until(lambda: sup.info()["statename"] == "STOPPED", 30, "the kit stops the loop supervisord would go on with")
+    flag.unlink()
+    body = stack.switch("baseline", "off").json()  # from failed, the same plan is started again
+    assert body["outcome"] == "switched", body
+    st = stack.status()
+    assert st["state"] == "serving" and st["retry"]["next_at"] is None
+
+
 def test_bug_21_a_killed_server_reads_down_then_serving_again(kit_stack):
     """supervisord restarts a killed server: /status says down (never serving) until it answers again."""
     stack = kit_stack()

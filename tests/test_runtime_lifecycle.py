@@ -110,6 +110,52 @@ def test_a_first_start_that_dies_fails(tmp_path):
     assert rig.lc.state == State.FAILED and rig.lc.last_error == "server did not start (EXITED)"
 
 
+def _die_after_start_secs(rig) -> None:
+    """supervisord's restart of a server that outlived KIT_START_SECS: a new pid, never FATAL, never healthy."""
+    rig.sup.crash()
+    rig.sup.respawn()
+    run(rig.tick())
+
+
+def test_restarts_without_health_past_the_retries_are_a_crash_loop_the_kit_stops(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIT_START_RETRIES", "2")
+    monkeypatch.setenv("KIT_RETRY_BACKOFF_S", "5")
+    rig = Rig(tmp_path)
+    rig.server.health = 503
+    rig.sup.spawn()
+    run(rig.tick())
+    for _ in range(2):  # two restarts: supervisord's own limit, not yet a loop
+        _die_after_start_secs(rig)
+    assert rig.lc.state == State.STARTING and rig.sup.stops == 0
+    _die_after_start_secs(rig)  # the third: given up
+    st = rig.lc.status()
+    assert st["state"] == "failed" and rig.sup.state == "STOPPED" and rig.sup.stops == 1, st
+    assert "crash loop" in st["last_error"] and "restarted 3 times without a healthy answer" in st["last_error"]
+    assert "KIT_START_SECS" in st["last_error"] and "restart in 5s" in st["last_error"]
+    assert st["retry"]["next_at"] == 1005.0
+    run(rig.tick())
+    assert rig.sup.calls.count("start") == 0 and rig.sup.stops == 1  # stopped stays stopped through the backoff
+    rig.clock.t = 1005
+    rig.server.health = 200
+    run(rig.tick())  # the kit's restart, which answers this time
+    assert rig.sup.calls.count("start") == 1 and rig.lc.retries == 1
+    rig.sup.run()
+    run(rig.tick())
+    st = rig.lc.status()
+    assert st["state"] == "serving" and st["last_error"] is None and st["retry"]["next_at"] is None
+
+
+def test_a_healthy_answer_between_restarts_is_no_crash_loop(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIT_START_RETRIES", "1")
+    rig = Rig(tmp_path)
+    rig.sup.spawn()
+    run(rig.tick())
+    for _ in range(4):  # each restart answers before it dies: a server that crashes now and then, not a loop
+        _die_after_start_secs(rig)
+        run(rig.tick())
+    assert rig.lc.state == State.SERVING and rig.sup.stops == 0 and rig.lc.restarts == 4
+
+
 def test_a_crash_loop_fails_then_retries_with_a_doubling_backoff(tmp_path):
     rig = Rig(tmp_path)
     run(rig.tick())

@@ -88,6 +88,15 @@ def test_fatal_is_the_crash_loop_from_anywhere(state):
     assert step.actions == (Act.CRASH_LOOP,) and step.error is t.KEEP
 
 
+@pytest.mark.parametrize("state", [State.STARTING, State.DOWN, State.FAILED])
+def test_more_restarts_than_supervisords_retries_without_health_are_a_crash_loop(state):
+    """A server that dies after KIT_START_SECS never reads FATAL: the kit counts its restarts itself."""
+    assert t.on_reading(state, State.SERVING, Reading("down", "STARTING", unhealthy_restarts=3), 3).actions == ()
+    step = t.on_reading(state, State.SERVING, Reading("down", "STARTING", unhealthy_restarts=4), 3)
+    assert step.actions == (Act.CRASH_LOOP,)
+    assert t.gave_up(Reading("down", "FATAL"), 3) and not t.gave_up(Reading("down", "RUNNING", unhealthy_restarts=3), 3)
+
+
 def test_backends_are_read_once_per_healthy_start():
     step = t.on_reading(State.SERVING, State.SERVING, Reading("ok", "RUNNING", backends_read=False))
     assert step.actions == (Act.CHECK_BACKENDS,) and step.to == State.SERVING

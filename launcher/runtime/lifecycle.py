@@ -36,7 +36,7 @@ from launcher.runtime.admission import patch_check, validated_plan
 from launcher.runtime.failures import GateFailed, describe
 from launcher.runtime.records import Entry
 from launcher.runtime.states import ANSWERING, Outcome, Phase, Resolution, State
-from launcher.runtime.supervisor_rpc import Supervisor
+from launcher.runtime.supervisor_rpc import LIVE_STATES, Supervisor
 from launcher.runtime.switch import Switcher, label
 from launcher.runtime.transitions import HEALTH_DOWN, HEALTH_OK, Act, Reading, Retry
 
@@ -71,6 +71,8 @@ class Lifecycle:
         self.health = "unknown"
         self.health_at: float | None = None
         self.restarts = 0
+        self.unhealthy_restarts = 0  # restarts since /health last answered ok: a crash loop supervisord cannot see
+        self.death_cause: str | None = None  # the server log's word on why the last restarted start died
         self.pid = 0
         self.last_error: str | None = None
         self.retry = Retry(backoff_s=settings.KIT_RETRY_BACKOFF_S.get())  # the automatic restart after FATAL
@@ -211,18 +213,24 @@ class Lifecycle:
         pid = int(info.get("pid") or 0)
         if busy or self.lock.locked():
             self.pid = pid
+            self.unhealthy_restarts = 0  # the switch started this server: its own health gate judges it
             return
+        if self.health == HEALTH_OK:
+            self.unhealthy_restarts = 0
         if pid and self.pid and pid != self.pid:
             self.restarts += 1
+            self.unhealthy_restarts += self.health != HEALTH_OK
             cause = start_lines.cause_text(self.follower.record_for(self.pid))  # the start that died, in its own words
+            self.death_cause = cause
             if cause:
                 self.last_error = f"server died and was restarted by supervisord; the server log says: {cause}"
         if pid:
             self.pid = pid
         cur = self.current
         reading = Reading(self.health, info.get("statename"), has_plan=cur is not None,
-                          backends_read=cur is None or self.backends_of == (self.pid, cur.digest(), self.follower.version))
-        step = transitions.on_reading(self.state, self.resume_state, reading)
+                          backends_read=cur is None or self.backends_of == (self.pid, cur.digest(), self.follower.version),
+                          unhealthy_restarts=self.unhealthy_restarts)
+        step = transitions.on_reading(self.state, self.resume_state, reading, settings.KIT_START_RETRIES.get())
         if Act.CHECK_BACKENDS in step.actions:
             self.check_backends(cur)  # a server started by serve, or restarted after a crash
         if step.error is not transitions.KEEP:
@@ -257,22 +265,39 @@ class Lifecycle:
         self.retry = transitions.reset_retry(self.retry, settings.KIT_RETRY_BACKOFF_S.get())
 
     async def _crash_loop(self, info: dict) -> None:
-        """supervisord gave up (FATAL): say so in /status, and start the server again with backoff."""
+        """A crash loop (transitions.gave_up): say so in /status, stop a program supervisord still restarts, and
+        start the server again with backoff."""
         step = transitions.on_fatal(self.retry, self.clock(), settings.KIT_RETRY_BACKOFF_MAX_S.get())
         self.retry = step.retry
         if step.announce:
-            reason = info.get("spawnerr") or f"exit status {info.get('exitstatus')}"
-            cause = start_lines.cause_text(self.follower.record_for(0))  # the last start's own word on why
+            # the last start's own word on why, else that of the last start that died before supervisord's restart
+            cause = start_lines.cause_text(self.follower.record_for(0)) or self.death_cause
+            if info.get("statename") == "FATAL":
+                reason = info.get("spawnerr") or f"exit status {info.get('exitstatus')}"
+                why = f"supervisord gave up after {settings.KIT_START_RETRIES.get()} retries (FATAL, {reason}"
+            else:  # each start outlived KIT_START_SECS, so supervisord would restart it for ever
+                why = (f"restarted {self.unhealthy_restarts} times without a healthy answer; each start outlived "
+                       f"KIT_START_SECS={settings.KIT_START_SECS.get()}s, so supervisord never gave up: the kit "
+                       f"stopped it (KIT_START_RETRIES={settings.KIT_START_RETRIES.get()}")
             if cause:
-                reason += f"; the server log says: {cause}"
-            self.last_error = (f"server crash loop: supervisord gave up after {settings.KIT_START_RETRIES.get()} retries "
-                               f"(FATAL, {reason}); automatic restart in {step.retry.backoff_s:.0f}s")
+                why += f"; the server log says: {cause}"
+            self.last_error = f"server crash loop: {why}); automatic restart in {step.retry.backoff_s:.0f}s"
             self.set_state(State.FAILED)  # any -> FAILED
+        if not step.start and info.get("statename") in LIVE_STATES:  # supervisord still restarts it: the kit stops it
+            await self._stop_looping()
         if step.start:
+            self.unhealthy_restarts, self.pid = 0, 0  # the kit's own start is no restart of the loop
             try:
                 await asyncio.to_thread(self.sup.start)
             except Exception as exc:
                 self.last_error = f"automatic restart failed: {describe(exc)}"
+
+    async def _stop_looping(self) -> None:
+        """Stop the program; one that will not stop is tried again at the next reading."""
+        try:
+            await asyncio.to_thread(self.sup.stop)
+        except Exception as exc:  # still looping: the next reading tries again
+            self.last_error = f"could not stop the crash loop: {describe(exc)}"
 
     # ----- a switch cut short ----------------------------------------------------------------------
     async def recover(self, j: journal.Journal) -> Entry:

@@ -79,7 +79,7 @@ class Act(StrEnum):
     """What the monitor does besides moving the state."""
 
     COMMIT = "commit"  # the first healthy start of a plan: commit it (and record it) unless it is the committed one
-    CRASH_LOOP = "crash_loop"  # supervisord gave up (FATAL): announce, or start it again after the backoff
+    CRASH_LOOP = "crash_loop"  # supervisord gave up (FATAL), or the kit did: announce, or start it again after the backoff
     CHECK_BACKENDS = "check_backends"  # a start whose backends were not read yet answers
 
 
@@ -94,6 +94,7 @@ class Reading:
     statename: str | None  # supervisord's state of the program
     has_plan: bool = True  # a plan is readable (profile.json or committed.json)
     backends_read: bool = True  # the running start's backends were read already
+    unhealthy_restarts: int = 0  # restarts seen since /health last answered ok (or since the kit started it)
 
 
 @dataclass(frozen=True)
@@ -104,14 +105,22 @@ class Step:
     resume: State | None = None  # where `down` goes back to (set when moving to DOWN)
 
 
-def on_reading(state: State, resume: State, r: Reading) -> Step:
-    """The monitor's decision for one reading (lifecycle.Lifecycle._tick carries it out)."""
+def gave_up(r: Reading, start_retries: int) -> bool:
+    """A crash loop: supervisord marked the program FATAL (its starts died within KIT_START_SECS), or it was
+    restarted more than `start_retries` times without one healthy answer. A server that loads for longer than
+    KIT_START_SECS and then dies never reads FATAL: supervisord restarts it for ever, so the kit counts."""
+    return r.statename == "FATAL" or r.unhealthy_restarts > start_retries
+
+
+def on_reading(state: State, resume: State, r: Reading, start_retries: int = 3) -> Step:
+    """The monitor's decision for one reading (lifecycle.Lifecycle._tick carries it out); `start_retries`
+    is KIT_START_RETRIES, supervisord's own limit, applied to the restarts it does not count."""
     if not r.has_plan:  # the server may still answer: that is all that is known
         to = S.SERVING if r.health == HEALTH_OK and state != S.SERVING else state
         return Step(to, error=("no readable plan in profile.json or committed.json: the running server's plan is "
                                "unknown; switch to a profile to record one"))
     check = (Act.CHECK_BACKENDS,) if r.health == HEALTH_OK and not r.backends_read else ()
-    if r.statename == "FATAL":
+    if gave_up(r, start_retries):
         return Step(state, check + (Act.CRASH_LOOP,))
     if state in ANSWERING and (r.statename not in UP_STATES or r.health == HEALTH_DOWN):
         # SERVING/DEGRADED/ROLLED_BACK -> DOWN

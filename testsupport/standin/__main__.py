@@ -45,8 +45,6 @@ def _run(argv: list[str]) -> int:
         os.kill(os.getpid(), signal.SIGKILL)  # SGLang's launcher kills its own tree (engine.py:1976-1980)
     if engine.settings.fault == "crash_at_start":
         raise RuntimeFailure("SIMULATED fault crash_at_start: the server failed during start-up")
-    if engine.settings.crash_while and os.path.exists(engine.settings.crash_while):
-        raise RuntimeFailure(f"SIMULATED crash loop: {engine.settings.crash_while} exists")
     if engine.settings.spawn_orphan:
         _spawn_orphan(engine.settings.spawn_orphan, engine.settings.ignore_sigterm)
     return asyncio.run(serve(engine))

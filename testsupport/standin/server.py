@@ -379,6 +379,8 @@ async def serve(engine: Engine) -> int:
         except TimeoutError:
             pass
         engine.start_monotonic = time.monotonic()  # the warm-up (503) starts once it listens
+    if engine.settings.crash_while and os.path.exists(engine.settings.crash_while):  # after loading, as SGLang dies
+        raise RuntimeFailure(f"SIMULATED crash loop: {engine.settings.crash_while} exists")
     runner = web.AppRunner(build_app(engine), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     site = web.TCPSite(runner, engine.args.host, engine.args.port)

@@ -68,7 +68,7 @@ class StandinSettings(BaseModel):
     fault: Fault = "none"
     die_on_request: int = Field(1, ge=1, description="die_mid_stream: which generation request (1-based).")
     die_after_chunks: int = Field(3, ge=0, description="die_mid_stream: chunks sent before the exit.")
-    crash_while: str = Field("", description="Crash at start while this file exists (a crash loop the test ends).")
+    crash_while: str = Field("", description="Crash at start, after load_delay_s, while this file exists (a crash loop the test ends).")
     ignore_sigterm: bool = Field(
         False, description="The server, and the process spawn_orphan starts, ignore SIGTERM: only SIGKILL ends them."
     )
