@@ -11,10 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+
 from launcher.profiles.plan import Plan
 from launcher.runtime import activation
 from launcher.runtime.start_lines import RANK_PREFIX, rank_of, scan
 from launcher.state_layout import StatePaths
+from testsupport.net import until
 from testsupport.stack import REPO
 
 MAX_TOKENS = 12
@@ -76,3 +79,42 @@ def test_the_start_reader_reads_the_real_log_and_says_why_no_gpu_backend_runs(se
     assert decode["backend"] in ("nccl", None) and decode["why"], decode
     status = serving_stack.status()
     assert status["backends"] == [] and status["decode_allreduce"]["why"], status  # baseline expects none
+
+
+def _running(stack) -> float:
+    """sglang:num_running_reqs in the real server's scrape (0 when it does not answer)."""
+    try:
+        text = stack.get("/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return 0.0
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("sglang:num_running_reqs")]
+    return max(values, default=0.0)
+
+
+def test_a_server_killed_during_a_repeat_makes_the_cell_invalid_with_the_reason(serving_stack, tmp_path):
+    """The real server dies in the middle of a timed repeat (SIGKILL to its launch process, once a request
+    runs) and supervisord restarts it: the repeat is invalid, the cell has no numbers to quote, and the reason
+    says what happened. Runs last in this file: it waits for the shared server to serve again."""
+    out = tmp_path / "killed"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "STANDIN_"))}
+    env.update(KIT_CONTROL_TOKEN=serving_stack.token, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "run", "--url", serving_stack.server_url, "--control", serving_stack.control_url,
+         "--no-switch", "--repeats", "1", "--num-prompts", "64", "--max-tokens", "64", "--ignore-eos", "--warmup", "0",
+         "--read-timeout", "60", "--out", str(out)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        until(lambda: _running(serving_stack) >= 1 or proc.poll() is not None, 600, "a timed request runs")
+        assert proc.poll() is None, proc.stdout.read()[-3000:] if proc.stdout else ""
+        serving_stack.launch_process().kill()
+        output, _ = proc.communicate(timeout=1800)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _, cell, rows = bundle(out)
+    assert cell["valid"] is False and cell["invalid_reason"], output[-3000:]
+    [rep] = cell["per_repeat"]
+    assert rep["valid"] is False and rep["failed"] >= 1, rep
+    assert any(not r.get("ok") for r in rows)
+    serving_stack.wait_state({"serving"})  # the shared server is back for the tests after this one

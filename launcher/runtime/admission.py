@@ -24,12 +24,15 @@ def patch_check() -> str:
     return settings.KIT_PATCH_CHECK.get() or "enforce"
 
 
-def validated_plan(profile: str, spec: str, spec_params: SpecParams | None = None) -> Plan:
-    """The plan for (profile, spec) at an EAGLE point (None: the spec overlay's), or UserError
-    (HTTP 400 / exit 2) with nothing changed; a point for a spec mode that is not EAGLE is one."""
+def validated_plan(profile: str, spec: str, spec_params: SpecParams | None = None,
+                   model_overlay: str | None = None) -> Plan:
+    """The plan for (profile, spec) at an EAGLE point (None: the spec overlay's), under a model overlay (None: the
+    MODEL_OVERLAY setting's, "" none), or UserError (HTTP 400 / exit 2) with nothing changed; a point for a
+    spec mode that is not EAGLE is one."""
     from launcher.runtime import patch_record
 
-    plan = build_plan(profile, spec, host_facts(), use_parser=sglang_args.available(), spec_params=spec_params)
+    plan = build_plan(profile, spec, host_facts(), use_parser=sglang_args.available(), spec_params=spec_params,
+                      model_overlay=model_overlay)
     if patch_check() == "enforce":
         absent = patch_record.missing(plan.patches)
         if absent:

@@ -23,23 +23,31 @@ from launcher.state_layout import StatePaths
 
 
 def initial_plan(paths: StatePaths, profile: str | None, spec: str | None) -> Plan:
-    """PROFILE/SPEC on a fresh start; the last committed plan when the container restarts unchanged."""
-    request = {"profile": profile or settings.PROFILE.default, "spec": spec or settings.default_spec()}
+    """PROFILE/SPEC (and MODEL_OVERLAY) on a fresh start; the last committed plan, whole (profile, spec, EAGLE
+    point, model overlay), when the container restarts unchanged. A MODEL_OVERLAY changed since the last
+    start is laid over the committed plan instead of its own."""
+    overlay_now = settings.MODEL_OVERLAY.get() or ""
+    request = {"profile": profile or settings.PROFILE.default, "spec": spec or settings.default_spec(),
+               "model_overlay": overlay_now}
     boot = runtime_state.read_json(paths.boot)
+    boot = boot if isinstance(boot, dict) else {}
+    overlay_kept = boot.get("model_overlay", overlay_now) == overlay_now  # a boot file from before it was kept: kept
+    unchanged = overlay_kept and all(boot.get(k) == request[k] for k in ("profile", "spec"))
     committed = runtime_state.committed(paths.root)
-    if committed and (boot == request or profile is None):
+    plan: Plan | None = None
+    if committed and (unchanged or profile is None):
         prev = committed.plan
-        print(f"serve: container restart, resuming committed profile {prev.name} + {prev.spec}", file=sys.stderr)
-        request_used = {"profile": prev.name, "spec": prev.spec}
-    else:
-        request_used = request
-    try:
-        plan = validated_plan(request_used["profile"], request_used["spec"])
-    except UserError:
-        if request_used is request:
-            raise
-        print("serve: committed profile no longer valid, starting the requested one", file=sys.stderr)
-        plan = validated_plan(request["profile"], request["spec"])
+        overlay = (prev.model_overlay or "") if overlay_kept else overlay_now
+        point = prev.spec_params if prev.spec_params_from is None else None  # a profile's own table is read again
+        where = f"{prev.name} + {prev.spec}" + (point.label() if point else "") + (
+            f" + model {overlay}" if overlay else "")
+        print(f"serve: container restart, resuming committed plan {where}", file=sys.stderr)
+        try:
+            plan = validated_plan(prev.name, prev.spec, point, model_overlay=overlay)
+        except UserError:
+            print("serve: committed plan no longer valid, starting the requested one", file=sys.stderr)
+    if plan is None:
+        plan = validated_plan(request["profile"], request["spec"], model_overlay=overlay_now)
     atomic.write_json(paths.boot, request)
     return plan
 
