@@ -87,6 +87,9 @@ class TuneArgs(CliArgs, TuneKnobs):
                                        "(default {default})")
         p.add_argument("--apply", action="store_true",
                        help="switch the server to the winner at the end (default: back to the plan it started with)")
+        p.add_argument("--fresh", action="store_true",
+                       help="measure afresh: the journal and state in OUT/ are kept aside (renamed), not resumed or "
+                            "reused")
         flags.FLEET.add(p, help=f"{flags.FLEET.help}: roll the winner through the fleet at the end")
         p.add_argument("--profile-name", default=cls.profile_name,
                        help=f"name of the profile file written for the winner (default {cls.profile_name})")
@@ -186,7 +189,9 @@ def tune(s: TuneSettings, *, token: str, console: Console) -> int:
     try:
         asyncio.run(run.run())
         written = result.write(run, complete=True)
-        return production.finish(run, written)
+        rc = production.finish(run, written)
+        run.mark_finished(written)  # a later run into this OUT/ is no resume of it: it decides against what runs then
+        return rc
     except KeyboardInterrupt:
         console.print("interrupted: putting production back on the plan the tune started from", style="yellow")
         production.restore(run)

@@ -24,7 +24,6 @@ Every finished cell is one journal line (bench/tune/journal.py), so the same com
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -40,7 +39,7 @@ from bench.run.logprob_gate import TokenLogprob
 from bench.run.measure import CellMeasurer
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.server_client import ServerClient
-from bench.tune import journal, ledger, order, schedule, space
+from bench.tune import journal, ledger, order, schedule, space, tune_state
 from bench.tune.decision import Decision, Repeat, RequestTiming, decide
 from bench.tune.ledger import Ledger, reference_label
 from bench.tune.planning import REFERENCE_PROFILE, plan_space
@@ -49,13 +48,11 @@ from bench.tune.settings import TuneSettings
 from bench.tune.space import Candidate
 from bench.tune.timing import Timing
 from bench.workload import build_workload
-from launcher import atomic
 from launcher.errors import KitError, RuntimeFailure, UserError
 from launcher.profiles import loader
 from launcher.runtime.control_client import ControlClient
 from launcher.runtime.states import ANSWERING, Outcome
 
-STATE = "tune-state.json"
 SERVER_ONLY = "server-only"  # the profile hash of a profile this machine has no file of
 
 
@@ -135,23 +132,27 @@ class TuneRun:
 
     # ----- state that survives the process ----------------------------------------------------------
     def load_state(self, plan: dict[str, Any]) -> dict[str, Any]:
-        """The plan this tune started from: OUT/tune-state.json when the journal belongs to the same tune
-        (same measuring settings), else the running plan, recorded now."""
-        path = self.out / STATE
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        """The plan this tune started from (bench/tune/tune_state.py): the recorded one when OUT/ holds this
+        tune unfinished, else the running plan, recorded now. A resumed tune whose production was left elsewhere
+        puts it back at the end, whatever this run switches. A finished tune is no resume: this run decides
+        again from its journal against the plan that runs now (its cells reused where still valid)."""
+        data = tune_state.read(self.out, self.settings_digest)
+        if data and data.get("finished"):
+            self.say(f"found a finished tune in {self.out} ({data.get('result') or 'results'}): deciding again from its "
+                     f"journal against the plan that runs now, {plan.get('name')}+{plan.get('spec')} (--fresh "
+                     "measures afresh)")
             data = None
-        if (isinstance(data, dict) and data.get("settings_digest") == self.settings_digest
-                and isinstance(data.get("start_plan"), dict) and data["start_plan"].get("name")):
-            if data["start_plan"].get("digest") != plan.get("digest"):
-                self.say(f"resuming: production was left on {plan.get('name')}+{plan.get('spec')}; the tune started "
-                         f"from {data['start_plan'].get('name')}+{data['start_plan'].get('spec')} and goes back to it")
-            return data["start_plan"]
-        keep = {k: plan.get(k) for k in ("name", "spec", "spec_params", "digest")}
-        self.out.mkdir(parents=True, exist_ok=True)
-        atomic.write_text(path, json.dumps({"settings_digest": self.settings_digest, "start_plan": keep}, indent=2))
-        return keep
+        if not data:
+            return tune_state.record(self.out, self.settings_digest, plan)
+        start = data["start_plan"]
+        if start.get("digest") != plan.get("digest"):
+            self.say(f"resuming: production was left on {plan.get('name')}+{plan.get('spec')}; the tune started "
+                     f"from {start.get('name')}+{start.get('spec')} and goes back to it")
+            self.switched = True  # the earlier run's switch: production goes back at the end
+        return start
+
+    def mark_finished(self, written: Path) -> None:
+        tune_state.mark_finished(self.out, self.settings_digest, written)
 
     def record(self, entry: journal.Entry) -> None:
         journal.record(self.out, entry)
@@ -245,6 +246,9 @@ class TuneRun:
             # the correctness pass's top-k too: a pass asked for fewer alternatives cannot be reused for more
             self.settings_digest = journal.settings_digest({**s.measuring(), "overlays": overlay_hash(s.specs),
                                                             "logprob_top_k": self.thresholds.top_k})
+            if s.fresh:
+                for src, dst in tune_state.set_aside(self.out):
+                    self.say(f"--fresh: {src} kept as {dst.name}")
             self.start_plan = self.load_state(running)
             self.incumbent = Candidate.of_plan(self.start_plan)
             self.hashes = {n: profile_hash(n) for n in {c.profile for c in self.candidates}

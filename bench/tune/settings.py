@@ -23,6 +23,7 @@ class TuneKnobs:
     """The flags that reach the settings as they are: one name and one default on both sides."""
 
     apply: bool = False
+    fresh: bool = False
     fleet: str | None = None
     profile_name: str = PROFILE_NAME
     profile_dir: str | None = None
