@@ -128,3 +128,21 @@ def test_a_finished_tune_is_no_resume_and_a_kill_before_the_restore_is_put_back(
     assert "--fresh: " in fresh.stderr and list(tmp_path.glob("journal.*.jsonl"))
     assert "resuming" not in fresh.stderr and "found a finished tune" not in fresh.stderr  # measured afresh
     on_start_plan(stack)
+
+
+def test_apply_never_runs_an_older_file_under_the_profile_name(stack, tmp_path):
+    """The server reads an older `tuned-stale.toml` (a broken reduction) under the name the tune writes its
+    winner as: --apply checks the digest, refuses that plan, and runs the winner itself."""
+    stale = stack.profiles_dir / "tuned-stale.toml"
+    stale.write_text(helpers_tune._profile("tuned-stale", '[env]\nSTANDIN_NUMERICS = "corrupt"\n'))
+    try:
+        proc = run_tune(stack, tmp_path, "--profiles", "baseline,fast", "--apply", "--profile-name", "tuned-stale")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "the server's profile tuned-stale is not the plan the tune chose" in proc.stderr, proc.stderr[-3000:]
+        assert "applied: production runs fast+off\n" in proc.stderr + proc.stdout
+        st = stack.wait_state({"serving"})
+        ran = [e["plan_digest"] for e in journal(tmp_path) if e["label"] == "fast+off" and e["status"] == "ok"]
+        assert (st["profile"], st["spec"]) == ("fast", "off") and st["digest"] == ran[-1]
+    finally:
+        assert stack.switch("baseline", "off").json()["outcome"] in ("switched", "unchanged")
+        stale.unlink(missing_ok=True)

@@ -96,21 +96,45 @@ def finish(run: TuneRun, path: Path) -> int:
     return rc
 
 
+def chosen_digest(run: TuneRun, winner: Candidate) -> str | None:
+    """The digest of the plan the winner's cells ran (their journal lines), else the one POST /check gave."""
+    ran = [e.plan_digest for e in run.cells.entries_of(winner.label) if e.status == "ok" and e.plan_digest]
+    return ran[-1] if ran else run.plan_digests.get(winner.label)
+
+
 def apply(run: TuneRun, winner: Candidate, data: dict[str, Any]) -> int:
-    """Switch to the profile file by name when the server reads its folder, else to the winner's plan."""
+    """Production on exactly the plan the tune chose, checked by digest: by the written profile's name when the
+    server reads it and runs the same plan under it (else an older file of that name would run), else the
+    winner's own profile and point. A switch that fails or runs another plan puts production back on the
+    plan the tune started from, naming both."""
     client = SyncControlClient(run.s.control, run.token, run.s.connect_timeout)
+    want = chosen_digest(run, winner)
+    profile, params, what = winner.profile, winner.point_json(), winner.label
     names = [p.get("name") for p in client.profiles()]
     if run.s.profile_name in names and data.get("profile_file"):
-        profile, params, what = run.s.profile_name, None, f"profile {run.s.profile_name} ({data['profile_file']})"
-    else:
-        profile, params, what = winner.profile, winner.point_json(), winner.label
+        code, body = client.check(run.s.profile_name, winner.spec)
+        if code == 200 and want is not None and body.get("digest") == want:
+            profile, params = run.s.profile_name, None
+            what = f"profile {run.s.profile_name} ({data['profile_file']}) + {winner.spec}"
+        else:
+            got = body.get("digest") or f"HTTP {code}: {body.get('error')}"
+            run.console.print(f"--apply: the server's profile {run.s.profile_name} is not the plan the tune chose "
+                              f"({got} against {winner.label}'s {want}: an older file of that name?); applying "
+                              f"{winner.label} itself", style="yellow")
     code, body = client.switch(profile, winner.spec, run.s.switch_timeout, spec_params=params)
-    if body.get("outcome") in OK_OUTCOMES:
-        run.console.print(f"applied: production runs {what} + {winner.spec}")
+    ran = (body.get("to") or {}).get("digest") if isinstance(body.get("to"), dict) else None
+    ran = ran or client.status().get("digest")
+    if body.get("outcome") in OK_OUTCOMES and (want is None or ran == want):
+        run.console.print(f"applied: production runs {what}")
         run.switched = False
         return 0
-    run.console.print(f"--apply: the switch to {what} did not take (HTTP {code} {body.get('outcome')}: "
-                      f"{body.get('error')}); the server kept or restored its plan", style="bold red")
+    why = (f"HTTP {code} {body.get('outcome')}: {body.get('error')}" if body.get("outcome") not in OK_OUTCOMES
+           else f"it runs digest {ran}, not the chosen {want}")
+    start = space.Candidate.of_plan(run.start_plan).label
+    run.console.print(f"--apply: the switch to {what} did not take ({why}); putting production "
+                      f"back on {start}, the plan the tune started from", style="bold red")
+    run.switched = True
+    restore(run)
     return 1
 
 

@@ -201,6 +201,9 @@ class SyncControlClient:
     def running_plan(self) -> dict[str, Any] | None:
         return self._run(lambda c: c.running_plan())
 
+    def check(self, profile: str, spec: str, spec_params: Any = None) -> tuple[int, dict[str, Any]]:
+        return self._run(lambda c: c.check(profile, spec, spec_params))
+
     def switch(self, profile: str, spec: str, timeout_s: float | None,
                deadline_s: float | None = None, spec_params: Any = None) -> tuple[int, dict[str, Any]]:
         return self._run(lambda c: c.switch(profile, spec, timeout_s, deadline_s, spec_params))
