@@ -54,3 +54,32 @@ def _is_open(fd: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_deleting_the_pid_note_frees_nothing(tmp_path):
+    paths = StatePaths(tmp_path / "state")
+    fd = owner.claim(paths)
+    try:
+        paths.owner_lock.unlink()  # the lock is the state dir's, not the file's
+        with pytest.raises(UserError, match="already served by another process"):
+            owner.claim(paths)
+        assert not paths.owner_lock.exists()  # the refused claim wrote nothing
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("kind", ["a symbolic link", "a directory", "a FIFO"])
+def test_a_pid_note_that_is_no_plain_file_is_named_for_what_it_is(tmp_path, kind):
+    paths = StatePaths(tmp_path / "state")
+    paths.root.mkdir()
+    if kind == "a symbolic link":
+        paths.owner_lock.symlink_to(tmp_path / "elsewhere")
+    elif kind == "a directory":
+        paths.owner_lock.mkdir()
+    else:
+        os.mkfifo(paths.owner_lock)
+    with pytest.raises(UserError, match=f"serve.lock is {kind}, not the plain file") as err:
+        owner.claim(paths)
+    assert "remove it" in str(err.value) and "mount it writable" not in str(err.value)
+    assert sorted(p.name for p in paths.root.iterdir()) == ["serve.lock"]  # nothing written
+    assert not (tmp_path / "elsewhere").exists()
