@@ -28,6 +28,7 @@ STATE_LAYOUT = {
     "committed": COMMITTED_FILE,
     "boot": BOOT_FILE,
     "history": HISTORY_FILE,
+    "switch_counts": "switch-counts.json",  # the switch counters and the history size they cover (metrics.py)
     "journal": JOURNAL_FILE,
     "supervisord_conf": "supervisord.conf",
     "supervisord_pid": "supervisord.pid",
@@ -49,6 +50,7 @@ class StatePaths:
     committed: Path
     boot: Path
     history: Path
+    switch_counts: Path
     journal: Path
     supervisord_conf: Path
     supervisord_pid: Path

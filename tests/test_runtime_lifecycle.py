@@ -225,6 +225,7 @@ def test_a_switch_moves_through_switching_and_records_the_entry(tmp_path):
     assert entry.outcome == Outcome.SWITCHED and seen == [State.SWITCHING, State.SERVING]
     assert rig.lc.current.name == "nccl-tuned" and rig.lc.status()["switches"]["outcomes"]["switched"] == 1
     assert rig.history()[-1] == entry.to_json()
+    assert rig.make().status()["switches"]["outcomes"]["switched"] == 1  # kept: a restarted control API counts it
     again = run(rig.lc.switch("nccl-tuned", "off", None))
     assert again.to_json() == {"outcome": "unchanged", "error": None, "durations": {}}
 

@@ -245,6 +245,24 @@ def test_switch_counts_from_history(tmp_path):
     assert SwitchCounts.from_history(sd) is None  # unreadable: unknown, never blocks
 
 
+def test_switch_counts_never_go_down_across_a_restart_with_a_history_longer_than_the_window(tmp_path):
+    """1000 rollbacks, then a control API restart reading a 16 MiB window (60 bytes here): the kept counts plus
+    what history gained since, never fewer (Prometheus would read fewer as a counter reset, and alert)."""
+    sd = tmp_path
+    hist = StatePaths(sd).history
+    hist.write_text("".join(_line("rolled_back", 2.0) + "\n" for _ in range(1000)))
+    first = SwitchCounts.from_history(sd)  # no kept counts yet: the whole (small) history
+    assert first.totals["rolled_back"] == 1000
+    first.save(sd)
+    with hist.open("a") as fh:  # appended after the counts were kept (a crash before the next save)
+        fh.write(_line("switched", 1.0) + "\n")
+    again = SwitchCounts.from_history(sd, max_bytes=60)
+    assert again.totals["rolled_back"] == 1000 and again.totals["switched"] == 1 and not again.truncated
+    assert sum(again.buckets["rolled_back"]) == 1000 and again.sums["rolled_back"] == 2000.0
+    StatePaths(sd).switch_counts.write_text('{"v": 1, "totals": {"switched": -5}}')  # damaged: not trusted
+    assert SwitchCounts.from_history(sd, max_bytes=60).truncated
+
+
 def test_labels_are_bounded_and_build_info_reads_the_image_patch_set(tmp_path, monkeypatch):
     assert metrics.bounded("fused", metrics.NAME_RE) == "fused"
     for bad in ("/models/x", "A" * 3, "x" * 65, "a b", None, 3):

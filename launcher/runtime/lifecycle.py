@@ -121,6 +121,10 @@ class Lifecycle:
         """An entry this process appended to history.jsonl: count it (a re-read history already has it)."""
         if self.switch_counts is not None:
             self.switch_counts.observe(entry.to_json())
+            try:
+                self.switch_counts.save(self.sd)  # a restart starts from these: counters never go down
+            except OSError:
+                traceback.print_exc()  # the counts in memory stand; a restart recounts from the history
 
     # ----- what /status shows ----------------------------------------------------------------------
     def set_state(self, state: State) -> None:

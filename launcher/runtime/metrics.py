@@ -3,9 +3,10 @@ same place at scrape time.
 
 One source: `Lifecycle` keeps the state, the restart counts, the health reading, the backend verdicts
 and the switch counts (`SwitchCounts`); /status and `KitCollector` both read them, so the two can never
-disagree. The switch counts survive a control API restart because they are derived from history.jsonl
-when the Lifecycle is built (the last HISTORY_COUNT_BYTES of it, read once) and then advanced by every
-entry the control API itself appends.
+disagree. The switch counts survive a control API restart and never go down: every entry the control API
+appends advances them and they are kept in switch-counts.json with the history size they cover; the
+Lifecycle is built from them plus what history.jsonl gained since (without them, from the last
+HISTORY_COUNT_BYTES of history.jsonl, read once).
 
 What a scrape may show is bounded: names that follow the profile-name pattern, 16-hex digests, fixed
 vocabularies (states, outcomes, restart reasons); anything else reads "other". Never a token, a
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from launcher import __version__
+from launcher import __version__, atomic
 from launcher.profiles.policy import NAME_PATTERN
 from launcher.runtime.states import Outcome, State
 from launcher.state_layout import StatePaths
@@ -60,6 +61,7 @@ SWITCH_OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome if o not in (O
 # A switch takes seconds (the SIMULATED server) to most of an hour (a 1T-parameter load, health-gate up to 3600 s).
 SWITCH_BUCKETS_S: tuple[float, ...] = (1, 2, 5, 10, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600)
 HISTORY_COUNT_BYTES = 16 << 20  # how much of history.jsonl's end the switch counts are derived from at start
+COUNTS_VERSION = 1  # switch-counts.json's shape
 RETRY_BASELINE_S = 10.0  # an unreadable history is tried again at most this often (at scrape time)
 
 RESTART_CRASH = "crash"  # the server died and supervisord restarted it (/status `restarts`)
@@ -104,30 +106,69 @@ class SwitchCounts:
     def as_status(self) -> dict:
         return {"outcomes": dict(self.totals), "history_truncated": self.truncated}
 
+    def save(self, sd: Path) -> None:
+        """Keep the counts beside history.jsonl with the history's size they cover (switch-counts.json,
+        atomic): a restart reads them and counts only what was appended since, so no counter ever goes down
+        (a history longer than the window read at start would otherwise lose its oldest switches)."""
+        paths = StatePaths(sd)
+        size = os.stat(paths.history).st_size
+        atomic.write_json(paths.switch_counts, {"v": COUNTS_VERSION, "history_bytes": size, "totals": self.totals,
+                                                "buckets": self.buckets, "sums": self.sums,
+                                                "truncated": self.truncated, "skipped": self.skipped}, mode=0o600)
+
+    @classmethod
+    def saved(cls, sd: Path) -> tuple[SwitchCounts, int] | None:
+        """The kept counts and the history size they cover; None when absent or not of the right shape."""
+        try:
+            data = json.loads(StatePaths(sd).switch_counts.read_text(encoding="utf-8"))
+            if data.get("v") != COUNTS_VERSION:
+                return None
+            totals = {str(k): int(v) for k, v in data["totals"].items()}
+            buckets = {str(k): [int(c) for c in v] for k, v in data["buckets"].items()}
+            sums = {str(k): float(v) for k, v in data["sums"].items()}
+            size = int(data["history_bytes"])
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None
+        if (size < 0 or any(v < 0 for v in totals.values())
+                or any(len(v) != len(SWITCH_BUCKETS_S) + 1 or min(v) < 0 for v in buckets.values())):
+            return None
+        out = cls(truncated=bool(data.get("truncated")), skipped=int(data.get("skipped") or 0))
+        out.totals.update(totals)
+        out.buckets.update(buckets)
+        out.sums.update(sums)
+        return out, size
+
     @classmethod
     def from_history(cls, sd: Path, max_bytes: int = HISTORY_COUNT_BYTES) -> SwitchCounts | None:
-        """Counts from the end of history.jsonl; empty when there is none yet, None when it cannot be
-        read (not a regular file, no permission): the counts are then unknown, not 0."""
+        """The kept counts (switch-counts.json) plus what history.jsonl gained since; without them, counts from
+        the end of history.jsonl. Empty when there is no history yet, None when it cannot be read (not a regular
+        file, no permission): the counts are then unknown, not 0."""
         path = StatePaths(sd).history
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
-            return cls()
+            kept = cls.saved(sd)
+            return kept[0] if kept else cls()
         except OSError:
             return None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise OSError(errno.EINVAL, f"{path} is not a regular file")
-            start = max(0, st.st_size - max_bytes)
+            kept = cls.saved(sd)
+            out, start = kept if kept else (cls(), 0)
+            if start > st.st_size:  # a history replaced by a shorter one: every line of it is new
+                start = 0
+            mid_line = False
+            if st.st_size - start > max_bytes:
+                start, mid_line, out.truncated = st.st_size - max_bytes, True, True
             data = os.pread(fd, st.st_size - start, start)
         except OSError:
             return None
         finally:
             os.close(fd)
-        out = cls(truncated=start > 0)
         lines = data.split(b"\n")
-        if start > 0:
+        if mid_line:
             lines = lines[1:]  # the window may start mid-line
         for raw in lines:
             if not raw.strip():
