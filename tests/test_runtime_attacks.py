@@ -380,6 +380,22 @@ def test_a_server_that_dies_after_start_secs_is_a_crash_loop_the_kit_stops(kit_s
     assert st["state"] == "serving" and st["retry"]["next_at"] is None
 
 
+def test_supervisord_killed_leaves_no_control_api_or_server_behind(kit_stack):
+    """SIGKILL to supervisord outside a container (where it is not PID 1): its control API and the server's
+    whole tree end with it, so none of them drives or blocks the next serve on this state dir."""
+    stack = kit_stack()
+    sup = psutil.Process(int(StatePaths(stack.state_dir).supervisord_pid.read_text()))
+    tree = sup.children(recursive=True)
+    assert any("control_api" in " ".join(p.cmdline()) for p in tree) and any(
+        "server_exec" in " ".join(p.cmdline()) for p in tree)
+    sup.kill()
+    gone, alive = psutil.wait_procs(tree, timeout=60)
+    assert not alive, [(p.pid, p.cmdline()) for p in alive]
+    stack.proc.wait(timeout=10)  # `launcher serve` became supervisord: it is the one killed
+    st = stack.start().status()  # a new serve on the same state dir and ports: nothing of the old one in the way
+    assert st["state"] == "serving" and st["health"] == "ok"
+
+
 def test_bug_21_a_killed_server_reads_down_then_serving_again(kit_stack):
     """supervisord restarts a killed server: /status says down (never serving) until it answers again."""
     stack = kit_stack()

@@ -23,6 +23,7 @@ from launcher import settings, state_layout
 from launcher.errors import KitError, UserError, run_cli
 from launcher.profiles.loader import check_name
 from launcher.profiles.spec_params import SpecParams
+from launcher.runtime import parent_death
 from launcher.runtime.lifecycle import Busy, Lifecycle
 from launcher.runtime.metrics import KitCollector
 from launcher.runtime.states import SWITCH_TIMEOUT_MAX_S as TIMEOUT_MAX
@@ -225,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         settings.check(("server", "profile"))  # refuse to start on a bad setting, naming it
+        parent_death.tie_to_parent()  # never outlive the supervisord this serves (no orphan driving the next)
         sd = state_layout.state_paths(args.state_dir).root
         host, port = settings.KIT_CONTROL_HOST.get(), settings.KIT_CONTROL_PORT.get()
         print(f"control API on http://{host}:{port} (state {sd})", file=sys.stderr, flush=True)

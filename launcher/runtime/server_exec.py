@@ -21,6 +21,7 @@ from pathlib import Path
 from launcher import settings, state_layout
 from launcher.profiles.plan import Plan
 from launcher.resources import sitecustomize_dir
+from launcher.runtime import parent_death
 from launcher.runtime.containment import Containment
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="launcher.runtime.server_exec")
     p.add_argument("--state-dir", required=True)
     args = p.parse_args(argv)
+    parent_death.tie_to_parent()  # supervisord gone: end the server's tree (no server left holding the port)
     path = state_layout.StatePaths(Path(args.state_dir)).profile_json
     try:
         plan = Plan.from_json(json.loads(path.read_text()))
