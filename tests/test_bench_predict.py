@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from bench.predict import cli as predict_cli
 from bench.predict import model
 from bench.predict.measured import load_allreduce_curves
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def run(argv: list[str], capsys) -> tuple[int, dict, str]:
@@ -200,6 +205,26 @@ def test_bundle_prediction_vs_measurement(tmp_path, capsys):
     # the baseline comes from baseline__off.json; no --accept-len means no headline tok/s
     assert data["breakeven_accept_len"] == pytest.approx(2.46)
     assert data["spec_tokps"] is None
+
+
+def test_a_simulated_bundle_marks_the_prediction_and_breakeven_refuses_it(tmp_path, capsys):
+    d = _bundle(tmp_path, {"baseline__off": _cell("baseline", "off", 82.0, None, 12.2),
+                           "baseline__eagle3": _cell("baseline", "eagle3", 60.0, 2.0, 33.0)})
+    (d / "manifest.json").write_text(json.dumps({"simulated": True}))
+    rc, data, err = run(["--verify-ms", "30", "--bundle", str(d)], capsys)
+    assert rc == 0 and data["simulated"] is True, err
+    assert predict_cli.main(["--verify-ms", "30", "--bundle", str(d)]) == 0
+    assert "SIMULATED: the bundle was measured on the stand-in server" in capsys.readouterr().out
+    result = tmp_path / "predict.json"
+    result.write_text(json.dumps(data))
+    rules = tmp_path / "breakeven.yml"
+    tool = [sys.executable, str(REPO / "docker" / "monitoring" / "breakeven.py"), "--profile", "baseline", str(result),
+            "--out", str(rules)]
+    refused = subprocess.run(tool, capture_output=True, text=True)
+    assert refused.returncode == 2 and "SIMULATED" in refused.stderr and not rules.exists(), refused.stderr
+    demo = subprocess.run([*tool, "--allow-simulated"], capture_output=True, text=True)
+    assert demo.returncode == 0, demo.stderr
+    assert "# SIMULATED (a demo, not a production threshold)" in rules.read_text()
 
 
 def test_bundle_with_missing_keys_names_the_file(tmp_path, capsys):

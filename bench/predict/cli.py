@@ -9,6 +9,7 @@ break-even accept length = baseline tok/s x (draft + verify ms) / 1000
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -229,7 +230,18 @@ def predict(args: PredictArgs) -> dict[str, Any]:
         result["bundle"] = _compare_bundle(bundle_dir=args.bundle, step=step, scenarios=scenarios, curves=curves,
                                            size=size)
         result["bundle_baseline_tokps"] = bundle_baseline
+        result["simulated"] = bundle_simulated(Path(args.bundle))
     return result
+
+
+def bundle_simulated(directory: Path) -> bool:
+    """The bundle's manifest says its numbers came from the stand-in server (or it cannot say otherwise: a
+    manifest that is missing or unreadable reads as not simulated, as its cells gave no such mark)."""
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("simulated") is True
 
 
 def _print(result: dict[str, Any]) -> None:
@@ -240,6 +252,9 @@ def _print(result: dict[str, Any]) -> None:
     console = Console()
     if not console.is_terminal:
         console = Console(width=max(console.width, 120))
+    if result.get("simulated"):
+        console.print("SIMULATED: the bundle was measured on the stand-in server; these predictions and break-even "
+                      "values say nothing about a GPU host", style="bold red", markup=False)
     if result["scenarios"]:
         cols = ("scenario", "all-reduce µs", "verify ms", "cycle ms", "spec tok/s", "baseline tok/s", "speed-up",
                 "break-even accept")

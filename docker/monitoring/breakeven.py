@@ -73,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenario", help="a scenario's label instead of the first")
     p.add_argument("--profile", action="append", default=[], required=True)
     p.add_argument("--spec", action="append", default=[])
+    p.add_argument("--allow-simulated", action="store_true",
+                   help="write a threshold from a prediction over a SIMULATED bundle (a demo, never production)")
     p.add_argument("inputs", nargs="+", type=Path, help="bench predict --json output, one per --profile")
     args = p.parse_args(argv)
     specs = args.spec or ["eagle3"]
@@ -90,7 +92,13 @@ def main(argv: list[str] | None = None) -> int:
             result = json.loads(path.read_text())
             if not isinstance(result, dict):
                 raise Bad("not a bench predict --json object")
-            entries.append((profile, spec, breakeven(result, args.scenario), f"{profile}/{spec} from {path.name}"))
+            source = f"{profile}/{spec} from {path.name}"
+            if result.get("simulated"):
+                if not args.allow_simulated:
+                    raise Bad("its bundle is SIMULATED (the stand-in server): its break-even is no production "
+                              "threshold; measure on the host, or pass --allow-simulated for a demo")
+                source = f"SIMULATED (a demo, not a production threshold): {source}"
+            entries.append((profile, spec, breakeven(result, args.scenario), source))
         except (OSError, ValueError, Bad) as e:
             print(f"breakeven.py: {path}: {e}", file=sys.stderr)
             return 2
