@@ -485,6 +485,15 @@ def test_a_pinned_tree_point_meets_the_backend_rule_naming_the_profile(user):
         "the trtllm_mha attention backend only supports top-k 1" in str(exc.value)
 
 
+def test_a_point_given_as_an_option_is_blamed_on_the_option_not_the_spec_overlay(user):
+    user({"tree.toml": profile_toml("tree", extends="fused", server={"attention-backend": "trtllm_mha"})})
+    with pytest.raises(UserError) as exc:
+        build_plan("tree", "eagle3", environ=ENV, spec_params="2,2,4")
+    assert str(exc.value).startswith("--spec-params 2,2,4: EAGLE point (steps, topk, draft_tokens) = (2,2,4): "
+                                     "the trtllm_mha attention backend only supports top-k 1"), str(exc.value)
+    assert "spec/eagle3.toml" not in str(exc.value)
+
+
 def test_split_local_takes_each_local_flag_with_its_value():
     setup, local = plans.split_local(["--model-path", "/m", "--tp-size", "8", "--trust-remote-code", "--port", "1"])
     assert setup == ["--tp-size", "8", "--trust-remote-code"]

@@ -248,6 +248,8 @@ def evaluate(
     findings = rules.evaluate(ctx, use_parser=use_parser)
     if pinned_by is not None:
         _blame_profile_point(findings, pinned_by)
+    elif spec_params is not None and point is not None:
+        _blame_option_point(findings, point)
     requires = res.requires.model_dump(exclude_none=True)
     conditions = [f.message for f in findings if f.level == "requires"]
     if conditions:
@@ -280,8 +282,16 @@ def _blame_profile_point(findings: list, path: Path) -> None:
     """The rules judge the point as the three server keys and name the file that set them (the spec
     overlay); a point pinned by a profile's [spec_params] is that file's: name it and its key."""
     for f in findings:
-        if f.rule == "eagle_spec_params" and f.key in _PINNED_FIELD:
+        if f.key in _PINNED_FIELD:
             f.key, f.file = f"spec_params.{_PINNED_FIELD[f.key]}", path
+
+
+def _blame_option_point(findings: list, point: SpecParams) -> None:
+    """A point given as an option (--spec-params, a tune's --eagle3, a switch's spec_params) is the user's:
+    a finding on its three server keys names the option, not the spec overlay the user never touched."""
+    for f in findings:
+        if f.key in _PINNED_FIELD:
+            f.option, f.file = f"--spec-params {point.text()}", None
 
 
 def build_plan(profile: str, spec: str | None = None, host_facts: HostFacts | None = None, **options: Any) -> Plan:

@@ -20,8 +20,11 @@ class Finding:
     key: str
     message: str
     file: Path | None = None
+    option: str | None = None  # the command-line option that set the key (e.g. --spec-params), when no file did
 
     def render(self) -> str:
+        if self.option:
+            return f"{self.option}: {self.message}"
         where = f"{self.file}: key '{self.key}': " if self.file else (f"key '{self.key}': " if self.key else "")
         return f"{where}{self.message}"
 
