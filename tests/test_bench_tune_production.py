@@ -1,0 +1,81 @@
+"""bench/tune/production.py `apply`: production on exactly the chosen plan, checked by digest, or back on the
+plan the tune started from (a fake control client: the switch's answers are the input here; the stack tests in
+test_bench_tune_runner_resume.py run it against the real control API)."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from bench.tune import journal, production
+from bench.tune.ledger import Ledger
+from bench.tune.space import Candidate
+
+
+class FakeControl:
+    def __init__(self, *, names=(), check=(200, {"digest": "d-win"}), switch=(200, {"outcome": "switched"}),
+                 running="d-win"):
+        self.names, self.check_answer, self.switch_answer, self.running = names, check, switch, running
+        self.switches: list[tuple[str, str, object]] = []
+
+    def profiles(self):
+        return [{"name": n} for n in self.names]
+
+    def check(self, profile, spec, spec_params=None):
+        return self.check_answer
+
+    def switch(self, profile, spec, timeout_s, spec_params=None):
+        self.switches.append((profile, spec, spec_params))
+        code, body = self.switch_answer
+        return code, {**body, "to": {"digest": self.running}} if body.get("outcome") == "switched" else body
+
+    def status(self):
+        return {"digest": self.running}
+
+
+def _run(fake, monkeypatch):
+    monkeypatch.setattr(production, "SyncControlClient", lambda *a, **k: fake)
+    restored: list[bool] = []
+    monkeypatch.setattr(production, "restore", lambda run: restored.append(True))
+    cells = Ledger(thresholds=None)
+    cells.entries.append(journal.Entry(label="fast+off", profile="fast", status="ok", plan_digest="d-win",
+                                       profile_hash="h", settings_digest="s", phase="final"))
+    out = io.StringIO()
+    run = SimpleNamespace(
+        s=SimpleNamespace(control="http://c", connect_timeout=1, switch_timeout=1, profile_name="tuned"),
+        token="t", cells=cells, plan_digests={}, start_plan={"name": "baseline", "spec": "off"},
+        console=Console(file=out, width=200), switched=True)
+    return run, restored, out
+
+
+WINNER = Candidate("fast", "off")
+
+
+def test_the_written_profile_is_applied_by_name_when_the_server_runs_the_same_plan_under_it(monkeypatch):
+    fake = FakeControl(names=("tuned",))
+    run, restored, out = _run(fake, monkeypatch)
+    assert production.apply(run, WINNER, {"profile_file": "/p/tuned.toml"}) == 0
+    assert fake.switches == [("tuned", "off", None)] and not restored and run.switched is False
+    assert "applied: production runs profile tuned (/p/tuned.toml) + off" in out.getvalue()
+
+
+def test_an_older_file_under_the_name_is_not_run_the_winner_is(monkeypatch):
+    fake = FakeControl(names=("tuned",), check=(200, {"digest": "d-old"}))
+    run, restored, out = _run(fake, monkeypatch)
+    assert production.apply(run, WINNER, {"profile_file": "/p/tuned.toml"}) == 0
+    assert fake.switches == [("fast", "off", None)] and not restored
+    assert "is not the plan the tune chose" in out.getvalue()
+
+
+@pytest.mark.parametrize("answer,running", [((200, {"outcome": "rolled_back", "error": "boom"}), "d-start"),
+                                            ((200, {"outcome": "switched"}), "d-other")])
+def test_a_failed_or_wrong_apply_puts_production_back_naming_both(monkeypatch, answer, running):
+    fake = FakeControl(switch=answer, running=running)
+    run, restored, out = _run(fake, monkeypatch)
+    assert production.apply(run, WINNER, {}) == 1
+    assert restored == [True] and run.switched is True
+    text = out.getvalue()
+    assert "the switch to fast+off did not take" in text and "back on baseline+off" in text
