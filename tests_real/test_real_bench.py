@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from launcher.profiles.plan import Plan
 from launcher.runtime import activation
@@ -92,10 +93,12 @@ def _running(stack) -> float:
     return max(values, default=0.0)
 
 
+@pytest.mark.restarts_shared
 def test_a_server_killed_during_a_repeat_makes_the_cell_invalid_with_the_reason(serving_stack, tmp_path):
     """The real server dies in the middle of a timed repeat (SIGKILL to its launch process, once a request
     runs) and supervisord restarts it: the repeat is invalid, the cell has no numbers to quote, and the reason
-    says what happened. Runs last in this file: it waits for the shared server to serve again."""
+    says what happened. Runs last among the shared server's tests (restarts_shared), and waits for it to
+serve again."""
     out = tmp_path / "killed"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "STANDIN_"))}
     env.update(KIT_CONTROL_TOKEN=serving_stack.token, PYTHONPATH=str(REPO))
