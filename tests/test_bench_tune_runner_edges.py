@@ -34,6 +34,20 @@ def test_bad_input_against_the_server_switches_nothing(stack, tmp_path):
     on_start_plan(stack)
 
 
+def test_a_budget_too_small_on_a_server_never_switched_measures_nothing(kit_stack, tmp_path):
+    """A fresh server's history holds no switch, but its first start is timed (`started`, supervisord's start
+    to the first healthy answer): a budget that cannot hold the smallest honest tune is exit 2 before the
+    first measurement, not after it."""
+    fresh = kit_stack(extra_env={"STANDIN_LOAD_DELAY_S": "2"})
+    [started] = fresh.history()
+    assert started["outcome"] == "started" and started["durations"]["total_s"] >= 2, started
+    (fresh.profiles_dir / "fast.toml").write_text(helpers_tune._profile("fast", helpers_tune.PROFILES["fast"]))
+    small = run_tune(fresh, tmp_path, "--profiles", "baseline,fast", "--budget", "1s")
+    assert small.returncode == 2 and "cannot hold the smallest honest tune" in small.stderr, small.stderr[-2000:]
+    assert not (tmp_path / "journal.jsonl").exists() or not (tmp_path / "journal.jsonl").read_text()
+    assert len(fresh.history()) == 1  # nothing switched
+
+
 def test_fleet_rolls_the_winner_with_its_point(stack, tmp_path):
     hosts = [KitStack(tmp_path / f"host{i}", "baseline", "off", {"KIT_PROFILES_DIR": str(stack.profiles_dir)})
              for i in range(2)]

@@ -74,6 +74,8 @@ def test_a_first_healthy_start_serves_and_is_committed_once(tmp_path):
     [entry] = rig.history()
     assert entry["outcome"] == "started" and entry["to"]["profile"] == "baseline" and "id" not in entry
     assert set(entry) == {"ts", "from", "to", "outcome", "durations", "error", "backends", "decode_allreduce"}
+    started = rig.sup.info()
+    assert entry["durations"] == {"start_s": started["now"] - started["start"], "total_s": started["now"] - started["start"]}
     assert json.loads(StatePaths(tmp_path).committed.read_text())["plan"]["name"] == "baseline"
 
 

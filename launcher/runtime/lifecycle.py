@@ -245,12 +245,14 @@ class Lifecycle:
             await self._crash_loop(info)
             return
         if Act.COMMIT in step.actions:
-            self._first_healthy(cur)
+            self._first_healthy(cur, info)
             return
         self.set_state(step.to)
 
-    def _first_healthy(self, cur: Plan) -> None:
-        """The plan answers: serving; commit it (and say so in history) unless it is the committed one."""
+    def _first_healthy(self, cur: Plan, info: dict | None = None) -> None:
+        """The plan answers: serving; commit it (and say so in history) unless it is the committed one. The entry
+        carries the start's time (supervisord's start of the program to this healthy answer): what a switch
+        will cost at least, which `bench tune` checks its budget against before it measures anything."""
         self.set_state(State.SERVING)  # STARTING/FAILED -> SERVING
         self.last_error = None
         self.reset_retries()
@@ -261,6 +263,10 @@ class Lifecycle:
         entry = Entry(to=label(cur), outcome=Outcome.STARTED, backends=self.backends,
                       decode_allreduce=self.decode_allreduce,
                       error=f"expected backend not active: {missing}" if missing else None)
+        took = _seconds_since_start(info or {})
+        if took is not None:
+            entry.lap("start", took)
+            entry.lap("total", took)
         runtime_state.append_history(self.sd, entry.to_json())
         self.last_error = entry.error
         self.last_good = cur
@@ -417,3 +423,11 @@ class Lifecycle:
         elif outcome == Outcome.FAILED:
             self.current = plan if previous is None else previous
         self.set_state(transitions.switch_ends(before, outcome))  # SWITCHING -> the outcome's state
+
+
+def _seconds_since_start(info: dict) -> float | None:
+    """supervisord's own clock: `now` less the program's `start` (whole seconds); None when either is missing."""
+    start, now = info.get("start"), info.get("now")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in (start, now)):
+        return None
+    return float(now - start) if now >= start else None
