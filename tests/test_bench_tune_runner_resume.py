@@ -102,25 +102,25 @@ def test_a_finished_tune_is_no_resume_and_a_kill_before_the_restore_is_put_back(
     that runs now, never reporting a plan as staying that does not run. A tune killed after it wrote its
     results but before production went back (the state file not yet marked) is resumed by the same command,
     which puts production back on the plan the first run started from. --fresh keeps the old journal aside."""
-    args = ("--profiles", "baseline,same", "--final-repeats", "1")
+    args = ("--profiles", "baseline,fast", "--final-repeats", "1")  # fast: another digest than baseline
     first = run_tune(stack, tmp_path, *args)
     assert first.returncode == 0, first.stderr[-3000:]
     state_file = tmp_path / "tune-state.json"
     state = json.loads(state_file.read_text())
     assert state["finished"] is True and state["result"]
-    assert stack.switch("same", "off").json()["outcome"] == "switched"  # production moved on since
+    assert stack.switch("fast", "off").json()["outcome"] == "switched"  # production moved on since
     again = run_tune(stack, tmp_path, *args)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "found a finished tune" in again.stderr and "against the plan that runs now, same+off" in again.stderr
+    assert "found a finished tune" in again.stderr and "against the plan that runs now, fast+off" in again.stderr
     assert "baseline+off stays" not in again.stderr + again.stdout
-    assert result(tmp_path)["incumbent"]["label"] == "same+off", result(tmp_path)["incumbent"]
+    assert result(tmp_path)["incumbent"]["label"] == "fast+off", result(tmp_path)["incumbent"]
     st = stack.wait_state({"serving"})
-    assert st["profile"] == "same"  # where this run started
+    assert st["profile"] == "fast"  # where this run started
     # the kill window: results written, production still on a measured cell, the state not marked finished
     state_file.write_text(json.dumps({k: v for k, v in state.items() if k not in ("finished", "result")}))
     resumed = run_tune(stack, tmp_path, *args)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming: production was left on same+off" in resumed.stderr
+    assert "resuming: production was left on fast+off" in resumed.stderr, resumed.stderr
     assert "production back on baseline+off" in resumed.stderr + resumed.stdout
     on_start_plan(stack)
     fresh = run_tune(stack, tmp_path, *args, "--fresh")
