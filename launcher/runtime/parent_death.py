@@ -2,7 +2,7 @@
 dies (prctl PR_SET_PDEATHSIG), so a supervisord killed with SIGKILL outside a container (where it is not
 PID 1) leaves no control API acting on the next serve's supervisord, and no server holding the port.
 SIGTERM is the signal each program already stops on in order (the control API's aiohttp runner, server_exec's
-tree ending)."""
+tree ending). Sources: docs/evidence.md, "Supervision"."""
 
 from __future__ import annotations
 

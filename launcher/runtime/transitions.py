@@ -108,7 +108,8 @@ class Step:
 def gave_up(r: Reading, start_retries: int) -> bool:
     """A crash loop: supervisord marked the program FATAL (its starts died within KIT_START_SECS), or it was
     restarted more than `start_retries` times without one healthy answer. A server that loads for longer than
-    KIT_START_SECS and then dies never reads FATAL: supervisord restarts it for ever, so the kit counts."""
+    KIT_START_SECS and then dies never reads FATAL: supervisord restarts it for ever, so the kit counts
+    (docs/evidence.md, "Supervision")."""
     return r.statename == "FATAL" or r.unhealthy_restarts > start_retries
 
 
