@@ -190,7 +190,8 @@ def tune(s: TuneSettings, *, token: str, console: Console) -> int:
         asyncio.run(run.run())
         written = result.write(run, complete=True)
         rc = production.finish(run, written)
-        run.mark_finished(written)  # a later run into this OUT/ is no resume of it: it decides against what runs then
+        if not run.switched:  # production where the tune promised: a later run into OUT/ is no resume of it
+            run.mark_finished(written)
         return rc
     except KeyboardInterrupt:
         console.print("interrupted: putting production back on the plan the tune started from", style="yellow")
