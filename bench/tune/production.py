@@ -122,8 +122,8 @@ def apply(run: TuneRun, winner: Candidate, data: dict[str, Any]) -> int:
                               f"({got} against {winner.label}'s {want}: an older file of that name?); applying "
                               f"{winner.label} itself", style="yellow")
     code, body = client.switch(profile, winner.spec, run.s.switch_timeout, spec_params=params)
-    ran = (body.get("to") or {}).get("digest") if isinstance(body.get("to"), dict) else None
-    ran = ran or client.status().get("digest")
+    to = body.get("to")
+    ran = (to.get("digest") if isinstance(to, dict) else None) or client.status().get("digest")
     if body.get("outcome") in OK_OUTCOMES and (want is None or ran == want):
         run.console.print(f"applied: production runs {what}")
         run.switched = False
