@@ -212,6 +212,7 @@ class WhatRuns(Section, title='what runs'):
     MODEL_OVERLAY = Setting(STR, None, "Model overlay laid over every profile and spec mode (profiles/model/<name>.toml, e.g. kimi-k2: the model's tool-call and reasoning parsers); empty: none. One choice per deployment: a switch keeps the server's.", "server client compose", example="")
     KIT_PROFILES_DIR = Setting(PATHS, [], "Extra profile folders, colon-separated; their profiles shadow built-ins of the same name.", "server client", example="")
     KIT_BUILTIN_PROFILES_DIR = Setting(PATH, None, "Folder of the built-in profiles; unset: the ones shipped in the package (or profiles/ of a checkout).", "server client")
+    KIT_CACHE_DIR = Setting(PATH, None, "Where SGLang's verdicts on command lines are kept (building its parser takes seconds); unset: $XDG_CACHE_HOME/sglang-kit, else ~/.cache/sglang-kit. Safe to delete.", "server client")
     KIT_HOST_FACTS = Setting(PATH, None, "JSON from `launcher doctor --json`; when set, serve and switches apply the host-dependent rules to it.", "server")
 
 

@@ -70,6 +70,7 @@ def stream_generate(stack: RealStack, out: dict, streaming: threading.Event) -> 
             for line in resp.iter_lines():
                 if line.startswith("data:"):
                     out["lines"].append(line)
+                    out["last_at"] = time.time()
                     streaming.set()
     except httpx.HTTPError as exc:
         out["error"] = repr(exc)
@@ -136,7 +137,11 @@ def test_switch_drains_the_stream_then_restarts_and_commits(stack, switched):
     assert last["meta_info"]["finish_reason"]["type"] == "length"
     entry = stack.history()[-1]
     assert entry["outcome"] == "switched" and entry["to"]["profile"] == "real-b"
-    assert entry["durations"]["drain_s"] > 0.5, entry["durations"]
+    # The drain's length depends on how fast the stream decodes on this machine; what the drain guarantees
+    # is an order: the stream's last line came before the old server had stopped (else it is cut off).
+    d = entry["durations"]
+    assert d["drain_s"] > 0, d
+    assert out["last_at"] <= entry["ts"] + d["drain_s"] + d["stop_s"], (out["last_at"], entry["ts"], d)
     st = stack.status()
     assert st["state"] == "serving" and st["profile"] == "real-b" and st["health"] == "ok", st
     committed = json.loads(StatePaths(stack.state_dir).committed.read_text())

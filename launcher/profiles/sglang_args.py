@@ -1,6 +1,7 @@
 """SGLang 0.5.23's real argument parser, used to check every plan's flags.
 
-Importing sglang takes seconds, so this module is only imported by `check`, `render` and `serve`.
+Importing sglang takes seconds, so this module is only imported by `check`, `render` and `serve`, and
+its verdicts are stored on disk (`flag_verdicts.py`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,14 @@ def _flag_table() -> dict[str, argparse.Action]:
 
 
 def flag_problems(flags: list[str]) -> list[tuple[str, str]]:
-    """(flag, message) for each flag that is unknown, an alias, or deprecated, then a full parse."""
+    """(flag, message) for each flag that is unknown, an alias, or deprecated, then a full parse; a verdict
+    already stored for the same sglang, environment and flags is read back instead (flag_verdicts.py)."""
+    from launcher.profiles import flag_verdicts
+
+    return flag_verdicts.verdict(flags, _parse_problems)
+
+
+def _parse_problems(flags: list[str]) -> list[tuple[str, str]]:
     table = _flag_table()
     problems: list[tuple[str, str]] = []
     for tok in flags:

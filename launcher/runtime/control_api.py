@@ -207,11 +207,9 @@ def make_app(state_dir: Path, token: str | None, metrics_auth: bool = False,
     app.router.add_post("/check", post_check)
 
     async def background(app: web.Application):
+        # SGLang's parser is not built here: serve has stored its verdict on the running plan, and a switch
+        # builds it (in a thread) only for a command line never checked on this host (flag_verdicts.py).
         task = asyncio.create_task(rt.monitor())
-        from launcher.profiles import sglang_args
-
-        if sglang_args.available():  # build SGLang's parser now, not during the first switch
-            asyncio.get_running_loop().run_in_executor(None, sglang_args.parser)
         yield
         task.cancel()
 
