@@ -11,6 +11,8 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -35,6 +37,7 @@ FAMILIES = {
     "kit_server_restarts": "counter",
     "kit_health_age_seconds": "gauge",
     "kit_history_skipped_lines": "gauge",
+    "kit_server_changed_timestamp_seconds": "gauge",
 }
 
 
@@ -97,10 +100,14 @@ def test_counters_move_agree_with_status_survive_a_restart_and_show_no_secret(ki
     build = series(text, "kit_build_info")
     assert len(build) == 1 and dict(next(iter(build)))["version"] == metrics.build_info()["version"]
     assert set(switch_counts(text).values()) == {0}
+    assert series(text, "kit_server_changed_timestamp_seconds") == {}  # not changed by this control API yet
 
     assert stack.switch("leaky").json()["outcome"] == "switched"
+    before_rollback = time.time()
     assert stack.switch("crashy").json()["outcome"] == "rolled_back"
     text = scrape(stack)
+    # the rollback's start of the previous plan is the last change
+    assert before_rollback <= value(text, "kit_server_changed_timestamp_seconds") <= time.time()
     counts = switch_counts(text)
     assert counts["switched"] == 1 and counts["rolled_back"] == 1 and counts["failed"] == 0
     for outcome in ("switched", "rolled_back"):
@@ -126,6 +133,7 @@ def test_counters_move_agree_with_status_survive_a_restart_and_show_no_secret(ki
     restart_control_api(stack)  # the counts come back from history.jsonl
     text = scrape(stack)
     assert switch_counts(text) == counts
+    assert series(text, "kit_server_changed_timestamp_seconds") == {}  # the server kept running
     assert value(text, "kit_switch_duration_seconds_count", outcome="rolled_back") == 1
     assert stack.switch("baseline").json()["outcome"] == "switched"
     assert switch_counts(scrape(stack))["switched"] == 2
@@ -283,6 +291,7 @@ def test_labels_are_bounded_and_build_info_reads_the_image_patch_set(tmp_path, m
 
 
 class _FakeLifecycle:
+    switcher = SimpleNamespace(server_changed_at=0.0)  # never stopped or started the server: absent
     current = None
     state = State.STARTING
     backends = [{"name": "pcie-ipc", "active": None}, {"name": "../etc", "active": True}]
@@ -306,6 +315,17 @@ def test_a_family_that_fails_is_left_out_and_unknowns_are_absent():
     assert names == {"kit_build_info", "kit_server_state", "kit_backend_active", "kit_server_restarts",
                      "kit_history_skipped_lines"}
     assert series(text, "kit_backend_active") == {frozenset({("backend", metrics.OTHER)}): 1}
+
+
+def test_server_changed_timestamp_is_the_switchers_last_stop_or_start():
+    fake = _FakeLifecycle()
+    fake.switcher = SimpleNamespace(server_changed_at=1_700_000_123.5)
+    [fam] = KitCollector(fake)._server_changed()
+    assert [(s.name, s.labels, s.value) for s in fam.samples] == [
+        ("kit_server_changed_timestamp_seconds", {}, 1_700_000_123.5)]
+    for unknown in (0.0, math.nan, None, True):
+        fake.switcher = SimpleNamespace(server_changed_at=unknown)
+        assert KitCollector(fake)._server_changed()[0].samples == []
 
 
 @pytest.mark.parametrize("params", ["no field", None, {"steps": 3, "topk": 1, "draft_tokens": 4}])

@@ -237,7 +237,7 @@ class KitCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         builders: tuple[Callable[[], list[Metric]], ...] = (
             self._build, self._plan, self._state, self._switches, self._backends, self._restarts,
-            self._health, self._history,
+            self._health, self._history, self._server_changed,
         )
         for build in builders:
             try:
@@ -320,6 +320,15 @@ class KitCollector(Collector):
         g = GaugeMetricFamily("kit_history_skipped_lines", "Broken lines in the tail of history.jsonl that "
                               "/status reads (its history_skipped).")
         g.add_metric([], skipped)
+        return [g]
+
+
+    def _server_changed(self) -> list[Metric]:
+        g = GaugeMetricFamily("kit_server_changed_timestamp_seconds", "Unix time this control API last stopped or "
+                              "started the server (a switch or a rollback); absent until it has.")
+        at = self.lc.switcher.server_changed_at
+        if isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at) and at > 0:
+            g.add_metric([], float(at))
         return [g]
 
 
