@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -114,6 +115,16 @@ def test_prometheus_scrapes_the_kit_and_fires_on_a_rollback(tmp_path: Path, stac
                         and a["state"] == "firing"]
             (alert,) = wait_for("KitSwitchRolledBack firing", firing)
             assert alert["labels"]["host"] == "h0" and alert["labels"]["fleet"] == "lab"
+
+            # the rollback started the server again: the accept length's 10-minute mean (SpeculationNotPaying)
+            # is not recorded while its window still holds the server before, though EAGLE-3 generates now
+            changed = query(url, 'time() - kit_server_changed_timestamp_seconds{host="h0"} < 600')
+            assert len(changed) == 1, changed
+            unquiet = ("avg by (fleet, host) (avg_over_time((sglang:spec_accept_length > 0)[10m:])) and on (fleet, host)"
+                       " (sum by (fleet, host) (rate(sglang:generation_tokens_total[10m])) > 0)")
+            wait_for("the mean the quiet window holds back", lambda: query(url, unquiet), 60)
+            time.sleep(3)  # rules are evaluated every second
+            assert query(url, "kit:sglang_spec_accept_length:avg10m") == []
 
             d = dashboard()
             checks = [(t, e) for t, e in panel_exprs(d)] + [(a["name"], a["expr"]) for a in d["annotations"]["list"]
