@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from launcher import __version__, settings
+from launcher.doctor.causes import Causes, applies_to, drop_restated
 from launcher.errors import UserError, run_cli
 
 
@@ -88,14 +89,21 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from launcher.profiles import sglang_args
-    from launcher.profiles.plan import build_plan
+    from launcher.profiles.plan import build_plan, check_environ
 
     _load_env_file(args.env_file)
+    # A preview: an unset MODEL_PATH (or any variable without a default) shows as `<MODEL_PATH>`, as
+    # `check` has it, and is named on stderr; `render` and `serve` still refuse it. SGLang's parser
+    # takes a placeholder path as it takes any path (it never opens one), so every flag is still checked.
+    env = check_environ()
     # The real parser as `check` and `render` use it: show never prints flags SGLang would refuse.
     plan = build_plan(args.profile, _spec(args), _facts(args.host_facts), use_parser=sglang_args.available(),
-                      model_overlay=args.model_overlay, spec_params=_spec_params(args))
+                      model_overlay=args.model_overlay, spec_params=_spec_params(args), environ=env)
+    placeholders = sorted(env.used)
+    if placeholders:
+        print(_placeholder_note(placeholders), file=sys.stderr)
     if args.json:
-        print(json.dumps(plan.to_json(), indent=2))
+        print(json.dumps({**plan.to_json(), "placeholders": placeholders}, indent=2))
         return 0
     import shlex
 
@@ -105,7 +113,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         sp = plan.spec_params
         pinned = f" (the profile's [spec_params], {plan.spec_params_from})" if plan.spec_params_from else ""
         print(f"# spec params: steps {sp.steps}, topk {sp.topk}, draft tokens {sp.draft_tokens}{pinned}")
-    print(f"# digest {plan.digest()}; from {', '.join(plan.sources)}")
+    stand_in = f" (with placeholders for {', '.join(placeholders)}; set them for the real one)" if placeholders else ""
+    print(f"# digest {plan.digest()}{stand_in}; from {', '.join(plan.sources)}")
     declared = {k: v for k, v in plan.requires.items() if k != "conditions"}
     if declared:
         print(f"# requires: {json.dumps(declared)}")
@@ -118,6 +127,16 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"export {k}={shlex.quote(v)}")
     print(shlex.join(plan.argv))
     return 0
+
+
+def _placeholder_note(names: list[str]) -> str:
+    """stderr's note on a preview: which values are placeholders and how to set them."""
+    shown = ", ".join(f"<{n}>" for n in names)
+    sets = " ".join(f"{n}=..." for n in names)
+    return (f"note: {shown} {'is a placeholder' if len(names) == 1 else 'are placeholders'} for unset "
+            f"{', '.join(names)}: this is a preview, not a command to run; put {sets} in .env "
+            f"(cp .env.example .env) or export {'it' if len(names) == 1 else 'them'} "
+            f"(`launcher render` and `make up` refuse without {'it' if len(names) == 1 else 'them'})")
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -157,9 +176,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     facts = _facts(args.host_facts)
     env = check_environ()
     bad = 0
-    warned: dict[str, dict[str, list[str]]] = {}  # warning -> profile -> spec modes: each printed once
+    # Each finding is a cause printed once: an error in full under the first plan it fails, then by
+    # its number ("as above: [1] [2]"); a warning once at the end with the plans it applies to.
+    errors_seen, warned = Causes(), Causes()
+    shown: set[int] = set()
     for name in names:
-        file_errors: set[str] = set()
         for spec, overlay in combos:
             label = f"{name} + {_combo_label(spec, overlay)}"
             try:
@@ -170,23 +191,23 @@ def cmd_check(args: argparse.Namespace) -> int:
                     raise
                 # --all: one broken file must not hide the others
                 print(f"FAIL  {label}")
-                print(f"      error: {exc}" if str(exc) not in file_errors else "      error: as above")
-                file_errors.add(str(exc))
+                _print_errors([errors_seen.add("error", "", str(exc), name)], shown)
                 bad += 1
                 continue
-            errors = [f for f in findings if f.level in ("error", "ineligible")]
+            # a [requires] refusal another refusal restates (symm-mem's SM and NVLink) is shown once
+            errors = [f for f in drop_restated(findings) if f.level in ("error", "ineligible")]
             if plan.spec_params_from and plan.spec_params:  # a point the profile file pins, not the overlay's
                 label += f" at spec params {plan.spec_params.text()} ([spec_params] of {plan.spec_params_from})"
             print(f"{'FAIL' if errors else 'ok  '}  {label}")
-            for f in errors:
-                print(f"      {f.level}: {f.render()}")
+            _print_errors([errors_seen.add(f.level, f.rule, f.render(), name) for f in errors], shown)
             for f in findings:
                 if f.level == "warning":
-                    warned.setdefault(f.render(), {}).setdefault(name, []).append(_combo_label(spec, overlay))
+                    warned.add(f.level, f.rule, f.render(), name, _combo_label(spec, overlay))
             bad += bool(errors)
-    for text, where in warned.items():
-        print(f"warning: {text}")
-        print(f"      for: {_plans(where, len(combos), len(overlays) > 1)}")
+    every_combo = "every spec mode and model overlay" if len(overlays) > 1 else "every spec mode"
+    for cause in warned:
+        print(f"warning: {cause.text}")
+        print(f"      for: {applies_to(cause.where, len(combos), every_combo)}")
     total = len(names) * len(combos)
     shape = f"{len(names)} profile(s) x {len(specs)} spec mode(s)"
     if overlays != [None]:
@@ -206,13 +227,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plans(where: dict[str, list[str]], combos: int, overlays: bool = False) -> str:
-    """`a, b (every spec mode); c + off`: the plans a warning applies to, short."""
-    whole = [name for name, modes in where.items() if len(modes) == combos]
-    every = " (every spec mode and model overlay)" if overlays else " (every spec mode)"
-    parts = [", ".join(whole) + (every if combos > 1 else "")] if whole else []
-    parts += [f"{name} + {'/'.join(modes)}" for name, modes in where.items() if name not in whole]
-    return "; ".join(parts)
+def _print_errors(causes: list, shown: set[int]) -> None:
+    """A plan's errors under its FAIL line: each in full the first time, then only its number."""
+    seen = [c for c in causes if c.number in shown]
+    for c in causes:
+        if c.number not in shown:
+            print(f"      [{c.number}] {c.level}: {c.text}")
+            shown.add(c.number)
+    if seen:
+        print(f"      as above: {' '.join(f'[{c.number}]' for c in seen)}")
 
 
 def cmd_render(args: argparse.Namespace) -> int:

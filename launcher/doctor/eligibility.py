@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+from launcher.doctor.causes import drop_restated
 from launcher.errors import KitError
 from launcher.profiles import loader as profiles
 from launcher.profiles import plan as plans
 from launcher.profiles.hostfacts import HostFacts
+from launcher.profiles.rules.context import Finding
 
 BLOCKING = ("error", "ineligible")
 
@@ -26,9 +28,14 @@ class Eligibility:
     messages: list[str] = field(default_factory=list)  # short form of the reason, one per finding
     warnings: list[str] = field(default_factory=list)
     requires: list[str] = field(default_factory=list)  # conditions the facts could not settle
+    # The findings behind the lists above (a restated [requires] refusal left out), for grouping by
+    # cause in the report; not part of the JSON.
+    findings: list[Finding] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        data.pop("findings")
+        return data
 
 
 def no_facts(reason: str) -> dict[str, Eligibility]:
@@ -44,6 +51,7 @@ def evaluate_all(facts: HostFacts, spec: str = "off", environ: Mapping[str, str]
         except KitError as exc:  # a broken profile file: say so in its row, keep the others
             out[name] = Eligibility(ok=False, reason=str(exc), messages=[str(exc)])
             continue
+        findings = drop_restated(findings)  # each reason once: symm-mem's [requires] repeats its rule
         blocking = [f for f in findings if f.level in BLOCKING]
         messages: list[str] = []
         for f in blocking:
@@ -56,5 +64,6 @@ def evaluate_all(facts: HostFacts, spec: str = "off", environ: Mapping[str, str]
             messages=messages,
             warnings=[f.message for f in findings if f.level == "warning"],
             requires=[f.message for f in findings if f.level == "requires"],
+            findings=findings,
         )
     return out

@@ -1,13 +1,17 @@
-"""Rich tables for people: facts, link matrix, checks, profile eligibility."""
+"""Rich tables for people: facts, link matrix, checks, profile eligibility; one item per line when narrow."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from launcher.doctor.causes import Causes, narrow
 from launcher.doctor.diagnose import Report
+from launcher.doctor.eligibility import BLOCKING
 
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 LINK_STYLE = {"SYS": "red", "NODE": "yellow", "PHB": "yellow", "PXB": "cyan", "PIX": "cyan"}
@@ -19,26 +23,33 @@ def _fmt_bool(v: bool | None, yes: str = "yes", no: str = "no") -> Text:
     return Text(yes, style="green") if v else Text(no, style="red")
 
 
-def facts_table(r: Report) -> Table:
+def _facts_rows(r: Report) -> list[tuple[str, str | Text]]:
     f, topo = r.facts, r.details.get("topology", {})
+    rows: list[tuple[str, str | Text]] = []
+    rows.append(("GPUs", f"{len(f.gpus)}" + (f" x {f.gpus[0].name}" if f.gpus and len({g.name for g in f.gpus}) == 1 else "")))
+    rows.append(("compute capability", ", ".join(sorted(f.sm_versions)) or "unknown"))
+    rows.append(("interconnect", f.interconnect or ("single GPU" if len(f.gpus) == 1 else "unknown")))
+    cpus = topo.get("cpu_affinity", {})
+    split = [f"GPU {','.join(map(str, n))} (CPUs {cpus.get(str(n[0]), '?')})" for n in f.numa_nodes]
+    rows.append(("NUMA split", "\n".join(split) or "unknown"))
+    pairs = ", ".join(f"GPU{d['pair'][0]}-GPU{d['pair'][1]} {d['status']}" for d in r.details.get("p2p_bad", []))
+    p2p = _fmt_bool(f.p2p_ok, "OK between all pairs", f"not OK: {pairs}")
+    rows.append(("P2P (read)", p2p if len(f.gpus) != 1 else Text("single GPU", style="dim")))
+    rows.append(("NVLink multicast", _fmt_bool(f.nvlink_multicast)))
+    rows.append(("NCCL", f.nccl_version or Text("unknown", style="dim")))
+    # From nvidia-smi topo -m and /sys/class/infiniband; none makes ep-deepep ineligible (docs/evidence.md).
+    nics = ", ".join(f.rdma_nics or []) or ("none" if f.rdma_nics == [] else "")
+    rows.append(("RDMA NICs", nics or Text("unknown", style="dim")))
+    rows.append(("read from", ", ".join(f"{k}: {v}" for k, v in r.details.get("sources", {}).items()) or "nothing"))
+    return rows
+
+
+def facts_table(r: Report) -> Table:
     t = Table(title="Host facts", show_header=False, title_justify="left")
     t.add_column("fact", style="bold")
     t.add_column("value", overflow="fold")
-    t.add_row("GPUs", f"{len(f.gpus)}" + (f" x {f.gpus[0].name}" if f.gpus and len({g.name for g in f.gpus}) == 1 else ""))
-    t.add_row("compute capability", ", ".join(sorted(f.sm_versions)) or "unknown")
-    t.add_row("interconnect", f.interconnect or ("single GPU" if len(f.gpus) == 1 else "unknown"))
-    cpus = topo.get("cpu_affinity", {})
-    split = [f"GPU {','.join(map(str, n))} (CPUs {cpus.get(str(n[0]), '?')})" for n in f.numa_nodes]
-    t.add_row("NUMA split", "\n".join(split) or "unknown")
-    pairs = ", ".join(f"GPU{d['pair'][0]}-GPU{d['pair'][1]} {d['status']}" for d in r.details.get("p2p_bad", []))
-    p2p = _fmt_bool(f.p2p_ok, "OK between all pairs", f"not OK: {pairs}")
-    t.add_row("P2P (read)", p2p if len(f.gpus) != 1 else Text("single GPU", style="dim"))
-    t.add_row("NVLink multicast", _fmt_bool(f.nvlink_multicast))
-    t.add_row("NCCL", f.nccl_version or Text("unknown", style="dim"))
-    # From nvidia-smi topo -m and /sys/class/infiniband; none makes ep-deepep ineligible (docs/evidence.md).
-    nics = ", ".join(f.rdma_nics or []) or ("none" if f.rdma_nics == [] else "")
-    t.add_row("RDMA NICs", nics or Text("unknown", style="dim"))
-    t.add_row("read from", ", ".join(f"{k}: {v}" for k, v in r.details.get("sources", {}).items()) or "nothing")
+    for name, value in _facts_rows(r):
+        t.add_row(name, value)
     return t
 
 
@@ -79,25 +90,120 @@ def checks_table(r: Report) -> Table:
     return t
 
 
-def eligibility_table(r: Report) -> Table:
+@dataclass
+class ProfileNotes:
+    """The eligibility section grouped by cause: per profile the texts only it has, and the numbers of
+    the notes it shares with other profiles; each shared note printed once, naming its profiles."""
+
+    own: dict[str, list[str]]
+    refs: dict[str, list[int]]
+    notes: list[tuple[int, str, list[str]]]  # (number, "warning: text", profiles)
+
+
+_PREFIX = {"warning": "warning: ", "requires": "depends on: "}
+
+
+def profile_notes(r: Report) -> ProfileNotes:
+    causes = Causes()
+    found: dict[str, list] = {}
+    for name, e in r.eligibility.items():
+        if e.findings:
+            shown = [f for f in e.findings if f.level in BLOCKING] if not e.ok else [
+                f for f in e.findings if f.level in ("warning", "requires")]
+            found[name] = [causes.add(f.level, f.rule, f.message, name) for f in shown]
+        else:  # no facts, or a broken profile file: its reason is all there is
+            found[name] = [causes.add("ineligible", "", m, name) for m in e.messages]
+    shared = [c for c in causes if len(c.where) > 1]
+    number = {c.number: i for i, c in enumerate(shared, 1)}
+    own = {name: [_PREFIX.get(c.level, "") + c.text for c in cs if c.number not in number] for name, cs in found.items()}
+    refs = {name: [number[c.number] for c in cs if c.number in number] for name, cs in found.items()}
+    notes = [(number[c.number], _PREFIX.get(c.level, "") + c.text, c.subjects()) for c in shared]
+    return ProfileNotes(own, refs, notes)
+
+
+def _see(refs: list[int]) -> str:
+    return "see " + " ".join(f"[{n}]" for n in refs) if refs else ""
+
+
+def eligibility_table(r: Report, pn: ProfileNotes | None = None) -> Table:
+    pn = pn or profile_notes(r)
     t = Table(title=f"Profiles on this host (spec={r.spec})", title_justify="left")
     t.add_column("profile", style="bold")
     t.add_column("runs here")
     t.add_column("status")
     t.add_column("why not / notes", overflow="fold")
     for name, e in r.eligibility.items():
-        notes = list(e.messages) if not e.ok else [*(f"warning: {w}" for w in e.warnings), *(f"depends on: {q}" for q in e.requires)]
-        t.add_row(name, Text("yes", style="green") if e.ok else Text("no", style="red"), e.status, "\n".join(notes))
+        cell = [*pn.own[name], *([_see(pn.refs[name])] if pn.refs[name] else [])]
+        t.add_row(name, Text("yes", style="green") if e.ok else Text("no", style="red"), e.status, "\n".join(cell))
     return t
 
 
-def render(r: Report, console: Console) -> None:
-    parts = [facts_table(r)]
+def _hanging(text: Text, width: int, indent: int, hang: int) -> Text:
+    """`text` wrapped at `width` by words, its first line indented by `indent`, the rest by `hang`,
+    so each item starts at the left and its continuation lines sit under it."""
+    lines = text.wrap(Console(width=max(20, width - hang), no_color=True), max(20, width - hang))
+    out = Text()
+    for i, line in enumerate(lines):
+        out.append("\n" if i else "")
+        out.append(" " * (hang if i else indent))
+        line.rstrip()
+        out.append_text(line)
+    return out
+
+
+def _notes(pn: ProfileNotes, width: int) -> list[Text]:
+    """Each shared note once: its number and text, then the profiles it applies to."""
+    out = []
+    for n, text, names in pn.notes:
+        out.append(_hanging(Text.assemble((f"[{n}] ", "bold"), text), width, 2, 6))
+        out.append(_hanging(Text(f"for: {', '.join(names)}", style="dim"), width, 6, 6))
+    return out
+
+
+def _lines(r: Report, pn: ProfileNotes, width: int) -> list:
+    """The report one item per line, for narrow terminals and pipes: no cell is squeezed into a strip."""
+    out: list = [Text("Host facts", style="italic")]
+    for name, value in _facts_rows(r):
+        value = value if isinstance(value, Text) else Text(str(value).replace("\n", "; "))
+        out.append(_hanging(Text.assemble((f"{name}: ", "bold"), value), width, 2, 4))
     if r.facts.gpus or r.details.get("topology"):
-        parts.append(gpu_table(r))
-    parts += [checks_table(r), eligibility_table(r)]
-    console.print(Group(*parts))
+        out.append(gpu_table(r))
+    out.append(Text("Checks", style="italic"))
+    for c in r.checks:
+        head = Text.assemble((c.status.upper(), STATUS_STYLE[c.status]), " ", (c.name, "bold"), f": {c.detail}")
+        out.append(_hanging(head, width, 2, 7))
+        if c.fix:
+            out.append(_hanging(Text(f"fix: {c.fix}", style="dim"), width, 7, 12))
+    out.append(Text(f"Profiles on this host (spec={r.spec})", style="italic"))
+    for name, e in r.eligibility.items():
+        verdict = Text("yes", style="green") if e.ok else Text("no", style="red")
+        see = f"; {_see(pn.refs[name])}" if pn.refs[name] else ""
+        out.append(_hanging(Text.assemble((name, "bold"), ": ", verdict, f" ({e.status or 'unknown'}){see}"), width, 2, 4))
+        out.extend(_hanging(Text(text), width, 6, 8) for text in pn.own[name])
+    return out
+
+
+SAVE_HINT = "save these facts for `launcher show/check --host-facts`:"
+SAVE_COMMAND = "launcher doctor --out host-facts.json"
+
+
+def render(r: Report, console: Console) -> None:
+    """Bordered tables at 100 columns or more; below that (80 columns, or a pipe without COLUMNS) one
+    item per line. A command to copy is always on a line of its own, never wrapped."""
+    pn = profile_notes(r)
+    if narrow(console.width):
+        console.print(Group(*_lines(r, pn, console.width)))
+    else:
+        parts = [facts_table(r)]
+        if r.facts.gpus or r.details.get("topology"):
+            parts.append(gpu_table(r))
+        parts += [checks_table(r), eligibility_table(r, pn)]
+        console.print(Group(*parts))
+    if pn.notes:
+        console.print(Text("Notes (shared by several profiles)", style="italic"))
+        console.print(Group(*_notes(pn, console.width)))
     n = r.counts()
     verdict = Text("FAIL", style="bold red") if r.failed else Text("OK", style="bold green")
     console.print(Text.assemble("doctor: ", verdict, f"  ({n['pass']} pass, {n['warn']} warn, {n['fail']} fail)"))
-    console.print(Text("save these facts for `launcher show/check --host-facts`: launcher doctor --out host-facts.json", style="dim"))
+    console.print(Text(SAVE_HINT, style="dim"))
+    console.print(Text("  " + SAVE_COMMAND), soft_wrap=True)
