@@ -221,7 +221,38 @@ def test_pcie_ipc_graph_batch_wider_than_the_pool_is_clamped_to_the_pool(make):
     plan, findings = make(env=IPC, server={"dtype": "bfloat16", **EAGLE, "cuda-graph-max-bs-decode": 512,
                                            "max-running-requests": 512})
     [f] = by_rule(findings, "pcie_ipc_prefill_rows", "warning")
-    assert "512 requests (--cuda-graph-max-bs-decode) x 4 draft tokens = 2048 rows" in f.message
+    assert "512 requests (--cuda-graph-max-bs-decode) x 4 tokens a request (--speculative-num-draft-tokens) = 2048 rows" in f.message
+
+
+def test_pcie_ipc_ngram_without_draft_tokens_verifies_12_a_request(make):
+    """NGRAM without --speculative-num-draft-tokens takes 12 (speculative_hook.py:1314-1322): 48 x 12 = 576 rows."""
+    plan, findings = make(env=IPC, server={"dtype": "bfloat16", "speculative-algorithm": "NGRAM"})
+    [f] = by_rule(findings, "pcie_ipc_prefill_rows", "warning")
+    assert "48 requests" in f.message and "x 12 tokens a request" in f.message and "576 rows" in f.message
+    assert "speculative_hook.py:1314-1322" in f.message and "to 42 or less" in f.message
+    # the kit's ngram overlay sets 4: 192 rows, no warning
+    _, findings = make(env=IPC, server={"dtype": "bfloat16", "speculative-algorithm": "NGRAM",
+                                        "speculative-num-draft-tokens": 4})
+    assert by_rule(findings, "pcie_ipc_prefill_rows") == []
+
+
+def test_pcie_ipc_eagle_top_k_1_verifies_steps_plus_one(make):
+    """At top-k 1 SGLang sets draft tokens to steps + 1 whatever was given (speculative_hook.py:1255-1266)."""
+    server = {"dtype": "bfloat16", "speculative-algorithm": "EAGLE3", "speculative-num-steps": 7,
+              "speculative-eagle-topk": 1, "max-running-requests": 100}
+    _, findings = make(env=IPC, server=server)
+    [f] = by_rule(findings, "pcie_ipc_prefill_rows", "warning")
+    assert "100 requests (the request pool of --max-running-requests" in f.message
+    assert "x 8 tokens a request (steps + 1 at top-k 1" in f.message
+    assert "800 rows" in f.message
+    # top-k > 1: the given draft tokens count
+    _, findings = make(env=IPC, server={**server, "speculative-eagle-topk": 4, "speculative-num-draft-tokens": 4})
+    assert by_rule(findings, "pcie_ipc_prefill_rows") == []
+    # no steps: SGLang's auto-pick, 4 draft tokens for the kit's (non-Llama) targets
+    _, findings = make(env=IPC, server={"dtype": "bfloat16", "speculative-algorithm": "EAGLE3",
+                                        "max-running-requests": 200})
+    [f] = by_rule(findings, "pcie_ipc_prefill_rows", "warning")
+    assert "x 4 tokens a request (SGLang's auto-picked draft tokens" in f.message and "800 rows" in f.message
 
 
 def test_pcie_ipc_without_speculation_and_a_wide_graph_warns(make):

@@ -183,19 +183,48 @@ def _decode_max_bs(ctx: Context) -> tuple[int, str]:
     return max_bs, source
 
 
+_EAGLE_FAMILY = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"}
+# SGLang's auto-pick when --speculative-num-steps is unset: 4 draft tokens (3, 1, 4) for every target
+# but Llama and Grok, which get 8 (5, 4, 8) (speculative_hook.py:1159-1172, 1430-1461); the kit's
+# model overlays are DeepSeek-V3 and Kimi-K2 (3, 1, 4).
+AUTO_EAGLE_DRAFT_TOKENS = 4
+# NGRAM without --speculative-num-draft-tokens verifies 12 tokens a request (speculative_hook.py:1314-1322).
+NGRAM_DEFAULT_DRAFT_TOKENS = 12
+
+
+def _tokens_per_request(ctx: Context) -> tuple[int, str]:
+    """Rows each request adds to a decode (verify) reduction, as SGLang 0.5.23 resolves them from the flags:
+    the verify width is --speculative-num-draft-tokens (model_runner.py:876-895, spec_info.py:291-301)."""
+    algo = str(ctx.server.get("speculative-algorithm") or "").upper()
+    if not algo:
+        return 1, ""
+    drafts = _as_int(ctx.server.get("speculative-num-draft-tokens"))
+    if algo == "NGRAM":
+        if drafts is None:
+            return NGRAM_DEFAULT_DRAFT_TOKENS, "n-gram's default draft tokens (speculative_hook.py:1314-1322)"
+        return drafts, "--speculative-num-draft-tokens"
+    if algo in _EAGLE_FAMILY:
+        steps, topk = _as_int(ctx.server.get("speculative-num-steps")), _as_int(ctx.server.get("speculative-eagle-topk"))
+        if steps is None and drafts is None:
+            return AUTO_EAGLE_DRAFT_TOKENS, "SGLang's auto-picked draft tokens (speculative_hook.py:1159-1172)"
+        if steps is not None and topk == 1:  # SGLang overrides any other draft-token count here
+            return steps + 1, "steps + 1 at top-k 1 (speculative_hook.py:1255-1266)"
+    if drafts is None:
+        return AUTO_EAGLE_DRAFT_TOKENS, f"draft tokens unset under {algo}, taken as {AUTO_EAGLE_DRAFT_TOKENS}"
+    return drafts, "--speculative-num-draft-tokens"
+
+
 def pcie_ipc_prefill_rows(ctx: Context) -> Iterator[Finding]:
-    """PCIe-IPC's workspace is the widest captured decode batch x tokens per request rows (base_runner.py:355-390,
+    """PCIe-IPC's workspace is the widest captured decode batch x tokens per request rows (base_runner.py:367-390,
     pcie_ipc_ar.py:247-276); a prefill chunk of at most that many tokens takes the one-shot kernel too."""
     if str(ctx.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")) != "1" or ctx.env.get("SGLANG_PCIE_IPC_MAX_NUMEL"):
         return
     max_bs, source = _decode_max_bs(ctx)
-    speculative = bool(ctx.server.get("speculative-algorithm"))
-    # unset: SGLang auto-picks 4 draft tokens for non-Llama targets (speculative_hook.py:1159-1174)
-    drafts = (_as_int(ctx.server.get("speculative-num-draft-tokens")) or 4) if speculative else 1
-    rows = max_bs * drafts
+    per_request, why = _tokens_per_request(ctx)
+    rows = max_bs * per_request
     if rows <= PCIE_IPC_DECODE_ROWS:
         return
-    per = f" x {drafts} draft tokens" if drafts > 1 else ""
+    per = f" x {per_request} tokens a request ({why})" if per_request > 1 else ""
     yield ctx.finding(
         "warning", "pcie_ipc_prefill_rows", "env.SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",
         f"PCIe-IPC sizes its workspace for {max_bs} requests ({source}){per} = {rows} rows "
@@ -203,5 +232,5 @@ def pcie_ipc_prefill_rows(ctx: Context) -> Iterator[Finding]:
         f"(pcie_ipc_ar.py:181-194), so every prefill chunk of up to {rows} tokens also takes the one-shot kernel; "
         "SGLang measured a decode-sized workspace level with NCCL on TTFT and a prefill-sized one at +66% "
         "(pcie_ipc_ar.py:36-48), and nothing measured one in between; lower max-running-requests or "
-        f"cuda-graph-max-bs-decode under [server] to {PCIE_IPC_DECODE_ROWS // drafts} or less",
+        f"cuda-graph-max-bs-decode under [server] to {PCIE_IPC_DECODE_ROWS // per_request} or less",
     )
