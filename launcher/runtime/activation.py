@@ -14,10 +14,15 @@ nothing about which all-reduce it runs. Three things decide it (sources in docs/
    FlashInfer fusion workspace, then MSCCL++ (inside CUDA-graph capture), then the custom all-reduce
    `ca`, then PCIe-IPC, then NCCL. A workspace that exists proves nothing when a backend ahead of it
    is on: at TP 2 `ca` takes every decode reduction (`custom_all_reduce.py:272`) while PCIe-IPC
-   still builds its workspace for the first reduction too big for `ca`. `ca` is on unless
-   `--disable-custom-all-reduce`; it turns itself off (with a warning, on every rank) at world sizes
-   other than 2/4/6/8, above 2 PCIe-only GPUs, or without P2P (`custom_all_reduce_utils.py:466-510`).
-   Where neither that warning nor the host facts (KIT_HOST_FACTS) tell, the verdict is unknown.
+   still builds its workspace, on every rank, in the runner's warm-up before CUDA-graph capture
+   (`base_runner.py:257-269`, `:350-365`, `prepare()` at `pcie_ipc_ar.py:307-320`), not on a first
+   reduction `ca` declines. `ca` is on unless `--disable-custom-all-reduce`; it turns itself off (with
+   a warning, on every rank) at world sizes other than 2/4/6/8, above 2 PCIe-only GPUs, or without P2P
+   (`custom_all_reduce_utils.py:466-510`). While it is on, TP rank 0 alone logs "Registering N cuda
+   graph addresses" after each capture (`custom_all_reduce.py:181-194`, `:234-242`): where neither the
+   warning nor the host facts (KIT_HOST_FACTS) tell, that line says it is on; without it, unknown.
+   PCIe-IPC's status also says whether its kernels run measured tactics ("autotuned N shape(s)", from
+   the persisted cache or measured at this start) or FlashInfer's seed policy (`pcie_ipc_ar.py:322-385`).
 3. **what the server's start proved, kept where log rotation cannot lose it.** supervisord rotates
    the server log at 50 MB. `start_records.Follower` reads the log incrementally from the last start
    line (server_exec.START_MARKER) and keeps, per start, each matched line and the ranks that logged it in
@@ -35,7 +40,18 @@ from __future__ import annotations
 
 import json
 
-from launcher.runtime.start_lines import CA_OFF, CA_SRC, DETECTORS, KNOWN, MSCCLPP_SRC, PS_SRC, Detector
+from launcher.runtime.start_lines import (
+    CA_OFF,
+    CA_ON,
+    CA_SRC,
+    DETECTORS,
+    IPC_SEED,
+    IPC_TUNED,
+    KNOWN,
+    MSCCLPP_SRC,
+    PS_SRC,
+    Detector,
+)
 
 
 def flag_map(flags: list[str]) -> dict[str, object]:
@@ -139,8 +155,32 @@ def _backend_raw(det: Detector, start: _Start) -> dict:
     return out
 
 
+def _ca_registered(flags, start: _Start) -> str | None:
+    """SGLang's rank-0 line that `ca` registered its CUDA-graph buffers, when it can only be the TP group's:
+    an attention-TP or DCP subgroup builds its own `ca` (parallel_state.py:2726-2735, 2813-2828) and
+    would log the same line."""
+    hit = start.first(CA_ON)
+    if hit is None:
+        return None
+    if (flags.get("enable-dp-attention") is True or _int(flags.get("attn-cp-size", 1), 1) > 1
+            or _int(flags.get("dcp-size", 1), 1) > 1):
+        return None
+    return (f"on: SGLang logged '{hit[0]}' ({hit[1]}), which the custom all-reduce logs after a CUDA-graph "
+            f"capture only while it is not disabled; TP rank 0 alone logs it (log_info_on_rank0), so the "
+            f"other ranks are taken to agree (they ran the same checks, {CA_SRC}:466-510)")
+
+
 def _ca_state(flags, start: _Start, facts, facts_note: str) -> tuple[bool | None, str]:
     """Whether SGLang's custom all-reduce takes decode reductions: (True/False/None, why)."""
+    on, why = _ca_from_config(flags, start, facts, facts_note)
+    if on is None:
+        registered = _ca_registered(flags, start)
+        if registered:
+            return True, registered
+    return on, why
+
+
+def _ca_from_config(flags, start: _Start, facts, facts_note: str) -> tuple[bool | None, str]:
     tp = _int(flags.get("tp-size", 1), 1)
     if flags.get("disable-custom-all-reduce") is True:
         return False, f"--disable-custom-all-reduce ({PS_SRC}:502, sglang/srt/distributed/bootstrap.py:252)"
@@ -164,6 +204,28 @@ def _ca_state(flags, start: _Start, facts, facts_note: str) -> tuple[bool | None
     link = "2 GPUs (any interconnect)" if tp == 2 else "full NVLink"
     return True, (f"on: not disabled, TP {tp} with {link} and P2P (host facts); it accepts every reduction up to "
                   f"8 MiB (custom_all_reduce.py:260-275), ahead of PCIe-IPC ({PS_SRC}:959-975)")
+
+
+def _ipc_autotune(ipc: dict, start: _Start) -> None:
+    """Whether PCIe-IPC's kernels run measured tactics: "tuned" ("autotuned N shape(s)" on every rank: read
+    from the persisted $FLASHINFER_AUTOTUNE_DIR cache or measured at this start; the line does not say
+    which), "seed" (a rank kept FlashInfer's seed policy: no cache entry was used and nothing was measured),
+    or None (no line yet)."""
+    seed = next(((n, src) for n, src in IPC_SEED if n in start.seen), None)
+    if seed is not None:
+        hit = start.seen[seed[0]]
+        ipc["autotune"] = "seed"
+        ipc["evidence"] += (f"; untuned on {_ranks_text(hit['ranks'])}: {hit['line']} ({seed[1]}): the one-shot "
+                            "kernels run FlashInfer's seed policy, neither the persisted autotune cache nor a "
+                            "measurement on this host")
+        return
+    line, missing = start.on_all(IPC_TUNED[0])
+    if line and not missing:
+        ipc["autotune"] = "tuned"
+        ipc["evidence"] += (f"; {line} ({IPC_TUNED[1]}): measured tactics, from the persisted autotune cache "
+                            "or measured at this start")
+    else:
+        ipc["autotune"] = None
 
 
 def assess(plan, record: dict | None, facts=None, facts_note: str = "no host facts (KIT_HOST_FACTS is not set)"
@@ -197,6 +259,8 @@ def assess(plan, record: dict | None, facts=None, facts_note: str = "no host fac
     ca_on, ca_why = _ca_state(flags, start, facts, facts_note)
     stages.append(("ca", ca_on, ca_why))
     ipc = raw["pcie-ipc"]
+    if ipc["active"] is not False:
+        _ipc_autotune(ipc, start)
     if str(env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")).lower() in ("1", "true", "yes", "on"):
         stages.append(("pcie-ipc", ipc["active"], ipc["evidence"]))
 

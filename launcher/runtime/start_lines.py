@@ -31,6 +31,7 @@ IPC_SRC = "sglang/srt/distributed/device_communicators/pcie_ipc_ar.py"
 MSCCLPP_SRC = "sglang/srt/distributed/device_communicators/pymscclpp.py"
 CA_SRC = "sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py"
 PS_SRC = "sglang/srt/distributed/parallel_state.py"
+CAR_SRC = "sglang/srt/distributed/device_communicators/custom_all_reduce.py"
 
 DETECTORS: dict[str, Detector] = {
     d.name: d
@@ -85,6 +86,24 @@ CA_OFF: tuple[tuple[str, str], ...] = (  # SGLang's custom all-reduce turned its
     ("CustomAllreduce is disabled", f"{CA_SRC}:466-510"),
     ("Setup Custom allreduce failed", f"{PS_SRC}:514"),
 )
+# SGLang's custom all-reduce is on: after each CUDA-graph capture its `capture()` context registers the
+# captured buffers, and only while it is not disabled (custom_all_reduce.py:181-194); the line comes from
+# TP rank 0 alone (`log_info_on_rank0`, custom_all_reduce.py:238/242, utils/common.py:3982-3986), so it
+# cannot be counted per rank. The v2 class (full NVLink) logs "Registered N cuda graph addresses via ..."
+# on its VMM path (utils/cuda_vmm_utils.py:1272-1277) and nothing on its IPC path: absence proves nothing.
+CA_ON: tuple[tuple[str, str], ...] = (
+    ("cuda graph addresses", f"{CAR_SRC}:181-194, 234-242"),
+)
+# What PCIe-IPC's prepare() logs after its workspace is built, all in `_tune` (pcie_ipc_ar.py:322-385), on
+# every rank (logger, not rank 0 only): measured tactics in place (read from $FLASHINFER_AUTOTUNE_DIR or
+# measured at this start), or FlashInfer's seed policy, nothing measured on this host.
+IPC_TUNED: tuple[str, str] = ("PCIe-IPC all-reduce autotuned", f"{IPC_SRC}:380-385")
+IPC_SEED: tuple[tuple[str, str], ...] = (
+    ("keeping FlashInfer's seed policy", f"{IPC_SRC}:329-333"),  # --disable-flashinfer-autotune
+    ("keeping the seed policy", f"{IPC_SRC}:338-367"),  # inside another autotune or a capture; tune() raised
+    ("running FlashInfer's seed policy", f"{IPC_SRC}:347-351"),  # no host (CPU) group
+    ("the kernels keep the seed policy", f"{IPC_SRC}:371-377"),  # tune() covered no shapes
+)
 CAUSES: tuple[tuple[str, str], ...] = (  # why a server died at start-up, most specific first
     ("Failed to initialize MSCCL++ collectives", f"{MSCCLPP_SRC}:1114"),
     ("Scheduler hit an exception", "sglang/srt/managers/scheduler.py:6372"),
@@ -94,13 +113,17 @@ NEEDLES: tuple[str, ...] = tuple(
     + [f for d in DETECTORS.values() for f, _ in d.fallbacks]
     + [c for d in DETECTORS.values() for c in d.caveats]
     + [n for n, _ in CA_OFF]
+    + [n for n, _ in CA_ON]
+    + [IPC_TUNED[0]]
+    + [n for n, _ in IPC_SEED]
     + [n for n, _ in CAUSES]
 )
 # Cheap substrings that every needle line contains: the log is searched for these, the hits' lines
 # for the needles (a chatty server writes tens of MB; one search per key keeps that well under a second).
 # Every line SGLang logs with a needle in it holds one of these (tests/test_runtime_activation.py checks).
 KEYS: tuple[str, ...] = ("FlashInfer", "flashinfer", "PCIe-IPC", "pcie_ipc_comm", "MSCCL++", "PyMscclpp",
-                         "CustomAllreduce", "Custom allreduce", "Scheduler hit an exception")
+                         "CustomAllreduce", "Custom allreduce", "Scheduler hit an exception",
+                         "cuda graph addresses")
 
 RANK_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
 MARKER_FIELDS = re.compile(r"profile (\S+) spec (\S+) digest (\S+)(?: pid (\d+))?(?: start (\d+))?:")
