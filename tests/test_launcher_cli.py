@@ -410,6 +410,23 @@ def test_check_prints_each_warning_once_with_the_profiles_it_applies_to():
     assert "baseline" not in applies
 
 
+def test_check_prints_each_error_once_then_its_number(tmp_path):
+    """symm-mem on a PCIe SM120 host fails under every spec mode for the same reasons: each is printed
+    in full once, later plans point at it; its [requires] restating the symm-mem rule is left out."""
+    host = tmp_path / "facts.json"
+    gpus = [{"index": i, "compute_cap": "12.0"} for i in range(8)]
+    host.write_text(json.dumps({"interconnect": "pcie-switch", "gpus": gpus}))
+    proc = run_launcher("check", "symm-mem", "--host-facts", str(host))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = proc.stdout.splitlines()
+    assert out.count("      as above: [1] [2]") == len(SPEC_MODES) - 1, proc.stdout
+    assert proc.stdout.count("torch symm-mem needs SM 9.x/10.x, this host has SM 12.0") == 1
+    assert proc.stdout.count("torch symm-mem needs NVLink multicast, this host is PCIe-only") == 1
+    assert any(line.startswith("      [1] ineligible: ") and "symm-mem.toml" in line for line in out)
+    assert "key 'requires.sm'" not in proc.stdout and "key 'requires.interconnect'" not in proc.stdout
+    assert f"0 ok, {len(SPEC_MODES)} invalid" in proc.stdout
+
+
 def test_profiles_shows_why_a_file_is_invalid(tmp_path):
     root = write_profiles(tmp_path / "u", {"broken.toml": 'description = "x"\nstatus = \n'})
     proc = run_launcher("profiles", env=child_env(KIT_PROFILES_DIR=str(root)))
