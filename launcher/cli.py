@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from launcher import __version__, settings
-from launcher.doctor.causes import Causes, applies_to, drop_restated
 from launcher.errors import UserError, run_cli
 
 
@@ -140,6 +139,7 @@ def _placeholder_note(names: list[str]) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from launcher.doctor.causes import Causes, applies_to, drop_restated
     from launcher.profiles import sglang_args
     from launcher.profiles.loader import (
         MODEL_DIR,

@@ -165,3 +165,20 @@ def test_a_pipe_of_80_columns_gets_lines_and_the_whole_command(tmp_path):
 
 def test_narrow_threshold():
     assert causes.narrow(80) and causes.narrow(99) and not causes.narrow(100)
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_a_command_in_backticks_is_never_split(tmp_path, width):
+    """Fix texts quote their commands in backticks; lines mode moves one whole to the next line."""
+    text = text_of("pcie8", width, tmp_path)
+    assert all(line.count("`") % 2 == 0 for line in text.splitlines()), text
+    assert "`nvidia-ctk runtime configure --runtime=docker`" in text
+
+
+def test_fix_texts_quote_their_commands():
+    from launcher.doctor import checks
+
+    assert checks.uvm_hmm(True, "N").fix.startswith("`echo 'options nvidia_uvm uvm_disable_hmm=1' > /etc/modprobe.d/")
+    assert "`export KIT_TP_SIZE=4`" in checks.gpu_count(4, 8).fix
+    assert "`--ulimit memlock=-1`" in checks.memlock(8192 * 1024, infinity=-1).fix
+    assert "`NCCL_P2P_DISABLE=1 NCCL_CUMEM_ENABLE=0`" in checks.kernel_cmdline("intel_iommu=on", []).fix

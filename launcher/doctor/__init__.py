@@ -4,5 +4,6 @@ Modules, one job each: `textfmt` (shared text helpers), `topo`/`p2p`/`gpus` (par
 `nvidia-smi` outputs), `probe` (read the host: commands, procfs/sysfs, limits), `nccl` (version
 and known-bad releases), `checks` (pass/warn/fail verdicts), `facts` (HostFacts from the parsed
 outputs), `eligibility` (profiles through the launcher's own rules), `diagnose` (one run, and
-its JSON), `report` (tables), `cli`.
+its JSON), `causes` (findings grouped by cause, shared with `launcher check`), `report`
+(tables, or one item per line when narrow), `cli`.
 """

@@ -73,7 +73,7 @@ def gpu_count(n_gpus: int, tp: int) -> Check:
         "gpu-count",
         "warn",
         f"profiles run with tp-size {tp} but this host has {n_gpus} GPU(s)",
-        f"export KIT_TP_SIZE={n_gpus} to run the profiles on this host's GPUs",
+        f"`export KIT_TP_SIZE={n_gpus}` to run the profiles on this host's GPUs",
     )
 
 
@@ -141,7 +141,7 @@ def kernel_cmdline(cmdline: str | None, iommu_types: list[str]) -> Check:
     translating = [t for t in iommu_types if t.upper().startswith("DMA")]
     fix = (
         "add iommu=pt (or amd_iommu=off / intel_iommu=off) and pci=noacs to the kernel command line and "
-        "reboot; meanwhile NCCL_P2P_DISABLE=1 NCCL_CUMEM_ENABLE=0 avoids the hang"
+        "reboot; meanwhile `NCCL_P2P_DISABLE=1 NCCL_CUMEM_ENABLE=0` avoids the hang"
     )
     hang = ": NCCL P2P can hang at start-up with GPUs at 100% (vllm#33041, nccl#2079)"
     acs_hint = "" if acs_relaxed else "; ACS not relaxed (no pci=noacs)"
@@ -163,7 +163,7 @@ def kernel_cmdline(cmdline: str | None, iommu_types: list[str]) -> Check:
 
 def uvm_hmm(module_loaded: bool, value: str | None) -> Check:
     """NCCL locked up on SM120 PCIe hosts unless nvidia_uvm ran with uvm_disable_hmm=1 (field reports §4)."""
-    fix = "echo 'options nvidia_uvm uvm_disable_hmm=1' > /etc/modprobe.d/nvidia-uvm.conf, then reload nvidia_uvm or reboot"
+    fix = "`echo 'options nvidia_uvm uvm_disable_hmm=1' > /etc/modprobe.d/nvidia-uvm.conf`, then reload nvidia_uvm or reboot"
     if not module_loaded:
         return Check("uvm_disable_hmm", "warn", "nvidia_uvm is not loaded (no /sys/module/nvidia_uvm)", fix)
     if value is None:
@@ -194,7 +194,7 @@ def memlock(soft: int, infinity: int = resource.RLIM_INFINITY) -> Check:
         "memlock",
         "warn",
         f"ulimit -l is {soft // 1024} KiB; pinned buffers for NCCL and CUDA IPC may fail to register",
-        "run with --ulimit memlock=-1 (compose: ulimits: memlock: -1) or raise memlock in /etc/security/limits.conf",
+        "run with `--ulimit memlock=-1` (compose: `ulimits: memlock: -1`) or raise memlock in /etc/security/limits.conf",
     )
 
 
@@ -223,7 +223,7 @@ def nccl_check(version: nccl.Version | None, source: str) -> Check:
         status,
         f"NCCL {v} ({source}) is " + "; ".join(parts),
         f"use NCCL {target} (the first release reported without these) in the server image, as its default "
-        f"NCCL_WHEEL does (pip install 'nvidia-nccl-cu13=={target}', or -cu12)",
+        f"NCCL_WHEEL does (`pip install 'nvidia-nccl-cu13=={target}'`, or -cu12)",
     )
 
 
@@ -236,7 +236,7 @@ def docker(state: DockerState, in_container: bool = False) -> Check:
     if not state.found:
         return Check("docker", "warn", "docker not found on PATH (fine inside a container; `make up` needs it on the host)", "install Docker Engine: https://docs.docker.com/engine/install/")
     if not state.reachable:
-        return Check("docker", "warn", f"docker found but the daemon did not answer: {state.message}", "start the daemon (systemctl start docker) or add your user to the docker group")
+        return Check("docker", "warn", f"docker found but the daemon did not answer: {state.message}", "start the daemon (`systemctl start docker`) or add your user to the docker group")
     return Check("docker", "pass", f"daemon reachable; runtimes: {', '.join(state.runtimes) or 'none listed'}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from rich import box
@@ -138,16 +139,29 @@ def eligibility_table(r: Report, pn: ProfileNotes | None = None) -> Table:
     return t
 
 
+_TOKEN = re.compile(r"\S*`[^`]*`\S*|\S+")  # a `command` (with what sticks to it) is one word: never split
+
+
 def _hanging(text: Text, width: int, indent: int, hang: int) -> Text:
     """`text` wrapped at `width` by words, its first line indented by `indent`, the rest by `hang`,
-    so each item starts at the left and its continuation lines sit under it."""
-    lines = text.wrap(Console(width=max(20, width - hang), no_color=True), max(20, width - hang))
+    so each item starts at the left and its continuation lines sit under it. A span in backticks
+    is a command to copy: it moves whole to the next line, and stands alone on a line when longer."""
+    plain = text.plain
     out = Text()
-    for i, line in enumerate(lines):
-        out.append("\n" if i else "")
-        out.append(" " * (hang if i else indent))
-        line.rstrip()
-        out.append_text(line)
+    col = indent
+    out.append(" " * indent)
+    first = True
+    for m in _TOKEN.finditer(plain):
+        word = text[m.start():m.end()]
+        if not first and col + 1 + len(word) > width:
+            out.append("\n" + " " * hang)
+            col = hang
+        elif not first:
+            out.append(" ")
+            col += 1
+        out.append_text(word)
+        col += len(word)
+        first = False
     return out
 
 
