@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers_doctor import file_args, files, healthy_root, stub_probe
 from rich.console import Console
+from rich.text import Text
 
 from launcher.doctor import causes, diagnose, report
 from launcher.profiles.loader import available_names
@@ -167,7 +168,7 @@ def test_narrow_threshold():
     assert causes.narrow(80) and causes.narrow(99) and not causes.narrow(100)
 
 
-@pytest.mark.parametrize("width", [60, 80])
+@pytest.mark.parametrize("width", [40, 60, 80])
 def test_a_command_in_backticks_is_never_split(tmp_path, width):
     """Fix texts quote their commands in backticks; lines mode moves one whole to the next line."""
     text = text_of("pcie8", width, tmp_path)
@@ -182,3 +183,11 @@ def test_fix_texts_quote_their_commands():
     assert "`export KIT_TP_SIZE=4`" in checks.gpu_count(4, 8).fix
     assert "`--ulimit memlock=-1`" in checks.memlock(8192 * 1024, infinity=-1).fix
     assert "`NCCL_P2P_DISABLE=1 NCCL_CUMEM_ENABLE=0`" in checks.kernel_cmdline("intel_iommu=on", []).fix
+
+
+def test_a_command_longer_than_the_line_stands_whole_on_its_own():
+    text = Text("fix: run `a-very-long-command --with --many --options --that --do --not --fit` now")
+    out = io.StringIO()
+    Console(file=out, width=40, color_system=None).print(report._hanging(text, 40, 2, 6), soft_wrap=True)
+    lines = out.getvalue().splitlines()
+    assert "      `a-very-long-command --with --many --options --that --do --not --fit`" in lines, lines

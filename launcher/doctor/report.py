@@ -147,7 +147,7 @@ def _hanging(text: Text, width: int, indent: int, hang: int) -> Text:
     so each item starts at the left and its continuation lines sit under it. A span in backticks
     is a command to copy: it moves whole to the next line, and stands alone on a line when longer."""
     plain = text.plain
-    out = Text()
+    out = Text()  # printed with soft_wrap: rich must not fold a long command again
     col = indent
     out.append(" " * indent)
     first = True
@@ -206,7 +206,8 @@ def render(r: Report, console: Console) -> None:
     item per line. A command to copy is always on a line of its own, never wrapped."""
     pn = profile_notes(r)
     if narrow(console.width):
-        console.print(Group(*_lines(r, pn, console.width)))
+        for item in _lines(r, pn, console.width):  # Texts come wrapped: soft_wrap keeps a long command whole
+            console.print(item, soft_wrap=isinstance(item, Text))
     else:
         parts = [facts_table(r)]
         if r.facts.gpus or r.details.get("topology"):
@@ -215,7 +216,8 @@ def render(r: Report, console: Console) -> None:
         console.print(Group(*parts))
     if pn.notes:
         console.print(Text("Notes (shared by several profiles)", style="italic"))
-        console.print(Group(*_notes(pn, console.width)))
+        for note in _notes(pn, console.width):
+            console.print(note, soft_wrap=True)
     n = r.counts()
     verdict = Text("FAIL", style="bold red") if r.failed else Text("OK", style="bold green")
     console.print(Text.assemble("doctor: ", verdict, f"  ({n['pass']} pass, {n['warn']} warn, {n['fail']} fail)"))
