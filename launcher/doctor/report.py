@@ -221,5 +221,5 @@ def render(r: Report, console: Console) -> None:
     n = r.counts()
     verdict = Text("FAIL", style="bold red") if r.failed else Text("OK", style="bold green")
     console.print(Text.assemble("doctor: ", verdict, f"  ({n['pass']} pass, {n['warn']} warn, {n['fail']} fail)"))
-    console.print(Text(SAVE_HINT, style="dim"))
+    console.print(_hanging(Text(SAVE_HINT, style="dim"), console.width, 0, 0), soft_wrap=True)
     console.print(Text("  " + SAVE_COMMAND), soft_wrap=True)
