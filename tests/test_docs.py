@@ -5,13 +5,16 @@ Citation convention for figures: a line `<!-- figures: PATH [PATH ...] -->` dire
 a paragraph says where that block's figures come from (a file or folder in the repository: an evidence
 file under docs/evidence/, or another document that holds a tool's output). Every decimal figure in the
 block (`60.2`, `0.79x`, `12.98`) must be found in a cited source, as written there or rounded from a
-longer number there. In the README's "Measured figures" table, a row whose last cell links a file under
-docs/evidence/ (or says "same" below such a row) cites it the same way for its "Measured" cell.
+longer number there. In docs/figures.md's measured figures table (moved there from the README), a row whose
+last cell links a file under docs/evidence/ (or says "same" below such a row) cites it the same way for its
+"Measured" cell. Every relative link in README.md and docs/*.md resolves: to a file or folder of the
+repository, and an anchor to a heading of its target.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from launcher.settings import REGISTRY
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
+FIGURES = REPO / "docs" / "figures.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
 MARKER = re.compile(r"^<!-- figures: (.+?) -->\s*$")
 # A decimal figure: not part of a version (0.5.23), a path or a word.
@@ -95,17 +99,17 @@ def test_every_cited_figure_is_in_its_source(doc):
     assert problems == []
 
 
-def test_the_readme_cites_its_demo_and_calibration_tables():
+def test_the_figures_page_cites_its_demo_and_calibration_tables():
     """The tables most likely to drift carry a citation (the check above is then applied to them)."""
-    cited = {tuple(sources): block for _, sources, block in cited_blocks(README.read_text(encoding="utf-8"))}
+    cited = {tuple(sources): block for _, sources, block in cited_blocks(FIGURES.read_text(encoding="utf-8"))}
     blocks = "\n".join(cited.values())
     assert "| baseline | off |" in blocks  # the make demo sample
     assert "| 14336 |" in blocks  # the kit against nccl-tests
 
 
 def _measured_rows() -> list[tuple[str, str]]:
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Measured figures") :]
+    text = FIGURES.read_text(encoding="utf-8")
+    section = text[text.index("## Development machine and GPU runs") :]
     section = section[: section.index("\n## ", 1)] if "\n## " in section[1:] else section
     rows = []
     for line in section.splitlines():
@@ -117,12 +121,14 @@ def _measured_rows() -> list[tuple[str, str]]:
 
 def test_measured_rows_that_link_evidence_quote_it():
     rows = _measured_rows()
-    assert rows, "README: no Measured figures table"
+    assert rows, "docs/figures.md: no measured figures table"
     problems = []
     checked, links = 0, []
     for measured, command in rows:
         # "same" / "(same)" in the command cell: the row above's command and source.
-        links = re.findall(r"\]\((docs/evidence/[^)#]+)", command) or (links if re.search(r"\bsame\)?$", command) else [])
+        # links are relative to docs/: (evidence/...) is docs/evidence/...
+        found = ["docs/" + p for p in re.findall(r"\]\((evidence/[^)#]+)", command)]
+        links = found or (links if re.search(r"\bsame\)?$", command) else [])
         if not links:
             continue
         checked += 1
@@ -130,6 +136,65 @@ def test_measured_rows_that_link_evidence_quote_it():
         if missing:
             problems.append(f"{measured[:60]}...: not in {' '.join(links)}: {', '.join(missing)}")
     assert checked >= 4 and problems == []
+
+
+# ----- links -----------------------------------------------------------------------------------------
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]", lambda m: "_" if m.group() == "_" else "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    out, seen = set(), {}
+    in_code = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        m = None if in_code else re.match(r"#{1,6} (.+)$", line)
+        if m:
+            slug = _slug(m.group(1))
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def broken_links(doc: Path) -> list[str]:
+    text = doc.read_text(encoding="utf-8")
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)  # no links inside fenced code
+    problems = []
+    for a, b in LINK.findall(text):
+        target = a or b
+        if re.match(r"[a-z]+:", target) or target.startswith("<"):
+            continue  # http:, https:, mailto:
+        path, _, anchor = target.partition("#")
+        dest = (doc.parent / path).resolve() if path else doc
+        if not dest.is_relative_to(REPO) or not dest.exists():
+            problems.append(f"{doc.relative_to(REPO)}: {target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest.read_text(encoding="utf-8")):
+            problems.append(f"{doc.relative_to(REPO)}: {target}: no such heading")
+    return problems
+
+
+def test_the_link_checker_finds_a_missing_file_and_heading(tmp_path, monkeypatch):
+    assert _slug("Bench: which profile makes speculation fastest, and is it still correct?") == (
+        "bench-which-profile-makes-speculation-fastest-and-is-it-still-correct")
+    assert _slug("`make demo` (SIMULATED)") == "make-demo-simulated"
+    assert anchors("# A\n## A\n```\n# not a heading\n```\n") == {"a", "a-1"}
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    (tmp_path / "b.md").write_text("# Here\n")
+    doc = tmp_path / "a.md"
+    doc.write_text("[ok](b.md#here) [x](c.md) [y](b.md#there) [z](#self) [w](https://x/y)\n# Self\n")
+    assert broken_links(doc) == ["a.md: c.md: no such file", "a.md: b.md#there: no such heading"]
+
+
+@pytest.mark.parametrize("doc", [README, *DOCS], ids=lambda p: p.name)
+def test_every_relative_link_resolves(doc):
+    assert broken_links(doc) == []
 
 
 # ----- settings ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The README's "Validation rules" table against the registered rules: every rule has a row, and each
+"""The "Validation rules" table (docs/profiles.md, moved there from the README) against the registered rules: every rule has a row, and each
 row names exactly the levels its rules can return (read from the rules' own source), so the table
 cannot call an error a warning again."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from launcher.profiles.rules import RULES
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PROFILES_DOC = Path(__file__).resolve().parents[1] / "docs" / "profiles.md"
 LEVELS = ("error", "warning", "ineligible", "requires")
 
 # A phrase unique to each row's first cell -> the rules that row describes.
@@ -42,8 +42,8 @@ ROWS = {
 
 
 def _table() -> list[tuple[str, str]]:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("### Validation rules", 1)[1].split("\n## ", 1)[0]
+    text = PROFILES_DOC.read_text(encoding="utf-8")
+    section = text.split("\n## Validation rules\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| Rule")]
     out = []
     for line in rows:
@@ -68,10 +68,10 @@ def test_every_row_is_mapped_once_and_every_rule_has_a_row():
     table = _table()
     assert len(table) == len(ROWS)
     for cell, _ in table:
-        assert sum(phrase in cell for phrase in ROWS) == 1, f"README rules row matches no or several entries: {cell}"
+        assert sum(phrase in cell for phrase in ROWS) == 1, f"docs/profiles.md rules row matches no or several entries: {cell}"
     registered = {fn.__name__ for fn, _ in RULES}
     described = {name for names in ROWS.values() for name in names}
-    assert registered == described, f"rules without a README row: {registered - described}; rows for no rule: {described - registered}"
+    assert registered == described, f"rules without a row in docs/profiles.md: {registered - described}; rows for no rule: {described - registered}"
 
 
 def test_each_rows_levels_are_the_levels_its_rules_return():
@@ -84,6 +84,11 @@ def test_each_rows_levels_are_the_levels_its_rules_return():
 
 
 def test_the_unknown_nccl_name_row_says_error():
-    """The row once said "warning" while a misspelt NCCL_* name is refused (exit 2)."""
-    [(_, outcome)] = [(c, o) for c, o in _table() if "`NCCL_*`" in c]
+    """The row once said "warning" while a misspelt NCCL_* name is refused (exit 2); it says what the rule does:
+    an error within TYPO_DISTANCE edits of a known name, a warning otherwise."""
+    from launcher.profiles.rules.nccl_env import TYPO_DISTANCE
+
+    [(cell, outcome)] = [(c, o) for c, o in _table() if "`NCCL_*`" in c]
     assert outcome.startswith("error")
+    assert {1: "one", 2: "two", 3: "three"}[TYPO_DISTANCE] + " edits" in cell
+    assert "exits 2" in outcome and "more than two edits" in outcome and "warning" in outcome

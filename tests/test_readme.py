@@ -1,4 +1,5 @@
-"""README.md: the quickstart's two commands and the map of the tree match the repository."""
+"""README.md's quickstart (its two set-up commands, how to learn whether `fused` pays, the demo's timing) and
+the map of the tree (moved to docs/development.md) against the repository."""
 
 from __future__ import annotations
 
@@ -7,10 +8,24 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text(encoding="utf-8")
+DEVELOPMENT = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+
+
+def _section(text: str, heading: str) -> str:
+    """The body under `heading` (a whole line), up to the next heading of the same or a higher level."""
+    level = heading.split(" ", 1)[0]
+    lines = text.splitlines()
+    start = lines.index(heading) + 1
+    body = []
+    for line in lines[start:]:
+        if re.match(r"#{1,%d} " % len(level), line):
+            break
+        body.append(line)
+    return "\n".join(body)
 
 
 def _map_rows() -> list[tuple[str, str, str]]:
-    section = README.split("### Map of the tree", 1)[1].split("\n## ", 1)[0]
+    section = _section(DEVELOPMENT, "## Map of the tree")
     rows = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -24,7 +39,7 @@ def test_every_path_in_the_map_exists():
     assert len(rows) >= 10
     for paths, _, _ in rows:
         for path in re.findall(r"`([^`]+)`", paths):
-            assert (REPO / path).exists(), f"README map names {path}, which is not in the tree"
+            assert (REPO / path).exists(), f"docs/development.md map names {path}, which is not in the tree"
 
 
 def _packages() -> list[Path]:
@@ -52,7 +67,7 @@ def test_every_module_of_every_package_is_on_its_row():
             row = _row_of(owner, rows)
         if pkg == "launcher":  # its top-level modules have path cells of their own
             row = "\n".join(" ".join(r[:2]) for r in rows)
-        assert row is not None, f"{pkg}/ has no row on the README map, nor a parent that has one"
+        assert row is not None, f"{pkg}/ has no row on the map (docs/development.md), nor a parent that has one"
         if owner != pkg:
             assert f"`{pkg_dir.name}`" in row or f"`{pkg_dir.name}/`" in row, f"{pkg}/ is not named on {owner}/'s row"
         for mod in sorted(pkg_dir.glob("*.py")):
@@ -82,5 +97,39 @@ def test_every_verb_on_the_map_is_a_makefile_verb():
 
 
 def test_quickstart_has_the_two_setup_commands():
-    quick = README.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    quick = _section(README, "## Quickstart")
     assert "make up PROFILE=fused" in quick and "make demo" in quick and "make test" in quick
+    blocks = [line.split("#", 1)[0].strip() for line in quick.splitlines() if line.startswith("    ")]
+    assert blocks == ["make up PROFILE=fused", "make demo", "make test"], blocks
+    assert blocks[0] == re.search(r"^    (make \S+ \S+)", quick, re.M).group(1), "the first command is make up PROFILE=fused"
+
+
+def test_quickstart_says_how_to_learn_whether_fused_pays():
+    """The line beside `make up PROFILE=fused` names a Makefile verb that measures fused against baseline."""
+    quick = _section(README, "## Quickstart")
+    [line] = [ln for ln in quick.split("\n\n") if "fused` pays" in ln]
+    verb, args = re.search(r'`make ([a-z-]+) [A-Z_]+="([^"]+)"`', line).groups()
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(rf"^{verb}:.*## ", makefile, re.M), f"`make {verb}` is not a verb"
+    profiles = re.search(r"--profiles (\S+)", args).group(1).split(",")
+    assert {"baseline", "fused"} <= set(profiles)
+    assert all((REPO / "profiles" / f"{p}.toml").is_file() for p in profiles)
+
+
+def test_demo_timing_is_after_the_first_setup_and_gives_the_setup_time():
+    quick = _section(README, "## Quickstart")
+    assert "on an idle machine, after the first set-up" in quick
+    [para] = [p for p in quick.split("\n\n") if "after the first set-up" in p]
+    seconds = re.findall(r"(\d+) s\b", para)
+    assert len(seconds) >= 2, para  # the demo's time and the first set-up's
+    figures = (REPO / "docs" / "figures.md").read_text(encoding="utf-8")
+    for s in seconds:
+        assert re.search(rf"\b{s} s\b", figures), f"{s} s is not in docs/figures.md's table"
+
+
+def test_every_moved_section_is_linked_from_the_readme():
+    for doc in ("profiles", "switching", "figures", "development"):
+        assert f"](docs/{doc}.md" in README, doc
+    assert "## Compare two hosts" in README.splitlines()
+    compare = _section(README, "## Compare two hosts")
+    assert "bench compare" in compare and "--force" in compare
