@@ -1,7 +1,10 @@
-"""`bench compare DIR_A DIR_B [--force]`: per-(profile, spec) deltas, and whether they are real.
+"""`bench compare DIR_A DIR_B [--force] [--json | --csv]`: per-(profile, spec) deltas, and whether they are real.
 
-A delta counts as beyond run-to-run noise when |B - A| > 2 * sqrt(sdA² + sdB²), sd being the
-sample standard deviation over repeats; with a single repeat on either side the spread is unknown.
+Each row (cell, concurrency, metric) gets Welch's t-test of B's mean against A's over their repeats
+(mean, sample sd and valid repeats of each side): `p_value`, two-sided. Which rows differ is decided
+across the whole comparison by Benjamini-Hochberg at a 5% false discovery rate (`p_adjusted`,
+`significant`), so a table of many rows does not flag some by chance. A side with fewer than 2
+repeats gives no p-value: the row is not significant and its note says why.
 Two bundles are only comparable when their fingerprints agree: GPU names, driver, SGLang version,
 simulated or not, and the setup of every (profile, spec) both measured (its setup digest: env,
 flags, patches and the models' identity, without the model paths, host and port; the plan digest
@@ -15,8 +18,11 @@ bundles were gated differently.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -26,7 +32,7 @@ from rich.table import Table
 from bench import bundle, bundle_names
 from bench.args import CliArgs, entry_point
 from bench.bundle_schema import Cell
-from bench.stats import spread_exceeded
+from bench.stats import benjamini_hochberg, welch
 from launcher.errors import UserError
 
 METRICS = (
@@ -119,6 +125,10 @@ def gate_setting_differences(ma: dict[str, Any], mb: dict[str, Any]) -> list[str
     return [f"gate {k}: A={a.get(k)} B={b.get(k)}" for k in GATE_SETTINGS if a.get(k) != b.get(k)]
 
 
+FDR = 0.05  # Benjamini-Hochberg's false discovery rate across the rows of one comparison
+MIN_REPEATS = 2  # a side with fewer gives no spread, so no p-value
+
+
 def _level_stats(cell: Cell, level: str, key: str) -> tuple[float | None, float | None, int]:
     agg = cell.level(level)
     if not cell.valid:
@@ -126,9 +136,18 @@ def _level_stats(cell: Cell, level: str, key: str) -> tuple[float | None, float 
     return agg.get(f"{key}_mean"), agg.get(f"{key}_sd"), int(agg.get("repeats_valid") or 0)
 
 
-def deltas(cells_a: list[Cell], cells_b: list[Cell], k: float = 2.0) -> list[dict[str, Any]]:
+def _few_repeats(na: int, nb: int) -> str:
+    sides = " and ".join(f"{side} ({n})" for side, n in (("A", na), ("B", nb)) if n < MIN_REPEATS)
+    return f"no p-value: fewer than {MIN_REPEATS} repeats in {sides}"
+
+
+def deltas(cells_a: list[Cell], cells_b: list[Cell], fdr: float = FDR) -> list[dict[str, Any]]:
     """One entry per (profile, spec, EAGLE-3 point, concurrency, metric) present in both bundles: cells
-    match by (profile, spec, spec_params), a cell without a point (older bundles too) only one without."""
+    match by (profile, spec, spec_params), a cell without a point (older bundles too) only one without.
+
+    Each entry's `p_value` is Welch's t-test (two-sided) of its two means; `significant` is
+    Benjamini-Hochberg at `fdr` over every entry with a p-value (`p_adjusted`). An entry without a p-value
+    is never significant, and its `note` says why."""
     out = []
     for ca, cb in matched(cells_a, cells_b):
         levels = [lv for lv in ca.by_concurrency if lv in cb.by_concurrency]
@@ -140,8 +159,8 @@ def deltas(cells_a: list[Cell], cells_b: list[Cell], k: float = 2.0) -> list[dic
                     "profile": ca.profile, "spec": ca.spec + bundle_names.point_text(ca.spec_params),
                     "spec_params": ca.spec_params.model_dump() if ca.spec_params else None,
                     "concurrency": int(level), "metric": label,
-                    "a": ma, "a_sd": sa, "b": mb, "b_sd": sb, "delta": None, "delta_pct": None, "beyond_spread": None,
-                    "note": None,
+                    "a": ma, "a_sd": sa, "a_n": na, "b": mb, "b_sd": sb, "b_n": nb, "delta": None, "delta_pct": None,
+                    "t": None, "df": None, "p_value": None, "p_adjusted": None, "significant": False, "note": None,
                 }
                 if not ca.valid or not cb.valid:
                     row["note"] = "invalid in " + ("A" if not ca.valid else "B")
@@ -150,15 +169,32 @@ def deltas(cells_a: list[Cell], cells_b: list[Cell], k: float = 2.0) -> list[dic
                 else:
                     row["delta"] = _finite(mb - ma)
                     row["delta_pct"] = _finite((mb - ma) / ma * 100.0) if ma else None
-                    row["combined_sd"] = _finite(math.hypot(sa or 0.0, sb or 0.0))
-                    if row["delta"] is None or row["combined_sd"] is None:
+                    if row["delta"] is None:
                         row["note"] = "out of range (numbers too large to compare)"
-                    elif na < 2 or nb < 2:
-                        row["note"] = "spread unknown (fewer than 2 repeats)"
+                    elif na < MIN_REPEATS or nb < MIN_REPEATS:
+                        row["note"] = _few_repeats(na, nb)
                     else:
-                        row["beyond_spread"] = spread_exceeded(row["delta"], sa, sb, k)
+                        test = welch(ma, sa or 0.0, na, mb, sb or 0.0, nb)
+                        if test is None:
+                            row["note"] = "out of range (numbers too large to compare)"
+                        else:
+                            row.update(t=test.t, df=test.df, p_value=test.p)
+                            if test.t is None:
+                                row["note"] = "no spread on either side"
                 out.append(row)
+    significant, adjusted = benjamini_hochberg([r["p_value"] for r in out], fdr)
+    for row, sig, adj in zip(out, significant, adjusted, strict=True):
+        row["p_adjusted"], row["significant"] = adj, sig
+        row["beyond_spread"] = sig  # deprecated: the name of `significant` before the t-test; read `significant`
     return out
+
+
+def significance_summary(rows: list[dict[str, Any]], fdr: float = FDR) -> dict[str, Any]:
+    """What the comparison's test was and how many rows it decided."""
+    return {"test": "Welch's t-test (two-sided), Benjamini-Hochberg across rows", "fdr": fdr,
+            "min_repeats": MIN_REPEATS, "rows": len(rows),
+            "rows_tested": sum(r["p_value"] is not None for r in rows),
+            "rows_significant": sum(bool(r["significant"]) for r in rows)}
 
 
 def _finite(v: float) -> float | None:
@@ -188,17 +224,41 @@ def _fmt(v: float | None, sd: float | None = None) -> str:
     return f"{v:.2f}" if sd is None else f"{v:.2f} ± {sd:.2f}"
 
 
+def _fmt_p(p: float | None) -> str:
+    if p is None:
+        return "—"
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
 def render(rows: list[dict[str, Any]], console: Console, title: str) -> None:
     table = Table(title=title)
-    for col in ("profile", "spec", "conc", "metric", "A (mean ± sd)", "B (mean ± sd)", "delta", "delta %", "beyond 2σ spread"):
+    for col in ("profile", "spec", "conc", "metric", "A (mean ± sd, n)", "B (mean ± sd, n)", "delta", "delta %",
+                "p", "p (BH)", f"significant (FDR {FDR:.0%})"):
         table.add_column(col)
     for r in rows:
-        verdict = r["note"] if r["beyond_spread"] is None else ("YES" if r["beyond_spread"] else "no")
+        verdict = "YES" if r["significant"] else "no"
+        if r["note"]:
+            verdict += f" — {r['note']}"
         table.add_row(
-            r["profile"], r["spec"], str(r["concurrency"]), r["metric"], _fmt(r["a"], r["a_sd"]), _fmt(r["b"], r["b_sd"]),
-            _fmt(r["delta"]), "—" if r["delta_pct"] is None else f"{r['delta_pct']:+.1f}%", verdict or "—",
+            r["profile"], r["spec"], str(r["concurrency"]), r["metric"],
+            f"{_fmt(r['a'], r['a_sd'])}, {r['a_n']}", f"{_fmt(r['b'], r['b_sd'])}, {r['b_n']}",
+            _fmt(r["delta"]), "—" if r["delta_pct"] is None else f"{r['delta_pct']:+.1f}%",
+            _fmt_p(r["p_value"]), _fmt_p(r["p_adjusted"]), verdict,
         )
     console.print(table)
+
+
+CSV_FIELDS = ("profile", "spec", "concurrency", "metric", "a", "a_sd", "a_n", "b", "b_sd", "b_n", "delta", "delta_pct",
+              "t", "df", "p_value", "p_adjusted", "significant", "note")
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
+    return buf.getvalue()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,6 +272,7 @@ class CompareArgs(CliArgs):
     dir_b: str
     force: bool = False
     json: bool = False
+    csv: bool = False
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -219,15 +280,17 @@ class CompareArgs(CliArgs):
         parser.add_argument("dir_b")
         parser.add_argument("--force", action="store_true",
                             help="compare even when the host/version/setup fingerprints differ")
-        parser.add_argument("--json", action="store_true", help="print the deltas as JSON")
+        out = parser.add_mutually_exclusive_group()
+        out.add_argument("--json", action="store_true", help="print the deltas as JSON")
+        out.add_argument("--csv", action="store_true", help="print the deltas as CSV (one row per delta)")
         return parser
 
 
 def run_main(args: CompareArgs) -> int:
-    return compare(dir_a=args.dir_a, dir_b=args.dir_b, force=args.force, as_json=args.json)
+    return compare(dir_a=args.dir_a, dir_b=args.dir_b, force=args.force, as_json=args.json, as_csv=args.csv)
 
 
-def compare(*, dir_a: str, dir_b: str, force: bool = False, as_json: bool = False) -> int:
+def compare(*, dir_a: str, dir_b: str, force: bool = False, as_json: bool = False, as_csv: bool = False) -> int:
     """Print B's deltas against A; UserError (exit 2) when the fingerprints differ and not `force`."""
     ma, ca = bundle.load(dir_a)
     mb, cb = bundle.load(dir_b)
@@ -240,22 +303,36 @@ def compare(*, dir_a: str, dir_b: str, force: bool = False, as_json: bool = Fals
                         "rerun on matching hosts/versions/plans, or pass --force to compare anyway")
     sim = ma.get("simulated") or mb.get("simulated")
     label = "SIMULATED " if sim else ""
-    if diffs:
+    if diffs and not as_csv:
         print(f"{label}WARNING: fingerprints differ (compared anyway because of --force):")
         for d in diffs:
             print(f"  - {d}")
     rows = deltas(ca, cb)
+    if as_csv:
+        if diffs:
+            print(f"{label}WARNING: fingerprints differ (compared anyway because of --force): {'; '.join(diffs)}",
+                  file=sys.stderr)
+        sys.stdout.write(csv_text(rows))
+        return 0
     gates, gate_settings = gate_rows(ca, cb), gate_setting_differences(ma, mb)
     if as_json:
         print(json.dumps({"differences": diffs, "local_differences": local, "simulated": bool(sim), "rows": rows,
-                          "gate": gates, "gate_settings": gate_settings}, indent=2, allow_nan=False))
+                          "test": significance_summary(rows), "gate": gates, "gate_settings": gate_settings},
+                         indent=2, allow_nan=False))
         return 0
     if local:
         print(f"{label}local to each host, shown for information (setups are compared without them):")
         for d in local:
             print(f"  - {d}")
     render(rows, Console(width=160), f"{label}B ({mb.get('run_id')}) vs A ({ma.get('run_id')})")
-    print(f"{label}beyond spread = |delta| > 2·sqrt(sdA² + sdB²) over repeats")
+    summary = significance_summary(rows)
+    print(f"{label}p = Welch's t-test (two-sided) of B's mean against A's over their repeats; significant = "
+          f"Benjamini-Hochberg at {FDR:.0%} false discovery rate across the {summary['rows_tested']} rows with a "
+          f"p-value ({summary['rows_significant']} significant); a side with fewer than {MIN_REPEATS} repeats "
+          "gives no p-value (never significant)")
+    if summary["rows_tested"] and min(min(r["a_n"], r["b_n"]) for r in rows if r["p_value"] is not None) < 3:
+        print(f"{label}with 2 repeats on a side only large differences can be significant; more repeats "
+              "(--repeats) find smaller ones")
     render_gate(gates, Console(width=160), f"{label}correctness gate, B vs A (information: reported, never refused)")
     for d in gate_settings:
         print(f"{label}  - {d}: the verdicts were reached under different thresholds")

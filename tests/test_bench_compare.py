@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import math
 import subprocess
 import sys
 
+import numpy as np
+import pytest
 from helpers_bench import cell, manifest
 
-from bench import compare
+from bench import compare, stats
 from bench.bundle_schema import Cell
 from testsupport.stack import REPO
 
@@ -23,16 +28,110 @@ def test_fingerprint_differences_list_every_mismatch():
     assert compare.differences(a, a) == []
 
 
-def test_deltas_mark_beyond_spread():
+def _row(rows, metric="tok/s", profile=None):
+    return next(r for r in rows if r["metric"] == metric and (profile is None or r["profile"] == profile))
+
+
+def test_deltas_carry_welchs_p_value_and_benjamini_hochberg_significance():
     rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 1.0))], [Cell.model_validate(cell("fused", "eagle3", 90.0, 1.0))])
-    tps = next(r for r in rows if r["metric"] == "tok/s")
-    assert tps["delta"] == 10.0 and tps["beyond_spread"] is True
+    tps = _row(rows)
+    assert tps["delta"] == 10.0 and tps["a_n"] == tps["b_n"] == 3
+    assert tps["t"] == pytest.approx(10.0 / math.sqrt(2 / 3)) and tps["df"] == pytest.approx(4.0)
+    assert tps["p_value"] == pytest.approx(stats.t_two_sided_p(tps["t"], 4.0)) and tps["p_value"] < 1e-3
+    # four rows tested (TPOT, TTFT equal: p 1; accept length has no spread and is equal: p 1, noted)
+    assert tps["p_adjusted"] == pytest.approx(tps["p_value"] * 4) and tps["significant"] is True
+    assert _row(rows, "TPOT ms")["p_value"] == 1.0 and _row(rows, "TPOT ms")["significant"] is False
+    accept = _row(rows, "accept length")
+    assert accept["p_value"] == 1.0 and accept["t"] is None and accept["note"] == "no spread on either side"
+    assert tps["beyond_spread"] is True  # deprecated name of `significant`
+
     rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 3.0))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 3.0))])
-    assert next(r for r in rows if r["metric"] == "tok/s")["beyond_spread"] is False
+    assert 0.4 < _row(rows)["p_value"] < 0.5 and _row(rows)["significant"] is False
+
     rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 0.0, repeats=1))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 0.0))])
-    assert next(r for r in rows if r["metric"] == "tok/s")["beyond_spread"] is None
+    one = _row(rows)
+    assert one["p_value"] is None and one["significant"] is False and one["p_adjusted"] is None
+    assert one["note"] == "no p-value: fewer than 2 repeats in A (1)"
     rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 1.0))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 1.0, valid=False))])
-    assert next(r for r in rows if r["metric"] == "tok/s")["note"] == "invalid in B"
+    assert _row(rows)["note"] == "invalid in B" and _row(rows)["significant"] is False
+
+
+def _sampled_cell(rng, profile: str, means: dict[str, float], repeats: int, noise: float = 0.02) -> dict:
+    """A cell whose every metric at concurrency 1 and 8 is the mean and sample sd of `repeats` draws with a
+    relative sd of `noise`, as `bench run --repeats` aggregates them."""
+    levels = {}
+    for level in ("1", "8"):
+        agg = {"repeats_valid": repeats}
+        for key, mu in means.items():
+            mu = mu * (1.0 if level == "1" else 3.0)
+            agg[f"{key}_mean"], agg[f"{key}_sd"] = stats.mean_sd(rng.normal(mu, noise * mu, repeats).tolist())
+        levels[level] = agg
+    return {"profile": profile, "spec": "eagle3", "valid": True, "plan_digest": "d1", "by_concurrency": levels,
+            "correctness": {"status": "PASS"}}
+
+
+PROFILES = ("baseline", "fused", "custom-ar", "nccl-tuned", "mscclpp", "pcie-ipc")
+MEANS = {"output_throughput": 80.0, "mean_tpot_ms": 12.0, "mean_ttft_ms": 40.0, "accept_length": 2.4}
+
+
+def _bundles(seed: int, repeats: int = 2, noise: float = 0.02, shifted: str | None = None,
+             shift: float = 0.2) -> tuple[list[Cell], list[Cell]]:
+    """Bundles A and B of every profile in PROFILES; in B the `shifted` profile really got faster: tok/s
+    `shift` higher, TPOT as much shorter."""
+    rng = np.random.default_rng(seed)
+    a = [Cell.model_validate(_sampled_cell(rng, p, MEANS, repeats, noise)) for p in PROFILES]
+    b = []
+    for p in PROFILES:
+        means = dict(MEANS)
+        if p == shifted:
+            means.update(output_throughput=MEANS["output_throughput"] * (1 + shift),
+                         mean_tpot_ms=MEANS["mean_tpot_ms"] / (1 + shift))
+        b.append(Cell.model_validate(_sampled_cell(rng, p, means, repeats, noise)))
+    return a, b
+
+
+def _flagged(rows) -> set[tuple[str, int, str]]:
+    return {(r["profile"], r["concurrency"], r["metric"]) for r in rows if r["significant"]}
+
+
+SHIFTED = {("custom-ar", level, metric) for level in (1, 8) for metric in ("tok/s", "TPOT ms")}
+
+
+def test_two_runs_of_one_distribution_with_2_repeats_flag_nothing_and_a_clear_shift_is_flagged():
+    rows = compare.deltas(*_bundles(seed=20261203))
+    assert len(rows) == len(PROFILES) * 2 * 4 and all(r["p_value"] is not None for r in rows)
+    assert _flagged(rows) == set()
+    # the rule this replaced (|delta| > 2·sqrt(sdA² + sdB²)) flags some of these same rows: with 2 repeats
+    # an sd is one difference, often far below the true spread
+    assert any(abs(r["delta"]) > 2 * math.hypot(r["a_sd"], r["b_sd"]) for r in rows)
+
+    # 2 repeats a side leave Welch's t 1 to 2 degrees of freedom: a shift is clear to it only when it is
+    # large against the run-to-run spread (here 50% against 0.1%) ...
+    clear = _bundles(seed=20261203, noise=0.001, shifted="custom-ar", shift=0.5)
+    assert _flagged(compare.deltas(*clear)) == SHIFTED
+    # ... while 20% against 2% is not told apart from noise
+    assert _flagged(compare.deltas(*_bundles(seed=20261203, shifted="custom-ar"))) < SHIFTED
+    # 3 repeats a side: 20% against 1% is
+    assert _flagged(compare.deltas(*_bundles(seed=20261203, repeats=3, noise=0.01, shifted="custom-ar"))) == SHIFTED
+
+
+def test_with_no_difference_a_comparison_flags_anything_at_most_at_the_false_discovery_rate():
+    """Benjamini-Hochberg under no difference at all: P(any row flagged) <= 5% (here 200 comparisons)."""
+    any_flagged = sum(bool(_flagged(compare.deltas(*_bundles(seed)))) for seed in range(200))
+    assert any_flagged <= 16  # 10 expected at 5%; binomial(200, 0.05) exceeds 16 with probability < 3%
+
+
+def test_csv_and_summary_carry_the_test():
+    a, b = _bundles(seed=7, repeats=3, noise=0.01, shifted="fused")
+    rows = compare.deltas(a, b)
+    lines = list(csv.DictReader(io.StringIO(compare.csv_text(rows))))
+    assert len(lines) == len(rows) and list(lines[0]) == list(compare.CSV_FIELDS)
+    assert {(x["profile"], x["metric"], x["significant"]) for x in lines if x["significant"] == "True"} == {
+        ("fused", "tok/s", "True"), ("fused", "TPOT ms", "True")}
+    assert float(lines[0]["p_value"]) == pytest.approx(rows[0]["p_value"])
+    summary = compare.significance_summary(rows)
+    assert summary["rows"] == summary["rows_tested"] == len(rows) and summary["rows_significant"] == 4
+    assert summary["fdr"] == 0.05
 
 
 def test_same_setup_with_other_local_values_is_comparable_and_the_local_values_are_listed():
@@ -86,8 +185,14 @@ def test_two_real_runs_of_one_setup_on_other_ports_and_model_paths_compare_witho
     shown = cmp()
     assert shown.returncode == 0, shown.stderr
     assert "port of baseline__off" in shown.stdout and "model-path of baseline__off" in shown.stdout
+    assert "fewer than 2 repeats" in shown.stdout and "Benjamini-Hochberg" in shown.stdout
     data = json.loads(cmp("--json").stdout)
     assert data["differences"] == [] and len(data["local_differences"]) == 2
+    assert data["rows"] and all(r["p_value"] is None and r["significant"] is False for r in data["rows"])
+    assert data["rows"][0]["note"] == "no p-value: fewer than 2 repeats in A (1) and B (1)"
+    assert data["test"]["rows_tested"] == 0
+    table = list(csv.DictReader(io.StringIO(cmp("--csv").stdout)))
+    assert len(table) == len(data["rows"]) and table[0]["p_value"] == "" and table[0]["significant"] == "False"
 
 
 def test_gate_statistics_of_two_hosts_are_reported_never_refused():
