@@ -30,6 +30,7 @@ STATE_LAYOUT = {
     "history": HISTORY_FILE,
     "switch_counts": "switch-counts.json",  # the switch counters and the history size they cover (metrics.py)
     "journal": JOURNAL_FILE,
+    "tune_hold": "tune-hold.json",  # the one bench tune allowed to measure this server (tune_hold.py)
     "supervisord_conf": "supervisord.conf",
     "supervisord_pid": "supervisord.pid",
     "owner_lock": "serve.lock",  # flock held by the serve (then supervisord) that owns the state dir
@@ -52,6 +53,7 @@ class StatePaths:
     history: Path
     switch_counts: Path
     journal: Path
+    tune_hold: Path
     supervisord_conf: Path
     supervisord_pid: Path
     owner_lock: Path

@@ -103,3 +103,16 @@ def test_status_shows_the_state_machine_as_it_moves(tmp_path):
         assert st["state"] == "down" and "server down" in st["last_error"]
 
     api(tmp_path, body)
+
+
+def test_status_shows_the_tune_hold_without_its_id_and_a_switch_still_runs(tmp_path):
+    async def body(client, lc, sup, server):
+        assert (await (await client.get("/status")).json())["tune_hold"] is None
+        r = await client.post("/hold", json={"holder": "bench tune (pid 1)", "ttl_s": 60}, headers=AUTH)
+        hold_id = (await r.json())["id"]
+        st = await (await client.get("/status")).json()
+        assert st["tune_hold"]["holder"] == "bench tune (pid 1)" and hold_id not in str(st)
+        r = await client.post("/switch", json={"profile": "nccl-tuned", "spec": "off"}, headers=AUTH)
+        assert (await r.json())["outcome"] == "switched"  # the hold keeps tunes apart, never an operator out
+
+    api(tmp_path, body)

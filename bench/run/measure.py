@@ -16,7 +16,7 @@ from typing import Any
 from bench.request_record import RequestRecord
 from bench.run.cell import CellDraft, record_plan
 from bench.run.logprob_gate import TokenLogprob
-from bench.run.repeat import measure_repeat
+from bench.run.repeat import measure_repeat, server_identity
 from bench.run.server_identity import PROBE_ERRORS, identity_of, is_simulated
 from bench.run.settings import RunSettings
 from bench.server_client import ServerClient
@@ -57,7 +57,7 @@ class CellMeasurer:
             raise UserError(f"control API refused the switch (HTTP {code}): {body.get('error')}; set KIT_CONTROL_TOKEN")
         outcome = body.get("outcome") or ("failed" if code != 200 else "unknown")
         cell.switch = {"outcome": outcome, "http_status": code, "error": body.get("error"),
-                       "durations": body.get("durations") or {}}
+                       "durations": body.get("durations") or {}, "id": body.get("id")}
         if outcome in OK_OUTCOMES:
             return None
         cell.invalid_reason = f"switch {outcome}: {body.get('error') or 'no reason given'}"
@@ -141,6 +141,12 @@ class CellMeasurer:
         cell.simulated = sim
         cell.server = {"version": info.get("version"), **identity_of(info), "simulated": sim}
         self.phase("warming up")
+        seen = await server_identity(server, self.control)  # every repeat must run on this same start
+        runs = (seen or {}).get("digest")
+        if runs and cell.plan_digest and runs != cell.plan_digest:
+            cell.invalid_reason = (f"the server runs plan digest {runs}, not this cell's {cell.plan_digest} "
+                                   "(switched since, from outside)")
+            return info
         warm_reason = await self.warmup()
         if warm_reason:
             cell.invalid_reason = warm_reason
@@ -148,8 +154,9 @@ class CellMeasurer:
         self.phase("measuring")
         for c in s.concurrency:
             for r in range(repeats):
-                rep, rows = await measure_repeat(server=server, control=self.control, prompts=self.prompts,
-                                                 spec=cell.spec, concurrency=c, repeat=r, on_done=self.on_request)
+                rep, rows, seen = await measure_repeat(server=server, control=self.control, prompts=self.prompts,
+                                                       spec=cell.spec, concurrency=c, repeat=r, since=seen,
+                                                       on_done=self.on_request)
                 cell.per_repeat.append(rep)
                 on_rows(rows)
                 if not rep["valid"]:

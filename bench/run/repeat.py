@@ -42,7 +42,7 @@ async def server_identity(server: ServerClient, control: ControlClient | None) -
     if control is not None:
         try:
             st = await control.status()
-            ident.update(restarts=st.get("restarts"), pid=st.get("pid"))
+            ident.update(restarts=st.get("restarts"), pid=st.get("pid"), digest=st.get("digest"))
         except RuntimeFailure:
             pass
     return ident
@@ -56,9 +56,12 @@ async def measure_repeat(
     spec: str,
     concurrency: int,
     repeat: int,
+    since: dict[str, Any] | None = None,
     on_done: Callable[[RequestRecord], None] | None = None,
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The repeat's summary (valid or with its reason) and one row per request for the requests file."""
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any] | None]:
+    """The repeat's summary (valid or with its reason), one row per request for the requests file, and the
+    server's identity after it. `since`: the identity the cell saw last (after its warm-up, or its previous
+    repeat): a server restarted in between ran another start, maybe another plan, and the repeat is invalid."""
     before = await server_identity(server, control)
     m0 = await server.metrics_counters()
     cpu0 = time.process_time()
@@ -78,6 +81,8 @@ async def measure_repeat(
     failed = [x for x in records if not x.ok]
     if failed:
         reasons.append(f"{len(failed)} of {len(records)} requests failed (first: {failed[0].error})")
+    if since is not None and before is not None:
+        reasons += [r.replace("during the run", "since the cell's previous step") for r in restart_reasons(since, before)]
     reasons += restart_reasons(before, after)
     rep["valid"] = not reasons
     rep["invalid_reason"] = "; ".join(reasons) or None
@@ -91,4 +96,4 @@ async def measure_repeat(
         row = rec.to_json()
         row.update(concurrency=concurrency, repeat=repeat)
         rows.append(row)
-    return rep, rows
+    return rep, rows, after

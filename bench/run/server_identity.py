@@ -69,6 +69,9 @@ def restart_reasons(before: dict[str, Any] | None, after: dict[str, Any] | None)
     b, a = before.get("pid"), after.get("pid")
     if b and a and b != a:
         reasons.append(f"server restarted during the run (server pid {b} -> {a})")
+    b, a = before.get("digest"), after.get("digest")
+    if b and a and b != a:
+        reasons.append(f"server restarted during the run on another plan (control API digest {b} -> {a})")
     return reasons
 
 

@@ -25,6 +25,7 @@ from bench import args as flags
 from bench.args import CliArgs, http_url, positive_ints, stop_on_interrupt
 from bench.tune import decision, order, production, result, space
 from bench.tune.decision import Objective
+from bench.tune.hold import TuneHold, holder_of
 from bench.tune.journal import JOURNAL
 from bench.tune.profile_out import check_profile_target
 from bench.tune.runner import TuneRun
@@ -34,6 +35,7 @@ from launcher.errors import UserError, run_cli
 from launcher.profiles.catalog import BASE_NAME, check_name
 from launcher.profiles.spec_params import parse_list
 from launcher.resources import builtin_profiles_dir
+from launcher.runtime.control_client import SyncControlClient
 
 
 @dataclass(kw_only=True)
@@ -185,6 +187,12 @@ class TuneArgs(CliArgs, TuneKnobs):
 def tune(s: TuneSettings, *, token: str, console: Console) -> int:
     """Run the tune, write its results, and leave production as promised, whatever happened."""
     run = TuneRun(s, token, console)
+    client = SyncControlClient(s.control, token, s.connect_timeout, url_from="--control / KIT_CONTROL_URL")
+    with TuneHold(client, holder_of(run.out), run.say) as run.hold:  # until production is where it stays
+        return _tune(run, console)
+
+
+def _tune(run: TuneRun, console: Console) -> int:
     written: Path | None = None
     try:
         asyncio.run(run.run())

@@ -39,8 +39,9 @@ from bench.run.logprob_gate import TokenLogprob
 from bench.run.measure import CellMeasurer
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.server_client import ServerClient
-from bench.tune import journal, ledger, order, schedule, space, tune_state
+from bench.tune import journal, ledger, order, outside, schedule, space, tune_state
 from bench.tune.decision import Decision, Repeat, RequestTiming, decide
+from bench.tune.hold import TuneHold
 from bench.tune.ledger import Ledger, reference_label
 from bench.tune.planning import REFERENCE_PROFILE, plan_space
 from bench.tune.progress import TuneProgress
@@ -112,6 +113,7 @@ class TuneRun:
         self.thresholds = logprob_gate.thresholds()  # a bad KIT_GATE_* setting is exit 2 before anything is switched
         self.cells = Ledger(self.thresholds)  # the journal entries, reused and new, and their verdicts
         self.switched = False  # production left its starting plan at least once
+        self.hold: TuneHold | None = None  # the tune hold (bench/tune/hold.py), checked before each cell
 
     # ----- small helpers ---------------------------------------------------------------------------
     def remaining(self) -> float:
@@ -160,8 +162,12 @@ class TuneRun:
 
     # ----- measuring one cell ---------------------------------------------------------------------
     async def measure(self, measurer: CellMeasurer, cand: Candidate, repeats: int, *, phase: journal.Phase,
-                      rnd: int = 0, switch: bool = True, spec_params: dict[str, int] | None = None) -> journal.Entry:
-        """Switch (unless measuring in place), warm up, `repeats` repeats; one journal line either way."""
+                      rnd: int = 0, switch: bool = True, spec_params: dict[str, int] | None = None,
+                      disturbed: int = 0) -> journal.Entry:
+        """Switch (unless measuring in place), warm up, `repeats` repeats; one journal line either way. A cell
+        that a switch from outside made invalid is measured again (switching back), not recorded."""
+        if self.hold is not None:
+            self.hold.check()
         params = spec_params if spec_params is not None else cand.point_json()
         if self.progress is not None:
             self.progress.cell(cand.label, "switching" if switch else "warming up", phase, rnd)
@@ -177,6 +183,7 @@ class TuneRun:
                           for pid, text, lps in result)
 
         first = self.cells.correctness_pass(cand.label) is None
+        known = await outside.switch_ids(m.control)
         t0 = time.monotonic()
         if switch:
             self.switched = True
@@ -185,6 +192,16 @@ class TuneRun:
         wall = time.monotonic() - t0
         self.simulated = self.simulated or is_simulated(info) if info else self.simulated
         record = close_cell(cell, concurrency=self.s.concurrency, repeats=repeats)
+        moved = [] if record.valid else await outside.since(m.control, known, (record.switch or {}).get("id"),
+                                                                self.s.switch_timeout)
+        if moved:
+            what = f"{cand.label}: switched from outside while measured ({outside.describe(moved)})"
+            if disturbed + 1 >= outside.REMEASURE_MAX:
+                raise RuntimeFailure(f"{what}, {disturbed + 1} times in a row; stop whoever switches the server, "
+                                     "then run the same command again to resume")
+            self.say(f"{what}: measured again", style="yellow")
+            return await self.measure(measurer, cand, repeats, phase=phase, rnd=rnd, switch=True,
+                                      spec_params=spec_params, disturbed=disturbed + 1)
         measured = sum(float(r.get("duration") or 0.0) for r in record.per_repeat)
         restarted = switch and (record.switch or {}).get("outcome") == Outcome.SWITCHED  # unchanged: free
         self.timing.observe(wall, measured, restarted, repeats if record.valid else 0)

@@ -11,6 +11,7 @@ import asyncio
 import hmac
 import json
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Annotated
@@ -23,7 +24,7 @@ from launcher import settings, state_layout
 from launcher.errors import KitError, UserError, run_cli
 from launcher.profiles.loader import check_name
 from launcher.profiles.spec_params import SpecParams
-from launcher.runtime import parent_death
+from launcher.runtime import parent_death, tune_hold
 from launcher.runtime.lifecycle import Busy, Lifecycle
 from launcher.runtime.metrics import KitCollector
 from launcher.runtime.states import SWITCH_TIMEOUT_MAX_S as TIMEOUT_MAX
@@ -39,6 +40,22 @@ class SwitchRequest(BaseModel):
     spec: Annotated[str | None, Field(strict=True)] = None
     timeout_s: Annotated[float | None, Field(strict=True, gt=0, le=TIMEOUT_MAX, allow_inf_nan=False)] = None
     spec_params: SpecParams | None = None
+
+
+class HoldRequest(BaseModel):
+    """POST /hold body: take the tune hold (no id) or renew it (the id it was granted under)."""
+
+    model_config = ConfigDict(extra="forbid")
+    holder: Annotated[str, Field(strict=True, min_length=1, max_length=tune_hold.HOLDER_MAX)]
+    ttl_s: Annotated[float, Field(strict=True, gt=0, le=tune_hold.TTL_MAX_S, allow_inf_nan=False)]
+    id: Annotated[str | None, Field(strict=True, max_length=64)] = None
+
+
+class ReleaseRequest(BaseModel):
+    """DELETE /hold body."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: Annotated[str, Field(strict=True, max_length=64)]
 
 
 class CheckRequest(BaseModel):
@@ -74,6 +91,7 @@ async def get_status(request: web.Request) -> web.Response:
     st = rt.status()
     # The running EAGLE point beside profile and spec (None for off/ngram, or before any plan).
     st.setdefault("spec_params", rt.current.spec_params.model_dump() if rt.current and rt.current.spec_params else None)
+    st["tune_hold"] = _hold_view(rt.sd)
     return web.json_response(st)
 
 
@@ -176,6 +194,56 @@ async def post_switch(request: web.Request) -> web.Response:
     return web.json_response({**entry.to_json(), "status": rt.status()}, status=code)
 
 
+def _hold_view(sd: Path) -> dict | None:
+    now = time.time()
+    held = tune_hold.current(sd, now)
+    return held.view(now) if held else None
+
+
+async def _body(request: web.Request, model: type[BaseModel], usage: str):
+    """An authorized JSON body as `model`, or the response refusing it (401/403/400)."""
+    denied = _authorized(request)
+    if denied:
+        return denied
+    try:
+        return model.model_validate(json.loads(await request.read()))
+    except (ValueError, RecursionError) as exc:
+        if isinstance(exc, ValidationError):
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"]) or "body"
+            return _bad_request(f"{usage}; {where}: {err['msg']}")
+        return _bad_request(f"{usage}; it is not valid JSON")
+
+
+async def post_hold(request: web.Request) -> web.Response:
+    """Take or renew the tune hold: 200 with its id, or 409 naming who holds it (tune_hold.py)."""
+    usage = (f'body must be JSON {{"holder": str (1-{tune_hold.HOLDER_MAX} chars), "ttl_s": number in '
+             f'(0, {tune_hold.TTL_MAX_S:.0f}], "id": str (to renew)}}')
+    req = await _body(request, HoldRequest, usage)
+    if isinstance(req, web.Response):
+        return req
+    sd = request.app[LIFECYCLE].sd
+    try:
+        hold = tune_hold.take(sd, req.holder, req.ttl_s, req.id)
+    except tune_hold.Held as exc:
+        return web.json_response({"error": str(exc), "tune_hold": exc.current.view(exc.now)}, status=409)
+    except OSError as exc:
+        return web.json_response({"error": f"cannot write the hold: {exc}"}, status=500)
+    return web.json_response({"id": hold.id, "expires_at": hold.expires_at, "tune_hold": hold.view(time.time())})
+
+
+async def delete_hold(request: web.Request) -> web.Response:
+    """Give the tune hold back; 200 with `released` false when that id holds nothing (it lapsed)."""
+    req = await _body(request, ReleaseRequest, 'body must be JSON {"id": str}')
+    if isinstance(req, web.Response):
+        return req
+    try:
+        released = tune_hold.release(request.app[LIFECYCLE].sd, req.id)
+    except OSError as exc:
+        return web.json_response({"error": f"cannot remove the hold: {exc}"}, status=500)
+    return web.json_response({"released": released})
+
+
 @web.middleware
 async def no_tracebacks(request: web.Request, handler):
     """An unexpected error answers one JSON line (the traceback goes to the log, never to the client)."""
@@ -205,6 +273,8 @@ def make_app(state_dir: Path, token: str | None, metrics_auth: bool = False,
     app.router.add_get("/metrics", get_metrics)
     app.router.add_post("/switch", post_switch)
     app.router.add_post("/check", post_check)
+    app.router.add_post("/hold", post_hold)
+    app.router.add_delete("/hold", delete_hold)
 
     async def background(app: web.Application):
         # SGLang's parser is not built here: serve has stored its verdict on the running plan, and a switch

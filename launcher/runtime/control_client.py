@@ -112,12 +112,27 @@ class ControlClient:
     async def check(self, profile: str, spec: str, spec_params: Any = None) -> tuple[int, dict[str, Any]]:
         """POST /check: (HTTP status, body) for the plan a switch would run, validated as the switch
         validates it, nothing switched; 200 carries `digest`, 400 `error`. RuntimeFailure when unreachable."""
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         body: dict[str, Any] = {"profile": profile, "spec": spec}
         if spec_params is not None:
             body["spec_params"] = spec_params.model_dump() if hasattr(spec_params, "model_dump") else dict(spec_params)
+        return await self._send("POST", "/check", body)
+
+    async def hold(self, holder: str, ttl_s: float, hold_id: str | None = None) -> tuple[int, dict[str, Any]]:
+        """POST /hold: take the tune hold (or renew `hold_id`); 200 carries `id`, 409 who holds it."""
+        body: dict[str, Any] = {"holder": holder, "ttl_s": ttl_s}
+        if hold_id is not None:
+            body["id"] = hold_id
+        return await self._send("POST", "/hold", body)
+
+    async def release(self, hold_id: str) -> tuple[int, dict[str, Any]]:
+        """DELETE /hold: give the tune hold back."""
+        return await self._send("DELETE", "/hold", {"id": hold_id})
+
+    async def _send(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """An authorized JSON call: (HTTP status, body). RuntimeFailure when unreachable."""
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            r = await self.http.post(f"{self.url}/check", json=body, headers=headers)
+            r = await self.http.request(method, f"{self.url}{path}", json=body, headers=headers)
         except httpx.HTTPError as exc:
             raise RuntimeFailure(f"control API at {self.url} is unreachable ({_why(exc)}); check the URL "
                                  f"({self.url_from})") from exc
@@ -207,3 +222,9 @@ class SyncControlClient:
     def switch(self, profile: str, spec: str, timeout_s: float | None,
                deadline_s: float | None = None, spec_params: Any = None) -> tuple[int, dict[str, Any]]:
         return self._run(lambda c: c.switch(profile, spec, timeout_s, deadline_s, spec_params))
+
+    def hold(self, holder: str, ttl_s: float, hold_id: str | None = None) -> tuple[int, dict[str, Any]]:
+        return self._run(lambda c: c.hold(holder, ttl_s, hold_id))
+
+    def release(self, hold_id: str) -> tuple[int, dict[str, Any]]:
+        return self._run(lambda c: c.release(hold_id))

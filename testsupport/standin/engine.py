@@ -57,6 +57,7 @@ class Stats:
     spec_tokens: int = 0
     spec_passes: int = 0
     running: int = 0
+    running_gauge: int = 0  # what /metrics' num_running_reqs reads (settings.running_gauge_after_tokens)
     generation_requests: int = 0
     num_requests_total: int = 0
     prompt_tokens_total: int = 0
@@ -130,6 +131,8 @@ class Engine:
         first_at: float | None = None
         last_at = t0
         self.stats.running += 1
+        gauged = self.settings.running_gauge_after_tokens == 0
+        self.stats.running_gauge += gauged
         try:
             for k, (count, offset) in enumerate(zip(counts, offsets, strict=True)):
                 await self._maybe_die(request_number, k)
@@ -143,6 +146,9 @@ class Engine:
                     self.stats.inter_token_s.extend([(now - last_at) / count] * count)
                 last_at = now
                 output_ids.extend(new_ids)
+                if not gauged and len(output_ids) >= self.settings.running_gauge_after_tokens:
+                    gauged = True
+                    self.stats.running_gauge += 1
                 if speculative and count:
                     verify_ct += 1
                     self.stats.spec_tokens += count
@@ -162,6 +168,7 @@ class Engine:
                 self.stats.tpot_s.setdefault(streaming, []).append((last_at - first_at) / (len(output_ids) - 1))
         finally:
             self.stats.running -= 1
+            self.stats.running_gauge -= gauged
 
     async def _maybe_die(self, request_number: int, chunks_sent: int) -> None:
         s = self.settings

@@ -85,6 +85,12 @@ class StandinSettings(BaseModel):
     log_filler_mb: float = Field(
         0.0, ge=0, description="MB of SGLang-like decode log lines written after the start-up lines, before ready."
     )
+    running_gauge_after_tokens: int = Field(
+        0, ge=0, description="/metrics' num_running_reqs counts a request only once it has this many output tokens. "
+        "SGLang 0.5.23 refreshes the gauge at a prefill (counting the batch already running, not the new request) and "
+        "every decode_log_interval (40) decode steps, so a request's first 40 tokens can read 0 "
+        "(sglang/srt/managers/scheduler_components/metrics_reporter.py:853-860, 933-934); 0: counted at once."
+    )
     metrics_busy_delay_s: float = Field(
         0.0, ge=0, description="/metrics waits this long before answering while a generation request runs "
         "(a server too loaded to answer its scrape in time)."

@@ -1,0 +1,84 @@
+"""The tune hold, from the tune's side: taken before anything is measured, renewed while the tune runs,
+given back once production is where the tune leaves it (launcher/runtime/tune_hold.py keeps it in the
+control API).
+
+A second tune on the same server exits 2 naming the first. A hold lost while measuring (the control API
+was unreachable past its lapse, and another tune took it) stops this tune with exit 1 before its next
+cell; the journal keeps what was measured, and the same command resumes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from launcher.errors import RuntimeFailure, UserError
+from launcher.runtime.control_client import SyncControlClient
+
+TTL_S = 60.0  # a tune killed with SIGKILL keeps other tunes out for at most this long
+RENEW_EVERY_S = TTL_S / 4
+
+
+def holder_of(out: Path) -> str:
+    """Who holds it, as a second tune is told."""
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return f"bench tune (pid {os.getpid()} on {socket.gethostname()}, --out {out}, started {started})"
+
+
+class TuneHold:
+    def __init__(self, control: SyncControlClient, holder: str, say: Callable[..., None], ttl_s: float = TTL_S):
+        self.control, self.holder, self.say, self.ttl_s = control, holder, say, ttl_s
+        self.id: str | None = None
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def __enter__(self) -> TuneHold:
+        code, body = self.control.hold(self.holder, self.ttl_s)
+        if code == 200 and isinstance(body.get("id"), str):
+            self.id = body["id"]
+            self._renewer = threading.Thread(target=self._renew, name="tune-hold", daemon=True)
+            self._renewer.start()
+            return self
+        if code == 409:
+            raise UserError(f"another tune is measuring the server behind {self.control.url}: {body.get('error')}. "
+                            "Wait until it finishes; a tune that was killed keeps the hold for at most "
+                            f"{self.ttl_s:.0f} s (nothing was switched)")
+        if code == 404:
+            self.say(f"the control API at {self.control.url} has no /hold (an older kit): a second tune on this "
+                     "server is not kept out", style="yellow")
+            return self
+        if code in (401, 403):
+            raise UserError(f"control API refused the tune hold (HTTP {code}): {body.get('error')}; set KIT_CONTROL_TOKEN")
+        raise RuntimeFailure(f"control API at {self.control.url} did not grant the tune hold (HTTP {code}): "
+                             f"{body.get('error')}")
+
+    def _renew(self) -> None:
+        while not self._stop.wait(RENEW_EVERY_S):
+            try:
+                code, body = self.control.hold(self.holder, self.ttl_s, self.id)
+            except RuntimeFailure:
+                continue  # unreachable for now: the hold lapses only after ttl_s without a renewal
+            if code == 409:
+                self.lost = str(body.get("error"))
+                return
+
+    def check(self) -> None:
+        """Before each cell: RuntimeFailure once the hold is lost."""
+        if self.lost is not None:
+            raise RuntimeFailure(f"this tune lost its hold on the server ({self.lost}), so another tune may be "
+                                 "measuring it; stopped. Run the same command again to resume when that one ends")
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        if self.id is not None and self.lost is None:
+            try:
+                self.control.release(self.id)
+            except RuntimeFailure:
+                pass  # the hold lapses by itself

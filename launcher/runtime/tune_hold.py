@@ -1,0 +1,81 @@
+"""The tune hold: at most one `bench tune` measures a server at a time.
+
+A tune takes the hold through the control API (POST /hold) before it measures anything, renews it while
+it runs and gives it back at the end (DELETE /hold). A second tune is refused (HTTP 409) with the
+first one's description. The hold lapses `ttl_s` after its last renewal, so a tune killed with SIGKILL
+keeps nobody out for longer than that. It is kept in the state dir (written atomically, read
+defensively: a damaged file holds nothing), so a control API restart does not let a second tune in.
+
+The hold keeps tunes apart; it does not lock production: a switch by an operator still runs (the tune
+sees it and measures the disturbed cell again).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from launcher import atomic
+from launcher.runtime import state as runtime_state
+from launcher.state_layout import StatePaths
+
+TTL_MAX_S = 3600.0
+HOLDER_MAX = 500
+
+
+class Hold(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    holder: str
+    since: float
+    expires_at: float
+
+    def view(self, now: float) -> dict:
+        """What /status and a refusal show: never the id (it is what lets a holder renew and release)."""
+        return {"holder": self.holder, "since": self.since, "expires_in_s": round(max(0.0, self.expires_at - now), 1)}
+
+
+class Held(Exception):
+    """Another holder has it (or the hold named was lost)."""
+
+    def __init__(self, current: Hold, now: float):
+        self.current, self.now = current, now
+        super().__init__(f"held by {current.holder} (for {now - current.since:.0f} s; it lapses in "
+                         f"{max(0.0, current.expires_at - now):.0f} s unless renewed)")
+
+
+def current(sd: Path, now: float | None = None) -> Hold | None:
+    """The hold in force: None when there is none, it lapsed, or its file is damaged."""
+    now = time.time() if now is None else now
+    try:
+        hold = runtime_state.read_record(StatePaths(sd).tune_hold, Hold)
+    except ValidationError:
+        return None
+    return hold if hold is not None and hold.expires_at > now else None
+
+
+def take(sd: Path, holder: str, ttl_s: float, hold_id: str | None = None, now: float | None = None) -> Hold:
+    """A new hold (hold_id None) or the renewal of `hold_id`; Held when another one is in force, or when
+    `hold_id` is not the one in force (it lapsed and someone else took it, or it was never granted)."""
+    now = time.time() if now is None else now
+    held = current(sd, now)
+    if held is not None and held.id != hold_id:
+        raise Held(held, now)
+    if hold_id is not None and held is None:
+        raise Held(Hold(id="", holder="nobody (the hold lapsed; take a new one)", since=now, expires_at=now), now)
+    hold = Hold(id=hold_id or secrets.token_hex(16), holder=holder, since=held.since if held else now,
+                expires_at=now + ttl_s)
+    atomic.write_json(StatePaths(sd).tune_hold, hold.model_dump(), mode=0o600)
+    return hold
+
+
+def release(sd: Path, hold_id: str, now: float | None = None) -> bool:
+    """Give the hold back; False (nothing changed) when `hold_id` is not the one in force."""
+    held = current(sd, now)
+    if held is None or held.id != hold_id:
+        return False
+    atomic.remove(StatePaths(sd).tune_hold)
+    return True

@@ -1,0 +1,84 @@
+"""bench/tune/hold.py: a second tune exits 2 naming the first, the hold is renewed and given back, a lost
+hold stops the tune before its next cell."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from bench.tune import hold as hold_mod
+from bench.tune.hold import TuneHold
+from launcher.errors import RuntimeFailure, UserError
+
+
+class FakeControl:
+    url = "http://control"
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.calls: list[tuple] = []
+        self.renewed = threading.Event()
+
+    def hold(self, holder, ttl_s, hold_id=None):
+        self.calls.append(("hold", holder, ttl_s, hold_id))
+        if hold_id is not None:
+            self.renewed.set()
+        answer = self.answers.pop(0) if self.answers else (200, {"id": hold_id})
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def release(self, hold_id):
+        self.calls.append(("release", hold_id))
+        return 200, {"released": True}
+
+
+def said():
+    lines: list[str] = []
+    return lines, lambda text, style=None: lines.append(text)
+
+
+def test_granted_renewed_and_given_back(monkeypatch):
+    monkeypatch.setattr(hold_mod, "RENEW_EVERY_S", 0.01)
+    control = FakeControl([(200, {"id": "h1"})])
+    lines, say = said()
+    with TuneHold(control, "tune A", say) as h:
+        assert control.renewed.wait(10)
+        h.check()
+    assert ("hold", "tune A", hold_mod.TTL_S, "h1") in control.calls
+    assert control.calls[-1] == ("release", "h1")
+
+
+def test_a_second_tune_is_exit_2_naming_the_first():
+    control = FakeControl([(409, {"error": "held by bench tune (pid 42 on box, --out a, started t)"})])
+    with pytest.raises(UserError, match="pid 42 on box.*nothing was switched"):
+        with TuneHold(control, "tune B", said()[1]):
+            pytest.fail("entered")
+    assert [c[0] for c in control.calls] == ["hold"]  # nothing to give back
+
+
+def test_a_lost_hold_stops_the_tune_and_is_not_released(monkeypatch):
+    monkeypatch.setattr(hold_mod, "RENEW_EVERY_S", 0.01)
+    control = FakeControl([(200, {"id": "h1"}), RuntimeFailure("unreachable"), (409, {"error": "held by tune C"})])
+    with TuneHold(control, "tune A", said()[1]) as h:
+        h._renewer.join(10)
+        with pytest.raises(RuntimeFailure, match="lost its hold.*held by tune C"):
+            h.check()
+    assert all(c[0] == "hold" for c in control.calls)
+
+
+@pytest.mark.parametrize("answer, error", [((401, {"error": "wrong token"}), UserError),
+                                           ((500, {"error": "disk full"}), RuntimeFailure)])
+def test_a_refused_hold_measures_nothing(answer, error):
+    with pytest.raises(error):
+        with TuneHold(FakeControl([answer]), "tune A", said()[1]):
+            pytest.fail("entered")
+
+
+def test_an_older_control_api_without_hold_is_said_and_the_tune_goes_on():
+    control = FakeControl([(404, {"error": "Not Found"})])
+    lines, say = said()
+    with TuneHold(control, "tune A", say) as h:
+        h.check()
+    assert "not kept out" in lines[0] and [c[0] for c in control.calls] == ["hold"]
