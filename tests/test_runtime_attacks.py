@@ -1,6 +1,6 @@
 """Integration: the switch attacked as a hostile operator or a broken disk would attack it.
 
-Each test names the defect it pins (numbers as in the README's reliability section). Real
+Each test names the defect it pins (numbers as in docs/switching.md's reliability section). Real
 supervisord, real control API, the stand-in server.
 """
 

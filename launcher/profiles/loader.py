@@ -177,7 +177,7 @@ def read_file(path: Path) -> ProfileFile:
                                f"{RANGE} (e.g. steps = 3)") from exc
         hints = {"extra_forbidden": "remove it; allowed top-level keys are extends, description, status, "
                  "[requires], [expects], [env], [server], [spec_params]"}
-        raise schema_error(path, exc, hints, "see the profile format in README.md") from exc
+        raise schema_error(path, exc, hints, "see the profile format in docs/profiles.md") from exc
     _check_entries(path, pf)
     return pf
 
