@@ -185,7 +185,6 @@ def deltas(cells_a: list[Cell], cells_b: list[Cell], fdr: float = FDR) -> list[d
     significant, adjusted = benjamini_hochberg([r["p_value"] for r in out], fdr)
     for row, sig, adj in zip(out, significant, adjusted, strict=True):
         row["p_adjusted"], row["significant"] = adj, sig
-        row["beyond_spread"] = sig  # deprecated: the name of `significant` before the t-test; read `significant`
     return out
 
 

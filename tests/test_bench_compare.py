@@ -43,7 +43,7 @@ def test_deltas_carry_welchs_p_value_and_benjamini_hochberg_significance():
     assert _row(rows, "TPOT ms")["p_value"] == 1.0 and _row(rows, "TPOT ms")["significant"] is False
     accept = _row(rows, "accept length")
     assert accept["p_value"] == 1.0 and accept["t"] is None and accept["note"] == "no spread on either side"
-    assert tps["beyond_spread"] is True  # deprecated name of `significant`
+    assert "beyond_spread" not in tps  # the rule before the t-test (|B - A| > 2 sd) is gone
 
     rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 3.0))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 3.0))])
     assert 0.4 < _row(rows)["p_value"] < 0.5 and _row(rows)["significant"] is False

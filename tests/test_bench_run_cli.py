@@ -309,7 +309,7 @@ def test_compare_refuses_mismatched_fingerprints_and_force_compares(standin, tmp
     data = json.loads(same.stdout)
     assert data["differences"] == [] and data["simulated"] is True
     tps = next(x for x in data["rows"] if x["metric"] == "tok/s")
-    assert tps["delta"] == 0.0 and tps["beyond_spread"] is False
+    assert tps["delta"] == 0.0 and tps["significant"] is False
 
     manifest = json.loads((b / "manifest.json").read_text())
     manifest["host"] = {"available": True, "gpus": [{"name": "NVIDIA H200"}], "driver": "999.1"}
