@@ -6,6 +6,11 @@ total_output_tokens, request_throughput, output_throughput (aggregate tok/s),
 gap between streamed chunks (SGLang's own bench divides each gap by the tokens it carried; TPOT
 is reported separately). Across repeats every per-repeat number appears as `<key>_mean` /
 `<key>_sd`; the bare key is the mean, but completed/failed/duration/total_output_tokens are sums.
+
+Besides, `request_percentiles` gives p50/p90/p99 of TTFT and TPOT over the requests of one concurrency
+level's valid repeats pooled together (`ttft_p50_ms`, ..., `tpot_p99_ms`), from the request rows: a
+per-repeat `p99_ttft_ms_mean` is the mean of each repeat's own p99 instead. Percentiles interpolate
+linearly between closest ranks (bench/stats.py `percentile`, numpy's default).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from bench.request_record import RequestRecord
 LATENCY_METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": None, "e2e_latency": "e2e_s"}
 # per-repeat counts that are summed across repeats (every other number is averaged)
 SUMMED_KEYS = ("completed", "failed", "duration", "total_output_tokens")
+# the percentiles `request_percentiles` gives, and the request-row field (seconds) each is taken from
+POOLED_PERCENTILES = (50, 90, 99)
+POOLED_METRICS = {"ttft": "ttft_s", "tpot": "tpot_s"}
 # per-repeat numbers that identify the repeat or its server, never measured: not aggregated
 SKIP_AGG = {"repeat", "concurrency", "server_start_time", "restarts_before", "restarts_after", "pid_before",
             "pid_after"}
@@ -91,4 +99,33 @@ def aggregate(repeats: Sequence[Mapping[str, Any]], valid: bool) -> dict[str, An
     sources = {r.get("accept_length_source") for r in good if r.get("accept_length_source")}
     out["accept_length_source"] = ",".join(sorted(sources)) if sources and valid else None
     out["repeats_valid"] = len(good)
+    return out
+
+
+def pooled_key(name: str, q: int) -> str:
+    """The key of one pooled percentile: `ttft_p50_ms`, `tpot_p99_ms`, ..."""
+    return f"{name}_p{q}_ms"
+
+
+POOLED_KEYS = [pooled_key(name, q) for name in POOLED_METRICS for q in POOLED_PERCENTILES]
+
+
+def request_percentiles(requests: Iterable[Mapping[str, Any]], repeats: Iterable[Mapping[str, Any]],
+                        concurrency: int) -> dict[str, float | None]:
+    """p50/p90/p99 (ms) of TTFT and TPOT over the ok requests of the valid repeats at one concurrency level.
+
+    `requests`: a cell's request rows (each with concurrency, repeat, ok, ttft_s, tpot_s); `repeats`: its
+    per-repeat summaries (concurrency, repeat, valid). A row counts when it is ok and its (concurrency,
+    repeat) is a valid repeat's; rows without a repeat index (or values) count for nothing, so a bundle
+    whose rows lack them gets None. Linear interpolation between closest ranks (stats.percentile)."""
+    good = {r.get("repeat") for r in repeats if r.get("valid") and r.get("concurrency") == concurrency}
+    good.discard(None)
+    rows = [r for r in requests
+            if r.get("ok") is True and r.get("concurrency") == concurrency and r.get("repeat") in good]
+    out: dict[str, float | None] = {}
+    for name, field in POOLED_METRICS.items():
+        values = [r.get(field) for r in rows]
+        for q in POOLED_PERCENTILES:
+            v = stats.percentile(values, q)
+            out[pooled_key(name, q)] = None if v is None else v * 1000.0
     return out

@@ -175,8 +175,13 @@ class Cell(bundle_names.CellNames, BaseModel):
 
 
 class RequestRow(_Part):
+    """The fields of a request row the summaries and plots read; `repeat` and `ttft_s` may be absent (older
+    rows), and then the row counts toward no TTFT/TPOT percentile."""
+
     ok: bool | None = None
     concurrency: int | None = None
+    repeat: int | None = None
+    ttft_s: Num = None
     tpot_s: Num = None
 
 

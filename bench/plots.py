@@ -4,6 +4,10 @@ throughput.png: tok/s per profile, one bar per spec mode, error bars = sd over r
 cells get no bar and the word "invalid", correctness FAILs are hatched red and labelled FAIL, cells with
 "not enough evidence" are dotted gray and labelled so (never drawn as a pass).
 tpot.png: per-request TPOT distribution of every valid (profile, spec), as box plots.
+throughput_latency.png (two or more concurrency levels only): output tok/s (mean over repeats) against
+median TPOT per request (p50 over the valid repeats' requests), one line per valid cell, one point per
+concurrency level, each point labelled c=<level>; a FAIL line is dashed and an unverified one dotted, and
+their legend entries say so. With one level there is no such plot (summary.md says so).
 Both say SIMULATED in the title and across the plot when the server was the stand-in.
 """
 
@@ -20,7 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from bench import bundle, bundle_names  # noqa: E402
 from bench.bundle_schema import Cell  # noqa: E402
-from bench.report import UNVERIFIED  # noqa: E402
+from bench.report import LATENCY_X, LATENCY_X_LABEL, UNVERIFIED, latency_curves  # noqa: E402
 
 SIM_TITLE = "SIMULATED (stand-in server) - "
 
@@ -110,8 +114,37 @@ def tpot(path: Path, run_dir: Path, cells: list[Cell], simulated: bool, concurre
     return _save(fig, path, simulated)
 
 
+LINESTYLES = {"FAIL": "--", UNVERIFIED: ":"}
+
+
+def throughput_latency(path: Path, rows: list[dict[str, Any]], simulated: bool) -> Path | None:
+    """Output tok/s against median TPOT, one line per cell, one point per concurrency level; None (and no
+    file) when no cell has a point to draw."""
+    curves = latency_curves(rows)
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(8.0, 5.0))
+    for i, (label, points) in enumerate(curves.items()):
+        status = points[0]["status"]
+        mark = MARKS.get(status)
+        xs = [r[LATENCY_X] for r in points]
+        ys = [r["output_throughput_mean"] for r in points]
+        ax.plot(xs, ys, marker="o", color=f"C{i % 10}", linestyle=LINESTYLES.get(status, "-"),
+                label=f"{label} ({mark.word})" if mark else label)
+        for r, x, y in zip(points, xs, ys, strict=True):
+            ax.annotate(f"c={r['concurrency']}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.legend(title="cell", fontsize=8)
+    ax.set_xlabel(LATENCY_X_LABEL)
+    ax.set_ylabel("output tok/s (mean over repeats)")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)  # a cut axis exaggerates small differences
+    ax.set_title(f"{SIM_TITLE if simulated else ''}throughput vs median TPOT by concurrency", fontsize=11)
+    return _save(fig, path, simulated)
+
+
 def write_all(run_dir: Path, manifest: dict[str, Any], cells: list[Cell], rows: list[dict[str, Any]]) -> list[Path]:
-    """throughput.png and tpot.png for the first concurrency level, plus one pair per further level."""
+    """throughput.png and tpot.png for the first concurrency level, plus one pair per further level; with two
+    or more levels, throughput_latency.png too (when a valid cell has a point)."""
     simulated = bool(manifest.get("simulated"))
     levels = list(manifest.get("settings", {}).get("concurrency", [1])) or [1]
     out = []
@@ -119,4 +152,8 @@ def write_all(run_dir: Path, manifest: dict[str, Any], cells: list[Cell], rows: 
         suffix = "" if k == 0 else f"_c{c}"
         out.append(throughput(run_dir / f"throughput{suffix}.png", rows, simulated, c))
         out.append(tpot(run_dir / f"tpot{suffix}.png", run_dir, cells, simulated, c))
+    if len(levels) >= 2:
+        written = throughput_latency(run_dir / "throughput_latency.png", rows, simulated)
+        if written is not None:
+            out.append(written)
     return out

@@ -1,7 +1,9 @@
 """`bench report DIR`: rebuild summary.csv, summary.md and the plots from a bundle's JSON files.
 
 The summaries are a pure function of manifest.json, the result files and the request files, so
-`bench run` and `bench report` write byte-identical summary.md for the same bundle.
+`bench run` and `bench report` write byte-identical summary.md for the same bundle. The p50/p90/p99
+of TTFT and TPOT come from the request files (bundle_aggregate.request_percentiles: every request of
+the valid repeats of a level, pooled); a bundle whose request rows lack them shows '—' there.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bench import bundle, bundle_names
+from bench import bundle, bundle_aggregate, bundle_names
 from bench.args import CliArgs, entry_point
 from bench.bundle_schema import Cell
 from bench.run import correctness, logprob_gate
@@ -31,15 +33,22 @@ MAX_REASON = 160  # the full reason is in <profile>__<spec>.json
 CSV_FIELDS = [
     "profile", "spec", "spec_params", "concurrency", "status", "valid", "invalid_reason", "correctness", "exact_match_rate",
     "first_divergence", "output_throughput_mean", "output_throughput_sd", "speedup_vs_baseline_off",
-    "mean_ttft_ms_mean", "mean_ttft_ms_sd", "mean_tpot_ms_mean", "mean_tpot_ms_sd", "mean_itl_ms_mean",
+    "mean_ttft_ms_mean", "mean_ttft_ms_sd", "mean_tpot_ms_mean", "mean_tpot_ms_sd", *bundle_aggregate.POOLED_KEYS,
+    "mean_itl_ms_mean",
     "mean_itl_ms_sd", "p99_itl_ms_mean", "mean_e2e_latency_ms_mean", "accept_length_mean", "accept_length_sd",
     "accept_length_source", "repeats_valid", "completed", "plan_digest", "switch_outcome", "simulated",
 ]
 
 
-def rows(manifest: dict[str, Any], cells: list[Cell]) -> list[dict[str, Any]]:
+# throughput_latency.png: output tok/s (y) against this per-request latency (x), one point per concurrency level
+LATENCY_X = "tpot_p50_ms"
+LATENCY_X_LABEL = "median TPOT per request (ms, p50 over the requests of the valid repeats)"
+
+
+def rows(manifest: dict[str, Any], cells: list[Cell], run_dir: str | Path | None = None) -> list[dict[str, Any]]:
     """One row per (profile, spec, EAGLE-3 point, concurrency) with everything the tables and plots show;
-    a cell at a point shows it after its spec (`eagle3(1,1,2)`), so two points are two rows and two bars."""
+    a cell at a point shows it after its spec (`eagle3(1,1,2)`), so two points are two rows and two bars.
+    The pooled TTFT/TPOT percentiles come from the bundle's request files in `run_dir` (None without it)."""
     base_tps: dict[str, float] = {}
     for c in cells:
         if (c.profile, c.spec) == BASE and not c.spec_params and c.valid:
@@ -50,8 +59,11 @@ def rows(manifest: dict[str, Any], cells: list[Cell]) -> list[dict[str, Any]]:
     levels = [str(x) for x in manifest.get("settings", {}).get("concurrency", [1])]
     for c in cells:
         corr, point = c.correctness, bundle_names.point_text(c.spec_params)
+        requests = (bundle.read_requests(Path(run_dir), c.profile, c.spec, c.spec_params)
+                    if run_dir is not None and c.valid else [])
         for level in levels:
             agg = c.level(level)
+            pooled = bundle_aggregate.request_percentiles(requests, c.per_repeat, int(level))
             valid = c.valid
             status = "INVALID" if not valid else STATUS_OF.get(corr.status, "OK")
             tps = agg.get("output_throughput_mean")
@@ -76,6 +88,7 @@ def rows(manifest: dict[str, Any], cells: list[Cell]) -> list[dict[str, Any]]:
                     "mean_ttft_ms_sd": agg.get("mean_ttft_ms_sd"),
                     "mean_tpot_ms_mean": agg.get("mean_tpot_ms_mean"),
                     "mean_tpot_ms_sd": agg.get("mean_tpot_ms_sd"),
+                    **pooled,
                     "mean_itl_ms_mean": agg.get("mean_itl_ms_mean"),
                     "mean_itl_ms_sd": agg.get("mean_itl_ms_sd"),
                     "p99_itl_ms_mean": agg.get("p99_itl_ms_mean"),
@@ -95,6 +108,34 @@ def rows(manifest: dict[str, Any], cells: list[Cell]) -> list[dict[str, Any]]:
 
 def _num(v: Any, digits: int = 1) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
+
+
+def pooled_text(r: dict[str, Any], name: str, digits: int) -> str:
+    """`p50 / p90 / p99` of one metric in a row ('—' for each the bundle cannot give)."""
+    values = [r.get(bundle_aggregate.pooled_key(name, q)) for q in bundle_aggregate.POOLED_PERCENTILES]
+    return "—" if all(v is None for v in values) else " / ".join(_num(v, digits) for v in values)
+
+
+def latency_curves(table: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """throughput_latency.png's lines: per cell (`profile+spec`), its valid levels that have both numbers, by
+    concurrency; a cell with no such level has no line."""
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for r in table:
+        if r["valid"] and r.get(LATENCY_X) is not None and r["output_throughput_mean"] is not None:
+            curves.setdefault(f"{r['profile']}+{r['spec']}", []).append(r)
+    return {k: sorted(v, key=lambda r: r["concurrency"]) for k, v in curves.items()}
+
+
+def latency_plot_note(manifest: dict[str, Any], table: list[dict[str, Any]]) -> str:
+    """What the summary says of throughput_latency.png: what it shows, or why there is none."""
+    levels = manifest.get("settings", {}).get("concurrency", [1]) or [1]
+    if len(levels) < 2:
+        return ("No throughput_latency.png: the bundle has one concurrency level (it takes two or more "
+                "`--concurrency` levels).")
+    if not latency_curves(table):
+        return "No throughput_latency.png: no valid cell has a median TPOT at any concurrency level."
+    return ("throughput_latency.png: output tok/s (mean over repeats) against median TPOT per request (p50), "
+            "one line per cell, one point per concurrency level.")
 
 
 def _host_line(host: dict[str, Any]) -> str:
@@ -135,7 +176,12 @@ def gate_lines(gate: dict[str, Any]) -> list[str]:
     ]
 
 
-def markdown(manifest: dict[str, Any], cells: list[Cell]) -> str:
+def markdown(manifest: dict[str, Any], cells: list[Cell], run_dir: str | Path | None = None) -> str:
+    """summary.md; with `run_dir`, the TTFT/TPOT percentiles from its request files."""
+    return _markdown(manifest, rows(manifest, cells, run_dir))
+
+
+def _markdown(manifest: dict[str, Any], table: list[dict[str, Any]]) -> str:
     s = manifest.get("settings", {})
     sim = bool(manifest.get("simulated"))
     title = f"# {'SIMULATED ' if sim else ''}Bench summary: run {manifest.get('run_id')}"
@@ -159,17 +205,18 @@ def markdown(manifest: dict[str, Any], cells: list[Cell]) -> str:
         f"{s.get('warmup')} warm-up requests after each switch (not counted); "
         f"{s.get('repeats')} repeats at concurrency {', '.join(str(c) for c in s.get('concurrency', []))}",
         "",
-        "| profile | spec | conc | status | tok/s (mean ± sd) | speedup vs baseline+off | TTFT ms | TPOT ms "
-        "| chunk gap ms | accept length | exact match | correctness |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| profile | spec | conc | status | tok/s (mean ± sd) | speedup vs baseline+off | TTFT ms "
+        "| TTFT p50/p90/p99 ms | TPOT ms | TPOT p50/p90/p99 ms | chunk gap ms | accept length | exact match "
+        "| correctness |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in rows(manifest, cells):
+    for r in table:
         if not r["valid"]:
             reason = str(r["invalid_reason"]).replace("|", "/")
             reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
             lines.append(
                 f"| {r['profile']} | {r['spec']} | {r['concurrency']} | INVALID | invalid: {reason} "
-                f"| — | — | — | — | — | — | {correctness_text(r)} |"
+                f"| — | — | — | — | — | — | — | — | {correctness_text(r)} |"
             )
             continue
         speed = "—" if r["speedup_vs_baseline_off"] is None else f"{r['speedup_vs_baseline_off']:.2f}x"
@@ -180,8 +227,8 @@ def markdown(manifest: dict[str, Any], cells: list[Cell]) -> str:
         lines.append(
             f"| {r['profile']} | {r['spec']} | {r['concurrency']} | {r['status']} "
             f"| {fmt_mean_sd(r['output_throughput_mean'], r['output_throughput_sd'])} | {speed} "
-            f"| {fmt_mean_sd(r['mean_ttft_ms_mean'], r['mean_ttft_ms_sd'])} "
-            f"| {fmt_mean_sd(r['mean_tpot_ms_mean'], r['mean_tpot_ms_sd'], 2)} "
+            f"| {fmt_mean_sd(r['mean_ttft_ms_mean'], r['mean_ttft_ms_sd'])} | {pooled_text(r, 'ttft', 1)} "
+            f"| {fmt_mean_sd(r['mean_tpot_ms_mean'], r['mean_tpot_ms_sd'], 2)} | {pooled_text(r, 'tpot', 2)} "
             f"| {fmt_mean_sd(r['mean_itl_ms_mean'], r['mean_itl_ms_sd'], 2)} | {accept} | {exact} "
             f"| {correctness_text(r)} |"
         )
@@ -193,23 +240,32 @@ def markdown(manifest: dict[str, Any], cells: list[Cell]) -> str:
         "- TTFT, TPOT, chunk gap: per-repeat means, then mean ± sd over repeats. TPOT = (e2e - TTFT) / "
         "(tokens - 1). Chunk gap is the raw time between streamed chunks: under speculation one chunk is "
         "one verify pass.",
+        "- TTFT, TPOT p50/p90/p99: percentiles of the per-request values of all valid repeats at that "
+        "concurrency, pooled (linear interpolation between closest ranks, as numpy); '—' when the request "
+        "files do not hold them.",
         "- accept length: completion_tokens / spec_verify_ct summed over the requests of a repeat "
         "(per-request meta_info); '(metrics)' when it came from /metrics counter deltas instead.",
         *gate_lines(gate),
         "- INVALID: a request failed, a stream broke or the server restarted; no number is reported.",
         "",
         "Plots: throughput.png (tok/s, error bars = sd over repeats), tpot.png (per-request TPOT).",
+        latency_plot_note(manifest, table),
     ]
     if sim:
         lines += ["", "SIMULATED: every number above comes from the stand-in server."]
     return "\n".join(lines) + "\n"
 
 
-def csv_text(manifest: dict[str, Any], cells: list[Cell]) -> str:
+def csv_text(manifest: dict[str, Any], cells: list[Cell], run_dir: str | Path | None = None) -> str:
+    """summary.csv; with `run_dir`, the TTFT/TPOT percentiles from its request files."""
+    return _csv_text(rows(manifest, cells, run_dir))
+
+
+def _csv_text(table: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
-    for r in rows(manifest, cells):
+    for r in table:
         w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
     return buf.getvalue()
 
@@ -220,11 +276,12 @@ def build(run_dir: str | Path) -> list[Path]:
 
     d = Path(run_dir)
     manifest, cells = bundle.load(d)
+    table = rows(manifest, cells, d)
     written = [
-        atomic.write_text(d / "summary.csv", csv_text(manifest, cells)),
-        atomic.write_text(d / "summary.md", markdown(manifest, cells)),
+        atomic.write_text(d / "summary.csv", _csv_text(table)),
+        atomic.write_text(d / "summary.md", _markdown(manifest, table)),
     ]
-    written += plots.write_all(d, manifest, cells, rows(manifest, cells))
+    written += plots.write_all(d, manifest, cells, table)
     return written
 
 

@@ -42,3 +42,41 @@ def test_aggregate_mean_sd_and_invalid_gives_no_numbers():
     bad = bundle_aggregate.aggregate(reps, valid=False)
     assert bad["output_throughput"] is None and bad["output_throughput_sd"] is None
     assert bad["completed"] is None
+
+
+# ----- TTFT/TPOT percentiles over the requests of the valid repeats, pooled -----------------------
+def _req(repeat, ttft_ms, tpot_ms, concurrency=1, ok=True):
+    return {"ok": ok, "concurrency": concurrency, "repeat": repeat, "ttft_s": ttft_ms / 1000,
+            "tpot_s": None if tpot_ms is None else tpot_ms / 1000}
+
+
+def test_request_percentiles_pool_the_valid_repeats_with_linear_interpolation():
+    reps = [{"concurrency": 1, "repeat": 0, "valid": True}, {"concurrency": 1, "repeat": 1, "valid": True},
+            {"concurrency": 1, "repeat": 2, "valid": False}, {"concurrency": 2, "repeat": 0, "valid": True}]
+    rows = [_req(0, 10, 2), _req(0, 20, 4), _req(0, 30, 6), _req(1, 40, 8), _req(1, 50, 10),
+            _req(1, 60, None),  # one token: no TPOT, its TTFT counts
+            _req(1, 900, 900, ok=False),  # a failed request
+            _req(2, 700, 700),  # an invalid repeat
+            _req(0, 500, 500, concurrency=2)]  # another level
+    p = bundle_aggregate.request_percentiles(rows, reps, 1)
+    # TTFT 10..60 ms: p50 = 35, p90 at rank 4.5 = 55, p99 at rank 4.95 = 59.5
+    assert p["ttft_p50_ms"] == pytest.approx(35.0)
+    assert p["ttft_p90_ms"] == pytest.approx(55.0)
+    assert p["ttft_p99_ms"] == pytest.approx(59.5)
+    # TPOT 2..10 ms: p50 = 6, p90 at rank 3.6 = 9.2, p99 at rank 3.96 = 9.92
+    assert p["tpot_p50_ms"] == pytest.approx(6.0)
+    assert p["tpot_p90_ms"] == pytest.approx(9.2)
+    assert p["tpot_p99_ms"] == pytest.approx(9.92)
+    assert p["tpot_p90_ms"] == pytest.approx(float(np.percentile([2, 4, 6, 8, 10], 90)))  # numpy's default
+    assert list(p) == bundle_aggregate.POOLED_KEYS
+    other = bundle_aggregate.request_percentiles(rows, reps, 2)
+    assert other["ttft_p50_ms"] == other["ttft_p99_ms"] == pytest.approx(500.0)
+
+
+def test_request_percentiles_are_none_for_rows_without_repeat_or_values():
+    reps = [{"concurrency": 1, "repeat": 0, "valid": True}]
+    old = [{"ok": True, "concurrency": 1, "tpot_s": 0.002}]  # no repeat index, no ttft_s
+    assert set(bundle_aggregate.request_percentiles(old, reps, 1).values()) == {None}
+    no_values = [{"ok": True, "concurrency": 1, "repeat": 0}]
+    assert set(bundle_aggregate.request_percentiles(no_values, reps, 1).values()) == {None}
+    assert set(bundle_aggregate.request_percentiles([_req(0, 10, 2)], [], 1).values()) == {None}
