@@ -6,13 +6,15 @@ they can be called from Python (tools/, tests) without going through argparse.
 
 The flags `bench run` and `bench tune` both take are declared once here, each a `Flag` (name, how
 argparse reads it, its help); a command adds one with its own default (`Flag.add`), and with its own
-help only where the flag means something else there. `http_url` and `positive_ints` check two of them.
+help only where the flag means something else there. `http_url`, `positive_ints` and `temperature` check
+three of them; bench/workload.py `choose_prompts` checks `--prompts` with `--num-prompts`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, is_dataclass
@@ -57,7 +59,13 @@ PROFILES = Flag("--profiles", "comma-separated profile names")
 SPEC = Flag("--spec", "comma-separated spec modes (default {default})")
 EAGLE3 = Flag("--eagle3", "EAGLE-3 points (steps, top-k, draft tokens)", metavar="S,K,D[;S,K,D...]")
 CONCURRENCY = Flag("--concurrency", "comma-separated concurrency levels (default {default})")
-NUM_PROMPTS = Flag("--num-prompts", "requests per repeat (default {default})", type=int)
+NUM_PROMPTS = Flag("--num-prompts", "requests per repeat (default {default}; with --prompts, every prompt of the file)",
+                   type=int)
+PROMPTS = Flag("--prompts", 'your own prompts: a JSONL file, one {{"id": ..., "text": ...}} or {{"id": ..., '
+                            '"messages": [{{"role", "content"}}, ...]}} per line (id optional); the first --num-prompts '
+                            "of it are sent (docs/bench.md)", metavar="FILE")
+TEMPERATURE = Flag("--temperature", "sampling temperature of the timed requests (default {default:g}, greedy); the "
+                                    "correctness pass is always greedy", type=float)
 MAX_TOKENS = Flag("--max-tokens", "max new tokens per request (default {default})", type=int)
 WORKLOAD = Flag("--workload", "bundled chat-templated prompts (default) or seeded random words", choices=WORKLOADS)
 API = Flag("--api", "SGLang native /generate (default; per-request spec_verify_ct) or OpenAI chat", choices=APIS)
@@ -76,6 +84,13 @@ def http_url(flag: str, value: str) -> str:
     if not value.startswith(("http://", "https://")):
         raise UserError(f"{flag} '{value}': give an http(s) URL such as http://127.0.0.1:30000")
     return value.rstrip("/")
+
+
+def temperature(flag: str, value: float) -> float:
+    """`--temperature`: a finite number >= 0; UserError naming the flag otherwise."""
+    if not (math.isfinite(value) and value >= 0):
+        raise UserError(f"{flag} {value:g}: give a finite number 0 or more (0, the default, is greedy)")
+    return float(value)
 
 
 def positive_ints(flag: str, value: str) -> list[int]:

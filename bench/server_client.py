@@ -41,6 +41,7 @@ APIS = ("generate", "chat")
 READ_BUFSIZE = 4 * 1024 * 1024  # cumulative /generate text grows with the reply; lines can be long
 DEFAULT_READ_TIMEOUT_S = 600.0  # --read-timeout: silence before a request is given up
 DEFAULT_REQUEST_TIMEOUT_S = 1800.0  # --request-timeout: a whole request, first byte to last
+GREEDY = 0.0  # the correctness pass's temperature, whatever --temperature the timed requests use
 
 
 def token_limit(max_tokens: int) -> int:
@@ -65,9 +66,11 @@ class ServerClient:
         concurrency: int = 64,
         line_cap: int = LINE_CAP,
         error_body_cap: int = ERROR_BODY_CAP,
+        temperature: float = GREEDY,
     ):
         if api not in APIS:
             raise ValueError(f"api must be one of {APIS}")
+        self.temperature = temperature  # the timed requests' (`request`, `run`); `logprobs` is always GREEDY
         self.url = url.rstrip("/")
         self.api = api
         self.max_tokens = max_tokens
@@ -206,12 +209,12 @@ class ServerClient:
         self.incremental_text = bool(info.get("incremental_streaming_output"))  # the 0.5.23 field (tokenizer_manager.py 543)
 
     # ----- one request -------------------------------------------------------------------------
-    def _payload(self, prompt: Prompt) -> tuple[str, dict[str, Any]]:
+    def _payload(self, prompt: Prompt, temperature: float) -> tuple[str, dict[str, Any]]:
         if self.api == "generate":
             return "/generate", {
                 "text": prompt.text(),
                 "sampling_params": {
-                    "temperature": 0.0,
+                    "temperature": temperature,
                     "max_new_tokens": self.max_tokens,
                     "ignore_eos": self.ignore_eos,
                 },
@@ -220,7 +223,7 @@ class ServerClient:
         return "/v1/chat/completions", {
             "model": self.model,
             "messages": prompt.chat_messages(),
-            "temperature": 0.0,
+            "temperature": temperature,
             "max_tokens": self.max_tokens,
             "ignore_eos": self.ignore_eos,
             "stream": True,
@@ -230,7 +233,7 @@ class ServerClient:
 
     async def request(self, prompt: Prompt, t_origin: float) -> RequestRecord:
         """Send one streaming request and time every chunk; errors are recorded, never raised."""
-        path, payload = self._payload(prompt)
+        path, payload = self._payload(prompt, self.temperature)
         record = RequestRecord(prompt_id=prompt.id)
         sent = time.perf_counter()
         record.start_s = sent - t_origin
@@ -282,9 +285,10 @@ class ServerClient:
         return record
 
     def _logprob_payload(self, prompt: Prompt, top_k: int) -> tuple[str, dict[str, Any]]:
-        """The same greedy request as a measured one, not streamed, asking for every output token's
-        log-probability and its top-k alternatives (the correctness pass; never timed)."""
-        path, payload = self._payload(prompt)
+        """The same request as a measured one but always greedy (temperature GREEDY, whatever `self.temperature`
+        the timed requests use: the gate compares deterministic replies), not streamed, asking for every output
+        token's log-probability and its top-k alternatives (the correctness pass; never timed)."""
+        path, payload = self._payload(prompt, GREEDY)
         payload["stream"] = False
         if self.api == "generate":
             payload.update(return_logprob=True, top_logprobs_num=top_k, logprob_start_len=-1)

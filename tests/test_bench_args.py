@@ -64,10 +64,12 @@ def test_shared_flags_are_declared_once_and_taken_by_both_commands():
             assert act.nargs == (0 if flag.switch else None)
     # each command keeps its own defaults, read from its dataclass, and says them in the help
     for cls, parser in ((RunArgs, run_p), (TuneArgs, tune_p)):
-        for name, field in (("--num-prompts", "num_prompts"), ("--warmup", "warmup"),
-                            ("--switch-timeout", "switch_timeout")):
+        for name, field in (("--warmup", "warmup"), ("--switch-timeout", "switch_timeout")):
             act = _action(parser, name)
             assert act.default == getattr(cls, field) and f"(default {getattr(cls, field):g})" in act.help
+        # --num-prompts left out is None: every prompt of a --prompts file, else the command's default
+        act = _action(parser, "--num-prompts")
+        assert act.default is None and f"(default {cls.num_prompts:g}; with --prompts" in act.help
     assert RunArgs.num_prompts != TuneArgs.num_prompts
     # a flag neither command words its own way says the same in both
     for name in ("--max-tokens", "--warmup", "--workload", "--api"):

@@ -328,3 +328,24 @@ def test_compare_refuses_mismatched_fingerprints_and_force_compares(standin, tmp
     assert forced.returncode == 0, forced.stderr
     assert "fingerprints differ" in forced.stdout and "driver" in forced.stdout
     assert "tok/s" in forced.stdout and "+100.0%" in forced.stdout
+
+
+def test_prompts_file_and_temperature_reach_the_bundle(standin, tmp_path):
+    s = standin(ttft_ms="5", verify_ms="2", accept_length="2")
+    prompts = tmp_path / "mine.jsonl"
+    prompts.write_text('{"id": "a", "text": "first"}\n{"id": "b", "text": "second"}\n{"id": "c", "text": "third"}\n')
+    out = tmp_path / "res"
+    r = bench("--url", s.url, "--no-switch", "--repeats", "1", "--prompts", str(prompts), "--temperature", "0.6",
+              "--max-tokens", "8", "--warmup", "0", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    run_dir = only_bundle(out)
+    settings = json.loads((run_dir / "manifest.json").read_text())["settings"]
+    assert settings["temperature"] == 0.6 and settings["num_prompts"] == 3  # all of the file: --num-prompts unset
+    assert settings["prompts"] == str(prompts) and len(settings["prompts_sha256"]) == 64
+    rows = [json.loads(x) for x in (run_dir / "current__eagle3.requests.jsonl").read_text().splitlines()]
+    assert [x["prompt_id"] for x in rows] == ["a", "b", "c"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
+    r = bench("--url", s.url, "--no-switch", "--prompts", str(bad), "--out", str(tmp_path / "none"))
+    assert r.returncode == 2 and "bad.jsonl:2: duplicate id 'a'" in r.stderr
+    assert not (tmp_path / "none").exists()

@@ -175,3 +175,67 @@ def test_runs_not_repeats_are_the_unit_when_noise_comes_in_bursts():
     # runs of one repeat each are the plain bootstrap of the values
     vals = list(100 + rng.normal(0, 1, 8))
     assert bootstrap_diff([[v] for v in vals], [100.0] * 8, seed=1) == bootstrap_diff(vals, [100.0] * 8, seed=1)
+
+
+def _prompt_rows(rng, base_tokps, gain=1.0, repeats=4, noise=0.03, concurrency=1):
+    """Request rows of one arm: each prompt at its own speed (the accept length fixed per prompt), times `gain`."""
+    rows = []
+    for r in range(repeats):
+        for pid, speed in base_tokps.items():
+            tokps = speed * gain * rng.lognormvariate(0.0, noise)
+            rows.append({"prompt_id": pid, "ok": True, "completion_tokens": 256, "e2e_s": 256 / tokps,
+                         "concurrency": concurrency, "repeat": r})
+    return rows
+
+
+def test_paired_by_prompt_finds_a_real_per_prompt_gain():
+    from bench.tune.decision import paired_by_prompt, per_prompt_tokps
+
+    rng = random.Random(11)
+    speeds = {f"p{i}": rng.uniform(60.0, 200.0) for i in range(16)}  # prompts differ far more than the gain
+    fast = per_prompt_tokps(_prompt_rows(rng, speeds, gain=1.06))
+    slow = per_prompt_tokps(_prompt_rows(rng, speeds))
+    got = paired_by_prompt(fast, slow, names=("fast", "slow"), seed=5)
+    assert got is not None and got.prompts == 16 and (got.contender, got.other) == ("fast", "slow")
+    assert 1.0 < got.ci_low <= got.median_ratio <= got.ci_high
+    assert abs(got.median_ratio - 1.06) < 0.03
+    assert got == paired_by_prompt(fast, slow, names=("fast", "slow"), seed=5)  # seeded
+    assert "median ratio 1.0" in got.describe()
+
+
+def test_paired_by_prompt_of_identical_arms_covers_one():
+    from bench.tune.decision import paired_by_prompt, per_prompt_tokps
+
+    covered, trials = 0, 200
+    for seed in range(trials):
+        rng = random.Random(seed)
+        speeds = {f"p{i}": rng.uniform(60.0, 200.0) for i in range(8)}
+        a, b = per_prompt_tokps(_prompt_rows(rng, speeds)), per_prompt_tokps(_prompt_rows(rng, speeds))
+        got = paired_by_prompt(a, b, seed=seed)
+        assert got is not None
+        covered += got.ci_low <= 1.0 <= got.ci_high
+    assert covered >= 0.88 * trials  # a 95% interval, a little narrow at 8 prompts (about 93%, the docstring)
+
+
+def test_per_prompt_tokps_keeps_the_objective_concurrency_and_successful_requests():
+    from bench.tune.decision import paired_by_prompt, per_prompt_tokps
+
+    rows = [{"prompt_id": "a", "ok": True, "completion_tokens": 100, "e2e_s": 1.0, "concurrency": 1},
+            {"prompt_id": "a", "ok": True, "completion_tokens": 100, "e2e_s": 0.5, "concurrency": 1},
+            {"prompt_id": "a", "ok": True, "completion_tokens": 100, "e2e_s": 9.0, "concurrency": 4},
+            {"prompt_id": "b", "ok": False, "completion_tokens": None, "e2e_s": None, "concurrency": 1}]
+    assert per_prompt_tokps(rows, 1) == {"a": 150.0}
+    assert paired_by_prompt({"a": 1.0}, {"a": 1.0}) is None  # one prompt cannot be resampled
+
+
+def test_paired_by_prompt_is_reported_but_never_changes_the_outcome():
+    from bench.tune.decision import PairedByPrompt
+
+    rng = random.Random(3)
+    d = decide(_arms(rng, {"prod": 100.0, "cand": 100.0}), "prod", seed=1)
+    paired = PairedByPrompt("cand", "prod", "request tok/s", 8, 1.2, 1.1, 1.3)
+    from dataclasses import replace
+    with_pair = replace(d, paired_by_prompt=[paired])
+    assert with_pair.outcome == d.outcome and with_pair.chosen == "prod"
+    assert "paired by prompt (8 prompts" in with_pair.summary() and "paired" not in d.summary()
+    assert json.loads(json.dumps(with_pair.to_json()))["paired_by_prompt"][0]["median_ratio"] == 1.2

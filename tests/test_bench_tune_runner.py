@@ -37,6 +37,9 @@ def test_the_faster_profile_wins(race):
     assert res["decision"]["outcome"] == "winner" and res["decision"]["chosen"] == "fast+off"
     vs = {c["role"]: c for c in res["decision"]["comparisons"]}
     assert vs["running plan"]["other"] == "baseline+off" and vs["running plan"]["ci_low"] > 0
+    paired = {p["contender"]: p for p in res["decision"]["paired_by_prompt"]}  # reported beside the rule
+    assert paired["fast+off"]["other"] == "baseline+off" and paired["fast+off"]["prompts"] == 8
+    assert 1.0 < paired["fast+off"]["ci_low"] <= paired["fast+off"]["median_ratio"]
     cells = {c["label"]: c for c in res["cells"]}
     assert cells["fast+off"]["final_n"] == 4 and cells["baseline+off"]["final_n"] == 4  # helpers_tune.FINAL
     assert cells["fast+off"]["final_mean"] > 1.5 * cells["baseline+off"]["final_mean"]

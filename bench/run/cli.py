@@ -17,10 +17,11 @@ from typing import ClassVar
 from rich.console import Console
 
 from bench import args as flags
-from bench.args import CliArgs, http_url, positive_ints, stop_on_interrupt
+from bench.args import CliArgs, http_url, positive_ints, stop_on_interrupt, temperature
 from bench.run.matrix import MatrixRun
 from bench.run.selection import KEYWORDS, csv, given_name, single_name
 from bench.run.settings import RunKnobs, RunSettings
+from bench.workload import choose_prompts
 from launcher import settings
 from launcher.errors import KitError, UserError, run_cli
 from launcher.profiles.spec_params import parse_list
@@ -46,6 +47,7 @@ class RunArgs(CliArgs, RunKnobs):
     concurrency: str = "1"
     out: str = DEFAULT_OUT
     fleet: str | None = None
+    num_prompts: int | None = RunKnobs.num_prompts  # None (the flag left out): all of --prompts, else the default
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -62,8 +64,10 @@ class RunArgs(CliArgs, RunKnobs):
                                  "refuses a point SGLang would not run as given (HTTP 400, exit 2)")
         p.add_argument("--repeats", type=int, default=cls.repeats, help=f"measured repeats per concurrency level (default {cls.repeats})")
         flags.CONCURRENCY.add(p, cls.concurrency)
-        flags.NUM_PROMPTS.add(p, cls.num_prompts)
+        flags.NUM_PROMPTS.add(p, None, help=flags.NUM_PROMPTS.help.format(default=RunKnobs.num_prompts))
+        flags.PROMPTS.add(p)
         flags.MAX_TOKENS.add(p, cls.max_tokens)
+        flags.TEMPERATURE.add(p, cls.temperature)
         flags.WORKLOAD.add(p, cls.workload)
         flags.API.add(p, cls.api)
         p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
@@ -87,8 +91,7 @@ class RunArgs(CliArgs, RunKnobs):
 
     def settings(self, argv: list[str]) -> RunSettings:
         """What the run measures (exit 2 on a bad value), as the manifest records it."""
-        for flag, v in (("--repeats", self.repeats), ("--num-prompts", self.num_prompts),
-                        ("--max-tokens", self.max_tokens)):
+        for flag, v in (("--repeats", self.repeats), ("--max-tokens", self.max_tokens)):
             if v < 1:
                 raise UserError(f"{flag} {v}: must be at least 1")
         if self.warmup < 0:
@@ -98,6 +101,9 @@ class RunArgs(CliArgs, RunKnobs):
             if not t > 0 or t == float("inf"):
                 raise UserError(f"{flag} {t}: must be a positive number of seconds")
         concurrency = positive_ints("--concurrency", self.concurrency)
+        temp = temperature("--temperature", self.temperature)
+        workload, num_prompts, prompts_sha = choose_prompts(self.prompts, self.num_prompts, RunKnobs.num_prompts,
+                                                            self.workload)
         if self.no_switch:
             profiles = single_name("--profiles", self.profiles)
             specs = single_name("--spec", self.spec)
@@ -120,7 +126,8 @@ class RunArgs(CliArgs, RunKnobs):
         same = {f.name: getattr(self, f.name) for f in fields(RunKnobs)}
         return RunSettings(**{
             **same, "out": self.out, "url": url, "profiles": profiles, "specs": specs, "eagle3": eagle3, "control": control,
-            "concurrency": concurrency,
+            "concurrency": concurrency, "temperature": temp, "workload": workload, "num_prompts": num_prompts,
+            "prompts_sha256": prompts_sha,
             "control_given": bool(self.control) or settings.KIT_CONTROL_URL.is_set(), "argv": list(argv),
         })
 

@@ -101,7 +101,9 @@ class CellMeasurer:
 
     async def correctness_pass(self, top_k: int) -> list[tuple[str, str, list[TokenLogprob] | None]]:
         """One untimed greedy reply per prompt, one at a time (so every profile sees the same batches), with
-        each token's log-probability and its top-k alternatives: what the correctness gate compares."""
+        each token's log-probability and its top-k alternatives: what the correctness gate compares. Greedy
+        whatever --temperature the timed repeats ran at: `ServerClient.logprobs` always asks for temperature
+        GREEDY (0), never `server.temperature`."""
         out = []
         for p in self.prompts:
             text, rows = await self.server.logprobs(p, top_k)
@@ -147,6 +149,7 @@ class CellMeasurer:
             cell.invalid_reason = (f"the server runs plan digest {runs}, not this cell's {cell.plan_digest} "
                                    "(switched since, from outside)")
             return info
+        server.temperature = s.temperature  # the warm-up and the timed repeats sample at --temperature
         warm_reason = await self.warmup()
         if warm_reason:
             cell.invalid_reason = warm_reason

@@ -14,7 +14,9 @@ class RunKnobs:
     repeats: int = 3
     num_prompts: int = 16
     max_tokens: int = 256
-    workload: str = "chat"
+    workload: str = "chat"  # or "file:PATH", the --prompts file (bench/workload.py)
+    prompts: str | None = None  # --prompts FILE as given
+    temperature: float = 0.0  # the timed requests' sampling temperature; the correctness pass is always greedy
     api: str = "generate"
     ignore_eos: bool = False
     warmup: int = 2
@@ -44,6 +46,7 @@ class RunSettings(RunKnobs):
     control_given: bool = False  # --control or KIT_CONTROL_URL: an unreachable one is then an error
     concurrency: list[int] = field(default_factory=lambda: [1])
     fleet_host: str | None = None  # `bench run --fleet`: the fleet file's name of the host measured
+    prompts_sha256: str | None = None  # sha256 of the --prompts file's bytes
     argv: list[str] = field(default_factory=list)
 
     @property

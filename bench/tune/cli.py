@@ -22,7 +22,7 @@ from typing import ClassVar
 from rich.console import Console
 
 from bench import args as flags
-from bench.args import CliArgs, http_url, positive_ints, stop_on_interrupt
+from bench.args import CliArgs, http_url, positive_ints, stop_on_interrupt, temperature
 from bench.tune import decision, order, production, result, space
 from bench.tune.decision import Objective
 from bench.tune.hold import TuneHold, holder_of
@@ -30,6 +30,7 @@ from bench.tune.journal import JOURNAL
 from bench.tune.profile_out import check_profile_target
 from bench.tune.runner import TuneRun
 from bench.tune.settings import DEFAULT_BUDGET, DEFAULT_OUT, DEFAULT_SPECS, TuneKnobs, TuneSettings
+from bench.workload import choose_prompts
 from launcher import settings
 from launcher.errors import UserError, run_cli
 from launcher.profiles.catalog import BASE_NAME, check_name
@@ -63,6 +64,7 @@ class TuneArgs(CliArgs, TuneKnobs):
     tpot_ms: float | None = None
     goodput_unit: str = "req/s"
     out: str = DEFAULT_OUT
+    num_prompts: int | None = TuneKnobs.num_prompts  # None (the flag left out): all of --prompts, else the default
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -103,8 +105,10 @@ class TuneArgs(CliArgs, TuneKnobs):
                             f"(default ${settings.KIT_HOST_FACTS.name})")
         p.add_argument("--allreduce", default=None,
                        help="a `bench allreduce --out` result: its latency per profile orders the candidates")
-        flags.NUM_PROMPTS.add(p, cls.num_prompts)
+        flags.NUM_PROMPTS.add(p, None, help=flags.NUM_PROMPTS.help.format(default=TuneKnobs.num_prompts))
+        flags.PROMPTS.add(p)
         flags.MAX_TOKENS.add(p, cls.max_tokens)
+        flags.TEMPERATURE.add(p, cls.temperature)
         flags.WORKLOAD.add(p, cls.workload)
         flags.API.add(p, cls.api)
         flags.WARMUP.add(p, cls.warmup)
@@ -126,7 +130,7 @@ class TuneArgs(CliArgs, TuneKnobs):
 
     def settings(self, argv: list[str]) -> TuneSettings:
         """Check every flag (exit 2 naming it) and resolve what the environment supplies."""
-        for flag, v in (("--num-prompts", self.num_prompts), ("--max-tokens", self.max_tokens),
+        for flag, v in (("--max-tokens", self.max_tokens),
                         ("--screen-repeats", self.screen_repeats), ("--final-repeats", self.final_repeats),
                         ("--final-blocks", self.final_blocks), ("--finalists", self.finalists)):
             if v < 1:
@@ -174,11 +178,15 @@ class TuneArgs(CliArgs, TuneKnobs):
                             f"'{TuneKnobs.profile_name}' (nothing was switched)")
         if self.fleet and not Path(self.fleet).is_file():
             raise UserError(f"--fleet {self.fleet}: no such file")
+        temp = temperature("--temperature", self.temperature)
+        workload, num_prompts, prompts_sha = choose_prompts(self.prompts, self.num_prompts, TuneKnobs.num_prompts,
+                                                            self.workload)
         url = http_url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()
         control = http_url("--control", self.control) if self.control else settings.control_url()
         same = {f.name: getattr(self, f.name) for f in fields(TuneKnobs)}
         return TuneSettings(**{
-            **same, "url": url, "control": control, "out": self.out, "profiles": profiles, "specs": specs,
+            **same, "temperature": temp, "workload": workload, "num_prompts": num_prompts, "prompts_sha256": prompts_sha,
+            "url": url, "control": control, "out": self.out, "profiles": profiles, "specs": specs,
             "points": tuple(points), "budget_s": budget_s, "concurrency": concurrency, "objective": objective,
             "facts": facts, "argv": list(argv),
         })

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench import bundle, bundle_provenance
 from bench.run.cell import close_cell, new_cell
 from bench.run.matrix import MatrixRun
+from bench.tune import decision as rule
 from bench.tune import journal, order, plot, profile_out
 from bench.tune.profile_out import check_profile_target
 from bench.tune.runner import TuneRun
@@ -92,6 +94,25 @@ def winner_of(run: TuneRun) -> Candidate | None:
     return Candidate.parse(d.chosen)
 
 
+def paired_by_prompt(run: TuneRun) -> list[rule.PairedByPrompt]:
+    """Each correct finalist against the running plan, prompt by prompt, from the final's request rows at the
+    objective's concurrency (bench/tune/decision.py): reported in tune.json and the summary, not decided on."""
+    d = run.decision
+    if d is None or d.incumbent not in d.means:
+        return []
+    conc = run.s.objective.concurrency
+    base = rule.per_prompt_tokps(run.cells.rows_of(d.incumbent, ("final",)), conc)
+    out = []
+    finalists = [k for k in d.means if k != d.incumbent and k not in d.rejected]
+    for i, label in enumerate(sorted(finalists, key=lambda k: -d.means[k])):
+        got = rule.paired_by_prompt(rule.per_prompt_tokps(run.cells.rows_of(label, ("final",)), conc), base,
+                                    names=(label, d.incumbent), seed=d.seed + 200 + i, resamples=d.resamples,
+                                    confidence=d.confidence)
+        if got is not None:
+            out.append(got)
+    return out
+
+
 def tune_json(run: TuneRun, *, run_id: str, complete: bool, interrupted: bool, profile_file: str | None) -> dict:
     s, w = run.s, winner_of(run)
     decision = run.decision.to_json() if run.decision else {
@@ -159,6 +180,8 @@ def _bundle_cell(run: TuneRun, label: str, mr: MatrixRun) -> None:
 
 def write(run: TuneRun, *, complete: bool, interrupted: bool = False) -> Path:
     """The bundle with tune.json, tune.png and (with a winner) the profile file; returns its folder."""
+    if run.decision is not None and not run.decision.paired_by_prompt:  # so the summary printed after says it too
+        run.decision = replace(run.decision, paired_by_prompt=paired_by_prompt(run))
     mr = MatrixRun(run.s.run_settings(), run.console)
     mr.simulated = run.simulated
     measured = [label for label in labels(run) if run.cells.entries_of(label)]

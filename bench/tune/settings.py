@@ -31,7 +31,9 @@ class TuneKnobs:
     allreduce: str | None = None
     num_prompts: int = 8
     max_tokens: int = RunKnobs.max_tokens
-    workload: str = RunKnobs.workload
+    workload: str = RunKnobs.workload  # or "file:PATH", the --prompts file (bench/workload.py)
+    prompts: str | None = None  # --prompts FILE as given
+    temperature: float = RunKnobs.temperature  # the timed requests'; the correctness pass is always greedy
     api: str = RunKnobs.api
     warmup: int = RunKnobs.warmup
     seed: int = RunKnobs.seed
@@ -60,15 +62,25 @@ class TuneSettings(TuneKnobs):
     connect_timeout: float = RunKnobs.connect_timeout
     read_timeout: float = RunKnobs.read_timeout
     request_timeout: float = RunKnobs.request_timeout
+    prompts_sha256: str | None = None  # sha256 of the --prompts file's bytes
     argv: list[str] = field(default_factory=list)
 
     def measuring(self) -> dict[str, Any]:
-        """The settings a repeat's numbers depend on (not the budget, not the space, not where results go)."""
-        return {
+        """The settings a repeat's numbers depend on (not the budget, not the space, not where results go).
+
+        A --prompts file counts by its content (sha256), not its path: another file, or the same one edited,
+        measures afresh; the same bytes elsewhere reuse the cells. The temperature and the file enter only
+        when given, so a tune with neither keeps the digest it had before they existed."""
+        out = {
             "url": self.url, "num_prompts": self.num_prompts, "max_tokens": self.max_tokens,
-            "workload": self.workload, "api": self.api, "warmup": self.warmup, "seed": self.seed,
-            "concurrency": self.concurrency, "objective": asdict(self.objective),
+            "workload": "file" if self.prompts_sha256 else self.workload, "api": self.api, "warmup": self.warmup,
+            "seed": self.seed, "concurrency": self.concurrency, "objective": asdict(self.objective),
         }
+        if self.prompts_sha256:
+            out["prompts_sha256"] = self.prompts_sha256
+        if self.temperature != 0:
+            out["temperature"] = self.temperature
+        return out
 
     def run_settings(self, *, switching: bool = True) -> RunSettings:
         """The `bench run` settings one cell is measured with (bench/run/measure.py)."""
@@ -76,6 +88,7 @@ class TuneSettings(TuneKnobs):
             url=self.url, out=self.out, control=self.control, control_given=True, concurrency=list(self.concurrency),
             repeats=self.screen_repeats, num_prompts=self.num_prompts, max_tokens=self.max_tokens,
             workload=self.workload, api=self.api, warmup=self.warmup, no_switch=not switching, seed=self.seed,
+            prompts=self.prompts, prompts_sha256=self.prompts_sha256, temperature=self.temperature,
             switch_timeout=self.switch_timeout,
             health_timeout=self.health_timeout, connect_timeout=self.connect_timeout,
             read_timeout=self.read_timeout, request_timeout=self.request_timeout, argv=list(self.argv),
