@@ -201,7 +201,7 @@ def _markdown(manifest: dict[str, Any], table: list[dict[str, Any]]) -> str:
         f"- Kit: {kit.get('version') or 'unknown'} (git {(kit.get('git_sha') or 'unknown')[:12]})"
         + (f", image {kit['image_id']}" if kit.get("image_id") else ""),
         f"- Workload: {s.get('workload')} ({s.get('num_prompts')} prompts), API {s.get('api')}, "
-        f"max_tokens {s.get('max_tokens')}, ignore_eos {s.get('ignore_eos')}, temperature 0; "
+        f"max_tokens {s.get('max_tokens')}, ignore_eos {s.get('ignore_eos')}, temperature {s.get('temperature') or 0} (timed; the correctness pass at 0); "
         f"{s.get('warmup')} warm-up requests after each switch (not counted); "
         f"{s.get('repeats')} repeats at concurrency {', '.join(str(c) for c in s.get('concurrency', []))}",
         "",
