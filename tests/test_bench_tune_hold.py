@@ -18,10 +18,12 @@ class FakeControl:
     def __init__(self, answers):
         self.answers = list(answers)
         self.calls: list[tuple] = []
+        self.where: list[dict] = []
         self.renewed = threading.Event()
 
-    def hold(self, holder, ttl_s, hold_id=None):
+    def hold(self, holder, ttl_s, hold_id=None, **where):
         self.calls.append(("hold", holder, ttl_s, hold_id))
+        self.where.append(where)
         if hold_id is not None:
             self.renewed.set()
         answer = self.answers.pop(0) if self.answers else (200, {"id": hold_id})
@@ -82,3 +84,45 @@ def test_an_older_control_api_without_hold_is_said_and_the_tune_goes_on():
     with TuneHold(control, "tune A", say) as h:
         h.check()
     assert "not kept out" in lines[0] and [c[0] for c in control.calls] == ["hold"]
+
+
+def dead_pid() -> int:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid  # reaped: no process of that pid now (a reuse within the test is vanishingly unlikely)
+
+
+def test_a_holder_of_this_host_whose_pid_is_gone_is_taken_over():
+    import os
+    import socket
+
+    gone = dead_pid()
+    refusal = (409, {"error": "held by tune A", "tune_hold": {"holder": "tune A", "host": socket.gethostname(), "pid": gone}})
+    control = FakeControl([refusal, (200, {"id": "h2"})])
+    lines, say = said()
+    with TuneHold(control, "tune B", say) as h:
+        assert h.id == "h2"
+    assert control.where[0] == {"host": socket.gethostname(), "pid": os.getpid()}
+    assert control.where[1]["take_over_pid"] == gone and f"pid {gone}" in lines[0]
+
+
+@pytest.mark.parametrize("holder", [
+    {"host": "another-host", "pid": 1},  # cannot be looked at from here
+    {"host": None, "pid": None},  # an older control API
+])
+def test_a_live_or_foreign_holder_is_never_taken_over(holder):
+    import os
+    import socket
+
+    if holder["host"] is None:
+        holder = {"holder": "tune A"}
+    live = {"holder": "tune A", "host": socket.gethostname(), "pid": os.getppid()}
+    for held in (holder, live):
+        control = FakeControl([(409, {"error": "held by tune A", "tune_hold": held})])
+        with pytest.raises(UserError, match="held by tune A"):
+            with TuneHold(control, "tune B", said()[1]):
+                pytest.fail("entered")
+        assert len(control.calls) == 1

@@ -54,7 +54,19 @@ def test_a_damaged_file_holds_nothing(tmp_path, damage):
 def test_the_view_never_shows_the_id(tmp_path):
     hold = tune_hold.take(tmp_path, "tune A", 60, now=100.0)
     view = hold.view(130.0)
-    assert view == {"holder": "tune A", "since": 100.0, "expires_in_s": 30.0} and hold.id not in str(view)
+    assert view == {"holder": "tune A", "host": None, "pid": None, "since": 100.0, "expires_in_s": 30.0}
+    assert hold.id not in str(view)
+
+
+def test_a_holder_is_taken_over_only_by_its_host_and_pid(tmp_path):
+    first = tune_hold.take(tmp_path, "tune A", 60, host="box", pid=42, now=0.0)
+    for host, pid in (("box", 43), ("other", 42), (None, 42)):
+        with pytest.raises(tune_hold.Held):
+            tune_hold.take(tmp_path, "tune B", 60, host=host, pid=7, take_over_pid=pid, now=1.0)
+    second = tune_hold.take(tmp_path, "tune B", 60, host="box", pid=7, take_over_pid=42, now=2.0)
+    assert second.id != first.id and (second.holder, second.pid, second.since) == ("tune B", 7, 2.0)
+    with pytest.raises(tune_hold.Held):  # the one taken over cannot renew
+        tune_hold.take(tmp_path, "tune A", 60, first.id, host="box", pid=42, now=3.0)
 
 
 class _Lifecycle:

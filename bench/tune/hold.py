@@ -2,7 +2,8 @@
 given back once production is where the tune leaves it (launcher/runtime/tune_hold.py keeps it in the
 control API).
 
-A second tune on the same server exits 2 naming the first. A hold lost while measuring (the control API
+A second tune on the same server exits 2 naming the first, unless the first ran on this host and its pid
+is gone (killed, and the same command run again): then this one takes the hold over at once. A hold lost while measuring (the control API
 was unreachable past its lapse, and another tune took it) stops this tune with exit 1 before its next
 cell; the journal keeps what was measured, and the same command resumes.
 """
@@ -23,6 +24,17 @@ TTL_S = 60.0  # a tune killed with SIGKILL keeps other tunes out for at most thi
 RENEW_EVERY_S = TTL_S / 4
 
 
+def alive(pid: int) -> bool:
+    """Whether a process of that pid exists here (one of another user's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def holder_of(out: Path) -> str:
     """Who holds it, as a second tune is told."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -38,7 +50,12 @@ class TuneHold:
         self._renewer: threading.Thread | None = None
 
     def __enter__(self) -> TuneHold:
-        code, body = self.control.hold(self.holder, self.ttl_s)
+        here = {"host": socket.gethostname(), "pid": os.getpid()}
+        code, body = self.control.hold(self.holder, self.ttl_s, **here)
+        gone = self._gone_holder(code, body, here["host"])
+        if gone is not None:
+            self.say(f"the tune hold belonged to pid {gone} on this host, which is no longer running: taken over")
+            code, body = self.control.hold(self.holder, self.ttl_s, take_over_pid=gone, **here)
         if code == 200 and isinstance(body.get("id"), str):
             self.id = body["id"]
             self._renewer = threading.Thread(target=self._renew, name="tune-hold", daemon=True)
@@ -57,10 +74,20 @@ class TuneHold:
         raise RuntimeFailure(f"control API at {self.control.url} did not grant the tune hold (HTTP {code}): "
                              f"{body.get('error')}")
 
+    @staticmethod
+    def _gone_holder(code: int, body: dict, host: str) -> int | None:
+        """The pid of a refusing holder that ran on this host and is gone; None otherwise."""
+        held = body.get("tune_hold") if code == 409 else None
+        if not isinstance(held, dict) or held.get("host") != host:
+            return None
+        pid = held.get("pid")
+        return pid if isinstance(pid, int) and pid > 0 and pid != os.getpid() and not alive(pid) else None
+
     def _renew(self) -> None:
         while not self._stop.wait(RENEW_EVERY_S):
             try:
-                code, body = self.control.hold(self.holder, self.ttl_s, self.id)
+                code, body = self.control.hold(self.holder, self.ttl_s, self.id, host=socket.gethostname(),
+                                               pid=os.getpid())
             except RuntimeFailure:
                 continue  # unreachable for now: the hold lapses only after ttl_s without a renewal
             if code == 409:

@@ -49,6 +49,9 @@ class HoldRequest(BaseModel):
     holder: Annotated[str, Field(strict=True, min_length=1, max_length=tune_hold.HOLDER_MAX)]
     ttl_s: Annotated[float, Field(strict=True, gt=0, le=tune_hold.TTL_MAX_S, allow_inf_nan=False)]
     id: Annotated[str | None, Field(strict=True, max_length=64)] = None
+    host: Annotated[str | None, Field(strict=True, max_length=255)] = None
+    pid: Annotated[int | None, Field(strict=True, ge=1)] = None
+    take_over_pid: Annotated[int | None, Field(strict=True, ge=1)] = None  # the holder's pid, gone on `host`
 
 
 class ReleaseRequest(BaseModel):
@@ -218,13 +221,15 @@ async def _body(request: web.Request, model: type[BaseModel], usage: str):
 async def post_hold(request: web.Request) -> web.Response:
     """Take or renew the tune hold: 200 with its id, or 409 naming who holds it (tune_hold.py)."""
     usage = (f'body must be JSON {{"holder": str (1-{tune_hold.HOLDER_MAX} chars), "ttl_s": number in '
-             f'(0, {tune_hold.TTL_MAX_S:.0f}], "id": str (to renew)}}')
+             f'(0, {tune_hold.TTL_MAX_S:.0f}], "id": str (to renew), "host": str, "pid": int, '
+             f'"take_over_pid": int (a holder of this host whose pid is gone)}}')
     req = await _body(request, HoldRequest, usage)
     if isinstance(req, web.Response):
         return req
     sd = request.app[LIFECYCLE].sd
     try:
-        hold = tune_hold.take(sd, req.holder, req.ttl_s, req.id)
+        hold = tune_hold.take(sd, req.holder, req.ttl_s, req.id, host=req.host, pid=req.pid,
+                              take_over_pid=req.take_over_pid)
     except tune_hold.Held as exc:
         return web.json_response({"error": str(exc), "tune_hold": exc.current.view(exc.now)}, status=409)
     except OSError as exc:

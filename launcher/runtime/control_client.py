@@ -117,9 +117,11 @@ class ControlClient:
             body["spec_params"] = spec_params.model_dump() if hasattr(spec_params, "model_dump") else dict(spec_params)
         return await self._send("POST", "/check", body)
 
-    async def hold(self, holder: str, ttl_s: float, hold_id: str | None = None) -> tuple[int, dict[str, Any]]:
-        """POST /hold: take the tune hold (or renew `hold_id`); 200 carries `id`, 409 who holds it."""
-        body: dict[str, Any] = {"holder": holder, "ttl_s": ttl_s}
+    async def hold(self, holder: str, ttl_s: float, hold_id: str | None = None,
+                   **where: Any) -> tuple[int, dict[str, Any]]:
+        """POST /hold: take the tune hold (or renew `hold_id`); 200 carries `id`, 409 who holds it. `where`:
+        host, pid, take_over_pid (tune_hold.take)."""
+        body: dict[str, Any] = {"holder": holder, "ttl_s": ttl_s, **{k: v for k, v in where.items() if v is not None}}
         if hold_id is not None:
             body["id"] = hold_id
         return await self._send("POST", "/hold", body)
@@ -223,8 +225,8 @@ class SyncControlClient:
                deadline_s: float | None = None, spec_params: Any = None) -> tuple[int, dict[str, Any]]:
         return self._run(lambda c: c.switch(profile, spec, timeout_s, deadline_s, spec_params))
 
-    def hold(self, holder: str, ttl_s: float, hold_id: str | None = None) -> tuple[int, dict[str, Any]]:
-        return self._run(lambda c: c.hold(holder, ttl_s, hold_id))
+    def hold(self, holder: str, ttl_s: float, hold_id: str | None = None, **where: Any) -> tuple[int, dict[str, Any]]:
+        return self._run(lambda c: c.hold(holder, ttl_s, hold_id, **where))
 
     def release(self, hold_id: str) -> tuple[int, dict[str, Any]]:
         return self._run(lambda c: c.release(hold_id))

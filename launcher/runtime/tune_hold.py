@@ -3,7 +3,8 @@
 A tune takes the hold through the control API (POST /hold) before it measures anything, renews it while
 it runs and gives it back at the end (DELETE /hold). A second tune is refused (HTTP 409) with the
 first one's description. The hold lapses `ttl_s` after its last renewal, so a tune killed with SIGKILL
-keeps nobody out for longer than that. It is kept in the state dir (written atomically, read
+keeps nobody out for longer than that, and a tune on the same host that finds the holder's pid gone (the
+same command run again after a kill) takes it over at once. It is kept in the state dir (written atomically, read
 defensively: a damaged file holds nothing), so a control API restart does not let a second tune in.
 
 The hold keeps tunes apart; it does not lock production: a switch by an operator still runs (the tune
@@ -32,10 +33,13 @@ class Hold(BaseModel):
     holder: str
     since: float
     expires_at: float
+    host: str | None = None  # where the holder runs, and its pid there: what a take-over names
+    pid: int | None = None
 
     def view(self, now: float) -> dict:
         """What /status and a refusal show: never the id (it is what lets a holder renew and release)."""
-        return {"holder": self.holder, "since": self.since, "expires_in_s": round(max(0.0, self.expires_at - now), 1)}
+        return {"holder": self.holder, "host": self.host, "pid": self.pid, "since": self.since,
+                "expires_in_s": round(max(0.0, self.expires_at - now), 1)}
 
 
 class Held(Exception):
@@ -57,17 +61,23 @@ def current(sd: Path, now: float | None = None) -> Hold | None:
     return hold if hold is not None and hold.expires_at > now else None
 
 
-def take(sd: Path, holder: str, ttl_s: float, hold_id: str | None = None, now: float | None = None) -> Hold:
+def take(sd: Path, holder: str, ttl_s: float, hold_id: str | None = None, now: float | None = None, *,
+         host: str | None = None, pid: int | None = None, take_over_pid: int | None = None) -> Hold:
     """A new hold (hold_id None) or the renewal of `hold_id`; Held when another one is in force, or when
-    `hold_id` is not the one in force (it lapsed and someone else took it, or it was never granted)."""
+    `hold_id` is not the one in force (it lapsed and someone else took it, or it was never granted).
+    `take_over_pid`: the caller, on `host`, found that pid gone; a hold of that host and pid is replaced."""
     now = time.time() if now is None else now
     held = current(sd, now)
-    if held is not None and held.id != hold_id:
+    taken_over = (held is not None and take_over_pid is not None and host is not None
+                  and (held.host, held.pid) == (host, take_over_pid))
+    if held is not None and held.id != hold_id and not taken_over:
         raise Held(held, now)
+    if taken_over:
+        held = None
     if hold_id is not None and held is None:
         raise Held(Hold(id="", holder="nobody (the hold lapsed; take a new one)", since=now, expires_at=now), now)
     hold = Hold(id=hold_id or secrets.token_hex(16), holder=holder, since=held.since if held else now,
-                expires_at=now + ttl_s)
+                expires_at=now + ttl_s, host=host, pid=pid)
     atomic.write_json(StatePaths(sd).tune_hold, hold.model_dump(), mode=0o600)
     return hold
 
