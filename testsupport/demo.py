@@ -195,6 +195,7 @@ def tune(args: argparse.Namespace) -> int:
             "--warmup", "1", "--screen-repeats", "1", "--switch-timeout", "60", "--health-timeout", "30",
             *TUNE_FINAL,
             "--out", args.out,
+            *(["--seed", str(args.seed)] if args.seed is not None else []),
         ]
         rc = subprocess.run([sys.executable, "-m", "bench", "tune", *tune_argv], cwd=REPO,
                             env={**bench_env(token), **gate_env(args)}, check=False).returncode
@@ -227,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"--eagle3 '{TUNE_POINTS}', --max-tokens 64, --num-prompts 1, --budget {TUNE_BUDGET}, "
                         "into results/demo-tune)")
     p.add_argument("--budget", default=TUNE_BUDGET, help=f"--tune: the tune's budget (default {TUNE_BUDGET})")
+    p.add_argument("--seed", type=int, default=None, help="--tune: bench tune's --seed (its bootstrap; default its own)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if args.tune:
         given = set(sys.argv[1:] if argv is None else argv)
