@@ -48,7 +48,7 @@ def test_every_query_runs_with_the_standard_library_alone(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "mine" in proc.stdout.split() and "baseline" in proc.stdout.split() and "base" not in proc.stdout.split()
     specs = bare("specs", KIT_PROFILES_DIR=str(user))
-    assert specs.stdout.split() == ["eagle3", "ngram", "off", "quick"], specs.stderr
+    assert specs.stdout.split() == ["eagle3", "eagle3-adaptive", "ngram", "off", "quick"], specs.stderr
     assert bare("default-spec").stdout.strip() == settings.default_spec({})
     assert bare("default-spec", SPEC="ngram").stdout.strip() == "ngram"
     models = bare("model-overlays", KIT_PROFILES_DIR=str(user))

@@ -254,7 +254,8 @@ def _golden_doc(name: str, spec: str) -> dict:
     doc = plan.to_json()
     # Paths relative to the repository root, so the files compare equal on any checkout.
     doc["sources"] = [Path(s).relative_to(REPO).as_posix() for s in doc["sources"]]
-    return doc
+    # a file a flag names (the adaptive EAGLE config) is a path in the checkout too; the digests hash its content
+    return json.loads(json.dumps(doc).replace(json.dumps(str(REPO) + "/")[1:-1], ""))
 
 
 @pytest.mark.parametrize("spec", SPEC_MODES)

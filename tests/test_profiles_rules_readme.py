@@ -38,6 +38,8 @@ ROWS = {
     "EAGLE (steps, top-k, draft tokens)": ["eagle_spec_params"],
     "`enable-metrics` turned off": ["metrics_needed_by_drain"],
     "`log-level` above info": ["startup_lines_need_info_logging"],
+    "would fall back to static speculation": ["adaptive_fallback"],
+    "`speculative-adaptive` config SGLang cannot load": ["adaptive_config"],
 }
 
 

@@ -59,3 +59,27 @@ def test_eagle_spec_params_reports_an_overlay_value_below_1(make):
         'speculative-eagle-topk = 1\nspeculative-num-draft-tokens = 1\n')})
     [f] = by_rule(findings, "eagle_spec_params", "error")
     assert f.key == "server.speculative-num-steps" and "whole number from 1" in f.message
+
+
+# ---- adaptive EAGLE (--speculative-adaptive): refused where SGLang would fall back ---------------------
+# (more cases, the plan and the config file: tests/test_profiles_spec_adaptive.py)
+
+
+def test_adaptive_fallback_refuses_dp_attention_under_eagle3_adaptive(make):
+    _, findings = make(server={"enable-dp-attention": True}, spec="eagle3-adaptive")
+    [f] = by_rule(findings, "adaptive_fallback", "error")
+    assert f.key == "server.enable-dp-attention" and "adaptive_spec_params.py:80-84" in f.message
+    _, findings = make(server={"mem-fraction-static": 0.8}, spec="eagle3-adaptive")
+    assert by_rule(findings, "adaptive_fallback") == []
+
+
+def test_adaptive_config_refuses_steps_outside_the_candidates():
+    from helpers_profiles import ENV
+
+    from launcher.profiles.plan import evaluate
+
+    _, findings = evaluate("baseline", "eagle3-adaptive", None, environ=ENV, spec_params="2,1,3")
+    [f] = by_rule(findings, "adaptive_config", "error")
+    assert "[0, 1, 3, 5, 7]" in f.message and f.option == "--spec-params 2,1,3"
+    _, findings = evaluate("baseline", "eagle3-adaptive", None, environ=ENV, spec_params="5,1,6")
+    assert by_rule(findings, "adaptive_config") == []

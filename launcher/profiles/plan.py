@@ -57,6 +57,11 @@ class Plan(BaseModel):
     # The model overlay laid last (profiles/model/<name>.toml), None for none; its flags and env are in
     # `flags`/`env`, so both digests cover it. Left out of `to_json` when None.
     model_overlay: str | None = None
+    # The files the flags name for the server to read (FILE_FLAGS: the adaptive EAGLE config), as
+    # {path: sha256 (16 hex)} taken when the plan was built; both digests hash the content in place of
+    # the path, so an edited file makes another plan and one file under two paths the same. Left out of
+    # `to_json` when empty.
+    files: dict[str, str] = {}
 
     @model_validator(mode="after")
     def _spec_params_from_flags(self) -> Plan:
@@ -67,8 +72,18 @@ class Plan(BaseModel):
 
     def digest(self) -> str:
         """Hash of what the server actually gets: env, flags (not the command that runs them), patches."""
-        payload = {"env": self.env, "flags": self.flags, "patches": sorted(self.patches)}
+        payload = {"env": self.env, "flags": self.content_flags(), "patches": sorted(self.patches)}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def content_flags(self) -> list[str]:
+        """The flags with each FILE_FLAGS path replaced by `sha256:<its content's hash>` (`files`)."""
+        if not self.files:
+            return self.flags
+        out = list(self.flags)
+        for i, tok in enumerate(out[:-1]):
+            if tok in FILE_FLAGS and out[i + 1] in self.files:
+                out[i + 1] = f"sha256:{self.files[out[i + 1]]}"
+        return out
 
     def local(self) -> dict[str, str]:
         """The flag values that belong to this host, not to the setup: model paths, host, port."""
@@ -84,7 +99,7 @@ class Plan(BaseModel):
         Equal on two hosts that run the same setup with the model stored elsewhere or another port,
         so a result can be reproduced and compared across hosts; `digest` still tells them apart. A
         model overlay counts through what it sets (flags, env), not through its name."""
-        payload = {"env": self.env, "flags": split_local(self.flags)[0], "patches": sorted(self.patches),
+        payload = {"env": self.env, "flags": split_local(self.content_flags())[0], "patches": sorted(self.patches),
                    "model": self.model()}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -95,8 +110,8 @@ class Plan(BaseModel):
 
     def to_json(self) -> dict:
         data = self.model_dump()
-        for key in ("model_overlay", "spec_params_from"):
-            if data.get(key) is None:
+        for key in ("model_overlay", "spec_params_from", "files"):
+            if not data.get(key):
                 data.pop(key, None)
         data["digest"] = self.digest()
         data["setup_digest"] = self.setup_digest()
@@ -121,6 +136,25 @@ def split_local(flags: list[str]) -> tuple[list[str], dict[str, str]]:
         else:
             setup.append(flag)
     return setup, local
+
+
+FILE_FLAGS = ("--speculative-adaptive-config",)
+"""Flags whose value is a file the server reads: the setup is the file's content, not where it lies."""
+RELATIVE_FILE_KEYS = tuple(f[2:] for f in FILE_FLAGS)
+"""Their server keys: a relative path is read from the folder of the profile file that sets it."""
+
+
+def file_sha(path: str) -> str:
+    """16 hex characters of the sha256 of a file's bytes, or "unreadable"."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return "unreadable"
+
+
+def flag_files(flags: list[str]) -> dict[str, str]:
+    """{path: file_sha} of each file a FILE_FLAGS flag names."""
+    return {flags[i + 1]: file_sha(flags[i + 1]) for i, tok in enumerate(flags[:-1]) if tok in FILE_FLAGS}
 
 
 def model_identity(path: str) -> dict[str, str | None]:
@@ -178,6 +212,9 @@ def resolve(profile: str, spec: str, environ: Mapping[str, str],
             server[key] = [value_of(v, where) if isinstance(v, str) else _scalar_str(v) for v in value]
         elif isinstance(value, str):
             server[key] = value_of(value, where)
+            if (key in RELATIVE_FILE_KEYS and server[key] and not os.path.isabs(server[key])
+                    and not (server[key].startswith("<") and server[key].endswith(">"))):  # `check`'s placeholder
+                server[key] = str(res.origin[f"server.{key}"].parent / server[key])
         elif value is True:
             server[key] = True
         else:
@@ -271,6 +308,7 @@ def evaluate(
         model_overlay=overlay,
         spec_params=from_server(server),
         spec_params_from=str(pinned_by) if pinned_by is not None else None,
+        files=flag_files(flags),
     )
     return plan, findings
 

@@ -41,6 +41,9 @@ from __future__ import annotations
 import json
 
 from launcher.runtime.start_lines import (
+    ADAPTIVE_OFF,
+    ADAPTIVE_ON,
+    ADAPTIVE_UPDATE,
     CA_OFF,
     CA_ON,
     CA_SRC,
@@ -51,7 +54,11 @@ from launcher.runtime.start_lines import (
     MSCCLPP_SRC,
     PS_SRC,
     Detector,
+    adaptive_init,
+    adaptive_reason,
 )
+
+ADAPTIVE = "spec-adaptive"  # the verdict's name for SGLang's run-time EAGLE adaptation (--speculative-adaptive)
 
 
 def flag_map(flags: list[str]) -> dict[str, object]:
@@ -284,6 +291,9 @@ def assess(plan, record: dict | None, facts=None, facts_note: str = "no host fac
                           evidence=f"{st['evidence']}; but whether {unsure[0]} comes first cannot be known: {unsure[1]}")
         statuses.append(st)
 
+    if flags.get("speculative-adaptive") is True:
+        statuses.append(_adaptive_status(start))
+
     split = next((raw[b] for b, _, _ in stages if b in raw and raw[b]["verdict"] == "failed"), None)
     if tp <= 1:
         decode = {"backend": "none", "why": "TP 1: no tensor-parallel all-reduce"}
@@ -303,6 +313,49 @@ def assess(plan, record: dict | None, facts=None, facts_note: str = "no host fac
             if off:
                 decode["why"] = "nothing ahead of NCCL is on (" + "; ".join(off) + ")"
     return statuses, decode
+
+
+def _adaptive_status(start: _Start) -> dict:
+    """Whether SGLang runs the adaptive EAGLE controller the plan asked for (--speculative-adaptive), or
+    fell back to the static point with its reason (speculative_hook.py:1374-1389). TP rank 0 alone logs
+    "initialized" (log_info_on_rank0), so one rank's line stands for all: the others ran the same
+    resolution of the same arguments."""
+    out: dict = {"name": ADAPTIVE, "expected": True, "active": None, "verdict": "unknown", "evidence": ""}
+    on = start.first([ADAPTIVE_ON])
+    off = start.first([ADAPTIVE_OFF])
+    if on:
+        parsed = adaptive_init(on[0])
+        if parsed:
+            out["steps"], out["candidate_steps"] = parsed
+        out.update(active=True, verdict="active",
+                   evidence=f"{on[0]} ({on[1]}; TP rank 0 alone logs it, the first batch-size tier's steps)")
+    elif off:
+        out.update(active=False, verdict="fell_back", reason=adaptive_reason(off[0]),
+                   evidence=f"{off[0]} ({off[1]}): SGLang runs the static point")
+    elif start.record is None:
+        out.update(active=False, verdict="inactive",
+                   evidence="the running server's start is not in the server log or in the state dir's start records")
+    else:
+        out.update(active=False, verdict="inactive",
+                   evidence=f"no '{ADAPTIVE_ON[0]}' in the server log since it started ({ADAPTIVE_ON[1]})")
+    return out
+
+
+def adaptive_state(plan, record: dict | None) -> dict | None:
+    """What SGLang's adaptive EAGLE controller chose, for /status and /metrics; None when the plan does not
+    ask for it. `steps`: the steps of the last change SGLang logged (its line names no batch-size tier), else
+    the first tier's starting steps; `changes`: "updated" lines since the server started (summed over the
+    replicas when --dp-size runs several); `last_change`: {from, to, ema_accept_len, line}."""
+    if plan is None or flag_map(plan.flags).get("speculative-adaptive") is not True:
+        return None
+    status = _adaptive_status(_Start(record, [""]))
+    ad = (record or {}).get("adaptive") or {}
+    last = ad.get("last") if isinstance(ad.get("last"), dict) else None
+    steps = last.get("to") if last else status.get("steps")
+    return {"verdict": status["verdict"], "active": status["active"], "reason": status.get("reason"),
+            "initial_steps": status.get("steps"), "candidate_steps": status.get("candidate_steps"),
+            "steps": steps if status["active"] else None, "changes": int(ad.get("changes") or 0),
+            "last_change": last, "source": ADAPTIVE_UPDATE[1]}
 
 
 def load_facts() -> tuple[object | None, str]:

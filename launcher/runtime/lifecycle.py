@@ -157,11 +157,20 @@ class Lifecycle:
             "patch_check": patch_check(),
             "backends": self.backends,
             "decode_allreduce": self.decode_allreduce,
+            "spec_adaptive": self.spec_adaptive(),
             "history": hist,
             "history_skipped": skipped,
             "switches": counts.as_status() if counts is not None else None,
             "build": metrics.build_info(),
         }
+
+    def spec_adaptive(self) -> dict | None:
+        """What SGLang's adaptive EAGLE chose (activation.adaptive_state), read from the running start's record;
+        None unless the running plan asks for --speculative-adaptive."""
+        cur = self.current
+        if cur is None:
+            return None
+        return activation.adaptive_state(cur, self.follower.record_for(self.pid))
 
     def check_backends(self, plan: Plan) -> list[dict]:
         """Judge the running server's start record (activation.py) and keep the verdicts for /status."""

@@ -237,7 +237,7 @@ class KitCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         builders: tuple[Callable[[], list[Metric]], ...] = (
             self._build, self._plan, self._state, self._switches, self._backends, self._restarts,
-            self._health, self._history, self._server_changed,
+            self._health, self._history, self._server_changed, self._spec_adaptive,
         )
         for build in builders:
             try:
@@ -330,6 +330,33 @@ class KitCollector(Collector):
         if isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at) and at > 0:
             g.add_metric([], float(at))
         return [g]
+
+
+    def _spec_adaptive(self) -> list[Metric]:
+        """SGLang's adaptive EAGLE (--speculative-adaptive), from its log lines; absent unless the running plan
+        asks for it and SGLang logged that the controller runs."""
+        state = self.lc.spec_adaptive()
+        if not state or state.get("active") is not True:
+            return []
+        out: list[Metric] = []
+        steps = state.get("steps")
+        if isinstance(steps, int) and not isinstance(steps, bool):
+            g = GaugeMetricFamily("kit_spec_adaptive_steps", "EAGLE draft steps SGLang's adaptive controller last "
+                                  "moved to (its change line names no batch-size tier); before any change, the "
+                                  "first tier's starting steps. 0: that tier decodes without speculation.")
+            g.add_metric([], steps)
+            out.append(g)
+        c = CounterMetricFamily("kit_spec_adaptive_step_changes", "Changes of the EAGLE draft steps SGLang's "
+                                "adaptive controller logged since the server started.")
+        c.add_metric([], int(state.get("changes") or 0))
+        out.append(c)
+        ema = (state.get("last_change") or {}).get("ema_accept_len")
+        if isinstance(ema, int | float) and not isinstance(ema, bool) and math.isfinite(ema):
+            e = GaugeMetricFamily("kit_spec_adaptive_ema_accept_length", "The moving average of accepted draft "
+                                  "tokens per verify that SGLang's last step change was decided on.")
+            e.add_metric([], float(ema))
+            out.append(e)
+        return out
 
 
 def _le(bound: float) -> str:

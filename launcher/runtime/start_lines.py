@@ -104,6 +104,20 @@ IPC_SEED: tuple[tuple[str, str], ...] = (
     ("running FlashInfer's seed policy", f"{IPC_SRC}:347-351"),  # no host (CPU) group
     ("the kernels keep the seed policy", f"{IPC_SRC}:371-377"),  # tune() covered no shapes
 )
+# EAGLE's run-time adaptation (--speculative-adaptive; docs/evidence.md, "Adaptive speculation"). The TP rank 0
+# scheduler that hosts the draft logs "initialized" when its EAGLE worker builds the controller
+# (eagle_worker_v2.py:1346-1355 -> adaptive_spec_params.py:297-303, log_info_on_rank0: utils/common.py:3982-3986),
+# with the first (smallest) batch-size tier's steps and candidate steps; the launcher logs "disabled" with
+# SGLang's reason while it resolves the server arguments, then the server runs static speculation
+# (speculative_hook.py:1374-1389). Each change of one tier's steps logs an "updated" line, again on TP rank 0
+# only, naming no tier (adaptive_spec_params.py:263-272).
+ADAPTIVE_SRC = "sglang/srt/speculative/adaptive_spec_params.py"
+ADAPTIVE_ON: tuple[str, str] = ("AdaptiveSpeculativeParams initialized", f"{ADAPTIVE_SRC}:297-303")
+ADAPTIVE_OFF: tuple[str, str] = ("speculative_adaptive disabled", "sglang/srt/arg_groups/speculative_hook.py:1379-1384")
+ADAPTIVE_UPDATE: tuple[str, str] = ("Adaptive spec params updated", f"{ADAPTIVE_SRC}:263-270")
+ADAPTIVE_ON_RE = re.compile(r"AdaptiveSpeculativeParams initialized: steps=(\d+), candidate_steps=\[([\d, ]*)\]")
+ADAPTIVE_OFF_RE = re.compile(r"speculative_adaptive disabled: (.*?)\. Falling back to static speculative params\.")
+ADAPTIVE_UPDATE_RE = re.compile(r"Adaptive spec params updated: steps (\d+) -> (\d+) \(ema_accept_len=([^)\s]*)\)")
 CAUSES: tuple[tuple[str, str], ...] = (  # why a server died at start-up, most specific first
     ("Failed to initialize MSCCL++ collectives", f"{MSCCLPP_SRC}:1114"),
     ("Scheduler hit an exception", "sglang/srt/managers/scheduler.py:6372"),
@@ -117,13 +131,15 @@ NEEDLES: tuple[str, ...] = tuple(
     + [IPC_TUNED[0]]
     + [n for n, _ in IPC_SEED]
     + [n for n, _ in CAUSES]
+    + [ADAPTIVE_ON[0], ADAPTIVE_OFF[0]]
 )
 # Cheap substrings that every needle line contains: the log is searched for these, the hits' lines
 # for the needles (a chatty server writes tens of MB; one search per key keeps that well under a second).
 # Every line SGLang logs with a needle in it holds one of these (tests/test_runtime_activation.py checks).
 KEYS: tuple[str, ...] = ("FlashInfer", "flashinfer", "PCIe-IPC", "pcie_ipc_comm", "MSCCL++", "PyMscclpp",
                          "CustomAllreduce", "Custom allreduce", "Scheduler hit an exception",
-                         "cuda graph addresses")
+                         "cuda graph addresses", "AdaptiveSpeculativeParams", "speculative_adaptive disabled",
+                         "Adaptive spec params updated")
 
 RANK_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
 MARKER_FIELDS = re.compile(r"profile (\S+) spec (\S+) digest (\S+)(?: pid (\d+))?(?: start (\d+))?:")
@@ -204,6 +220,8 @@ class Scanner:
     def _match(self, line: str) -> bool:
         changed = False
         rank = rank_of(line)
+        if ADAPTIVE_UPDATE[0] in line:
+            changed |= self._adaptive_update(line, rank)
         for needle in NEEDLES:
             if needle not in line:
                 continue
@@ -217,6 +235,19 @@ class Scanner:
                     self._exc_budget = EXCEPTION_WINDOW
                     changed = True
         return changed
+
+    def _adaptive_update(self, line: str, rank: str) -> bool:
+        """One "Adaptive spec params updated" line: count it and keep the last (record["adaptive"])."""
+        m = ADAPTIVE_UPDATE_RE.search(line)
+        if not m:
+            return False
+        ad = self.record.setdefault("adaptive", {"changes": 0, "ranks": []})
+        ad["changes"] = int(ad.get("changes") or 0) + 1
+        ad["last"] = {"from": int(m.group(1)), "to": int(m.group(2)), "ema_accept_len": _float(m.group(3)),
+                      "line": _clip(line)}
+        if rank not in ad.setdefault("ranks", []):
+            ad["ranks"] = sorted([*ad["ranks"], rank], key=_rank_order)
+        return True
 
     def _find_exception(self, text: str, pos: int, stop: int) -> int:
         """Look for the pending cause's exception line (the traceback's last unindented line) in
@@ -234,6 +265,28 @@ class Scanner:
                                                                        "During handling", "The above exception"))):
                 self.record["cause"]["exception"] = _clip(line)
         return pos
+
+
+def _float(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def adaptive_init(line: str) -> tuple[int, list[int]] | None:
+    """(steps, candidate steps) of SGLang's "AdaptiveSpeculativeParams initialized" line, or None."""
+    m = ADAPTIVE_ON_RE.search(line)
+    if not m:
+        return None
+    return int(m.group(1)), [int(x) for x in m.group(2).replace(" ", "").split(",") if x]
+
+
+def adaptive_reason(line: str) -> str | None:
+    """SGLang's reason in its "speculative_adaptive disabled: <reason>. Falling back ..." line, or None."""
+    m = ADAPTIVE_OFF_RE.search(line)
+    return m.group(1) if m else None
 
 
 def _cause_rank(cause: dict | None) -> int:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from launcher.errors import RuntimeFailure, run_cli
-from testsupport.standin.activation import mscclpp_failure_lines
+from testsupport.standin.activation import adaptive_disabled_line, mscclpp_failure_lines
 from testsupport.standin.engine import VERSION, Engine
 from testsupport.standin.server import serve
 from testsupport.standin.server_args import parse_server_argv
@@ -32,6 +32,8 @@ def _run(argv: list[str]) -> int:
     args = parse_server_argv(argv)
     engine = Engine(load_settings(), args)
     print(_banner(engine), file=sys.stderr, flush=True)
+    if engine.adaptive_reason:  # the launcher resolving the server arguments (speculative_hook.py:1379-1384)
+        print(adaptive_disabled_line(engine.adaptive_reason), file=sys.stderr, flush=True)
     drafts = args.speculative_num_draft_tokens
     if args.speculative and drafts and engine.accept_length > drafts:
         print(

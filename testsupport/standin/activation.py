@@ -13,12 +13,15 @@ texts from the wheel: launcher/runtime/activation.py lists where).
   again (``pymscclpp.py:1110-1115``) and nothing catches, so the scheduler dies and the launcher
   kills its tree (``scheduler.py:6370-6373``, ``engine.py:1976-1980``).
 
+- Started with ``--speculative-adaptive``: SGLang's adaptive EAGLE lines (the section at the end).
+
 The lines the stand-in adds carry "[SIMULATED]" at their end (or in the exception's message), so no
 simulated line is ever taken for a real one.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Mapping
@@ -137,3 +140,101 @@ def write_filler(megabytes: float) -> None:
 
 def prefix_plain() -> str:
     return f"[{time.strftime('%Y-%m-%d %H:%M:%S')} TP0] "
+
+
+# ----- adaptive EAGLE (--speculative-adaptive) -----------------------------------------------------
+# SGLang 0.5.23's adaptive EAGLE lines (--speculative-adaptive), as the stand-in prints them.
+#
+# - Started with ``--speculative-adaptive``: the TP rank 0 scheduler logs "AdaptiveSpeculativeParams
+#   initialized: steps=S, candidate_steps=[...]" for the first (smallest) batch-size tier of the config
+#   (``--speculative-adaptive-config`` FILE, else SGLang's default tiers), before the server is ready
+#   (``speculative/adaptive_spec_params.py:297-303``, from the EAGLE worker's init, ``eagle_worker_v2.py:1346-1355``).
+# - Where SGLang would turn it off (``adaptive_unsupported_reason``, ``adaptive_spec_params.py:56-100``: an
+#   algorithm other than EAGLE/EAGLE3, top-k other than 1, DP attention, multi-layer EAGLE, two-batch overlap,
+#   pdmux), or when ``STANDIN_ADAPTIVE_DISABLED`` gives a reason, the launcher process logs "speculative_adaptive
+#   disabled: <reason>. Falling back to static speculative params." (``arg_groups/speculative_hook.py:1379-1384``)
+#   instead, and nothing adapts.
+# - ``STANDIN_ADAPTIVE_STEPS=1,3``: after each finished generation request, the next of these steps, logged as
+#   SGLang's "Adaptive spec params updated: steps X -> Y (ema_accept_len=E)" on TP rank 0
+#   (``adaptive_spec_params.py:263-270``); the list used up, nothing more changes.
+#
+# The lines end in "[SIMULATED]", as every line the stand-in adds.
+
+ADAPTIVE_FLAG = "--speculative-adaptive"
+ADAPTIVE_CONFIG_FLAG = "--speculative-adaptive-config"
+ADAPTIVE_DEFAULT_TIERS = {1: [1, 3, 5, 7], 8: [0, 1, 3], 32: [0, 1], 64: [0]}  # adaptive_spec_params.py:28-53
+ADAPTIVE_FALLBACK = "Falling back to static speculative params."
+
+
+def adaptive_requested(args: ServerArgs) -> bool:
+    return ADAPTIVE_FLAG in args.ignored_args
+
+
+def _flag_value(args: ServerArgs, flag: str) -> str | None:
+    it = iter(args.ignored_args)
+    for tok in it:
+        if tok == flag:
+            return next(it, None)
+        if tok.startswith(flag + "="):
+            return tok.split("=", 1)[1]
+    return None
+
+
+def adaptive_tiers(args: ServerArgs) -> dict[int, list[int]]:
+    """The config's batch-size tiers (SGLang's defaults without a file)."""
+    path = _flag_value(args, ADAPTIVE_CONFIG_FLAG)
+    if not path:
+        return dict(ADAPTIVE_DEFAULT_TIERS)
+    with open(path, encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    return {int(k): sorted(set(v["candidate_steps"])) for k, v in cfg.items() if k.isdigit()}
+
+
+def adaptive_disabled_reason(args: ServerArgs, forced: str = "") -> str | None:
+    """Why SGLang would run static speculation although --speculative-adaptive was given, or None."""
+    if forced:
+        return forced
+    algo = args.speculative_algorithm
+    if (algo or "").upper() not in ("EAGLE", "EAGLE3"):
+        return f"speculative_algorithm={algo} (only EAGLE/EAGLE3 are supported)"
+    if args.speculative_eagle_topk is not None and args.speculative_eagle_topk != 1:
+        return f"speculative_eagle_topk={args.speculative_eagle_topk} (only topk=1 is supported)"
+    flags = set(args.ignored_args)
+    if "--enable-dp-attention" in flags:
+        return "attention DP is not supported (adaptive tier decisions are not synchronized across DP ranks)"
+    if "--enable-multi-layer-eagle" in flags:
+        return "enable_multi_layer_eagle=True is not supported (MultiLayerEagleWorkerV2 does not implement adaptive)"
+    if "--enable-two-batch-overlap" in flags:
+        return ("enable_two_batch_overlap=True is not supported (adaptive state swap would discard the "
+                "TboAttnBackend wrapper)")
+    if "--enable-pdmux" in flags:
+        return "enable_pdmux=True is not supported (adaptive state swap does not update decode_attn_backend_group)"
+    return None
+
+
+def adaptive_starting_steps(args: ServerArgs) -> tuple[int, list[int]]:
+    """(steps, candidate steps) of the first tier: the given steps when they are a candidate, else the middle one."""
+    first = adaptive_tiers(args)[min(adaptive_tiers(args))]
+    steps = args.speculative_num_steps
+    return (steps if steps in first else first[len(first) // 2]), first
+
+
+def adaptive_disabled_line(reason: str) -> str:
+    return prefix_launcher() + f"speculative_adaptive disabled: {reason}. {ADAPTIVE_FALLBACK}" + MARK
+
+
+def adaptive_init_line(args: ServerArgs) -> str:
+    steps, candidates = adaptive_starting_steps(args)
+    return prefix(args, 0) + f"AdaptiveSpeculativeParams initialized: steps={steps}, candidate_steps={candidates}" + MARK
+
+
+def adaptive_update_line(args: ServerArgs, old: int, new: int, ema: float) -> str:
+    return prefix(args, 0) + f"Adaptive spec params updated: steps {old} -> {new} (ema_accept_len={ema:.2f})" + MARK
+
+
+def prefix_launcher() -> str:
+    return f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] "
+
+
+def parse_steps(text: str) -> list[int]:
+    return [int(t) for t in text.replace(" ", "").split(",") if t]

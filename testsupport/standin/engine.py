@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from testsupport.standin import numerics, simulation, trace
+from testsupport.standin import activation, numerics, simulation, trace
 from testsupport.standin.server_args import ServerArgs
 from testsupport.standin.settings import StandinSettings
 
@@ -89,6 +89,11 @@ class Engine:
         self.args_random_seed = int.from_bytes(os.urandom(4), "big") % (2**30)
         self.stats = Stats()
         self.profile: ProfileSession | None = None
+        # adaptive EAGLE (activation.py, its adaptive section): on unless SGLang would fall back to static
+        self.adaptive_reason = activation.adaptive_disabled_reason(args, settings.adaptive_disabled) if activation.adaptive_requested(args) else None
+        self.adaptive_on = activation.adaptive_requested(args) and self.adaptive_reason is None
+        self.adaptive_steps = activation.adaptive_starting_steps(args)[0] if self.adaptive_on else None
+        self.adaptive_pending = activation.parse_steps(settings.adaptive_steps) if self.adaptive_on else []
 
     # ----- health and schedule -------------------------------------------------------------
     def healthy(self) -> bool:
@@ -166,9 +171,20 @@ class Engine:
             counts_["generation"] += len(output_ids)
             if first_at is not None and len(output_ids) > 1:
                 self.stats.tpot_s.setdefault(streaming, []).append((last_at - first_at) / (len(output_ids) - 1))
+            self._adaptive_change()
         finally:
             self.stats.running -= 1
             self.stats.running_gauge -= gauged
+
+    def _adaptive_change(self) -> None:
+        """A finished request moves adaptive EAGLE to the next of STANDIN_ADAPTIVE_STEPS, logged as SGLang does."""
+        if not self.adaptive_pending or self.adaptive_steps is None:
+            return
+        new = self.adaptive_pending.pop(0)
+        if new != self.adaptive_steps:
+            print(activation.adaptive_update_line(self.args, self.adaptive_steps, new, max(0.0, self.accept_length - 1)),
+                  file=sys.stderr, flush=True)
+            self.adaptive_steps = new
 
     async def _maybe_die(self, request_number: int, chunks_sent: int) -> None:
         s = self.settings

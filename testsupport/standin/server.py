@@ -22,7 +22,7 @@ from aiohttp import web
 
 from launcher.errors import RuntimeFailure
 from testsupport.standin import logprob_shapes, simulation
-from testsupport.standin.activation import parse_ranks, startup_lines, write_filler
+from testsupport.standin.activation import adaptive_init_line, parse_ranks, startup_lines, write_filler
 from testsupport.standin.engine import VERSION, Engine, ProfilingError
 from testsupport.standin.metrics import render_metrics
 
@@ -357,6 +357,8 @@ async def _announce_ready(engine: Engine) -> None:
     missing = parse_ranks(engine.settings.activation_missing_ranks)
     for line in startup_lines(engine.args, os.environ, withhold, missing):  # logged before ready, as SGLang does
         print(line, file=sys.stderr, flush=True)
+    if engine.adaptive_on:  # the EAGLE worker's init, on TP rank 0 (adaptive_spec_params.py:297-303)
+        print(adaptive_init_line(engine.args), file=sys.stderr, flush=True)
     if engine.settings.log_filler_mb:
         write_filler(engine.settings.log_filler_mb)  # blocks the loop: health answers once it is written
     print("SIMULATED: The server is fired up and ready to roll!", file=sys.stderr, flush=True)

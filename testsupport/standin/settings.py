@@ -82,6 +82,15 @@ class StandinSettings(BaseModel):
     activation_missing_ranks: str = Field(
         "", description="Comma-separated TP ranks that log no line for the backends switched on: up on some ranks only."
     )
+    adaptive_disabled: str = Field(
+        "", description="Started with --speculative-adaptive: log SGLang's 'speculative_adaptive disabled: <this>. "
+        "Falling back to static speculative params.' instead of its 'AdaptiveSpeculativeParams initialized' line "
+        "(testsupport/standin/activation.py)."
+    )
+    adaptive_steps: str = Field(
+        "", description="Started with adaptive EAGLE on: comma-separated steps it moves to, one per finished "
+        "generation request, each logged as SGLang's 'Adaptive spec params updated: steps X -> Y' line."
+    )
     log_filler_mb: float = Field(
         0.0, ge=0, description="MB of SGLang-like decode log lines written after the start-up lines, before ready."
     )

@@ -42,7 +42,12 @@ from launcher.profiles.rules.parent_env import (
 )
 from launcher.profiles.rules.parser import sglang_flags
 from launcher.profiles.rules.server_log import startup_lines_need_info_logging
-from launcher.profiles.rules.speculation import eagle_spec_params, speculation_in_profile
+from launcher.profiles.rules.speculation import (
+    adaptive_config,
+    adaptive_fallback,
+    eagle_spec_params,
+    speculation_in_profile,
+)
 
 Rule = Callable[[Context], Iterator[Finding]]
 
@@ -72,6 +77,8 @@ RULES: list[tuple[Rule, bool]] = [
     (eagle_spec_params, False),
     (metrics_needed_by_drain, False),
     (startup_lines_need_info_logging, False),
+    (adaptive_fallback, False),
+    (adaptive_config, False),
 ]
 
 

@@ -53,3 +53,108 @@ def eagle_spec_params(ctx: Context) -> Iterator[Finding]:
             yield ctx.finding("error", "eagle_spec_params", "server.speculative-eagle-topk",
                               f"{point}: top-k > 1 with page-size {page} needs attention backend "
                               f"{'/'.join(tree_backends)}, not {backend} (speculative_hook.py:1275)")
+
+
+ADAPTIVE_SRC = "srt/speculative/adaptive_spec_params.py"
+HOOK_SRC = "srt/arg_groups/speculative_hook.py"
+# (server key, what SGLang says, where): each condition under which SGLang 0.5.23's
+# adaptive_unsupported_reason (adaptive_spec_params.py:56-100) turns --speculative-adaptive off with a
+# warning (speculative_hook.py:1374-1389) and the server runs the static point instead.
+ADAPTIVE_UNSUPPORTED = (
+    ("enable-dp-attention", "attention DP is not supported (adaptive tier decisions are not synchronized across "
+     "DP ranks)", f"{ADAPTIVE_SRC}:80-84"),
+    ("enable-multi-layer-eagle", "enable_multi_layer_eagle=True is not supported (MultiLayerEagleWorkerV2 does not "
+     "implement adaptive)", f"{ADAPTIVE_SRC}:85-89"),
+    ("enable-two-batch-overlap", "enable_two_batch_overlap=True is not supported (adaptive state swap would discard "
+     "the TboAttnBackend wrapper)", f"{ADAPTIVE_SRC}:90-94"),
+    ("enable-pdmux", "enable_pdmux=True is not supported (adaptive state swap does not update "
+     "decode_attn_backend_group)", f"{ADAPTIVE_SRC}:95-99"),
+)
+_FALLBACK = (f"SGLang would log 'speculative_adaptive disabled: ... Falling back to static speculative params.' "
+             f"({HOOK_SRC}:1380-1384) and run the static point while the plan says adaptive")
+
+
+def adaptive_fallback(ctx: Context) -> Iterator[Finding]:
+    """--speculative-adaptive where SGLang 0.5.23 would silently run static speculation instead
+    (adaptive_unsupported_reason, adaptive_spec_params.py:56-100): refused, not left to a log warning."""
+    server = ctx.server
+    if server.get("speculative-adaptive") is not True:
+        return
+    algo = str(server.get("speculative-algorithm") or "none")
+    if algo.upper() not in ("EAGLE", "EAGLE3"):  # adaptive_spec_params.py:61-65
+        yield ctx.finding("error", "adaptive_fallback", "server.speculative-adaptive",
+                          f"speculative-adaptive with speculative-algorithm {algo}: only EAGLE/EAGLE3 adapt "
+                          f"({ADAPTIVE_SRC}:61-65); {_FALLBACK}. Use spec mode eagle3-adaptive, or drop speculative-adaptive")
+        return
+    topk = server.get("speculative-eagle-topk")
+    if topk is not None and str(topk).strip() != "1":  # adaptive_spec_params.py:75-79
+        yield ctx.finding("error", "adaptive_fallback", "server.speculative-eagle-topk",
+                          f"speculative-eagle-topk {topk} with speculative-adaptive: only top-k 1 adapts "
+                          f"({ADAPTIVE_SRC}:75-79); {_FALLBACK}. Give top-k 1 (e.g. --spec-params 3,1,4), or "
+                          "choose spec mode eagle3 for top-k above 1")
+    for key, why, where in ADAPTIVE_UNSUPPORTED:
+        if server.get(key) is True:
+            yield ctx.finding("error", "adaptive_fallback", f"server.{key}",
+                              f"{key} with speculative-adaptive: {why} ({where}); {_FALLBACK}. Drop {key}, or "
+                              "choose spec mode eagle3 (static)")
+
+
+def _adaptive_tiers(path: str) -> tuple[dict[int, list[int]] | None, str]:
+    """SGLang's reading of an adaptive config (_load_adaptive_config, adaptive_spec_params.py:103-139):
+    ({batch size: candidate steps}, "") or (None, why it fails)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            cfg = json.load(fh)
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    except ValueError as exc:
+        return None, f"is not JSON ({exc})"
+    if not isinstance(cfg, dict):
+        return None, "is not a JSON object of batch-size tiers"
+    tiers: dict[int, list[int]] = {}
+    for key, entry in cfg.items():
+        if not key.isdigit():
+            continue  # SGLang skips keys that are not digits (adaptive_spec_params.py:118-119)
+        steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
+        if (not isinstance(steps, list) or not steps
+                or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)):
+            return None, f"tier {key}: candidate_steps must be a non-empty list of non-negative ints, got {steps!r}"
+        tiers[int(key)] = steps
+    if not tiers:
+        return None, f"holds no batch-size tier (an integer-string key such as \"1\"); keys: {list(cfg)[:8]}"
+    return tiers, ""
+
+
+def adaptive_config(ctx: Context) -> Iterator[Finding]:
+    """The adaptive config SGLang 0.5.23 reads at start-up: a file it can load (adaptive_spec_params.py:103-139),
+    whose candidate steps hold the starting steps (speculative_hook.py:1417-1422), and a log level that keeps
+    the INFO line the activation verdict reads (adaptive_spec_params.py:298-303)."""
+    server = ctx.server
+    if server.get("speculative-adaptive") is not True:
+        return
+    path = server.get("speculative-adaptive-config")
+    tiers = None
+    if isinstance(path, str) and path.startswith("<") and path.endswith(">"):
+        pass  # a `check` placeholder for an unset variable: nothing to read yet
+    elif isinstance(path, str) and path:
+        tiers, why = _adaptive_tiers(path)
+        if tiers is None:
+            yield ctx.finding("error", "adaptive_config", "server.speculative-adaptive-config",
+                              f"adaptive config {path} {why}: SGLang would refuse to start "
+                              f"({ADAPTIVE_SRC}:103-139); fix the file or name another")
+    union = sorted({s for steps in (tiers or {}).values() for s in steps}) if tiers else \
+        (sorted({0, 1, 3, 5, 7}) if path is None else None)  # SGLang's defaults without a file (:28-53)
+    steps = server.get("speculative-num-steps")
+    if union is not None and isinstance(steps, str) and steps.strip().isdigit() and int(steps) not in union:
+        yield ctx.finding("error", "adaptive_config", "server.speculative-num-steps",
+                          f"speculative-num-steps {steps} is not one of the adaptive config's candidate steps "
+                          f"{union}: SGLang refuses to start ({HOOK_SRC}:1417-1422); start from one of them "
+                          "(--spec-params S,1,S+1 with S a candidate step of at least 1)")
+    level = server.get("log-level")
+    if isinstance(level, str) and level.lower() in ("warning", "error", "critical"):
+        yield ctx.finding("error", "adaptive_config", "server.log-level",
+                          f"log-level {level} hides SGLang's INFO line 'AdaptiveSpeculativeParams initialized' "
+                          f"({ADAPTIVE_SRC}:298-303) and its step changes (:266-270), which tell the kit adaptive "
+                          "speculation runs: a switch to this plan would read it as fallen back; use info (the default)")
