@@ -82,7 +82,7 @@ def test_a_user_overlay_names_its_own_tiers_beside_it(make):
     # the overlay starts at 3 steps, which these tiers do not offer: SGLang would refuse to start
     [f] = _errors(findings, "adaptive_config")
     assert "not one of the adaptive config's candidate steps [0, 2, 4]" in f.message
-    assert "speculative_hook.py:1417-1422" in f.message
+    assert "speculative_hook.py:1416-1421" in f.message
     _, findings = evaluate("t", "mine", None, environ=ENV, spec_params="2,1,3")
     assert _errors(findings, "adaptive_config") == []
 

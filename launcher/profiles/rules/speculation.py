@@ -129,7 +129,7 @@ def _adaptive_tiers(path: str) -> tuple[dict[int, list[int]] | None, str]:
 
 def adaptive_config(ctx: Context) -> Iterator[Finding]:
     """The adaptive config SGLang 0.5.23 reads at start-up: a file it can load (adaptive_spec_params.py:103-139),
-    whose candidate steps hold the starting steps (speculative_hook.py:1417-1422), and a log level that keeps
+    whose candidate steps hold the starting steps (speculative_hook.py:1416-1421), and a log level that keeps
     the INFO line the activation verdict reads (adaptive_spec_params.py:298-303)."""
     server = ctx.server
     if server.get("speculative-adaptive") is not True:
@@ -150,7 +150,7 @@ def adaptive_config(ctx: Context) -> Iterator[Finding]:
     if union is not None and isinstance(steps, str) and steps.strip().isdigit() and int(steps) not in union:
         yield ctx.finding("error", "adaptive_config", "server.speculative-num-steps",
                           f"speculative-num-steps {steps} is not one of the adaptive config's candidate steps "
-                          f"{union}: SGLang refuses to start ({HOOK_SRC}:1417-1422); start from one of them "
+                          f"{union}: SGLang refuses to start ({HOOK_SRC}:1416-1421); start from one of them "
                           "(--spec-params S,1,S+1 with S a candidate step of at least 1)")
     level = server.get("log-level")
     if isinstance(level, str) and level.lower() in ("warning", "error", "critical"):
