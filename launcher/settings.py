@@ -208,7 +208,7 @@ class Models(Section, title='models'):
 
 class WhatRuns(Section, title='what runs'):
     PROFILE = Setting(STR, "baseline", "Profile the server starts with (profiles/<name>.toml; `make profiles` lists them).", "server compose", example="baseline")
-    SPEC = Setting(STR, "eagle3", "Speculation mode: eagle3, ngram or off (profiles/spec/<mode>.toml).", "server client compose", example="eagle3")
+    SPEC = Setting(STR, "eagle3", "Speculation mode: eagle3, eagle3-adaptive, ngram or off (profiles/spec/<mode>.toml).", "server client compose", example="eagle3")
     MODEL_OVERLAY = Setting(STR, None, "Model overlay laid over every profile and spec mode (profiles/model/<name>.toml, e.g. kimi-k2: the model's tool-call and reasoning parsers); empty: none. One choice per deployment: a switch keeps the server's.", "server client compose", example="")
     KIT_PROFILES_DIR = Setting(PATHS, [], "Extra profile folders, colon-separated; their profiles shadow built-ins of the same name.", "server client", example="")
     KIT_BUILTIN_PROFILES_DIR = Setting(PATH, None, "Folder of the built-in profiles; unset: the ones shipped in the package (or profiles/ of a checkout).", "server client")

@@ -57,6 +57,8 @@ def test_no_switch_label_prefers_the_server_then_the_flags_then_current():
 
 def test_spec_from_server_info():
     assert spec_from_server_info({"speculative_algorithm": "EAGLE3"}) == "eagle3"
+    assert spec_from_server_info({"speculative_algorithm": "EAGLE3", "speculative_adaptive": False}) == "eagle3"
+    assert spec_from_server_info({"speculative_algorithm": "EAGLE3", "speculative_adaptive": True}) == "eagle3-adaptive"
     assert spec_from_server_info({"speculative_algorithm": None}) == "off"
     assert spec_from_server_info({"speculative_algorithm": "NGRAM"}) == "ngram"
     assert spec_from_server_info({}) is None

@@ -93,6 +93,8 @@ def spec_from_server_info(info: dict[str, Any]) -> str | None:
     algo = info.get("speculative_algorithm")
     if not algo or str(algo).upper() == "NONE":
         return "off"
+    if str(algo).upper() == "EAGLE3" and info.get("speculative_adaptive"):  # steps change while it serves
+        return "eagle3-adaptive"
     return {"EAGLE3": "eagle3", "NGRAM": "ngram"}.get(str(algo).upper(), str(algo).lower())
 
 
