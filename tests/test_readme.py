@@ -18,7 +18,7 @@ def _section(text: str, heading: str) -> str:
     start = lines.index(heading) + 1
     body = []
     for line in lines[start:]:
-        if re.match(r"#{1,%d} " % len(level), line):
+        if re.match(rf"#{{1,{len(level)}}} ", line):
             break
         body.append(line)
     return "\n".join(body)
