@@ -322,7 +322,6 @@ class KitCollector(Collector):
         g.add_metric([], skipped)
         return [g]
 
-
     def _server_changed(self) -> list[Metric]:
         g = GaugeMetricFamily("kit_server_changed_timestamp_seconds", "Unix time this control API last stopped or "
                               "started the server (a switch or a rollback); absent until it has.")
@@ -330,7 +329,6 @@ class KitCollector(Collector):
         if isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at) and at > 0:
             g.add_metric([], float(at))
         return [g]
-
 
     def _spec_adaptive(self) -> list[Metric]:
         """SGLang's adaptive EAGLE (--speculative-adaptive), from its log lines; absent unless the running plan
