@@ -158,3 +158,16 @@ def test_launcher_check_exits_2_on_a_refused_point():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "only top-k 1 adapts" in proc.stdout + proc.stderr
+
+
+def test_a_profiles_static_point_is_not_applied_under_adaptive(tmp_path, monkeypatch):
+    """A tune's winner pins a static point ([spec_params] 2,1,3); 2 is no candidate step of the default tiers,
+    so applying it under eagle3-adaptive would make the profile refuse this mode. It applies under eagle3."""
+    (tmp_path / "won.toml").write_text('description = "a tune winner"\nextends = "baseline"\n'
+                                       "[spec_params]\nsteps = 2\ntopk = 1\ndraft_tokens = 3\n")
+    monkeypatch.setenv("KIT_PROFILES_DIR", str(tmp_path))
+    plan, findings = evaluate("won", MODE, None, environ=ENV)
+    assert plan.spec_params.values() == (3, 1, 4) and plan.spec_params_from is None
+    assert [f for f in findings if f.level == "error"] == []
+    static, _ = evaluate("won", "eagle3", None, environ=ENV)
+    assert static.spec_params.values() == (2, 1, 3) and static.spec_params_from == str(tmp_path / "won.toml")

@@ -267,7 +267,9 @@ def evaluate(
 
     The point's precedence: `spec_params` > the profile's [spec_params] table (through `extends`) >
     the spec overlay's [server] keys. The profile's table applies only when the composed keys run
-    EAGLE speculation; under off/ngram it is ignored, without an error."""
+    static EAGLE speculation; under off/ngram, and under --speculative-adaptive (whose steps SGLang moves
+    itself; a profile's static point, such as a tune's winner, says nothing of where to start), it is
+    ignored, without an error."""
     from launcher.profiles import rules
 
     env_src = dict(os.environ) if environ is None else environ
@@ -276,7 +278,7 @@ def evaluate(
     res, env, server = resolve(profile, spec, env_src, overlay)
     point = coerce_spec_params(spec_params)
     pinned_by: Path | None = None  # the profile file whose [spec_params] the plan runs
-    if point is None and res.spec_params is not None and is_eagle(server):
+    if point is None and res.spec_params is not None and is_eagle(server) and server.get("speculative-adaptive") is not True:
         point, pinned_by = res.spec_params, res.origin["spec_params"]
     if point is not None:
         apply_spec_params(server, point, spec)
