@@ -142,8 +142,10 @@ def test_switch_drains_the_stream_then_restarts_and_commits(stack, switched):
     d = entry["durations"]
     assert d["drain_s"] > 0, d
     assert out["last_at"] <= entry["ts"] + d["drain_s"] + d["stop_s"], (out["last_at"], entry["ts"], d)
-    st = stack.status()
-    assert st["state"] == "serving" and st["profile"] == "real-b" and st["health"] == "ok", st
+    # SGLang's /health is a one-token generation with a time limit: on a loaded 2-core machine one probe can
+    # read 503 while the switched server serves; the kit's reading follows the next probe.
+    st = until(lambda: (s := stack.status())["health"] == "ok" and s, 180, "health ok after the switch")
+    assert st["state"] == "serving" and st["profile"] == "real-b", st
     committed = json.loads(StatePaths(stack.state_dir).committed.read_text())
     assert committed["plan"]["name"] == "real-b", committed
 
