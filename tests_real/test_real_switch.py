@@ -153,9 +153,12 @@ def test_switch_drains_the_stream_then_restarts_and_commits(stack, switched):
 def test_health_through_the_switch_is_up_refused_starting_up(switched):
     """What the health gate waits through on the real server: the old one answers, then nothing listens
     while the new one imports and loads (uvicorn binds last), then 503 while it warms up
-    (ServerStatus.Starting, sglang/srt/entrypoints/http_server.py:735-736), then 200."""
-    assert in_order(switched["health"], ["200", "refused", "503", "200"]), switched["health"]
-    assert switched["health"][-1] == "200"
+    (ServerStatus.Starting, sglang/srt/entrypoints/http_server.py:735-736), then 200. The warm-up can end
+    between two probes, and a loaded machine can make any probe time out or read 503 (the health check is a
+    time-limited one-token generation), so those answers are allowed anywhere and not required."""
+    seen = switched["health"]
+    assert in_order(seen, ["200", "refused", "200"]), seen
+    assert set(seen) <= {"200", "refused", "503", "timeout", "cut"}, seen
 
 
 def test_the_new_server_runs_the_new_flag_and_env(stack, switched):
@@ -167,7 +170,7 @@ def test_the_new_server_runs_the_new_flag_and_env(stack, switched):
     assert switched["after_info"]["max_running_requests"] == 16
     for p in stack.schedulers():
         assert environ_of(p.pid)[MARK] == "b", p.cmdline()[0]
-    assert httpx.get(f"{stack.server_url}/health", timeout=30).status_code == 200
+    until(lambda: httpx.get(f"{stack.server_url}/health", timeout=30).status_code == 200, 180, "healthy")
     r = stack.post("/generate", {"text": "after", "sampling_params": {"max_new_tokens": 2, "temperature": 0}})
     assert r.status_code == 200 and r.json()["meta_info"]["completion_tokens"] == 2
 
