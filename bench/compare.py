@@ -18,8 +18,6 @@ bundles were gated differently.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
 import sys
@@ -29,7 +27,7 @@ from typing import Any, ClassVar
 from rich.console import Console
 from rich.table import Table
 
-from bench import bundle, bundle_names
+from bench import bundle, bundle_names, tables
 from bench.args import CliArgs, entry_point
 from bench.bundle_schema import Cell
 from bench.stats import benjamini_hochberg, welch
@@ -252,12 +250,7 @@ CSV_FIELDS = ("profile", "spec", "concurrency", "metric", "a", "a_sd", "a_n", "b
 
 
 def csv_text(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
-    return buf.getvalue()
+    return tables.csv_text(rows, CSV_FIELDS)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,13 +9,11 @@ the valid repeats of a level, pooled); a bundle whose request rows lack them sho
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bench import bundle, bundle_aggregate, bundle_names
+from bench import bundle, bundle_aggregate, bundle_names, tables
 from bench.args import CliArgs, entry_point
 from bench.bundle_schema import Cell
 from bench.run import correctness, logprob_gate
@@ -258,16 +256,7 @@ def _markdown(manifest: dict[str, Any], table: list[dict[str, Any]]) -> str:
 
 def csv_text(manifest: dict[str, Any], cells: list[Cell], run_dir: str | Path | None = None) -> str:
     """summary.csv; with `run_dir`, the TTFT/TPOT percentiles from its request files."""
-    return _csv_text(rows(manifest, cells, run_dir))
-
-
-def _csv_text(table: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for r in table:
-        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
-    return buf.getvalue()
+    return tables.csv_text(rows(manifest, cells, run_dir), CSV_FIELDS)
 
 
 def build(run_dir: str | Path) -> list[Path]:
@@ -278,7 +267,7 @@ def build(run_dir: str | Path) -> list[Path]:
     manifest, cells = bundle.load(d)
     table = rows(manifest, cells, d)
     written = [
-        atomic.write_text(d / "summary.csv", _csv_text(table)),
+        atomic.write_text(d / "summary.csv", tables.csv_text(table, CSV_FIELDS)),
         atomic.write_text(d / "summary.md", _markdown(manifest, table)),
     ]
     written += plots.write_all(d, manifest, cells, table)

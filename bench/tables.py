@@ -1,7 +1,9 @@
-"""Plain result tables for the terminal (rich): one number format and one table shape for every command."""
+"""Plain result tables for the terminal (rich) and as CSV: one number format and one table shape for every command."""
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -25,3 +27,13 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], lef
     for row in rows:
         t.add_row(*(str(c) for c in row))
     return t
+
+
+def csv_text(rows: Iterable[dict[str, Any]], fields: Sequence[str]) -> str:
+    """The rows as CSV with a header: the named fields in order, others dropped, None as an empty cell."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in fields})
+    return buf.getvalue()

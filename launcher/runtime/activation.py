@@ -153,13 +153,19 @@ def _backend_raw(det: Detector, start: _Start) -> dict:
                             f"those ranks run other collectives{why}; {line}")
     elif gave_up:
         out.update(active=False, verdict="fell_back", evidence=f"{gave_up[0]} ({gave_up[1]})")
-    elif start.record is None:
-        out.update(active=False, verdict="inactive",
-                   evidence="the running server's start is not in the server log or in the state dir's start records")
     else:
-        out.update(active=False, verdict="inactive",
-                   evidence=f"no '{det.line}' in the server log since it started ({det.source})")
+        out.update(_unseen(start, det.line, det.source))
     return out
+
+
+def _unseen(start: _Start, line: str, source: str) -> dict:
+    """The verdict when the line that says a path is on never appeared: inactive, and whether the start itself
+    is missing from the log or the line is."""
+    if start.record is None:
+        evidence = "the running server's start is not in the server log or in the state dir's start records"
+    else:
+        evidence = f"no '{line}' in the server log since it started ({source})"
+    return {"active": False, "verdict": "inactive", "evidence": evidence}
 
 
 def _ca_registered(flags, start: _Start) -> str | None:
@@ -332,12 +338,8 @@ def _adaptive_status(start: _Start) -> dict:
     elif off:
         out.update(active=False, verdict="fell_back", reason=adaptive_reason(off[0]),
                    evidence=f"{off[0]} ({off[1]}): SGLang runs the static point")
-    elif start.record is None:
-        out.update(active=False, verdict="inactive",
-                   evidence="the running server's start is not in the server log or in the state dir's start records")
     else:
-        out.update(active=False, verdict="inactive",
-                   evidence=f"no '{ADAPTIVE_ON[0]}' in the server log since it started ({ADAPTIVE_ON[1]})")
+        out.update(_unseen(start, *ADAPTIVE_ON))
     return out
 
 
