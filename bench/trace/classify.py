@@ -53,6 +53,10 @@ def _nccl_op(name: str) -> str:
     return "collective"
 
 
+_FUSED_AR = (r"allreduce_?fusion|all_reduce_fus|ar_fusion|trtllm\w*all_?reduce|moe_finalize_all_reduce|"
+             r"all_reduce_push_res|lamport\w*all_?reduce|all_?reduce\w*lamport")
+_CUSTOM_AR = (r"cross_device_reduce|all_reduce_[12]shot|(?:one|two)_?shot\w*all_?reduce|(?:one|two)shotallreduce|"
+              r"custom_?all_?reduce|quick_?all_?reduce|allreduce_[12]stage")
 _RULES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), family, op)
     for pattern, family, op in (
@@ -60,21 +64,11 @@ _RULES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
         (r"deep_?ep\w*::\w*::dispatch|deep_?ep.*\bdispatch", "deepep", "dispatch"),
         (r"deep_?ep\w*::\w*::combine|deep_?ep.*\bcombine", "deepep", "combine"),
         (r"deep_?ep::", "deepep", "all_to_all"),
-        (
-            r"allreduce_?fusion|all_reduce_fus|ar_fusion|trtllm\w*all_?reduce|moe_finalize_all_reduce|"
-            r"all_reduce_push_res|lamport\w*all_?reduce|all_?reduce\w*lamport",
-            "fused-ar",
-            "all_reduce",
-        ),
+        (_FUSED_AR, "fused-ar", "all_reduce"),
         (r"mscclpp", "mscclpp", "all_reduce?"),
         (r"\ballreduce(?:allpairs|packet|nvls\w*|rsag\w*|\d+)\b", "mscclpp", "all_reduce"),
         (r"symmetric_memory|multimem\w*all_?reduce", "symm-mem", "all_reduce"),
-        (
-            r"cross_device_reduce|all_reduce_[12]shot|(?:one|two)_?shot\w*all_?reduce|(?:one|two)shotallreduce|"
-            r"custom_?all_?reduce|quick_?all_?reduce|allreduce_[12]stage",
-            "custom-ar",
-            "all_reduce",
-        ),
+        (_CUSTOM_AR, "custom-ar", "all_reduce"),
         (r"\bnccl(?:dev)?kernel|^\s*(?:void\s+)?nccl", "nccl", "nccl"),
         (r"all_?reduce", "other-ar", "all_reduce"),
     )
