@@ -57,6 +57,21 @@ def _spec_params(args: argparse.Namespace):
     return parse(args.spec_params)
 
 
+def _adaptive_tiers_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--adaptive-tiers", default=None, metavar="B:S,...",
+                   help="under --spec eagle3-adaptive: per batch-size tier B the EAGLE-3 steps S (0: no speculation), "
+                        "replacing the overlay's config (e.g. 1:3,4:1,16:0; launcher/profiles/adaptive_tiers.py)")
+
+
+def _adaptive_tiers(args: argparse.Namespace):
+    """The --adaptive-tiers record, or None; UserError (exit 2) when malformed."""
+    if args.adaptive_tiers is None:
+        return None
+    from launcher.profiles.adaptive_tiers import parse
+
+    return parse(args.adaptive_tiers)
+
+
 def _model_overlay_arg(p: argparse.ArgumentParser, extra: str = "") -> None:
     p.add_argument("--model-overlay", default=None, metavar="NAME",
                    help=f"model overlay laid last (profiles/model/<name>.toml), '' for none{extra} "
@@ -97,7 +112,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     env = check_environ()
     # The real parser as `check` and `render` use it: show never prints flags SGLang would refuse.
     plan = build_plan(args.profile, _spec(args), _facts(args.host_facts), use_parser=sglang_args.available(),
-                      model_overlay=args.model_overlay, spec_params=_spec_params(args), environ=env)
+                      model_overlay=args.model_overlay, spec_params=_spec_params(args),
+                      adaptive_tiers=_adaptive_tiers(args), environ=env)
     placeholders = sorted(env.used)
     if placeholders:
         print(_placeholder_note(placeholders), file=sys.stderr)
@@ -112,6 +128,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         sp = plan.spec_params
         pinned = f" (the profile's [spec_params], {plan.spec_params_from})" if plan.spec_params_from else ""
         print(f"# spec params: steps {sp.steps}, topk {sp.topk}, draft tokens {sp.draft_tokens}{pinned}")
+    if plan.adaptive_tiers is not None:
+        pinned = f" (the profile's [adaptive_tiers], {plan.adaptive_tiers_from})" if plan.adaptive_tiers_from else ""
+        print(f"# adaptive tiers (batch size: steps): {plan.adaptive_tiers}{pinned}")
     stand_in = f" (with placeholders for {', '.join(placeholders)}; set them for the real one)" if placeholders else ""
     print(f"# digest {plan.digest()}{stand_in}; from {', '.join(plan.sources)}")
     declared = {k: v for k, v in plan.requires.items() if k != "conditions"}
@@ -154,9 +173,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     every = args.all or not args.profiles
     names = available_names() if every else args.profiles
     point = _spec_params(args)
+    tiers = _adaptive_tiers(args)
     # A point is EAGLE-3's: with --spec-params the default spec mode is eagle3, and every mode asked
-    # for must run EAGLE (a point for ngram/off is an error naming it, from the plan).
-    spec_arg = args.spec or ("eagle3" if point is not None else "all")
+    # for must run EAGLE (a point for ngram/off is an error naming it, from the plan); tiers are eagle3-adaptive's.
+    spec_arg = args.spec or ("eagle3-adaptive" if tiers is not None else "eagle3" if point is not None else "all")
     specs = spec_modes() if spec_arg == "all" else [spec_arg]
     # Every profile: every model overlay too (and none); named profiles: the one MODEL_OVERLAY names.
     chosen = args.model_overlay if args.model_overlay is not None else ("all" if every else None)
@@ -185,9 +205,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             label = f"{name} + {_combo_label(spec, overlay)}"
             try:
                 plan, findings = evaluate(name, spec, facts, environ=env, use_parser=use_parser,
-                                          model_overlay=overlay or "", spec_params=point)
+                                          model_overlay=overlay or "", spec_params=point, adaptive_tiers=tiers)
             except UserError as exc:
-                if not every or point is not None:  # a point the mode cannot take is the answer, not a row  # a profile named on the command line: its error is the answer
+                if not every or point is not None or tiers is not None:  # a point the mode cannot take is the answer, not a row  # a profile named on the command line: its error is the answer
                     raise
                 # --all: one broken file must not hide the others
                 print(f"FAIL  {label}")
@@ -269,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("profile")
     _spec_arg(s)
     _spec_params_arg(s)
+    _adaptive_tiers_arg(s)
     s.add_argument("--host-facts", help="JSON from `launcher doctor --json`")
     s.add_argument("--env-file", help="docker-compose style .env whose values fill unset variables")
     _model_overlay_arg(s)
@@ -278,8 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("check", help="validate profiles: schema, rules, SGLang's real parser")
     s.add_argument("profiles", nargs="*")
     s.add_argument("--all", action="store_true", help="every profile (default when none is named)")
-    s.add_argument("--spec", default=None, help="spec mode to check, or all (default; eagle3 with --spec-params)")
+    s.add_argument("--spec", default=None, help="spec mode to check, or all (default; eagle3 with --spec-params, "
+                                                "eagle3-adaptive with --adaptive-tiers)")
     _spec_params_arg(s)
+    _adaptive_tiers_arg(s)
     _model_overlay_arg(s, ", or all (the default with --all: none and every overlay)")
     s.add_argument("--host-facts")
     s.add_argument("--require-parser", action="store_true", help="fail when sglang is not importable")

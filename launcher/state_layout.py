@@ -37,6 +37,7 @@ STATE_LAYOUT = {
     "socket": "supervisor.sock",
     "logs": "logs",
     "server_log": "logs/sglang.log",
+    "adaptive": "adaptive",  # tuned adaptive EAGLE configs, by content: <sha>.json (profiles/adaptive_tiers.py)
     "starts": "starts",  # one JSON record per server start: the activation lines each rank logged (start_records.py)
     "supervisord_log": "logs/supervisord.log",
 }
@@ -60,6 +61,7 @@ class StatePaths:
     socket: Path
     logs: Path
     server_log: Path
+    adaptive: Path
     starts: Path
     supervisord_log: Path
 

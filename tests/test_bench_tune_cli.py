@@ -34,6 +34,12 @@ def _token(monkeypatch):
     (["--facts", "/nonexistent/facts.json"], "--facts /nonexistent/facts.json: no such file"),
     (["--allreduce", "/nonexistent/ar"], "--allreduce"),
     (["--url", "localhost:1"], "--url 'localhost:1'"),
+    (["--adaptive", "--concurrency", "1,4"], "give 1 and at least two higher levels"),
+    (["--adaptive", "--concurrency", "2,4,8"], "give 1 and at least two higher levels"),
+    (["--adaptive", "--concurrency", "1,4,16", "--spec", "eagle3"], "add off to --spec"),
+    (["--adaptive", "--concurrency", "1,4,16", "--spec", "off,ngram"], "add eagle3 to --spec"),
+    (["--adaptive", "--concurrency", "1,4,16", "--objective", "goodput", "--ttft-ms", "5", "--tpot-ms", "5"],
+     "drop --objective goodput"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(extra, needle, capsys):
     assert main([*BASE, *extra]) == 2
@@ -85,3 +91,11 @@ def test_min_exact_match_is_gone():
     with pytest.raises(SystemExit) as exc:
         TuneArgs.parse([*BASE, "--min-exact-match", "0.9"])
     assert exc.value.code == 2
+
+
+def test_adaptive_judges_every_level_and_gates_under_eagle3_adaptive_too():
+    s = TuneArgs.parse([*BASE, "--adaptive", "--concurrency", "4,1,16"]).settings([])
+    assert s.adaptive and s.objective.levels == (1, 4, 16) and s.objective.concurrency == 4
+    assert s.reference_specs() == (*s.specs, "eagle3-adaptive") and list(s.measuring()["objective"]["levels"]) == [1, 4, 16]
+    plain = TuneArgs.parse(BASE).settings([])
+    assert plain.reference_specs() == plain.specs and "levels" not in plain.measuring()["objective"]

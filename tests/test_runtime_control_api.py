@@ -4,6 +4,7 @@ server are fakes: the switch answers the typed entry as JSON, bad input is 400, 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -114,5 +115,41 @@ def test_status_shows_the_tune_hold_without_its_id_and_a_switch_still_runs(tmp_p
         assert st["tune_hold"]["holder"] == "bench tune (pid 1)" and hold_id not in str(st)
         r = await client.post("/switch", json={"profile": "nccl-tuned", "spec": "off"}, headers=AUTH)
         assert (await r.json())["outcome"] == "switched"  # the hold keeps tunes apart, never an operator out
+
+    api(tmp_path, body)
+
+
+def test_a_tuned_adaptive_config_is_checked_switched_to_and_bad_ones_are_400(tmp_path, monkeypatch):
+    """`adaptive_tiers` in /check and /switch (launcher/profiles/adaptive_tiers.py): refused with 400 and nothing
+    changed when malformed or outside eagle3-adaptive; written into the state dir when switched to."""
+    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path))
+
+    async def body(client, lc, sup, server):
+        for bad, words in (({"1": [0]}, "every tier has 0 steps"), ({"x": [1]}, "no batch size"),
+                           ({"1": "2"}, "adaptive_tiers")):
+            for route in ("/check", "/switch"):
+                r = await client.post(route, json={"profile": "baseline", "spec": "eagle3-adaptive",
+                                                   "adaptive_tiers": bad}, headers=AUTH)
+                assert r.status == 400 and words in (await r.json())["error"], (route, bad)
+        r = await client.post("/switch", json={"profile": "baseline", "spec": "eagle3", "adaptive_tiers": {"1": [2]}},
+                              headers=AUTH)
+        assert r.status == 400 and "eagle3-adaptive only" in (await r.json())["error"]
+        assert sup.stops == 0 and not (tmp_path / "adaptive").exists()
+        tiers = {"1": [2], "4": [1], "16": [0]}
+        r = await client.post("/check", json={"profile": "baseline", "spec": "eagle3-adaptive", "adaptive_tiers": tiers},
+                              headers=AUTH)
+        checked = await r.json()
+        assert r.status == 200 and checked["plan"]["adaptive_tiers"] == tiers
+        r = await client.post("/switch", json={"profile": "baseline", "spec": "eagle3-adaptive", "adaptive_tiers": tiers},
+                              headers=AUTH)
+        data = await r.json()
+        # the fake server logs no start-up lines, so the expected backend (spec-adaptive) is never seen and the switch
+        # rolls back; the plan it ran is the one asked for (the stand-in tune test, test_bench_tune_runner_adaptive.py,
+        # switches to one for real)
+        assert r.status == 200 and data["outcome"] in ("switched", "rolled_back"), data.get("error")
+        assert data["to"]["adaptive_tiers"] == tiers and data["to"]["digest"] == checked["digest"]
+        written = list((tmp_path / "adaptive").glob("*.json"))
+        assert [json.loads(p.read_text()) for p in written] == [{"1": {"candidate_steps": [2]}, "4": {
+            "candidate_steps": [1]}, "16": {"candidate_steps": [0]}}]
 
     api(tmp_path, body)

@@ -35,7 +35,9 @@ class CellDraft(bundle_names.CellNames):
     """A cell while it is measured; `close_cell` turns it into its record.
 
     `spec_params`: the EAGLE-3 point the cell is switched to (`bench run --eagle3`), None for the spec
-    overlay's own; `plan_spec_params` is the point the running plan reports (/plan), whichever it is."""
+    overlay's own; `plan_spec_params` is the point the running plan reports (/plan), whichever it is.
+    `adaptive_tiers`: the tuned adaptive config ({"B": [steps]}) it is switched to under eagle3-adaptive
+    (`bench tune --adaptive`), None for the spec overlay's own."""
 
     profile: str
     spec: str
@@ -52,6 +54,7 @@ class CellDraft(bundle_names.CellNames):
     simulated: bool = False
     invalid_reason: str | None = None  # why the cell stopped before its repeats were done
     per_repeat: list[dict[str, Any]] = field(default_factory=list)  # bench/run/repeat.py's summaries
+    adaptive_tiers: dict[str, list[int]] | None = None
 
     def adopt(self, earlier: Mapping[str, Any]) -> None:
         """What an earlier measurement of this cell (its record as JSON) says of its switch, plan and server."""
@@ -61,10 +64,11 @@ class CellDraft(bundle_names.CellNames):
 
 
 def new_cell(*, profile: str, spec: str, settings: RunSettings, num_prompts: int,
-             spec_params: SpecParams | Mapping[str, Any] | None = None) -> CellDraft:
+             spec_params: SpecParams | Mapping[str, Any] | None = None,
+             adaptive_tiers: dict[str, list[int]] | None = None) -> CellDraft:
     """A cell before anything ran (its switch skipped with --no-switch)."""
     return CellDraft(profile=profile, spec=spec, settings=settings, num_prompts=num_prompts,
-                     spec_params=coerce(spec_params) if spec_params else None,
+                     spec_params=coerce(spec_params) if spec_params else None, adaptive_tiers=adaptive_tiers,
                      switch=None if settings.switching else {"outcome": "skipped (--no-switch)"})
 
 

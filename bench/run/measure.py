@@ -52,7 +52,7 @@ class CellMeasurer:
             self.say(f"switching to {name} ...")
         self.phase("switching")
         code, body = await self.control.switch_when_idle(cell.profile, cell.spec, self.settings.switch_timeout,
-                                                         spec_params=point)
+                                                         spec_params=point, adaptive_tiers=cell.adaptive_tiers)
         if code in (401, 403):
             raise UserError(f"control API refused the switch (HTTP {code}): {body.get('error')}; set KIT_CONTROL_TOKEN")
         outcome = body.get("outcome") or ("failed" if code != 200 else "unknown")

@@ -49,7 +49,8 @@ class TuneArgs(CliArgs, TuneKnobs):
         "budget: screen every profile, then successive halving; decide with blocked, mirrored final repeats and a "
         "bootstrap test; gate "
         "every cell against baseline, write tune.json, a plot and a profile file; production is put back on "
-        "the plan it started with unless --apply."
+        "the plan it started with unless --apply. With --adaptive, also SGLang's own per-batch-size adaptive "
+        "config, written from the fastest static point at each --concurrency level and decided on like the rest."
     )
 
     url: str | None = None
@@ -126,6 +127,13 @@ class TuneArgs(CliArgs, TuneKnobs):
                             f"A B C C B A (default {cls.final_blocks}; docs/tune.md)")
         p.add_argument("--finalists", type=int, default=cls.finalists,
                        help=f"candidates that reach the final beside the running plan (default {cls.finalists})")
+        p.add_argument("--adaptive", action="store_true",
+                       help="also write SGLang's --speculative-adaptive-config from the static points: measure every "
+                            "point at each --concurrency level (1 and at least two higher, e.g. 1,4,16), take the "
+                            "fastest correct one at each level, write one tier per level with its EAGLE-3 steps (0 "
+                            "where off wins), and put that eagle3-adaptive plan in the final beside the best static "
+                            "ones and the running plan; judged on the geometric mean of tok/s over the levels; "
+                            "needs --spec with off and eagle3 (docs/tune.md)")
         return p
 
     def settings(self, argv: list[str]) -> TuneSettings:
@@ -164,13 +172,16 @@ class TuneArgs(CliArgs, TuneKnobs):
         if self.allreduce and not Path(self.allreduce).exists():
             raise UserError(f"--allreduce {self.allreduce}: no such file or folder (a `bench allreduce --out` result)")
         concurrency = positive_ints("--concurrency", self.concurrency)
+        if self.adaptive:
+            check_adaptive(concurrency, specs, self.objective)
         if self.objective == "goodput" and (self.ttft_ms is None or self.tpot_ms is None):
             raise UserError("--objective goodput needs both --ttft-ms and --tpot-ms (the targets a request must meet)")
         for flag, v in (("--ttft-ms", self.ttft_ms), ("--tpot-ms", self.tpot_ms)):
             if v is not None and not 0 < v < float("inf"):
                 raise UserError(f"{flag} {v}: must be a positive number of milliseconds")
         objective = Objective(kind=self.objective, concurrency=concurrency[0], ttft_ms=self.ttft_ms,  # type: ignore[arg-type]
-                              tpot_ms=self.tpot_ms, goodput_unit=self.goodput_unit)  # type: ignore[arg-type]
+                              tpot_ms=self.tpot_ms, goodput_unit=self.goodput_unit,  # type: ignore[arg-type]
+                              levels=tuple(sorted(set(concurrency))) if self.adaptive else ())
         check_name("profile", self.profile_name)
         if (builtin_profiles_dir() / f"{self.profile_name}.toml").is_file() or self.profile_name == BASE_NAME:
             raise UserError(f"--profile-name {self.profile_name}: a built-in profile has that name; the written file "
@@ -190,6 +201,20 @@ class TuneArgs(CliArgs, TuneKnobs):
             "points": tuple(points), "budget_s": budget_s, "concurrency": concurrency, "objective": objective,
             "facts": facts, "argv": list(argv),
         })
+
+
+def check_adaptive(concurrency: list[int], specs: tuple[str, ...], objective: str) -> None:
+    """--adaptive's needs (exit 2): levels 1 and at least two higher, off and eagle3 to fill tiers, tok/s."""
+    levels = sorted(set(concurrency))
+    if levels[0] != 1 or len(levels) < 3:
+        raise UserError(f"--adaptive writes one tier per --concurrency level: give 1 and at least two higher levels "
+                        f"(e.g. --concurrency 1,4,16), not {','.join(map(str, concurrency))}")
+    missing = [m for m in ("off", "eagle3") if m not in specs]
+    if missing:
+        raise UserError(f"--adaptive fills tiers with EAGLE-3 points and with off (0 steps where speculation does not "
+                        f"pay): add {' and '.join(missing)} to --spec")
+    if objective != "tokps":
+        raise UserError("--adaptive judges output tok/s across the --concurrency levels; drop --objective goodput")
 
 
 def tune(s: TuneSettings, *, token: str, console: Console) -> int:

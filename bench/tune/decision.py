@@ -92,18 +92,25 @@ class Objective:
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     goodput_unit: Literal["req/s", "tok/s"] = "req/s"
+    # `bench tune --adaptive`: tok/s judged across these concurrency levels at once, a repeat's value the geometric
+    # mean of its tok/s at each (bench/tune/levels.py); () judges at `concurrency` alone
+    levels: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind == "goodput" and (self.ttft_ms is None or self.tpot_ms is None):
             raise ValueError("goodput needs both a TTFT and a TPOT target")
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if self.levels and self.kind != "tokps":
+            raise ValueError("an objective across concurrency levels is output tok/s")
 
     @property
     def unit(self) -> str:
         return "tok/s" if self.kind == "tokps" else f"goodput {self.goodput_unit}"
 
     def describe(self) -> str:
+        if self.levels:
+            return f"output tok/s, geometric mean over concurrency {', '.join(str(c) for c in self.levels)}"
         if self.kind == "tokps":
             return f"output tok/s at concurrency {self.concurrency}"
         return (f"goodput ({self.goodput_unit} of requests with TTFT ≤ {self.ttft_ms:g} ms and TPOT ≤ "

@@ -68,7 +68,7 @@ async def server_check(s: TuneSettings, control: ControlClient, sp: TuneSpace) -
     facts, SGLang's parser, the patch check), before the first switch. An EAGLE-3 point the server
     refuses under every profile is the user's mistake (exit 2); a refused candidate is left out with
     the server's reason, and a refused reference leaves out its spec mode (nothing to gate against)."""
-    refs = [Candidate(REFERENCE_PROFILE, spec) for spec in s.specs]
+    refs = [Candidate(REFERENCE_PROFILE, spec) for spec in s.reference_specs()]
     refused: dict[str, str] = {}
     for c in [*refs, *sp.candidates]:
         code, body = await control.check(c.profile, c.spec, c.point_json())

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.tune import space
+from bench.tune import adaptive, space
 from bench.tune.result import TUNE_JSON, TUNE_PNG, winner_of
 from bench.tune.runner import TuneRun
 from bench.tune.space import Candidate
@@ -42,7 +42,8 @@ def restore(run: TuneRun) -> None:
                         plan.get("name"), plan.get("spec"), plan.get("digest")) and status.get("state") in ANSWERING:
                     return None
                 code, body = await client.switch_when_idle(str(plan["name"]), str(plan["spec"]), run.s.switch_timeout,
-                                                           spec_params=plan.get("spec_params"))
+                                                           spec_params=plan.get("spec_params"),
+                                                           **tiers_of(plan))
                 why = f"HTTP {code} {body.get('outcome')}: {body.get('error')}"
                 if body.get("outcome") not in OK_OUTCOMES:
                     return why
@@ -58,6 +59,11 @@ def restore(run: TuneRun) -> None:
     else:
         run.console.print(f"could not put production back on {label} ({failure}); switch it by hand "
                           "(launcher switch / POST /switch)", style="bold red")
+
+
+def tiers_of(plan: dict[str, Any]) -> dict[str, Any]:
+    """The switch's `adaptive_tiers` for a plan that ran a tuned adaptive config, else nothing."""
+    return {"adaptive_tiers": plan["adaptive_tiers"]} if plan.get("adaptive_tiers") else {}
 
 
 def finish(run: TuneRun, path: Path) -> int:
@@ -78,6 +84,9 @@ def finish(run: TuneRun, path: Path) -> int:
                 f"{comp['ci_high']:+.2f}, n={comp['n_contender']}/{comp['n_other']})")
     else:
         say(f"{prefix}{run.decision.summary() if run.decision else d['outcome'] + ': ' + str(d.get('chosen')) + ' stays'}")
+    if data.get("adaptive"):
+        for line in adaptive.summary_lines(data["adaptive"], winner.label if winner else None):
+            say(f"{prefix}{line}")
     rc = 0
     if run.s.apply and winner is not None:
         rc = apply(run, winner, data)
@@ -109,19 +118,20 @@ def apply(run: TuneRun, winner: Candidate, data: dict[str, Any]) -> int:
     plan the tune started from, naming both."""
     client = SyncControlClient(run.s.control, run.token, run.s.connect_timeout)
     want = chosen_digest(run, winner)
-    profile, params, what = winner.profile, winner.point_json(), winner.label
+    profile, params, tiers, what = winner.profile, winner.point_json(), winner.tiers_json(), winner.label
     names = [p.get("name") for p in client.profiles()]
     if run.s.profile_name in names and data.get("profile_file"):
         code, body = client.check(run.s.profile_name, winner.spec)
         if code == 200 and want is not None and body.get("digest") == want:
-            profile, params = run.s.profile_name, None
+            profile, params, tiers = run.s.profile_name, None, None  # the file's [adaptive_tiers], if any
             what = f"profile {run.s.profile_name} ({data['profile_file']}) + {winner.spec}"
         else:
             got = body.get("digest") or f"HTTP {code}: {body.get('error')}"
             run.console.print(f"--apply: the server's profile {run.s.profile_name} is not the plan the tune chose "
                               f"({got} against {winner.label}'s {want}: an older file of that name?); applying "
                               f"{winner.label} itself", style="yellow")
-    code, body = client.switch(profile, winner.spec, run.s.switch_timeout, spec_params=params)
+    code, body = client.switch(profile, winner.spec, run.s.switch_timeout, spec_params=params,
+                               **({"adaptive_tiers": tiers} if tiers else {}))
     to = body.get("to")
     ran = (to.get("digest") if isinstance(to, dict) else None) or client.status().get("digest")
     if body.get("outcome") in OK_OUTCOMES and (want is None or ran == want):
@@ -140,6 +150,11 @@ def apply(run: TuneRun, winner: Candidate, data: dict[str, Any]) -> int:
 
 def roll(run: TuneRun, winner: Candidate) -> int:
     """--fleet: the winner's plan through every host of the fleet, one at a time (launcher/fleet/rolling.py)."""
+    if winner.tiers is not None:  # the rolling switch carries a point, not yet a tuned adaptive config
+        run.console.print(f"--fleet: {winner.label} is a tuned adaptive config, which the rolling switch cannot carry "
+                          "yet; copy the written profile to every host's KIT_PROFILES_DIR and roll it by name "
+                          "(launcher fleet switch)", style="bold red")
+        return 1
     fleet = fleetfile.load(run.s.fleet or "")
     history = rolling.default_history(Path(run.s.fleet or ""))
     try:

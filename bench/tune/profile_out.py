@@ -1,6 +1,7 @@
 """The winner as a user profile: a TOML file that `extends` the winning profile, pins its EAGLE-3
-point as the profile's `[spec_params]` table (`steps`, `topk`, `draft_tokens`), and carries its
-evidence in comments: bundle path, figures, date and host fingerprint. Nothing from a measurement
+point as the profile's `[spec_params]` table (`steps`, `topk`, `draft_tokens`), or, for an eagle3-adaptive
+winner of `bench tune --adaptive`, its tiers as the `[adaptive_tiers]` table (launcher/profiles/adaptive_tiers.py),
+and carries its evidence in comments: bundle path, figures, date and host fingerprint. Nothing from a measurement
 reaches a TOML value but numbers; comment text is cut to one printable line, so a GPU name cannot
 break the file.
 
@@ -68,7 +69,7 @@ def render(name: str, winner: Candidate, evidence: Evidence) -> str:
         lines.append(f"# decision: {_line(evidence.decision, 400)}")
     if winner.spec != "off":
         lines.append(f"# run it with --spec {winner.spec} (SPEC={winner.spec} for make)")
-    point = f" {winner.point.text()}" if winner.point else ""
+    point = f" {winner.point.text()}" if winner.point else f" {winner.tiers.text()}" if winner.tiers else ""
     description = f"bench tune winner: {winner.profile} + {winner.spec}{point}, measured {evidence.date[:10]}"
     lines += [
         f'extends = "{winner.profile}"',
@@ -78,6 +79,10 @@ def render(name: str, winner: Candidate, evidence: Evidence) -> str:
     if winner.point:
         lines += ["", "[spec_params]", "# the EAGLE-3 point the tune measured; applies under --spec eagle3"]
         lines += [f"{k} = {v}" for k, v in winner.point.model_dump().items()]
+    if winner.tiers:
+        lines += ["", "[adaptive_tiers]", "# batch size = EAGLE-3 steps SGLang runs at that size and up to the next "
+                  "(0: no speculation); written to the --speculative-adaptive-config file under --spec eagle3-adaptive"]
+        lines += [f"{b} = {list(steps)}" for b, steps in winner.tiers.tiers]
     return "\n".join(lines) + "\n"
 
 

@@ -128,7 +128,8 @@ def tune_json(run: TuneRun, *, run_id: str, complete: bool, interrupted: bool, p
                                                        ("name", "spec", "spec_params", "digest")}}
         if run.incumbent else None,
         "winner": None if w is None else {"label": w.label, "profile": w.profile, "spec": w.spec,
-                                          "spec_params": w.point_json()},
+                                          "spec_params": w.point_json(),
+                                          **({"adaptive_tiers": w.tiers_json()} if w.tiers else {})},
         "cells": [cell_summary(run, label) for label in labels(run)],
         "excluded": [{"profile": x.profile, "spec": x.spec, "reason": x.reason} for x in run.excluded],
         "invalidated": [{"label": k, "why": v} for k, v in run.invalidated],
@@ -141,6 +142,7 @@ def tune_json(run: TuneRun, *, run_id: str, complete: bool, interrupted: bool, p
                    "measuring_s": busy, "overhead_s": elapsed - busy,
                    "overhead_per_cell_s": (elapsed - busy) / len(run.timing.cells) if run.timing.cells else None},
         "journal": str(Path(s.out) / journal.JOURNAL),
+        **({"adaptive": run.adaptive.to_json() if run.adaptive else {"reason": "not reached"}} if s.adaptive else {}),
     }
 
 

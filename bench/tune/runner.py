@@ -12,6 +12,7 @@ Order of work (docs/tune.md):
 3. one reference cell per spec mode, `baseline+<spec>`: the outputs every cell is gated against;
 4. every profile's most promising candidate, then successive halving over the rest, most promising
    first (bench/tune/order.py), keeping time for the final comparison; only screened candidates reach it;
+   with --adaptive, the tiers written from each level's winner join them (bench/tune/adaptive.py);
 5. the finalists and the running plan in blocks, mirrored (bench/tune/schedule.py): a few switches;
 6. the decision (bench/tune/decision.py), the bundle, tune.json, the plot and the profile file
    (bench/tune/result.py);
@@ -39,8 +40,8 @@ from bench.run.logprob_gate import TokenLogprob
 from bench.run.measure import CellMeasurer
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.server_client import ServerClient
-from bench.tune import journal, ledger, order, outside, schedule, space, tune_state
-from bench.tune.decision import Decision, Repeat, RequestTiming, decide
+from bench.tune import adaptive, journal, ledger, levels, order, outside, schedule, space, tune_state
+from bench.tune.decision import Decision, decide
 from bench.tune.hold import TuneHold
 from bench.tune.ledger import Ledger, reference_label
 from bench.tune.planning import REFERENCE_PROFILE, plan_space
@@ -55,19 +56,6 @@ from launcher.runtime.control_client import ControlClient
 from launcher.runtime.states import ANSWERING, Outcome
 
 SERVER_ONLY = "server-only"  # the profile hash of a profile this machine has no file of
-
-
-def _repeat_of(rep: dict[str, Any], rows: Sequence[dict[str, Any]]) -> Repeat:
-    """The decision's view of one repeat: tok/s, wall time, each request's TTFT/TPOT."""
-    reqs = tuple(
-        RequestTiming(ok=bool(r.get("ok")),
-                      ttft_ms=None if r.get("ttft_s") is None else float(r["ttft_s"]) * 1000.0,
-                      tpot_ms=None if r.get("tpot_s") is None else float(r["tpot_s"]) * 1000.0,
-                      output_tokens=int(r.get("completion_tokens") or 0))
-        for r in rows
-    )
-    return Repeat(tokps=float(rep.get("output_throughput") or 0.0), duration_s=float(rep.get("duration") or 0.0),
-                  requests=reqs)
 
 
 def profile_hash(name: str) -> str:
@@ -114,6 +102,7 @@ class TuneRun:
         self.cells = Ledger(self.thresholds)  # the journal entries, reused and new, and their verdicts
         self.switched = False  # production left its starting plan at least once
         self.hold: TuneHold | None = None  # the tune hold (bench/tune/hold.py), checked before each cell
+        self.adaptive: adaptive.AdaptivePlan | None = None  # --adaptive: the tiers and the candidate built from them
 
     # ----- small helpers ---------------------------------------------------------------------------
     def remaining(self) -> float:
@@ -173,7 +162,7 @@ class TuneRun:
             self.progress.cell(cand.label, "switching" if switch else "warming up", phase, rnd)
         m = replace(measurer, settings=self.s.run_settings(switching=switch))
         cell = new_cell(profile=cand.profile, spec=cand.spec, settings=m.settings, num_prompts=len(self.prompts),
-                        spec_params=params)
+                        spec_params=params, adaptive_tiers=cand.tiers_json())
         rows: list[dict[str, Any]] = []
         plan: dict[str, Any] = {}
         passed: list[dict[str, Any]] = []  # the correctness pass, run the first time a label is measured
@@ -205,8 +194,6 @@ class TuneRun:
         measured = sum(float(r.get("duration") or 0.0) for r in record.per_repeat)
         restarted = switch and (record.switch or {}).get("outcome") == Outcome.SWITCHED  # unchanged: free
         self.timing.observe(wall, measured, restarted, repeats if record.valid else 0)
-        judged = [(rep, [r for r in rows if r.get("repeat") == rep["repeat"] and r.get("concurrency") == rep["concurrency"]])
-                  for rep in record.per_repeat if rep["concurrency"] == self.s.objective.concurrency]
         common = dict(label=cand.label, profile=cand.profile, plan_digest=str(record.plan_digest or ""),
                       profile_hash=self.hashes.get(cand.profile, SERVER_ONLY), settings_digest=self.settings_digest,
                       phase=phase, round=rnd)
@@ -214,7 +201,7 @@ class TuneRun:
         if first and record.valid:
             detail[ledger.LOGPROBS] = passed
         if record.valid:
-            entry = journal.Entry(status="ok", repeats=tuple(_repeat_of(rep, rs) for rep, rs in judged),
+            entry = journal.Entry(status="ok", repeats=levels.repeats_of(record.per_repeat, rows, self.s.objective),
                                   spec=cand.spec, spec_params=params, detail=detail, **common)
         else:
             entry = journal.Entry(status="failed", reason=str(record.invalid_reason), spec=cand.spec,
@@ -261,7 +248,7 @@ class TuneRun:
                      + " (predicted tok/s; every profile's best first)")
             self.predictions, self.plan_digests = sp.predictions, sp.plan_digests
             # the correctness pass's top-k too: a pass asked for fewer alternatives cannot be reused for more
-            self.settings_digest = journal.settings_digest({**s.measuring(), "overlays": overlay_hash(s.specs),
+            self.settings_digest = journal.settings_digest({**s.measuring(), "overlays": overlay_hash(s.reference_specs()),
                                                             "logprob_top_k": self.thresholds.top_k})
             if s.fresh:
                 for src, dst in tune_state.set_aside(self.out):
@@ -285,6 +272,8 @@ class TuneRun:
                 await self.measure_in_place(measurer, status, running)
                 await self.references(measurer)
                 await self.screen(measurer)
+                if s.adaptive:
+                    await self.add_adaptive(control)
                 await self.final(measurer)
             self.progress = None
         self.decision = self.decide()
@@ -309,11 +298,11 @@ class TuneRun:
         """Exit 2 when the rest of the budget cannot hold the smallest honest tune at the measured costs."""
         assert self.incumbent is not None
         sw, rep = self.timing.switch_s or 0.0, self.timing.repeat_s or 0.0
-        specs = dict.fromkeys([*self.s.specs, self.incumbent.spec])
+        specs = dict.fromkeys([*self.s.reference_specs(), self.incumbent.spec])
         refs = sum(1 for spec in specs if not self.cells.entries_of(reference_label(spec), ("reference",)))
         screened = {c.profile for c in self.candidates if self.cells.entries_of(c.label, ("screen",))}
         profiles = len({c.profile for c in self.candidates} - screened)
-        arms = min(self.s.finalists, len(self.candidates)) + 1
+        arms = min(self.s.finalists, len(self.candidates)) + 1 + self.s.adaptive
         need = order.minimum(switch_s=sw, repeat_s=rep, references=refs, profiles=profiles,
                              screen_repeats=self.s.screen_repeats, final_arms=arms,
                              final_repeats=self.s.final_repeats, blocks=self.s.final_blocks)
@@ -324,7 +313,7 @@ class TuneRun:
     async def references(self, measurer: CellMeasurer) -> None:
         """baseline+<spec> for every spec mode in play: the outputs each cell is gated against."""
         assert self.incumbent is not None
-        specs = list(dict.fromkeys([*self.s.specs, self.incumbent.spec]))
+        specs = list(dict.fromkeys([*self.s.reference_specs(), self.incumbent.spec]))
         for spec in specs:
             label = reference_label(spec)
             if self.cells.entries_of(label, ("reference",)):
@@ -339,7 +328,7 @@ class TuneRun:
 
     def final_reserve(self) -> float:
         """Time kept for the final: finalists and the running plan in blocks, one switch per block."""
-        arms = [f"arm{i}" for i in range(min(self.s.finalists, len(self.candidates)) + 1)]
+        arms = [f"arm{i}" for i in range(min(self.s.finalists, len(self.candidates)) + 1 + self.s.adaptive)]
         return schedule.cost_s(self.final_runs(arms), self.timing.switch_s or 0.0, self.timing.repeat_s or 0.0)
 
     async def screen(self, measurer: CellMeasurer) -> None:
@@ -365,6 +354,19 @@ class TuneRun:
             batch = nb.batch if self.timing.switch_s is not None else nb.batch[:1]  # a switch not yet timed
             for cand, n in batch:
                 await self.measure(measurer, cand, n, phase="screen", rnd=nb.round)
+
+    async def add_adaptive(self, control: ControlClient) -> None:
+        """--adaptive: SGLang's adaptive config from each level's winner (bench/tune/adaptive.py), checked with the
+        server (POST /check), joins the final as one more finalist, next to the running plan in the mirrored order
+        (bench/tune/schedule.py), where its runs stay one block each."""
+        self.adaptive, digest = await adaptive.checked(adaptive.build(self.cells, self.candidates, self.s.concurrency),
+                                                       control)
+        cand = self.adaptive.candidate
+        self.say(self.adaptive.describe(), style=None if cand else "yellow")
+        if cand is not None and digest is not None:
+            self.plan_digests[cand.label] = digest
+            self.candidates.append(cand)
+            self.finalists.insert(0, cand.label)
 
     async def final(self, measurer: CellMeasurer) -> None:
         """The finalists and the running plan in mirrored blocks (bench/tune/schedule.py); a final the budget

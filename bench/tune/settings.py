@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.run.settings import RunKnobs, RunSettings
-from bench.tune import decision, schedule
+from bench.tune import decision, schedule, space
 from bench.tune.decision import Objective
 from launcher.profiles.spec_params import SpecParams
 
@@ -43,6 +43,7 @@ class TuneKnobs:
     final_repeats: int = decision.FINAL_REPEATS
     final_blocks: int = schedule.DEFAULT_BLOCKS
     finalists: int = 2
+    adaptive: bool = False  # --adaptive: write SGLang's adaptive config from each level's winner (bench/tune/adaptive.py)
 
 
 @dataclass(kw_only=True)
@@ -65,6 +66,11 @@ class TuneSettings(TuneKnobs):
     prompts_sha256: str | None = None  # sha256 of the --prompts file's bytes
     argv: list[str] = field(default_factory=list)
 
+    def reference_specs(self) -> tuple[str, ...]:
+        """The spec modes a reference cell (baseline+<spec>) is measured for: --spec's, and eagle3-adaptive's under
+        --adaptive (its candidate is gated against baseline under the same mode)."""
+        return (*self.specs, space.ADAPTIVE_SPEC) if self.adaptive else self.specs
+
     def measuring(self) -> dict[str, Any]:
         """The settings a repeat's numbers depend on (not the budget, not the space, not where results go).
 
@@ -76,6 +82,8 @@ class TuneSettings(TuneKnobs):
             "workload": "file" if self.prompts_sha256 else self.workload, "api": self.api, "warmup": self.warmup,
             "seed": self.seed, "concurrency": self.concurrency, "objective": asdict(self.objective),
         }
+        if not self.objective.levels:  # a tune without --adaptive keeps the digest it had before it existed
+            out["objective"].pop("levels")
         if self.prompts_sha256:
             out["prompts_sha256"] = self.prompts_sha256
         if self.temperature != 0:

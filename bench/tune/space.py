@@ -25,10 +25,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from launcher.errors import UserError
-from launcher.profiles import spec_params
+from launcher.profiles import adaptive_tiers, spec_params
+from launcher.profiles.adaptive_tiers import AdaptiveTiers
 from launcher.profiles.spec_params import SpecParams
 
 SPEC_MODES = ("off", "ngram", "eagle3")
+ADAPTIVE_SPEC = "eagle3-adaptive"  # the spec mode a tuned adaptive config runs under (bench tune --adaptive)
 ELIGIBLE = "eligible"
 DEFAULT_POINTS = tuple(SpecParams(steps=s, topk=1, draft_tokens=s + 1) for s in (1, 2, 3, 4))
 
@@ -36,40 +38,58 @@ DEFAULT_POINTS = tuple(SpecParams(steps=s, topk=1, draft_tokens=s + 1) for s in 
 @dataclass(frozen=True)
 class Candidate:
     """One (profile, spec mode, EAGLE-3 point) the tuner can measure; `point` only with eagle3. An eagle3
-    candidate without a point runs the spec overlay's own (a running plan whose point is unknown)."""
+    candidate without a point runs the spec overlay's own (a running plan whose point is unknown). `tiers` only
+    with eagle3-adaptive: the adaptive config `bench tune --adaptive` wrote (launcher/profiles/adaptive_tiers.py)."""
 
     profile: str
     spec: str
     point: SpecParams | None = None
+    tiers: AdaptiveTiers | None = None
 
     def __post_init__(self) -> None:
         if self.point is not None and self.spec != "eagle3":
             raise ValueError(f"{self.profile}+{self.spec}: an EAGLE-3 point goes with spec eagle3 and only there")
+        if self.tiers is not None and self.spec != ADAPTIVE_SPEC:
+            raise ValueError(f"{self.profile}+{self.spec}: adaptive tiers go with spec {ADAPTIVE_SPEC} and only there")
 
     @classmethod
     def of_plan(cls, plan: Mapping[str, object]) -> Candidate:
         """The candidate a running plan (/plan) is: its profile, spec mode and, under eagle3, its point."""
         params = plan.get("spec_params") if plan.get("spec") == "eagle3" else None
         point = spec_params.coerce(params) if isinstance(params, Mapping) else None
-        return cls(str(plan.get("name")), str(plan.get("spec")), point)
+        tiers = plan.get("adaptive_tiers") if plan.get("spec") == ADAPTIVE_SPEC else None
+        return cls(str(plan.get("name")), str(plan.get("spec")), point,
+                   adaptive_tiers.from_json(tiers) if isinstance(tiers, Mapping) else None)
 
     def point_json(self) -> dict[str, int] | None:
-        """The point as the control API's `spec_params` takes it, or None (the spec mode's own flags)."""
+        """The point as the control API's `spec_params` takes it, or None (the spec mode's own flags). With tiers, the
+        point the server starts from (AdaptiveTiers.start_point, the plan's own choice made explicit), which also
+        keeps its bundle cell apart from the reference's (bench/bundle_names.py names a cell by its point)."""
+        if self.tiers is not None:
+            return self.tiers.start_point().model_dump()
         return self.point.model_dump() if self.point else None
+
+    def tiers_json(self) -> dict[str, list[int]] | None:
+        """The tiers as the control API's `adaptive_tiers` takes them, or None (the spec overlay's own config)."""
+        return self.tiers.to_json() if self.tiers else None
 
     @property
     def label(self) -> str:
-        """`fused+eagle3(1,1,2)`, `baseline+off`: stable, so the journal and tune.json can key on it."""
-        return spec_params.label(self.profile, self.spec, self.point)
+        """`fused+eagle3(1,1,2)`, `baseline+off`, `fused+eagle3-adaptive[1:2,4:0]`: stable, so the journal and
+        tune.json can key on it."""
+        return spec_params.label(self.profile, self.spec, self.point) + (self.tiers.label() if self.tiers else "")
 
     @classmethod
     def parse(cls, label: str) -> Candidate:
-        m = re.fullmatch(r"([a-z0-9][a-z0-9._-]{0,63})\+([a-z0-9][a-z0-9._-]{0,63})(?:\(([0-9,]+)\))?", label)
+        m = re.fullmatch(r"([a-z0-9][a-z0-9._-]{0,63})\+([a-z0-9][a-z0-9._-]{0,63})(?:\(([0-9,]+)\))?"
+                         r"(?:\[([0-9:,/]+)\])?", label)
         if not m:
-            raise UserError(f"'{label[:80]}' is not a candidate label (profile+spec or profile+eagle3(S,K,D))")
+            raise UserError(f"'{label[:80]}' is not a candidate label (profile+spec, profile+eagle3(S,K,D) or "
+                            "profile+eagle3-adaptive[B:S,...])")
         point = spec_params.parse(m[3], f"candidate label '{label}'") if m[3] else None
+        tiers = adaptive_tiers.parse(m[4], f"candidate label '{label}'") if m[4] else None
         try:
-            return cls(m[1], m[2], point)
+            return cls(m[1], m[2], point, tiers)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
 

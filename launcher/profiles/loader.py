@@ -10,6 +10,7 @@ A profile file is a public contract (users write their own):
     [env]                    # NAME = scalar; false drops a key inherited through extends (sitecustomize never unsets a process variable)
     [server]                 # SGLang flag without dashes = value; true -> bare flag, false -> omitted
     [spec_params]            # steps, topk, draft_tokens: the EAGLE point this profile runs under EAGLE speculation
+    [adaptive_tiers]         # "B" = [S, ...]: per batch-size tier, the EAGLE steps it runs under eagle3-adaptive
 
 Every profile implicitly starts from `base.toml`; speculation modes live in `spec/<mode>.toml`
 in the same format (but for [spec_params]: an overlay pins its point with its own [server] keys)
@@ -21,6 +22,8 @@ is launcher/profiles/catalog.py's answer (the Makefile asks it too).
 [spec_params] is inherited through `extends` as one table (the nearest file that has it wins) and
 is applied by plan.evaluate after the overlays, over the spec overlay's three keys, when the plan
 runs EAGLE speculation; an explicit point (`--spec-params`, the API's `spec_params`) wins over it.
+[adaptive_tiers] is inherited the same way and applied only under --speculative-adaptive
+(launcher/profiles/adaptive_tiers.py); the API's `adaptive_tiers` wins over it.
 
 Profile, spec and model overlay names match policy.NAME_PATTERN (lowercase letters, digits, '.', '_', '-'; at
 most 64) and resolve only to regular files inside the profile folders.
@@ -39,7 +42,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from launcher import settings
 from launcher.errors import UserError, schema_error
-from launcher.profiles import policy
+from launcher.profiles import adaptive_tiers, policy
+from launcher.profiles.adaptive_tiers import AdaptiveTiers
 from launcher.profiles.catalog import (  # discovery lives there; callers may import these from here too
     BASE_NAME,
     MODEL_DIR,
@@ -111,6 +115,8 @@ class ProfileFile(BaseModel):
     env: dict[str, Scalar] = {}
     server: dict[str, Scalar | list[Scalar]] = {}
     spec_params: SpecParams | None = None  # EAGLE point; profiles only (overlays refuse it)
+    # per batch-size tier, the EAGLE-3 steps under eagle3-adaptive (launcher/profiles/adaptive_tiers.py); profiles only
+    adaptive_tiers: dict[str, list[int]] | None = None
 
     @field_validator("description")
     @classmethod
@@ -159,6 +165,7 @@ class Resolved:
     origin: dict[str, Path] = field(default_factory=dict)  # "env.NAME" / "server.flag" / "spec_params" -> file
     chain: list[Path] = field(default_factory=list)
     spec_params: SpecParams | None = None  # the profile's [spec_params] pin (origin "spec_params"), None for none
+    adaptive_tiers: AdaptiveTiers | None = None  # the profile's [adaptive_tiers] (origin "adaptive_tiers"), None for none
 
 
 def read_file(path: Path) -> ProfileFile:
@@ -175,10 +182,15 @@ def read_file(path: Path) -> ProfileFile:
             raise schema_error(path, exc, {"extra_forbidden": "remove it; [spec_params] holds steps, topk and "
                                            "draft_tokens only"},
                                f"{RANGE} (e.g. steps = 3)") from exc
+        if exc.errors()[0]["loc"][:1] == ("adaptive_tiers",):
+            raise UserError(f"{path}: key 'adaptive_tiers': {adaptive_tiers.FORM} (in TOML: [adaptive_tiers] with "
+                            "lines such as 1 = [3])") from exc
         hints = {"extra_forbidden": "remove it; allowed top-level keys are extends, description, status, "
-                 "[requires], [expects], [env], [server], [spec_params]"}
+                 "[requires], [expects], [env], [server], [spec_params], [adaptive_tiers]"}
         raise schema_error(path, exc, hints, "see the profile format in docs/profiles.md") from exc
     _check_entries(path, pf)
+    if pf.adaptive_tiers is not None:
+        adaptive_tiers.from_json(pf.adaptive_tiers, f"{path}: key 'adaptive_tiers'")
     return pf
 
 
@@ -213,6 +225,9 @@ def _merge(into: Resolved, pf: ProfileFile, path: Path) -> None:
     if pf.spec_params is not None:  # one point, whole: the nearest file's table wins
         into.spec_params = pf.spec_params
         into.origin["spec_params"] = path
+    if pf.adaptive_tiers is not None:  # one record, whole: the nearest file's table wins
+        into.adaptive_tiers = adaptive_tiers.from_json(pf.adaptive_tiers, f"{path}: key 'adaptive_tiers'")
+        into.origin["adaptive_tiers"] = path
     into.chain.append(path)
 
 
@@ -264,6 +279,9 @@ def load(name: str) -> Resolved:
 
 
 def _refuse_spec_params(path: Path, pf: ProfileFile, kind: str) -> None:
+    if pf.adaptive_tiers is not None:
+        raise UserError(f"{path}: key 'adaptive_tiers': a {kind} may not hold an [adaptive_tiers] table (a "
+                        "profile's, laid under eagle3-adaptive); remove the table")
     if pf.spec_params is not None:
         raise UserError(f"{path}: key 'spec_params': a {kind} may not hold a [spec_params] table (it pins its "
                         "point with its own [server] keys speculative-num-steps, speculative-eagle-topk and "

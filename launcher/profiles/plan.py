@@ -18,12 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from launcher import settings
 from launcher.errors import UserError
 from launcher.profiles import loader as profiles
+from launcher.profiles.adaptive_tiers import AdaptiveTiers
+from launcher.profiles.adaptive_tiers import coerce as coerce_adaptive_tiers
 from launcher.profiles.envsubst import Placeholders, UnsetVariable, expand
 from launcher.profiles.hostfacts import HostFacts
 from launcher.profiles.spec_params import KEYS as SPEC_PARAM_KEYS
 from launcher.profiles.spec_params import SpecParams, from_flags, from_server, is_eagle
 from launcher.profiles.spec_params import apply as apply_spec_params
 from launcher.profiles.spec_params import coerce as coerce_spec_params
+from launcher.state_layout import StatePaths
 
 DEFAULT_SERVER_CMD = ("python", "-m", "sglang.launch_server")
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -62,6 +65,12 @@ class Plan(BaseModel):
     # the path, so an edited file makes another plan and one file under two paths the same. Left out of
     # `to_json` when empty.
     files: dict[str, str] = {}
+    # Under eagle3-adaptive with a tuned record (the API's `adaptive_tiers` or a profile's [adaptive_tiers]):
+    # {"B": [steps]} per batch-size tier, written into the state dir for --speculative-adaptive-config
+    # (launcher/profiles/adaptive_tiers.py); its file's hash is in `files`. Left out of `to_json` when None.
+    adaptive_tiers: dict[str, list[int]] | None = None
+    # The profile file whose [adaptive_tiers] table the plan runs; None when none or the API's record.
+    adaptive_tiers_from: str | None = None
 
     @model_validator(mode="after")
     def _spec_params_from_flags(self) -> Plan:
@@ -110,7 +119,7 @@ class Plan(BaseModel):
 
     def to_json(self) -> dict:
         data = self.model_dump()
-        for key in ("model_overlay", "spec_params_from", "files"):
+        for key in ("model_overlay", "spec_params_from", "files", "adaptive_tiers", "adaptive_tiers_from"):
             if not data.get(key):
                 data.pop(key, None)
         data["digest"] = self.digest()
@@ -138,7 +147,8 @@ def split_local(flags: list[str]) -> tuple[list[str], dict[str, str]]:
     return setup, local
 
 
-FILE_FLAGS = ("--speculative-adaptive-config",)
+ADAPTIVE_CONFIG_FLAG = "--speculative-adaptive-config"
+FILE_FLAGS = (ADAPTIVE_CONFIG_FLAG,)
 """Flags whose value is a file the server reads: the setup is the file's content, not where it lies."""
 RELATIVE_FILE_KEYS = tuple(f[2:] for f in FILE_FLAGS)
 """Their server keys: a relative path is read from the folder of the profile file that sets it."""
@@ -257,6 +267,7 @@ def evaluate(
     use_parser: bool = False,
     model_overlay: str | None = None,
     spec_params: SpecParams | dict | str | None = None,
+    adaptive_tiers: AdaptiveTiers | Mapping | str | None = None,
 ):
     """Build the plan and every rule finding, without raising on rule errors (doctor needs them all).
 
@@ -269,7 +280,14 @@ def evaluate(
     the spec overlay's [server] keys. The profile's table applies only when the composed keys run
     static EAGLE speculation; under off/ngram, and under --speculative-adaptive (whose steps SGLang moves
     itself; a profile's static point, such as a tune's winner, says nothing of where to start), it is
-    ignored, without an error."""
+    ignored, without an error.
+
+    `adaptive_tiers`: per batch-size tier, the EAGLE steps SGLang runs under eagle3-adaptive (UserError under any
+    other spec mode); it wins over the profile's [adaptive_tiers] table, which applies only under
+    --speculative-adaptive. Either is named by --speculative-adaptive-config as KIT_STATE_DIR/adaptive/<sha>.json,
+    written there when the plan is rendered (render.write_plan), not here; the starting point is then the tiers'
+    (`AdaptiveTiers.start_point`) unless `spec_params` gives one (its steps must be among the candidates: the
+    `adaptive_config` rule)."""
     from launcher.profiles import rules
 
     env_src = dict(os.environ) if environ is None else environ
@@ -280,10 +298,16 @@ def evaluate(
     pinned_by: Path | None = None  # the profile file whose [spec_params] the plan runs
     if point is None and res.spec_params is not None and is_eagle(server) and server.get("speculative-adaptive") is not True:
         point, pinned_by = res.spec_params, res.origin["spec_params"]
+    tiers, tiers_from = _adaptive_tiers(adaptive_tiers, res, server, spec)
+    if tiers is not None:
+        server["speculative-adaptive-config"] = str(tiers.path(StatePaths(settings.KIT_STATE_DIR.get(env_src)).adaptive))
+        if point is None:
+            point = tiers.start_point()
     if point is not None:
         apply_spec_params(server, point, spec)
     flags = compose_flags(server)
-    ctx = rules.Context(resolved=res, spec=spec, env=env, server=server, facts=host_facts, flags=flags)
+    ctx = rules.Context(resolved=res, spec=spec, env=env, server=server, facts=host_facts, flags=flags,
+                        adaptive_tiers={b: list(steps) for b, steps in tiers.tiers} if tiers is not None else None)
     findings = rules.evaluate(ctx, use_parser=use_parser)
     if pinned_by is not None:
         _blame_profile_point(findings, pinned_by)
@@ -310,9 +334,29 @@ def evaluate(
         model_overlay=overlay,
         spec_params=from_server(server),
         spec_params_from=str(pinned_by) if pinned_by is not None else None,
-        files=flag_files(flags),
+        # a tuned record's file is written when the plan is rendered (render.write_plan): its hash is the record's
+        files={**flag_files(flags), **({server["speculative-adaptive-config"]: tiers.sha()} if tiers else {})},
+        adaptive_tiers=tiers.to_json() if tiers is not None else None,
+        adaptive_tiers_from=str(tiers_from) if tiers_from is not None else None,
     )
     return plan, findings
+
+
+def _adaptive_tiers(given: AdaptiveTiers | Mapping | str | None, res: profiles.Resolved, server: Mapping[str, object],
+                    spec: str) -> tuple[AdaptiveTiers | None, Path | None]:
+    """(the tiers the plan runs, the profile file that set them or None): the given record, else the profile's
+    [adaptive_tiers] under --speculative-adaptive, else none. A given record under any other mode is a UserError."""
+    adaptive = server.get("speculative-adaptive") is True and is_eagle(server)
+    tiers = coerce_adaptive_tiers(given)
+    if tiers is not None:
+        if not adaptive:
+            raise UserError(f"adaptive_tiers {tiers.label()} apply under spec mode eagle3-adaptive only; spec mode "
+                            f"'{spec}' does not run --speculative-adaptive: drop adaptive_tiers or choose "
+                            "--spec eagle3-adaptive")
+        return tiers, None
+    if adaptive and res.adaptive_tiers is not None:
+        return res.adaptive_tiers, res.origin["adaptive_tiers"]
+    return None, None
 
 
 _PINNED_FIELD = dict(zip((f"server.{k}" for k in SPEC_PARAM_KEYS), SpecParams.model_fields, strict=True))

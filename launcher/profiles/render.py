@@ -1,5 +1,6 @@
 """Write a plan into the state dir: profile.env (the env file sitecustomize applies), profile.json (the plan
-server_exec and the control API read) and cmdline, each atomically."""
+server_exec and the control API read) and cmdline, each atomically; and the tuned adaptive config a plan
+carries (KIT_STATE_DIR/adaptive/<sha>.json, launcher/profiles/adaptive_tiers.py), where its flags name it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import shlex
 from pathlib import Path
 
 from launcher import atomic, settings
-from launcher.profiles.plan import Plan
+from launcher.profiles.adaptive_tiers import from_json
+from launcher.profiles.plan import ADAPTIVE_CONFIG_FLAG, Plan
 from launcher.state_layout import StatePaths
 
 
@@ -28,6 +30,9 @@ def write_plan(state_dir: Path, plan: Plan) -> Path:
     """
     state_dir.mkdir(parents=True, exist_ok=True)
     paths = StatePaths(state_dir)
+    if plan.adaptive_tiers is not None:  # the tuned adaptive config, where its --speculative-adaptive-config names it
+        config = plan.flags[plan.flags.index(ADAPTIVE_CONFIG_FLAG) + 1]
+        from_json(plan.adaptive_tiers).write(Path(config).parent)
     texts = (
         (paths.cmdline, shlex.join(plan.argv) + "\n"),
         (paths.profile_env, env_file_text(plan)),

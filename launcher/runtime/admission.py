@@ -5,6 +5,7 @@ from __future__ import annotations
 from launcher import settings
 from launcher.errors import UserError
 from launcher.profiles import sglang_args
+from launcher.profiles.adaptive_tiers import AdaptiveTiers
 from launcher.profiles.plan import Plan, build_plan
 from launcher.profiles.spec_params import SpecParams
 
@@ -25,14 +26,16 @@ def patch_check() -> str:
 
 
 def validated_plan(profile: str, spec: str, spec_params: SpecParams | None = None,
-                   model_overlay: str | None = None) -> Plan:
+                   model_overlay: str | None = None,
+                   adaptive_tiers: AdaptiveTiers | dict | None = None) -> Plan:
     """The plan for (profile, spec) at an EAGLE point (None: the spec overlay's), under a model overlay (None: the
     MODEL_OVERLAY setting's, "" none), or UserError (HTTP 400 / exit 2) with nothing changed; a point for a
-    spec mode that is not EAGLE is one."""
+    spec mode that is not EAGLE is one. `adaptive_tiers`: a tuned adaptive config (launcher/profiles/adaptive_tiers.py),
+    refused under any spec mode but eagle3-adaptive."""
     from launcher.runtime import patch_record
 
     plan = build_plan(profile, spec, host_facts(), use_parser=sglang_args.available(), spec_params=spec_params,
-                      model_overlay=model_overlay)
+                      model_overlay=model_overlay, adaptive_tiers=adaptive_tiers)
     if patch_check() == "enforce":
         absent = patch_record.missing(plan.patches)
         if absent:

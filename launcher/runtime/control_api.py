@@ -40,6 +40,7 @@ class SwitchRequest(BaseModel):
     spec: Annotated[str | None, Field(strict=True)] = None
     timeout_s: Annotated[float | None, Field(strict=True, gt=0, le=TIMEOUT_MAX, allow_inf_nan=False)] = None
     spec_params: SpecParams | None = None
+    adaptive_tiers: dict[str, list[int]] | None = None  # {"B": [steps]}: launcher/profiles/adaptive_tiers.py
 
 
 class HoldRequest(BaseModel):
@@ -68,6 +69,7 @@ class CheckRequest(BaseModel):
     profile: Annotated[str, Field(strict=True)]
     spec: Annotated[str | None, Field(strict=True)] = None
     spec_params: SpecParams | None = None
+    adaptive_tiers: dict[str, list[int]] | None = None
 
 
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
@@ -131,7 +133,8 @@ def _bad_request(message: str) -> web.Response:
     return web.json_response({"error": message}, status=400)
 
 
-SPEC_PARAMS_USAGE = '"spec_params": {"steps": int, "topk": int, "draft_tokens": int} (each >= 1, EAGLE-3 only)'
+SPEC_PARAMS_USAGE = ('"spec_params": {"steps": int, "topk": int, "draft_tokens": int} (each >= 1, EAGLE-3 only), '
+                     '"adaptive_tiers": {"batch size": [steps, ...]} (eagle3-adaptive only)')
 
 
 async def _plan_request(request: web.Request, model: type[BaseModel], usage: str):
@@ -169,7 +172,7 @@ async def post_check(request: web.Request) -> web.Response:
         return parsed
     req, profile, spec = parsed
     try:
-        plan = await asyncio.to_thread(validated_plan, profile, spec, req.spec_params)
+        plan = await asyncio.to_thread(validated_plan, profile, spec, req.spec_params, None, req.adaptive_tiers)
     except UserError as exc:
         return _bad_request(str(exc))
     except KitError as exc:  # a damaged patch record: the plan cannot be judged
@@ -186,7 +189,7 @@ async def post_switch(request: web.Request) -> web.Response:
         return parsed
     req, profile, spec = parsed
     try:
-        entry = await rt.switch(profile, spec, req.timeout_s, req.spec_params)
+        entry = await rt.switch(profile, spec, req.timeout_s, req.spec_params, req.adaptive_tiers)
     except Busy:
         return web.json_response({"error": "another switch is running; retry when /status shows it finished"}, status=409)
     except UserError as exc:

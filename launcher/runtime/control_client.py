@@ -109,12 +109,15 @@ class ControlClient:
         plan = data.get("plan") if isinstance(data, dict) else None
         return plan if isinstance(plan, dict) else None
 
-    async def check(self, profile: str, spec: str, spec_params: Any = None) -> tuple[int, dict[str, Any]]:
+    async def check(self, profile: str, spec: str, spec_params: Any = None,
+                    adaptive_tiers: dict[str, list[int]] | None = None) -> tuple[int, dict[str, Any]]:
         """POST /check: (HTTP status, body) for the plan a switch would run, validated as the switch
         validates it, nothing switched; 200 carries `digest`, 400 `error`. RuntimeFailure when unreachable."""
         body: dict[str, Any] = {"profile": profile, "spec": spec}
         if spec_params is not None:
             body["spec_params"] = spec_params.model_dump() if hasattr(spec_params, "model_dump") else dict(spec_params)
+        if adaptive_tiers is not None:
+            body["adaptive_tiers"] = dict(adaptive_tiers)
         return await self._send("POST", "/check", body)
 
     async def hold(self, holder: str, ttl_s: float, hold_id: str | None = None,
@@ -156,26 +159,32 @@ class ControlClient:
             await asyncio.sleep(IDLE_POLL_S)
 
     async def switch_when_idle(self, profile: str, spec: str, timeout_s: float | None,
-                               spec_params: Any = None) -> tuple[int, dict[str, Any]]:
+                               spec_params: Any = None,
+                               adaptive_tiers: dict[str, list[int]] | None = None) -> tuple[int, dict[str, Any]]:
         """`switch`, waiting out another switch that holds the server (HTTP 409) for up to the switch's
         own deadline."""
         deadline = time.monotonic() + switch_deadline_s(timeout_s)
         while True:
-            code, body = await self.switch(profile, spec, timeout_s, spec_params=spec_params)
+            code, body = await self.switch(profile, spec, timeout_s, spec_params=spec_params,
+                                           adaptive_tiers=adaptive_tiers)
             if code != 409 or time.monotonic() >= deadline:
                 return code, body
             await self.wait_idle(max(0.0, deadline - time.monotonic()))
 
     async def switch(self, profile: str, spec: str, timeout_s: float | None,
-                     deadline_s: float | None = None, spec_params: Any = None) -> tuple[int, dict[str, Any]]:
+                     deadline_s: float | None = None, spec_params: Any = None,
+                     adaptive_tiers: dict[str, list[int]] | None = None) -> tuple[int, dict[str, Any]]:
         """POST /switch; returns (HTTP status, body). The call lasts as long as the switch does, and at
         most `deadline_s` in all (default switch_deadline_s(timeout_s)): a total, not a per-read timeout,
         so a server that trickles bytes cannot stretch it. `spec_params`: an EAGLE-3 point (a SpecParams
-        or a {"steps", "topk", "draft_tokens"} mapping), sent only when given."""
+        or a {"steps", "topk", "draft_tokens"} mapping), sent only when given; `adaptive_tiers` ({"B": [steps]},
+        eagle3-adaptive only) likewise."""
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         body: dict[str, Any] = {"profile": profile, "spec": spec, "timeout_s": timeout_s}
         if spec_params is not None:
             body["spec_params"] = spec_params.model_dump() if hasattr(spec_params, "model_dump") else dict(spec_params)
+        if adaptive_tiers is not None:
+            body["adaptive_tiers"] = dict(adaptive_tiers)
         deadline = switch_deadline_s(timeout_s) if deadline_s is None else deadline_s
         try:
             async with asyncio.timeout(deadline):
@@ -218,12 +227,14 @@ class SyncControlClient:
     def running_plan(self) -> dict[str, Any] | None:
         return self._run(lambda c: c.running_plan())
 
-    def check(self, profile: str, spec: str, spec_params: Any = None) -> tuple[int, dict[str, Any]]:
-        return self._run(lambda c: c.check(profile, spec, spec_params))
+    def check(self, profile: str, spec: str, spec_params: Any = None,
+              adaptive_tiers: dict[str, list[int]] | None = None) -> tuple[int, dict[str, Any]]:
+        return self._run(lambda c: c.check(profile, spec, spec_params, adaptive_tiers))
 
     def switch(self, profile: str, spec: str, timeout_s: float | None,
-               deadline_s: float | None = None, spec_params: Any = None) -> tuple[int, dict[str, Any]]:
-        return self._run(lambda c: c.switch(profile, spec, timeout_s, deadline_s, spec_params))
+               deadline_s: float | None = None, spec_params: Any = None,
+               adaptive_tiers: dict[str, list[int]] | None = None) -> tuple[int, dict[str, Any]]:
+        return self._run(lambda c: c.switch(profile, spec, timeout_s, deadline_s, spec_params, adaptive_tiers))
 
     def hold(self, holder: str, ttl_s: float, hold_id: str | None = None, **where: Any) -> tuple[int, dict[str, Any]]:
         return self._run(lambda c: c.hold(holder, ttl_s, hold_id, **where))

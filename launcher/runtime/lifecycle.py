@@ -28,6 +28,7 @@ import httpx
 
 from launcher import settings, state_layout
 from launcher.errors import RuntimeFailure
+from launcher.profiles.adaptive_tiers import AdaptiveTiers
 from launcher.profiles.plan import Plan, reach_url
 from launcher.profiles.spec_params import SpecParams
 from launcher.runtime import activation, journal, metrics, start_lines, start_records, transitions
@@ -384,15 +385,17 @@ class Lifecycle:
         return entry
 
     # ----- a switch --------------------------------------------------------------------------------
-    async def switch(self, profile: str, spec: str, timeout_s: float | None, spec_params: SpecParams | None = None) -> Entry:
+    async def switch(self, profile: str, spec: str, timeout_s: float | None, spec_params: SpecParams | None = None,
+                     adaptive_tiers: AdaptiveTiers | dict | None = None) -> Entry:
         """Validate, then switch under the lock; the history entry. Busy when another switch runs,
         UserError for a plan that does not validate, RuntimeFailure when the journal cannot be written.
-        `spec_params`: an EAGLE point; it is in the plan's flags, so "unchanged" (equal digests) means the same point.
+        `spec_params`: an EAGLE point; it is in the plan's flags, so "unchanged" (equal digests) means the same point;
+        `adaptive_tiers` likewise (its file's content is in the digest).
         "Unchanged" also needs the same profile name and spec mode: the server is started with the name
         (KIT_ACTIVE_PROFILE), and /status must not keep naming a profile the caller switched away from."""
         if self.lock.locked():
             raise Busy
-        plan = await asyncio.to_thread(validated_plan, profile, spec, spec_params)
+        plan = await asyncio.to_thread(validated_plan, profile, spec, spec_params, None, adaptive_tiers)
         if self.lock.locked():  # another switch started while this one was validating
             raise Busy
         async with self.lock:  # no await between the check and here: one event loop, so atomic

@@ -317,5 +317,8 @@ def label(plan: Plan | None) -> dict | None:
     if plan is None:
         return None
     sp = plan.spec_params
-    return {"profile": plan.name, "spec": plan.spec, "spec_params": sp.model_dump() if sp else None,
-            "digest": plan.digest()}
+    out = {"profile": plan.name, "spec": plan.spec, "spec_params": sp.model_dump() if sp else None,
+           "digest": plan.digest()}
+    if plan.adaptive_tiers is not None:  # a tuned adaptive config (launcher/profiles/adaptive_tiers.py)
+        out["adaptive_tiers"] = plan.adaptive_tiers
+    return out

@@ -94,6 +94,10 @@ class Engine:
         self.adaptive_on = activation.adaptive_requested(args) and self.adaptive_reason is None
         self.adaptive_steps = activation.adaptive_starting_steps(args)[0] if self.adaptive_on else None
         self.adaptive_pending = activation.parse_steps(settings.adaptive_steps) if self.adaptive_on else []
+        # each tier's steps as SGLang's slots start them (adaptive_spec_params.py:178-181): the starting steps when
+        # among the tier's candidates, else its middle candidate; the speed model's steps per batch size
+        self.tier_steps = ({b: (args.speculative_num_steps if args.speculative_num_steps in c else c[len(c) // 2])
+                            for b, c in activation.adaptive_tiers(args).items()} if self.adaptive_on else {})
 
     # ----- health and schedule -------------------------------------------------------------
     def healthy(self) -> bool:
@@ -112,6 +116,38 @@ class Engine:
             return self.settings.decode_ms
         return simulation.verify_interval_ms(self.settings, self.args.eagle_point)
 
+    def steps_for_batch(self, batch: int) -> int | None:
+        """Under adaptive EAGLE, the steps of the tier a batch of this size runs in: the largest tier at or below
+        it, else the lowest (adaptive_spec_params.py:356-358; no CUDA-graph padding); None otherwise."""
+        if not self.tier_steps:
+            return None
+        below = [b for b in self.tier_steps if b <= batch]
+        return self.tier_steps[max(below) if below else min(self.tier_steps)]
+
+    def pass_figures(self, batch: int) -> tuple[bool, float, float]:
+        """``(speculative, accept_length, interval_ms)`` of the next pass with ``batch`` requests running: under
+        adaptive EAGLE at the tier's steps (0: a decode step), slowed by the batching model (``batch_cost``)."""
+        speculative, point = self.args.speculative, self.args.eagle_point
+        steps = self.steps_for_batch(batch)
+        if steps is not None:
+            speculative, point = steps > 0, (steps, 1, steps + 1) if steps > 0 else None
+        accept = simulation.effective_accept_length(self.settings, speculative, point)
+        interval = simulation.verify_interval_ms(self.settings, point) if speculative else self.settings.decode_ms
+        tokens = (point[2] if point else self.args.speculative_num_draft_tokens or 1) if speculative else 1
+        return speculative, accept, interval * simulation.batch_factor(self.settings.batch_cost, batch, tokens)
+
+    def schedule(self, max_new_tokens: int):
+        """``(tokens, offset_s, speculative)`` per chunk: the fixed schedule, or, with a batching model or adaptive
+        tiers, one whose passes follow the requests running as each chunk is sent (simulation.dynamic_chunks)."""
+        if self.settings.batch_cost > 0 or self.tier_steps:
+            return simulation.dynamic_chunks(max_new_tokens, self.settings.ttft_ms,
+                                             lambda: self.pass_figures(max(1, self.stats.running)))
+        counts = simulation.chunk_token_counts(max_new_tokens, self.accept_length, self.args.speculative)
+        if not counts:
+            counts = [0]  # max_new_tokens == 0: one final event after prefill, no tokens
+        offsets = simulation.chunk_offsets_s(len(counts), self.settings.ttft_ms, self.interval_ms)
+        return zip(counts, offsets, [self.args.speculative] * len(counts), strict=True)
+
     def max_tokens(self, requested: int | None) -> int:
         return self.settings.default_max_tokens if requested is None else requested
 
@@ -122,12 +158,8 @@ class Engine:
         t0 = loop.time()
         self.stats.generation_requests += 1
         request_number = self.stats.generation_requests
-        speculative = self.args.speculative
-        counts = simulation.chunk_token_counts(max_new_tokens, self.accept_length, speculative)
-        if not counts:
-            counts = [0]  # max_new_tokens == 0: one final event after prefill, no tokens
-        offsets = simulation.chunk_offsets_s(len(counts), self.settings.ttft_ms, self.interval_ms)
-        decoded = numerics.decode(prompt, sum(counts), self.settings.numerics,
+        total = max(0, max_new_tokens)
+        decoded = numerics.decode(prompt, total, self.settings.numerics,
                                   lambda n: simulation.token_ids(prompt, n, self.settings.corrupt_output),
                                   len(simulation.VOCAB))
         output_ids: list[int] = []
@@ -139,7 +171,7 @@ class Engine:
         gauged = self.settings.running_gauge_after_tokens == 0
         self.stats.running_gauge += gauged
         try:
-            for k, (count, offset) in enumerate(zip(counts, offsets, strict=True)):
+            for k, (count, offset, speculative) in enumerate(self.schedule(max_new_tokens)):
                 await self._maybe_die(request_number, k)
                 await asyncio.sleep(max(0.0, t0 + offset - loop.time()))
                 new_ids = [p.token_id for p in decoded[len(output_ids):len(output_ids) + count]]
@@ -159,7 +191,7 @@ class Engine:
                     self.stats.spec_tokens += count
                     self.stats.spec_passes += 1
                 await self._record_step()
-                yield Chunk(k, new_ids, output_ids, len(output_ids), verify_ct, k == len(counts) - 1,
+                yield Chunk(k, new_ids, output_ids, len(output_ids), verify_ct, len(output_ids) >= total,
                             decoded[:len(output_ids)])
             self.stats.num_requests_total += 1
             self.stats.prompt_tokens_total += simulation.prompt_token_count(prompt)

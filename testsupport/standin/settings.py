@@ -65,6 +65,10 @@ class StandinSettings(BaseModel):
     verify_ms: float = Field(30.0, ge=0, description="Chunk interval with speculation (one verify pass).")
     accept_length: float = Field(2.0, ge=1.0, description="Tokens per verify pass under speculation.")
     default_max_tokens: int = Field(128, ge=0, description="max_new_tokens when a request names none.")
+    batch_cost: float = Field(
+        0.0, ge=0, description="Batching model (simulation.py `batch_factor`): each further running request slows "
+        "a forward pass by this share per token it carries (1 decoding, the draft tokens when verifying), so "
+        "speculation pays less as the batch grows; 0 (the default): requests do not slow each other down.")
     fault: Fault = "none"
     die_on_request: int = Field(1, ge=1, description="die_mid_stream: which generation request (1-based).")
     die_after_chunks: int = Field(3, ge=0, description="die_mid_stream: chunks sent before the exit.")

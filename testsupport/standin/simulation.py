@@ -17,7 +17,10 @@ How a request of ``N = max_new_tokens`` tokens is served (N is always reached: t
 * ``corrupt_output`` forces A = 1.0 and changes the text.
 * Chunk ``k`` (0-based) is sent at ``t0 + ttft_ms + k * interval``, where ``t0`` is when the
   request was read and ``interval`` is ``verify_ms`` with speculation, else ``decode_ms``.
-  Requests do not slow each other down (no batching model).
+  Requests do not slow each other down (no batching model) unless ``batch_cost`` is above 0: then
+  every chunk's interval is taken when the chunk before it is sent, from the requests running then
+  (``batch_factor``), and under ``--speculative-adaptive`` from the steps the config's tier for that
+  batch size gives (0 steps: a decode step of 1 token; engine.py ``Engine.pass_figures``).
 
 The lifetime ``avg_spec_accept_length`` in /server_info is total tokens over total verify passes of
 all chunks sent so far, which (SGLang-like) is cumulative since start.
@@ -80,6 +83,32 @@ def eagle_point_figures(verify_ms: float, accept_length: float, point: tuple[int
     gain = (1 - ACCEPT_DECAY ** (max(draft, 1) - 1)) / (1 - ACCEPT_DECAY ** (ref_draft - 1))
     accept = min(float(max(draft, 1)), 1 + (accept_length - 1) * gain)
     return verify, max(1.0, round(accept, 6))
+
+
+def batch_factor(batch_cost: float, batch: int, tokens: int) -> float:
+    """How much longer one forward pass takes with ``batch`` requests running, each carrying ``tokens`` tokens
+    (1 decoding; the draft tokens when verifying), than with one: ``1 + batch_cost * (batch - 1) * tokens``.
+    Speculation's extra tokens then cost more as the batch grows, so the best EAGLE steps fall with the
+    concurrency, to none at all: the shape that makes per-batch-size tiers pay (SIMULATED, no hardware)."""
+    return 1.0 + batch_cost * max(0, batch - 1) * max(1, tokens)
+
+
+def dynamic_chunks(max_new_tokens: int, ttft_ms: float, figures):
+    """The chunks of one request when each pass's figures may change while it runs: yields
+    ``(tokens, offset_s, speculative)``, asking ``figures()`` -> ``(speculative, accept_length, interval_ms)``
+    before each chunk. With constant figures this is ``chunk_token_counts`` and ``chunk_offsets_s`` exactly:
+    the tokens after a speculative pass are the floor of the accepted tokens so far."""
+    if max_new_tokens <= 0:
+        yield 0, ttft_ms / 1000.0, False
+        return
+    acc, done, offset_ms = Fraction(0), 0, ttft_ms
+    while done < max_new_tokens:
+        speculative, accept, interval_ms = figures()
+        acc = max(acc, Fraction(done)) + (accept_fraction(accept) if speculative else 1)
+        total = min(max_new_tokens, math.floor(acc))
+        yield total - done, offset_ms / 1000.0, speculative
+        done = total
+        offset_ms += interval_ms
 
 
 def accept_fraction(accept_length: float) -> Fraction:

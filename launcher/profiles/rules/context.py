@@ -37,6 +37,9 @@ class Context:
     server: dict[str, object]
     facts: HostFacts | None
     flags: list[str] = field(default_factory=list)
+    # {batch size: candidate steps} of a tuned adaptive config the plan carries (launcher/profiles/adaptive_tiers.py):
+    # its file is written into the state dir only when the plan is rendered, so the rules read the record
+    adaptive_tiers: dict[int, list[int]] | None = None
 
     def origin(self, key: str) -> Path | None:
         return self.resolved.origin.get(key)

@@ -138,6 +138,8 @@ def adaptive_config(ctx: Context) -> Iterator[Finding]:
     tiers = None
     if isinstance(path, str) and path.startswith("<") and path.endswith(">"):
         pass  # a `check` placeholder for an unset variable: nothing to read yet
+    elif ctx.adaptive_tiers is not None:
+        tiers = ctx.adaptive_tiers  # a tuned record, checked when it was made (launcher/profiles/adaptive_tiers.py)
     elif isinstance(path, str) and path:
         tiers, why = _adaptive_tiers(path)
         if tiers is None:
