@@ -133,6 +133,17 @@ class CliArgs:
         return cls.from_cli_args(cls.parser().parse_args(argv))
 
 
+@dataclass(kw_only=True)
+class TargetArgs:
+    """The fields of the flags that `bench run` and `bench tune` share with the same default: the server and control
+    API URLs (None: from the environment), the `--eagle3` points and the `--concurrency` levels, as given."""
+
+    url: str | None = None
+    control: str | None = None
+    eagle3: str | None = None
+    concurrency: str = "1"
+
+
 def entry_point(args_type: type[T], work: Callable[[T], int]) -> Callable[[list[str] | None], int]:
     """A subcommand's `main(argv)`: parse argv into its `*Args`, run `work`, and map kit errors to one
     stderr line and an exit code (run_cli), so no command writes that sequence again."""

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # the Makefile's checks import settings (and so this module) with a bare python3
-    from pydantic import ValidationError
+    from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound="BaseModel")
 
 
 class KitError(Exception):
@@ -44,3 +46,13 @@ def schema_error(source: object, exc: ValidationError, hints: Mapping[str, str],
     err = exc.errors()[0]
     loc = ".".join(str(x) for x in err["loc"])
     return UserError(f"{source}: key '{loc}': {err['msg']}; {hints.get(err['type'], default_hint)}")
+
+
+def validated(model: type[M], raw: object, source: object, hints: Mapping[str, str], default_hint: str) -> M:
+    """`raw` as the pydantic `model`, or the UserError of `schema_error` (exit 2) naming `source`, the key and the fix."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise schema_error(source, exc, hints, default_hint) from exc

@@ -17,7 +17,7 @@ from typing import ClassVar
 from rich.console import Console
 
 from bench import args as flags
-from bench.args import CliArgs, http_url, positive_ints, stop_on_interrupt, temperature
+from bench.args import CliArgs, TargetArgs, http_url, positive_ints, stop_on_interrupt, temperature
 from bench.run.matrix import MatrixRun
 from bench.run.selection import KEYWORDS, csv, given_name, single_name
 from bench.run.settings import RunKnobs, RunSettings
@@ -30,7 +30,7 @@ DEFAULT_OUT = "results"
 
 
 @dataclass(kw_only=True)
-class RunArgs(CliArgs, RunKnobs):
+class RunArgs(CliArgs, TargetArgs, RunKnobs):
     """The flags as given; `settings()` checks them and resolves URLs from the environment."""
 
     prog: ClassVar[str] = "bench run"
@@ -39,12 +39,8 @@ class RunArgs(CliArgs, RunKnobs):
         "TTFT, TPOT, chunk gap, tok/s and accept length, gate correctness against `baseline`."
     )
 
-    url: str | None = None
-    control: str | None = None
     profiles: str | None = None
     spec: str | None = None
-    eagle3: str | None = None
-    concurrency: str = "1"
     out: str = DEFAULT_OUT
     fleet: str | None = None
     num_prompts: int | None = RunKnobs.num_prompts  # None (the flag left out): all of --prompts, else the default

@@ -22,7 +22,7 @@ from typing import ClassVar
 from rich.console import Console
 
 from bench import args as flags
-from bench.args import CliArgs, http_url, positive_ints, stop_on_interrupt, temperature
+from bench.args import CliArgs, TargetArgs, http_url, positive_ints, stop_on_interrupt, temperature
 from bench.tune import decision, order, production, result, space
 from bench.tune.decision import Objective
 from bench.tune.hold import TuneHold, holder_of
@@ -40,7 +40,7 @@ from launcher.runtime.control_client import SyncControlClient
 
 
 @dataclass(kw_only=True)
-class TuneArgs(CliArgs, TuneKnobs):
+class TuneArgs(CliArgs, TargetArgs, TuneKnobs):
     """The flags as given; `settings()` checks them (exit 2) and resolves URLs from the environment."""
 
     prog: ClassVar[str] = "bench tune"
@@ -53,13 +53,9 @@ class TuneArgs(CliArgs, TuneKnobs):
         "config, written from the fastest static point at each --concurrency level and decided on like the rest."
     )
 
-    url: str | None = None
-    control: str | None = None
     profiles: str = space.ELIGIBLE
     spec: str = DEFAULT_SPECS
-    eagle3: str | None = None
     budget: str = DEFAULT_BUDGET
-    concurrency: str = "1"
     objective: str = "tokps"
     ttft_ms: float | None = None
     tpot_ms: float | None = None

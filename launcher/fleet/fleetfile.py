@@ -28,13 +28,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from launcher import settings
-from launcher.errors import UserError, schema_error
+from launcher.errors import UserError, validated
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -190,12 +189,9 @@ def load(path: str | Path) -> Fleet:
         raise UserError(f"{p}: cannot read the fleet file ({exc})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{p}: TOML syntax error: {exc}; fix the line and retry") from exc
-    try:
-        return Fleet.model_validate(raw)
-    except ValidationError as exc:
-        hints = {"extra_forbidden": "remove it; a fleet file has [router] (url, prometheus) and [[host]] "
-                 "tables (name, server, control, token_env)", "missing": "add it (see docs/fleet.md)"}
-        raise schema_error(p, exc, hints, "see docs/fleet.md") from exc
+    hints = {"extra_forbidden": "remove it; a fleet file has [router] (url, prometheus) and [[host]] "
+             "tables (name, server, control, token_env)", "missing": "add it (see docs/fleet.md)"}
+    return validated(Fleet, raw, p, hints, "see docs/fleet.md")
 
 
 def _read_regular(p: Path) -> bytes:

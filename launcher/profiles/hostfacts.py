@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from launcher.errors import UserError, schema_error
+from launcher.errors import UserError, validated
 
 Interconnect = Literal["nvlink", "pcie-switch", "pcie-hostbridge", "pcie-cross-socket"]
 
@@ -57,7 +57,4 @@ def load_host_facts(path: str | Path) -> HostFacts:
         raise UserError(f"{p}: host-facts file not found; create it with `launcher doctor --json > {p}`") from exc
     except json.JSONDecodeError as exc:
         raise UserError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg}); regenerate it with `launcher doctor --json`") from exc
-    try:
-        return HostFacts.model_validate(raw)
-    except ValidationError as exc:
-        raise schema_error(p, exc, {}, "regenerate it with `launcher doctor --json`") from exc
+    return validated(HostFacts, raw, p, {}, "regenerate it with `launcher doctor --json`")
