@@ -3,12 +3,8 @@ EAGLE-3 steps, the tune writes SGLang's adaptive config from each level's winner
 eagle3-adaptive plan beside the best static one and the running plan, the rule picks it, and the written profile
 carries its tiers.
 
-The stand-in's batching model (testsupport/standin/simulation.py `batch_factor`, batch_cost 4) makes speculation
-pay at concurrency 1 and cost at 2 and 4; under --speculative-adaptive it runs, for the batch it serves, the steps
-the config's tier gives (engine.py `Engine.pass_figures`). Computed from that model, (3,1,4) is 2.1 times as fast as
-no speculation at concurrency 1 and 1.4 and 1.6 times as slow at 2 and 4, so an adaptive plan of (3,1,4) at batch 1
-and no speculation above leads the best single point by about 28% on the geometric mean over the levels: a lead
-that a repeat slowed by a busy machine (they last about 2.5 s) does not overturn."""
+The scenario (the stand-in's settings, the command, why the adaptive plan should win): testsupport/tune_adaptive.py,
+which tools/tune_adaptive.py runs for the figures in docs/tune.md."""
 
 from __future__ import annotations
 
@@ -19,30 +15,24 @@ from pathlib import Path
 import pytest
 from helpers_tune import journal, on_start_plan, result, tune_env
 
+from testsupport import tune_adaptive as scenario
 from testsupport.stack import REPO
-
-STANDIN = {"default": {"startup_delay_s": 0.2, "ttft_ms": 10, "decode_ms": 6, "verify_ms": 6, "accept_length": 2.4,
-                       "batch_cost": 4.0}}
-LEVELS = "1,2,4"
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     from testsupport.stack import standin_stack
 
-    with standin_stack(tmp_path_factory.mktemp("tune-adaptive"), STANDIN) as s:
+    with standin_stack(tmp_path_factory.mktemp("tune-adaptive"), scenario.STANDIN) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def tuned(stack, tmp_path_factory):
     out = tmp_path_factory.mktemp("adaptive")
-    argv = [sys.executable, "-m", "bench", "tune", "--url", stack.server_url, "--control", stack.control_url,
-            "--profiles", "baseline", "--spec", "off,eagle3", "--eagle3", "3,1,4", "--adaptive",
-            "--concurrency", LEVELS, "--max-tokens", "16", "--num-prompts", "4", "--warmup", "1", "--budget", "10m",
-            "--switch-timeout", "60", "--health-timeout", "30", "--final-blocks", "6", "--final-repeats", "6",
-            "--out", str(out)]
-    proc = subprocess.run(argv, cwd=REPO, env=tune_env(stack), capture_output=True, text=True, timeout=600)
+    argv = [sys.executable, "-m", "bench", *scenario.tune_args(stack.server_url, stack.control_url, out)]
+    proc = subprocess.run(argv, cwd=REPO, env={**tune_env(stack), **scenario.ENV}, capture_output=True, text=True,
+                          timeout=600)
     return proc, out
 
 
