@@ -114,3 +114,17 @@ def test_the_server_judges_the_candidate_before_it_joins_the_final():
     assert ok.asked == [("p", "eagle3-adaptive", start, {"1": [1], "4": [0], "16": [0]})]
     got, digest = asyncio.run(adaptive.checked(plan, Control(400, {"error": "no such mode"})))
     assert digest is None and got.candidate is None and "HTTP 400 no such mode" in got.refused
+
+
+def test_a_candidate_whose_bundle_cell_is_the_running_plans_is_left_out_naming_the_cell():
+    led = _ledger(_entry("p+off", {1: 50, 4: 150, 16: 400}), _entry("p+eagle3(1,1,2)", {1: 80, 4: 100, 16: 300}))
+    plan = adaptive.build(led, _cands("p+off", "p+eagle3(1,1,2)"), LEVELS)
+    assert plan.candidate is not None and plan.candidate.label == "p+eagle3-adaptive[1:1,4:0,16:0]"
+    running = Candidate.parse("p+eagle3-adaptive[1:1,4:1,16:0]")  # an earlier tune's tiers, the same start (1)
+    got = adaptive.sharing_a_cell(plan, [*_cands("p+off", "p+eagle3(1,1,2)"), running])
+    assert got.candidate is None and "p__eagle3-adaptive__1-1-2" in got.reason and running.label in got.reason
+    assert "would share the bundle cell" in adaptive.summary_lines(got.to_json(), None)[-1]
+    same = Candidate.parse(plan.candidate.label)  # the running plan is this very candidate: one arm, no clash
+    assert adaptive.sharing_a_cell(plan, [same]) == plan
+    elsewhere = Candidate.parse("p+eagle3-adaptive[1:3,4:0,16:0]")  # another start (3): another cell
+    assert adaptive.sharing_a_cell(plan, [elsewhere]) == plan

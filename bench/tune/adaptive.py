@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bench import bundle_names
 from bench.tune.ledger import Ledger
 from bench.tune.levels import geomean, level_means
 from bench.tune.space import ADAPTIVE_SPEC, Candidate
@@ -117,6 +118,24 @@ def summary_lines(data: dict[str, Any], chosen: str | None) -> list[str]:
     verdict = "won: the written profile carries it" if chosen == label else f"did not win ({chosen or 'nothing'} chosen)"
     out.append(f"adaptive: {label} {verdict}")
     return out
+
+
+def sharing_a_cell(plan: AdaptivePlan, others: Sequence[Candidate]) -> AdaptivePlan:
+    """The plan, or the plan with no candidate when its bundle cell would be another candidate's. A bundle names
+    a cell by profile, spec and point (bench/bundle_names.py), not by tiers, so an adaptive candidate with the
+    same starting point as the running plan's own tiers (a tune after an --apply of an adaptive winner, say)
+    would write over that cell's files; it is left out, and the reason names the cell."""
+    cand = plan.candidate
+    if cand is None:
+        return plan
+    name = bundle_names.cell_name(cand.profile, cand.spec, cand.point_json())
+    for other in others:
+        if other.label != cand.label and bundle_names.cell_name(other.profile, other.spec, other.point_json()) == name:
+            return replace(plan, reason=f"{cand.label} would share the bundle cell {name} with {other.label}, whose "
+                                        "tiers differ (a bundle names a cell by its starting point, not its tiers): "
+                                        "not measured; switch production to another plan first, or give --eagle3 "
+                                        "points whose winners start elsewhere", tiers=None)
+    return plan
 
 
 def tier_steps(cand: Candidate) -> int | None:

@@ -359,8 +359,9 @@ class TuneRun:
         """--adaptive: SGLang's adaptive config from each level's winner (bench/tune/adaptive.py), checked with the
         server (POST /check), joins the final as one more finalist, next to the running plan in the mirrored order
         (bench/tune/schedule.py), where its runs stay one block each."""
-        self.adaptive, digest = await adaptive.checked(adaptive.build(self.cells, self.candidates, self.s.concurrency),
-                                                       control)
+        built = adaptive.sharing_a_cell(adaptive.build(self.cells, self.candidates, self.s.concurrency),
+                                        [*self.candidates, *filter(None, [self.incumbent])])
+        self.adaptive, digest = await adaptive.checked(built, control)
         cand = self.adaptive.candidate
         self.say(self.adaptive.describe(), style=None if cand else "yellow")
         if cand is not None and digest is not None:
