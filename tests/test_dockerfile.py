@@ -7,6 +7,7 @@ docker/ensure-deepep-sm120.sh runs against a stand-in cuobjdump that prints real
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shutil
@@ -420,35 +421,74 @@ def test_patch_set_hash_matches_what_the_image_recomputes(tmp_path):
 # ---- .dockerignore --------------------------------------------------------------------------------------
 
 
-def test_dockerignore_excludes_local_state_and_keeps_the_kit():
-    rules = {
+def dockerignore_rules() -> list[str]:
+    return [
         ln.strip()
         for ln in (ROOT / ".dockerignore").read_text().splitlines()
         if ln.strip() and not ln.startswith("#")
-    }
-    for must in (
-        ".venv",
-        ".git",
-        "results",
-        "tests",
-        "testsupport",  # the SIMULATED stand-in never reaches an image
-        ".pytest_cache",
-        ".ruff_cache",
-        "**/__pycache__",
+    ]
+
+
+def in_build_context(rules: list[str], path: str) -> bool:
+    """Docker's reading of .dockerignore for the patterns the kit uses: the last matching rule wins,
+    `!` keeps, a rule that matches a folder matches everything under it, and `**/` matches at any depth."""
+    parts = path.split("/")
+    kept = True
+    for rule in rules:
+        negate = rule.startswith("!")
+        pattern = rule[1:] if negate else rule
+        if pattern.startswith("**/"):
+            hit = any(fnmatch.fnmatchcase(part, pattern[3:]) for part in parts)
+        else:
+            depth = pattern.count("/") + 1
+            hit = any(
+                fnmatch.fnmatchcase("/".join(parts[:n]), pattern) for n in range(depth, len(parts) + 1)
+            )
+        if hit:
+            kept = negate
+    return kept
+
+
+def test_dockerignore_is_an_allow_list_of_what_the_images_need():
+    rules = dockerignore_rules()
+    assert rules[0] == "*", "the context starts empty: anything new in a checkout stays out"
+    for out in (
+        ".venv/bin/python",
+        ".venv-real/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so",  # 6.5 GB of the real tier
+        ".git/HEAD",
+        ".state/plan.json",
+        ".kit/control.json",
+        "results/bench.json",
+        "tests/test_dockerfile.py",
+        "tests_real/conftest.py",
+        "testsupport/standin.py",  # the SIMULATED stand-in never reaches an image
+        "tools/e2e/run.sh",
+        "docs/evidence.md",
+        "demo/run.sh",
         ".env",
+        "launcher/__pycache__/cli.cpython-311.pyc",
+        "pcie_spec_kit.egg-info/PKG-INFO",
     ):
-        assert must in rules, must
+        assert not in_build_context(rules, out), out
     for keep in (
-        "launcher",
-        "bench",
-        "profiles",
-        "patches",
-        "sitecustomize",
-        "docker",
+        "launcher/cli.py",
+        "launcher/profiles/rules/allreduce.py",
+        "bench/data/prompts.jsonl",
+        "profiles/fused.toml",
+        "patches/apply.py",
+        "sitecustomize/sitecustomize.py",
+        "docker/patch-set-hash.sh",
+        "docker/no-draft/README",
         "pyproject.toml",
         "README.md",
     ):
-        assert not any(r.rstrip("/") == keep or r.startswith(keep + "/") for r in rules), keep
+        assert in_build_context(rules, keep), keep
+
+
+def test_every_file_the_dockerfile_copies_is_in_the_context():
+    for src in re.findall(r"^COPY (?!--from)(\S+)", (ROOT / "Dockerfile").read_text(), re.M):
+        if src != ".":
+            assert in_build_context(dockerignore_rules(), src.rstrip("/")), src
 
 
 # ---- docker/ensure-deepep-sm120.sh ----------------------------------------------------------------------

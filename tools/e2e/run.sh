@@ -118,6 +118,15 @@ step "inside the server image"
   python3 patches/apply.py --check
   launcher check --all --require-parser | tail -3
   ls /opt/kit/sitecustomize/__pycache__/sitecustomize.*.pyc
+  # .dockerignore is an allow-list: the kit (and what pip install made of it), nothing else of the checkout
+  python3 -c "
+import os
+kit = {\"README.md\", \"bench\", \"docker\", \"launcher\", \"patches\", \"profiles\", \"pyproject.toml\", \"sitecustomize\"}
+made = {\"patches.sha256\", \"build\", \"pcie_spec_kit.egg-info\"}
+found = set(os.listdir(\"/opt/kit\"))
+print(\"/opt/kit:\", \" \".join(sorted(found)))
+assert kit <= found and found <= kit | made, (\"not the kit alone\", sorted((found ^ kit) - made))
+"
   python3 -m launcher.doctor.nccl --require 2.31.2
   launcher doctor --json --out /tmp/doctor.json >/dev/null || true
   python3 -c "import json; c = {c[\"name\"]: c for c in json.load(open(\"/tmp/doctor.json\"))[\"checks\"]}[\"nccl\"]; print(\"doctor nccl check:\", c[\"status\"], c[\"detail\"]); assert c[\"status\"] == \"pass\""
