@@ -160,6 +160,7 @@ def _placeholder_note(names: list[str]) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     from launcher.doctor.causes import Causes, applies_to, drop_restated
     from launcher.profiles import sglang_args
+    from launcher.profiles.adaptive_tiers import SPEC_MODE as ADAPTIVE
     from launcher.profiles.loader import (
         MODEL_DIR,
         available_names,
@@ -176,7 +177,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     tiers = _adaptive_tiers(args)
     # A point is EAGLE-3's: with --spec-params the default spec mode is eagle3, and every mode asked
     # for must run EAGLE (a point for ngram/off is an error naming it, from the plan); tiers are eagle3-adaptive's.
-    spec_arg = args.spec or ("eagle3-adaptive" if tiers is not None else "eagle3" if point is not None else "all")
+    spec_arg = args.spec or (ADAPTIVE if tiers is not None else "eagle3" if point is not None else "all")
     specs = spec_modes() if spec_arg == "all" else [spec_arg]
     # Every profile: every model overlay too (and none); named profiles: the one MODEL_OVERLAY names.
     chosen = args.model_overlay if args.model_overlay is not None else ("all" if every else None)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from launcher.errors import RuntimeFailure, UserError
+from launcher.profiles import adaptive_tiers
 from launcher.profiles.catalog import check_name
 
 CURRENT = "current"
@@ -94,7 +95,7 @@ def spec_from_server_info(info: dict[str, Any]) -> str | None:
     if not algo or str(algo).upper() == "NONE":
         return "off"
     if str(algo).upper() == "EAGLE3" and info.get("speculative_adaptive"):  # steps change while it serves
-        return "eagle3-adaptive"
+        return adaptive_tiers.SPEC_MODE
     return {"EAGLE3": "eagle3", "NGRAM": "ngram"}.get(str(algo).upper(), str(algo).lower())
 
 

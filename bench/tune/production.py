@@ -43,7 +43,7 @@ def restore(run: TuneRun) -> None:
                     return None
                 code, body = await client.switch_when_idle(str(plan["name"]), str(plan["spec"]), run.s.switch_timeout,
                                                            spec_params=plan.get("spec_params"),
-                                                           **tiers_of(plan))
+                                                           adaptive_tiers=plan.get("adaptive_tiers") or None)
                 why = f"HTTP {code} {body.get('outcome')}: {body.get('error')}"
                 if body.get("outcome") not in OK_OUTCOMES:
                     return why
@@ -59,11 +59,6 @@ def restore(run: TuneRun) -> None:
     else:
         run.console.print(f"could not put production back on {label} ({failure}); switch it by hand "
                           "(launcher switch / POST /switch)", style="bold red")
-
-
-def tiers_of(plan: dict[str, Any]) -> dict[str, Any]:
-    """The switch's `adaptive_tiers` for a plan that ran a tuned adaptive config, else nothing."""
-    return {"adaptive_tiers": plan["adaptive_tiers"]} if plan.get("adaptive_tiers") else {}
 
 
 def finish(run: TuneRun, path: Path) -> int:

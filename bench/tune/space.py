@@ -30,7 +30,7 @@ from launcher.profiles.adaptive_tiers import AdaptiveTiers
 from launcher.profiles.spec_params import SpecParams
 
 SPEC_MODES = ("off", "ngram", "eagle3")
-ADAPTIVE_SPEC = "eagle3-adaptive"  # the spec mode a tuned adaptive config runs under (bench tune --adaptive)
+ADAPTIVE_SPEC = adaptive_tiers.SPEC_MODE  # the spec mode a tuned adaptive config runs under (bench tune --adaptive)
 ELIGIBLE = "eligible"
 DEFAULT_POINTS = tuple(SpecParams(steps=s, topk=1, draft_tokens=s + 1) for s in (1, 2, 3, 4))
 

@@ -37,6 +37,7 @@ from launcher.errors import UserError
 from launcher.profiles.spec_params import MAX_VALUE, SpecParams
 
 FLAG = "--adaptive-tiers"
+SPEC_MODE = "eagle3-adaptive"  # the spec mode (profiles/spec/eagle3-adaptive.toml) such a record runs under
 FIELD = "adaptive_tiers"  # the control API's body key and the profile's table
 MAX_BATCH = 65536  # the largest tier key the kit accepts (a batch size)
 FORM = (f"give tiers as B:S,B:S (batch size B from 1 to {MAX_BATCH}, EAGLE-3 steps S from 0 to {MAX_VALUE}, "
