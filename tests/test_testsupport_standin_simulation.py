@@ -5,6 +5,7 @@ SGLang 0.5.23 routes it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -61,3 +62,25 @@ def test_adaptive_runs_the_tiers_steps_for_the_batch(tmp_path):
     assert (spec, accept, interval) == (False, 1.0, StandinSettings().decode_ms)  # 0 steps: a decode step
     spec, accept, _ = engine.pass_figures(1)
     assert spec and accept == simulation.effective_accept_length(StandinSettings(), True, (2, 1, 3))
+
+
+async def _last_chunk(engine: Engine, n: int):
+    chunks = [c async for c in engine.generate("a prompt", n)]
+    return chunks[-1]
+
+
+def test_a_zero_step_pass_counts_as_a_verify_of_one_token(tmp_path):
+    """SGLang 0.5.23 verifies a 1-node tree at 0 steps and commits it like any verify pass
+    (eagle_worker_v2.py:1469-1472, batch_result_processor.py:829-832): spec_verify_ct counts it."""
+
+    config = tmp_path / "tiers.json"
+    config.write_text(json.dumps({"1": {"candidate_steps": [0]}, "2": {"candidate_steps": [3]}}))
+    args = parse_server_argv([*EAGLE, "--speculative-adaptive", "--speculative-adaptive-config", str(config)])
+    settings = StandinSettings(ttft_ms=0, decode_ms=0, verify_ms=0)
+    engine = Engine(settings, args)
+    assert engine.adaptive_on and engine.steps_for_batch(1) == 0
+    last = asyncio.run(_last_chunk(engine, 8))  # one request: batch 1, the 0-step tier
+    assert (len(last.output_ids), last.spec_verify_ct) == (8, 8)  # accept length 1.0, not 8 tokens over 0 passes
+    static = Engine(settings, parse_server_argv(EAGLE))
+    last = asyncio.run(_last_chunk(static, 8))
+    assert last.spec_verify_ct == simulation.expected_counts(8, static.accept_length, True)[1] < 8

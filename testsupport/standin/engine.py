@@ -186,7 +186,7 @@ class Engine:
                 if not gauged and len(output_ids) >= self.settings.running_gauge_after_tokens:
                     gauged = True
                     self.stats.running_gauge += 1
-                if speculative and count:
+                if count and (speculative or self.adaptive_on):  # a 0-step adaptive pass is a verify of 1 token
                     verify_ct += 1
                     self.stats.spec_tokens += count
                     self.stats.spec_passes += 1

@@ -20,7 +20,10 @@ How a request of ``N = max_new_tokens`` tokens is served (N is always reached: t
   Requests do not slow each other down (no batching model) unless ``batch_cost`` is above 0: then
   every chunk's interval is taken when the chunk before it is sent, from the requests running then
   (``batch_factor``), and under ``--speculative-adaptive`` from the steps the config's tier for that
-  batch size gives (0 steps: a decode step of 1 token; engine.py ``Engine.pass_figures``).
+  batch size gives (0 steps: a pass of 1 token at the decode interval; engine.py ``Engine.pass_figures``).
+  As in SGLang 0.5.23 such a pass still counts in ``spec_verify_ct``: at 0 steps the EAGLE worker verifies
+  a 1-node tree rooted at the last token (``eagle_worker_v2.py:1469-1472, 1678-1685``) and the result is
+  committed like any verify (``batch_result_processor.py:829-832``), so it lowers the accept length.
 
 The lifetime ``avg_spec_accept_length`` in /server_info is total tokens over total verify passes of
 all chunks sent so far, which (SGLang-like) is cumulative since start.
