@@ -273,10 +273,11 @@ demo-tune: $(VENV_KIT_STAMP) ## `bench tune` against the simulated server; fails
 
 # The tests mostly wait on the processes they start, so there are more workers than cores. --dist loadfile
 # keeps a file's tests on one worker: module-scoped fixtures (a started stack, a built wheel) are set up once.
+# Files go out heaviest first (tests/file_seconds.json, tools/suite_weights.py), not by their count of tests.
 TEST_WORKERS ?= 4
 TEST_ARGS ?=
 test: $(VENV_TEST_STAMP) ## run the test suite, TEST_WORKERS=4 in parallel (creates .venv on first use)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(TEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(TEST_ARGS)
 
 test-fast: $(VENV_TEST_STAMP) ## the tests that start no process (no kit stack, server or CLI subprocess): under 2 minutes
 	$(PY) -m pytest -q -m "not stack" $(TEST_ARGS)

@@ -1,3 +1,4 @@
+import json
 import sys
 from pathlib import Path
 
@@ -8,6 +9,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers_marks import starts_processes  # noqa: E402
 
 from testsupport.stack import KitStack, stop_all  # noqa: E402
+
+WEIGHTS = Path(__file__).resolve().parent / "file_seconds.json"
 
 
 @pytest.fixture(scope="session")
@@ -43,12 +46,25 @@ def pytest_itemcollected(item):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """The cases of one parametrized test run in the order of their ids: xdist needs every worker to collect
-    the same list, and cases drawn from a set come in another order in each process."""
+    """The heaviest files first (tests/file_seconds.json, from measured runs: tools/suite_weights.py), so
+    `make test`'s workers, which take whole files in this order (--dist loadfile --no-loadscope-reorder),
+    end on short ones together. Within a file, the cases of one parametrized test run in the order of their
+    ids: xdist needs every worker to collect the same list, and cases drawn from a set come in another order
+    in each process."""
+    weight = file_weights()
     first: dict[tuple[str, str], int] = {}
     for i, item in enumerate(items):
         first.setdefault(_test_of(item), i)
-    items.sort(key=lambda item: (first[_test_of(item)], item.nodeid))
+    items.sort(key=lambda item: (-weight.get(_file_of(item), 0.0), first[_test_of(item)], item.nodeid))
+
+
+def file_weights() -> dict[str, float]:
+    """Seconds per test file as tools/suite_weights.py measured them, by path from the repository root."""
+    return json.loads(WEIGHTS.read_text(encoding="utf-8"))
+
+
+def _file_of(item) -> str:
+    return item.nodeid.split("::")[0]
 
 
 def _test_of(item) -> tuple[str, str]:
