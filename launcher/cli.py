@@ -264,9 +264,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     from launcher.profiles.plan import build_plan
     from launcher.profiles.render import write_plan
 
+    # The plan names files in the state dir it is rendered into (the adaptive config), not KIT_STATE_DIR's.
+    state_dir = Path(args.state_dir).resolve()
     plan = build_plan(args.profile, _spec(args), _facts(args.host_facts), use_parser=sglang_args.available(),
-                      model_overlay=args.model_overlay)
-    path = write_plan(Path(args.state_dir), plan)
+                      model_overlay=args.model_overlay,
+                      environ={**os.environ, settings.KIT_STATE_DIR.name: str(state_dir)})
+    path = write_plan(state_dir, plan)
     print(path)
     return 0
 

@@ -162,6 +162,26 @@ def test_a_profiles_table_applies_under_eagle3_adaptive_only(tmp_path, monkeypat
         assert plans.build_plan("tuned", spec, environ=env).adaptive_tiers is None
 
 
+def test_render_writes_the_config_into_the_state_dir_it_renders(tmp_path, monkeypatch, capsys):
+    """`launcher render --state-dir D`: the plan names D's adaptive/ folder, and the config lies there, not in
+    KIT_STATE_DIR's."""
+    from launcher.cli import main
+
+    env = _user_profile(tmp_path, "[adaptive_tiers]\n1 = [3]\n8 = [0]\n")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    elsewhere = tmp_path / "elsewhere"
+    monkeypatch.setenv("KIT_STATE_DIR", str(elsewhere))
+    state = tmp_path / "state"
+    assert main(["render", "tuned", "--spec", MODE, "--state-dir", str(state)]) == 0
+    assert capsys.readouterr().out.strip() == str(state.resolve() / "profile.json")
+    argv = json.loads((state / "profile.json").read_text())["argv"]
+    config = _value(argv, "--speculative-adaptive-config")
+    assert config == str(state.resolve() / "adaptive" / f"{at.parse('1:3,8:0').sha()}.json")
+    assert json.loads(open(config).read()) == {"1": {"candidate_steps": [3]}, "8": {"candidate_steps": [0]}}
+    assert not elsewhere.exists()
+
+
 @pytest.mark.parametrize("table, words", [
     ("[adaptive_tiers]\n1 = [0]\n", "every tier has 0 steps"),
     ("[adaptive_tiers]\nx = [1]\n", "no batch size"),

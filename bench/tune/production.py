@@ -125,8 +125,7 @@ def apply(run: TuneRun, winner: Candidate, data: dict[str, Any]) -> int:
             run.console.print(f"--apply: the server's profile {run.s.profile_name} is not the plan the tune chose "
                               f"({got} against {winner.label}'s {want}: an older file of that name?); applying "
                               f"{winner.label} itself", style="yellow")
-    code, body = client.switch(profile, winner.spec, run.s.switch_timeout, spec_params=params,
-                               **({"adaptive_tiers": tiers} if tiers else {}))
+    code, body = client.switch(profile, winner.spec, run.s.switch_timeout, spec_params=params, adaptive_tiers=tiers)
     to = body.get("to")
     ran = (to.get("digest") if isinstance(to, dict) else None) or client.status().get("digest")
     if body.get("outcome") in OK_OUTCOMES and (want is None or ran == want):
