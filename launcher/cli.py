@@ -58,9 +58,9 @@ def _spec_params(args: argparse.Namespace):
 
 
 def _adaptive_tiers_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--adaptive-tiers", default=None, metavar="B:S,...",
-                   help="under --spec eagle3-adaptive: per batch-size tier B the EAGLE-3 steps S (0: no speculation), "
-                        "replacing the overlay's config (e.g. 1:3,4:1,16:0; launcher/profiles/adaptive_tiers.py)")
+    from launcher.profiles.adaptive_tiers import FLAG_HELP
+
+    p.add_argument("--adaptive-tiers", default=None, metavar="B:S,...", help=FLAG_HELP)
 
 
 def _adaptive_tiers(args: argparse.Namespace):

@@ -27,7 +27,8 @@ class FakeControl:
     def check(self, profile, spec, spec_params=None):
         return self.check_answer
 
-    def switch(self, profile, spec, timeout_s, spec_params=None):
+    def switch(self, profile, spec, timeout_s, spec_params=None, adaptive_tiers=None):
+        assert adaptive_tiers is None  # static winners here: no tiers sent
         self.switches.append((profile, spec, spec_params))
         code, body = self.switch_answer
         return code, {**body, "to": {"digest": self.running}} if body.get("outcome") == "switched" else body
@@ -79,3 +80,19 @@ def test_a_failed_or_wrong_apply_puts_production_back_naming_both(monkeypatch, a
     assert restored == [True] and run.switched is True
     text = out.getvalue()
     assert "the switch to fast+off did not take" in text and "back on baseline+off" in text
+
+
+def test_fleet_rolls_an_adaptive_winner_with_its_tiers_and_starting_point(monkeypatch, tmp_path):
+    from launcher.profiles.adaptive_tiers import parse
+
+    winner = Candidate("fast", "eagle3-adaptive", tiers=parse("1:3,4:1,16:0"))
+    calls: list[tuple[tuple, dict]] = []
+    monkeypatch.setattr(production.fleetfile, "load", lambda path: "the fleet")
+    monkeypatch.setattr(production.rolling, "switch", lambda *a, **k: calls.append((a, k)) or 0)
+    run = SimpleNamespace(s=SimpleNamespace(fleet=str(tmp_path / "fleet.toml"), switch_timeout=7),
+                          console=Console(file=io.StringIO()))
+    assert production.roll(run, winner) == 0
+    (args, kwargs), = calls
+    assert args[:3] == ("the fleet", "fast", "eagle3-adaptive")
+    assert kwargs["adaptive_tiers"] == winner.tiers and kwargs["timeout_s"] == 7
+    assert kwargs["spec_params"].model_dump() == {"steps": 3, "topk": 1, "draft_tokens": 4}  # where the tune measured it

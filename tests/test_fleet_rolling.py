@@ -1,7 +1,7 @@
 """launcher/fleet/rolling.py (with router.py and cli.py): three `launcher serve` stacks over the stand-in
 behind a real sglang-router that `launcher fleet router` starts; a rolling switch under load, a host
-whose new profile fails, what `launcher fleet status` shows, and an EAGLE-3 point (`--spec-params`)
-rolled through the fleet."""
+whose new profile fails, what `launcher fleet status` shows, and an EAGLE-3 point (`--spec-params`) or
+tuned adaptive tiers (`--adaptive-tiers`) rolled through the fleet."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ import time
 import httpx
 import pytest
 
+from launcher.fleet import rolling
+from launcher.profiles import adaptive_tiers as at
+from launcher.profiles.spec_params import SpecParams
 from testsupport.stack import FleetStack, start_all
 
 
@@ -246,3 +249,53 @@ def test_a_point_for_a_spec_mode_without_eagle_stops_at_the_first_host_which_goe
     assert ("host-0", "restored_to_router") in steps and not [s for s in steps if s[0] == "host-1"]
     workers = httpx.get(f"{pair.url}/workers", timeout=5).json()["workers"]
     assert len([w for w in workers if w["is_healthy"]]) == 2
+
+
+# ---- a tuned adaptive config -------------------------------------------------------------------------
+
+TIERS = {"1": [1], "4": [0]}
+
+
+def test_a_target_with_tiers_is_eagle3_adaptive_only_and_a_plan_runs_it_only_with_those_tiers():
+    tiers = at.parse("1:1,4:0")
+    target = rolling.Target("fused", "eagle3-adaptive", None, tiers)
+    assert target.problems() == [] and target.label() == "fused+eagle3-adaptive[1:1,4:0]"
+    assert target.record() == {"profile": "fused", "spec": "eagle3-adaptive", "spec_params": None, "adaptive_tiers": TIERS}
+    plan = {"name": "fused", "spec": "eagle3-adaptive", "spec_params": {"steps": 1, "topk": 1, "draft_tokens": 2},
+            "adaptive_tiers": TIERS}
+    assert target.run_by(plan)
+    assert not target.run_by({**plan, "adaptive_tiers": {"1": [1], "4": [1]}})
+    assert not target.run_by({**plan, "adaptive_tiers": None}) and not target.run_by({**plan, "name": "baseline"})
+    assert rolling.Target("fused", "eagle3-adaptive").run_by({**plan, "adaptive_tiers": None})  # none asked: any
+    wrong = rolling.Target("fused", "eagle3", None, tiers).problems()
+    assert wrong and "eagle3-adaptive only" in wrong[0] and "--spec eagle3-adaptive" in wrong[0]
+    both = rolling.Target("fused", "eagle3-adaptive", SpecParams(steps=1, topk=1, draft_tokens=2), tiers)
+    assert both.label() == "fused+eagle3-adaptive(1,1,2)[1:1,4:0]" and both.run_by(plan)
+
+
+def test_tuned_tiers_reach_every_host_and_a_host_on_them_is_skipped(pair):
+    before = [(s.status()["pid"], _plan(s)["digest"]) for s in pair.stacks]
+    for args, words in ((("--spec", "eagle3", "--adaptive-tiers", "1:1,4:0"), "eagle3-adaptive only"),
+                        (("--spec", "eagle3-adaptive", "--adaptive-tiers", "1:x"), "--adaptive-tiers")):
+        proc = pair.cli("switch", "baseline", *args)
+        assert proc.returncode == 2, (args, proc.stdout + proc.stderr)
+        assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert _history(pair) == []  # no host touched
+    assert [(s.status()["pid"], _plan(s)["digest"]) for s in pair.stacks] == before
+
+    proc = pair.cli("switch", "baseline", "--spec", "eagle3-adaptive", "--adaptive-tiers", "1:1,4:0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "fleet on baseline+eagle3-adaptive[1:1,4:0]: 2 host(s)" in proc.stdout
+    for s in pair.stacks:
+        plan = _plan(s)
+        assert (plan["spec"], plan["adaptive_tiers"]) == ("eagle3-adaptive", TIERS)
+        assert s.status()["state"] == "serving"
+    history = _history(pair)
+    assert history and all(h["adaptive_tiers"] == TIERS for h in history)
+    assert [h["host"] for h in history if h["step"] == "switched" and h["outcome"] == "switched"] == ["host-0", "host-1"]
+
+    pids = [s.status()["pid"] for s in pair.stacks]
+    again = pair.cli("switch", "baseline", "--spec", "eagle3-adaptive", "--adaptive-tiers", "1:1,4:0")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert all(f"host-{i}: already on baseline+eagle3-adaptive[1:1,4:0]" in again.stdout for i in (0, 1))
+    assert [s.status()["pid"] for s in pair.stacks] == pids  # neither restarted

@@ -143,17 +143,13 @@ def apply(run: TuneRun, winner: Candidate, data: dict[str, Any]) -> int:
 
 
 def roll(run: TuneRun, winner: Candidate) -> int:
-    """--fleet: the winner's plan through every host of the fleet, one at a time (launcher/fleet/rolling.py)."""
-    if winner.tiers is not None:  # the rolling switch carries a point, not yet a tuned adaptive config
-        run.console.print(f"--fleet: {winner.label} is a tuned adaptive config, which the rolling switch cannot carry "
-                          "yet; copy the written profile to every host's KIT_PROFILES_DIR and roll it by name "
-                          "(launcher fleet switch)", style="bold red")
-        return 1
+    """--fleet: the winner's plan (profile, spec, point or tuned adaptive tiers) through every host of the
+    fleet, one at a time (launcher/fleet/rolling.py)."""
     fleet = fleetfile.load(run.s.fleet or "")
     history = rolling.default_history(Path(run.s.fleet or ""))
     try:
         return rolling.switch(fleet, winner.profile, winner.spec, history, timeout_s=run.s.switch_timeout,
-                              spec_params=coerce(winner.point_json()), say=lambda t: run.console.print(t))
+                              spec_params=coerce(winner.point_json()), adaptive_tiers=winner.tiers, say=lambda t: run.console.print(t))
     except KitError as exc:  # the fleet file, a token, a host: said, and the tune's own results stand
         run.console.print(f"--fleet: {exc}", style="bold red")
         return 1

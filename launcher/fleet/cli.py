@@ -18,6 +18,7 @@ from launcher import settings
 from launcher.errors import RuntimeFailure, UserError, run_cli
 from launcher.fleet import fleetfile, rolling
 from launcher.fleet import router as router_mod
+from launcher.profiles import adaptive_tiers
 from launcher.profiles import spec_params as spec_params_mod
 from launcher.runtime.control_client import SyncControlClient
 from launcher.runtime.states import SWITCH_TIMEOUT_MAX_S
@@ -111,12 +112,14 @@ def _point(text: str | None) -> spec_params_mod.SpecParams | None:
 
 def cmd_switch(args: argparse.Namespace) -> int:
     point = _point(args.spec_params)
+    tiers = adaptive_tiers.parse(args.adaptive_tiers) if args.adaptive_tiers is not None else None
     fleet = fleetfile.load(args.fleet)
     spec = args.spec or settings.default_spec()
     history = Path(args.history) if args.history else rolling.default_history(Path(args.fleet))
     with _signals_interrupt():
         try:
-            return rolling.switch(fleet, args.profile, spec, history, timeout_s=args.timeout, spec_params=point)
+            return rolling.switch(fleet, args.profile, spec, history, timeout_s=args.timeout, spec_params=point,
+                                  adaptive_tiers=tiers)
         except rolling.Interrupted as exc:
             print(f"interrupted by {signal.Signals(exc.signum).name}; the fleet history records where it stopped",
                   file=sys.stderr)
@@ -172,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spec-params", default=None, metavar="S,K,D",
                    help="EAGLE-3 point for every host: steps, top-k, draft tokens (replaces the eagle3 overlay's; "
                         "e.g. 1,1,2); a host on PROFILE + SPEC but another point is switched too")
+    s.add_argument("--adaptive-tiers", default=None, metavar="B:S,...",
+                   help=adaptive_tiers.FLAG_HELP + "; a host on PROFILE + SPEC with other tiers is switched too")
     s.add_argument("--history", default=None, help="fleet history file (default: <fleet file>.history.jsonl)")
     s.set_defaults(fn=cmd_switch)
     return p

@@ -11,8 +11,10 @@ switch's own worst case, control_client.switch_deadline_s). When it passes, or S
 (the CLI turns both into Interrupted), the host taken out goes back into the router if its /status
 says it answers, and the history records why the run stopped.
 
-A switch may carry an EAGLE-3 point (`spec_params`): every host is switched to it, and a host on the
-target profile and spec counts as already there only when its running plan (GET /plan) runs that point.
+A switch may carry an EAGLE-3 point (`spec_params`) or, under eagle3-adaptive, a tuned adaptive config
+(`adaptive_tiers`, launcher/profiles/adaptive_tiers.py): every host is switched to it, and a host on the
+target profile and spec counts as already there only when its running plan (GET /plan) runs that point and
+those tiers.
 """
 
 from __future__ import annotations
@@ -20,16 +22,54 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher import atomic
 from launcher.errors import RuntimeFailure, UserError
 from launcher.fleet.fleetfile import Fleet, Host, require_tokens
 from launcher.fleet.router import RouterClient
+from launcher.profiles import adaptive_tiers as tiers_mod
+from launcher.profiles.adaptive_tiers import AdaptiveTiers
 from launcher.profiles.spec_params import SpecParams, point_problems
 from launcher.profiles.spec_params import label as plan_label
 from launcher.runtime.control_client import SyncControlClient, switch_deadline_s
 from launcher.runtime.states import ANSWERING, OK_OUTCOMES, Outcome, State
+
+
+@dataclass(frozen=True)
+class Target:
+    """The plan every host is switched to: profile + spec, with an EAGLE-3 point or tuned adaptive tiers."""
+
+    profile: str
+    spec: str
+    point: SpecParams | None = None
+    tiers: AdaptiveTiers | None = None
+
+    def problems(self) -> list[str]:
+        """What makes the target one no host should be sent (empty: none), found before any host is touched."""
+        out = [f"spec_params {p}" for p in (point_problems(self.point) if self.point is not None else [])]
+        if self.tiers is not None and self.spec != tiers_mod.SPEC_MODE:
+            out.append(f"{tiers_mod.FIELD} {self.tiers.label()} apply under spec mode {tiers_mod.SPEC_MODE} only, "
+                       f"not {self.spec}: give --spec {tiers_mod.SPEC_MODE}")
+        return out
+
+    def label(self) -> str:
+        """`fused+eagle3(1,1,2)`, `fused+eagle3-adaptive[1:3,4:1,16:0]`."""
+        return plan_label(self.profile, self.spec, self.point) + (self.tiers.label() if self.tiers else "")
+
+    def record(self) -> dict[str, object]:
+        """What every line of the fleet history carries about the target."""
+        return {"profile": self.profile, "spec": self.spec,
+                "spec_params": self.point.model_dump() if self.point is not None else None,
+                "adaptive_tiers": self.tiers.to_json() if self.tiers is not None else None}
+
+    def run_by(self, plan: dict) -> bool:
+        """Whether a running plan (GET /plan) on this profile + spec runs the point and the tiers asked for;
+        none asked for: any will do."""
+        return ((plan.get("name"), plan.get("spec")) == (self.profile, self.spec)
+                and (self.point is None or plan.get("spec_params") == self.point.model_dump())
+                and (self.tiers is None or plan.get(tiers_mod.FIELD) == self.tiers.to_json()))
 
 
 class History:
@@ -67,29 +107,29 @@ def switch(
     add_timeout_s: float = 120.0,
     say: Callable[[str], None] = print,
     spec_params: SpecParams | None = None,
+    adaptive_tiers: AdaptiveTiers | None = None,
 ) -> int:
     """0 when every host ends on the new plan; 1 at the first host that does not (named, with why).
 
     `timeout_s` is each host's health-gate timeout and the total wait for its switch request; without
     it the wait is the switch's own worst case. `spec_params`: an EAGLE-3 point sent with every host's
     switch (None: the spec overlay's own, and a host on profile + spec counts as there whatever point it
-    runs). A point SGLang would not run as given (spec_params.point_problems) is a UserError before any
-    host is touched. Interrupted propagates after the host is put back."""
-    problems = point_problems(spec_params) if spec_params is not None else []
+    runs); `adaptive_tiers` likewise, under eagle3-adaptive only. A point SGLang would not run as given
+    (spec_params.point_problems) or tiers under another spec mode is a UserError before any host is
+    touched. Interrupted propagates after the host is put back."""
+    target = Target(profile, spec, spec_params, adaptive_tiers)
+    problems = target.problems()
     if problems:
-        raise UserError("spec_params " + "; ".join(problems))
+        raise UserError("; ".join(problems))
     require_tokens(fleet)
-    target = plan_label(profile, spec, spec_params)
-    log = History(history, run=f"{int(time.time())}",
-                  target={"profile": profile, "spec": spec,
-                          "spec_params": spec_params.model_dump() if spec_params is not None else None})
+    log = History(history, run=f"{int(time.time())}", target=target.record())
     log.step(None, "begin", hosts=[h.name for h in fleet.host])
     with RouterClient(fleet.router.url) as router:
         router.workers()  # the router must answer before any host is touched
         for host in fleet.host:
             left = [h.name for h in fleet.host[fleet.host.index(host) + 1 :]]
             try:
-                rc = _one(host, profile, spec, spec_params, router, log, timeout_s, add_timeout_s, say)
+                rc = _one(host, target, router, log, timeout_s, add_timeout_s, say)
             except Interrupted as exc:
                 log.step(None, "stopped", interrupted_host=host.name, signal=exc.signum, untouched=left)
                 if left:
@@ -101,27 +141,26 @@ def switch(
                     say(f"stopped: {', '.join(left)} left on their current plan")
                 return rc
     log.step(None, "done")
-    say(f"fleet on {target}: {len(fleet.host)} host(s)")
+    say(f"fleet on {target.label()}: {len(fleet.host)} host(s)")
     return 0
 
 
-def _one(host: Host, profile: str, spec: str, point: SpecParams | None, router: RouterClient, log: History,
+def _one(host: Host, target: Target, router: RouterClient, log: History,
          timeout_s: float | None, add_timeout_s: float, say: Callable[[str], None]) -> int:
     control = SyncControlClient(host.control, host.token(), url_from=host.url_from())
     status = control.status()
-    target = plan_label(profile, spec, point)
-    if ((status.get("profile"), status.get("spec"), status.get("state")) == (profile, spec, State.SERVING)
-            and _runs_point(control, profile, spec, point)):
+    if ((status.get("profile"), status.get("spec"), status.get("state")) == (target.profile, target.spec, State.SERVING)
+            and _runs_target(control, target)):
         if router.find(host.server) is None:  # e.g. left out by an earlier run that was stopped
             router.add(host.server)
             router.wait_healthy(host.server, add_timeout_s)
             log.step(host.name, "restored_to_router", state=State.SERVING)
         log.step(host.name, "skipped", reason="already serving this plan")
-        say(f"{host.name}: already on {target}")
+        say(f"{host.name}: already on {target.label()}")
         return 0
     deadline = timeout_s if timeout_s is not None else switch_deadline_s(None)
     try:
-        return _out_switch_in(host, profile, spec, point, router, control, log, timeout_s, deadline, add_timeout_s, say)
+        return _out_switch_in(host, target, router, control, log, timeout_s, deadline, add_timeout_s, say)
     except Interrupted as exc:
         if exc.restoring:  # a second signal while putting it back: recorded there, stop now
             raise
@@ -131,17 +170,15 @@ def _one(host: Host, profile: str, spec: str, point: SpecParams | None, router: 
         raise
 
 
-def _runs_point(control: SyncControlClient, profile: str, spec: str, point: SpecParams | None) -> bool:
-    """Whether a host that /status shows serving profile + spec runs `point` too: its running plan's
-    (GET /plan) spec_params. No point asked for: any point will do."""
-    if point is None:
+def _runs_target(control: SyncControlClient, target: Target) -> bool:
+    """Whether a host that /status shows serving profile + spec runs the target's point and tiers too (its
+    running plan, GET /plan). Neither asked for: any will do, and the plan is not fetched."""
+    if target.point is None and target.tiers is None:
         return True
-    plan = control.running_plan() or {}
-    return ((plan.get("name"), plan.get("spec")) == (profile, spec)
-            and plan.get("spec_params") == point.model_dump())
+    return target.run_by(control.running_plan() or {})
 
 
-def _out_switch_in(host: Host, profile: str, spec: str, point: SpecParams | None, router: RouterClient,
+def _out_switch_in(host: Host, target: Target, router: RouterClient,
                    control: SyncControlClient, log: History, timeout_s: float | None, deadline: float,
                    add_timeout_s: float, say: Callable[[str], None]) -> int:
     """Out of the router, switch (at most `deadline` s), back in; 1 when the host did not end on the plan."""
@@ -149,7 +186,8 @@ def _out_switch_in(host: Host, profile: str, spec: str, point: SpecParams | None
     log.step(host.name, "removed_from_router", was_registered=removed)
     say(f"{host.name}: out of the router; switching (waiting at most {deadline:.0f} s)")
     log.step(host.name, "switching", deadline_s=deadline)
-    code, body = control.switch(profile, spec, timeout_s, deadline, spec_params=point)
+    code, body = control.switch(target.profile, target.spec, timeout_s, deadline, spec_params=target.point,
+                                adaptive_tiers=target.tiers.to_json() if target.tiers is not None else None)
     if body.get("timed_out"):
         log.step(host.name, "switch_timed_out", deadline_s=deadline, error=body.get("error"))
         say(f"{host.name}: {body.get('error')}")
@@ -171,7 +209,7 @@ def _out_switch_in(host: Host, profile: str, spec: str, point: SpecParams | None
         say(f"{host.name}: switched, but {exc}")
         return 1
     log.step(host.name, "back_in_router")
-    say(f"{host.name}: on {plan_label(profile, spec, point)}, back in the router")
+    say(f"{host.name}: on {target.label()}, back in the router")
     return 0
 
 

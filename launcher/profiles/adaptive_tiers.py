@@ -40,6 +40,8 @@ FLAG = "--adaptive-tiers"
 SPEC_MODE = "eagle3-adaptive"  # the spec mode (profiles/spec/eagle3-adaptive.toml) such a record runs under
 FIELD = "adaptive_tiers"  # the control API's body key and the profile's table
 MAX_BATCH = 65536  # the largest tier key the kit accepts (a batch size)
+FLAG_HELP = ("under --spec eagle3-adaptive: per batch-size tier B the EAGLE-3 steps S (0: no speculation), "
+             "replacing the overlay's config (e.g. 1:3,4:1,16:0; launcher/profiles/adaptive_tiers.py)")
 FORM = (f"give tiers as B:S,B:S (batch size B from 1 to {MAX_BATCH}, EAGLE-3 steps S from 0 to {MAX_VALUE}, "
         "0 = no speculation; several steps of one tier as B:S/S), e.g. 1:3,4:1,16:0")
 
