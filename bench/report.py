@@ -171,6 +171,7 @@ def gate_lines(gate: dict[str, Any]) -> list[str]:
         "tokens compared or without log-probabilities from the server (never a pass). A FAIL profile is not a "
         "candidate, whatever its speed.",
         f"- exact match and first divergence are information only: {correctness.TEXTS_DIFFER}.",
+        f"- {correctness.ADAPTIVE_ACCEPT}.",
     ]
 
 

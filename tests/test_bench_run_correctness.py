@@ -78,3 +78,18 @@ def test_reference_outputs_take_first_level_first_repeat():
         {"ok": False, "prompt_id": "b", "text": "", "concurrency": 1, "repeat": 0},
     ]
     assert correctness.reference_outputs(rows) == {"a": "first"}
+
+
+def test_under_eagle3_adaptive_the_accept_length_is_reported_not_judged():
+    """A 0-step tier reads accept length 1.0 on a correct plan (SGLang counts its 1-token verify), so under
+    eagle3-adaptive only the log-probabilities judge: a good pass is a PASS and a broken one still FAILs."""
+    base = {"p1": "one two", "p2": "three four"}
+    good = correctness.gate("eagle3-adaptive", dict(base), 1.0, base, 2.4, logprobs=lps(), baseline_logprobs=lps(),
+                            thresholds=T)
+    assert good["status"] == "PASS" and good["accept_length"] == 1.0 and "0-step" in good["accept_note"]
+    bad = correctness.gate("eagle3-adaptive", dict(base), 1.0, base, 2.4, logprobs=lps(0.6), baseline_logprobs=lps(),
+                           thresholds=T)
+    assert bad["status"] == "FAIL" and any("0.600 nats" in r for r in bad["reasons"])
+    assert not any("accept length" in r for r in bad["reasons"])
+    static = correctness.gate("eagle3", dict(base), 1.0, base, 2.4, logprobs=lps(), baseline_logprobs=lps(), thresholds=T)
+    assert static["status"] == "FAIL" and "accept_note" not in static  # a static point still is

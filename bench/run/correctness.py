@@ -12,7 +12,9 @@ log-probability and its top alternatives, bench/logprob_rows.py):
   the KIT_GATE_* settings; docs/bench.md "The correctness gate" has their calibration;
 * accept length under speculation: FAIL when it collapses, below `collapse_ratio` x baseline's under the
   same spec, or at most `min_accept` (about 1.0 means every draft token is rejected, the signature of a
-  wrong all-reduce);
+  wrong all-reduce). Not under eagle3-adaptive (ADAPTIVE_ACCEPT): there a correct plan reads 1.0 wherever a
+  tier runs 0 steps, and the cell's accept length mixes the tiers its levels ran, so only the
+  log-probabilities judge it;
 * exact match and first divergence of the texts, as information only: two correct all-reduces that add the
   same partial sums in another order round differently in bf16, greedy decoding then flips at near-ties, and
   the texts part ways (docs/evidence.md "Reduction order and greedy text": 74-78% of texts matched between
@@ -31,12 +33,16 @@ from typing import Any
 
 from bench.run import logprob_gate
 from bench.run.logprob_gate import Thresholds, TokenLogprob
+from launcher.profiles.adaptive_tiers import SPEC_MODE as ADAPTIVE
 
 BASELINE = "baseline"
 UNIT = "character"
 TEXTS_DIFFER = ("texts may differ between correct profiles: a reordered all-reduce rounds differently in bf16, "
                 "so greedy decoding flips at near-ties; the gate judges log-probabilities, not text")
 NO_LOGPROBS = "the server returned no log-probabilities"
+ADAPTIVE_ACCEPT = (f"accept length reported, not judged, under {ADAPTIVE}: SGLang 0.5.23 counts a 0-step pass as a "
+                   "verify of one token (batch_result_processor.py:829-832), so a correct plan reads 1.0 in a 0-step "
+                   "tier, as a wrong all-reduce does; the log-probabilities judge it")
 
 Logprobs = Mapping[str, Sequence[TokenLogprob] | None]
 
@@ -94,7 +100,7 @@ def _any_rows(logprobs: Logprobs | None) -> bool:
 def _accept_reasons(spec: str, accept: float | None, base_accept: float | None, s: GateSettings,
                     has_baseline: bool) -> list[str]:
     reasons = []
-    if spec == "off" or accept is None:
+    if spec in ("off", ADAPTIVE) or accept is None:
         return reasons
     if accept <= s.min_accept:
         reasons.append(f"accept length {accept:.2f} <= {s.min_accept} (drafts all rejected)")
@@ -134,6 +140,8 @@ def gate(
         "note": TEXTS_DIFFER,
         "reasons": [],
     }
+    if spec == ADAPTIVE:
+        result["accept_note"] = ADAPTIVE_ACCEPT
     if not outputs and not logprobs:
         result["status"] = "n/a (not measured)"
         return result
