@@ -242,26 +242,24 @@ VENV_KIT_STAMP := $(VENV)/.kit-installed
 VENV_TEST_STAMP := $(VENV)/.test-installed
 endif
 
-# --no-compile: pip would byte-compile every installed module (all of torch) at install, most of the
-# set-up's time on 2 cores; Python compiles the modules a run imports, once, when it first imports them.
 $(VENV)/.kit-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --no-compile --upgrade pip
-	$(VENV)/bin/pip install -q --no-compile -e '.[dev]'
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
 
 # SGLang's light dependencies first, SGLang itself last with --no-deps: pip then has nothing to
 # resolve against SGLang's GPU pins, so it prints no dependency-conflict block.
 $(VENV)/.compose-installed:
 	$(PYTHON) -m venv $(VENV)/compose
-	$(VENV)/compose/bin/pip install -q --no-compile $(COMPOSE_V1_DEPS)
-	$(VENV)/compose/bin/pip install -q --no-compile --no-deps $(COMPOSE_V1)
+	$(VENV)/compose/bin/pip install -q $(COMPOSE_V1_DEPS)
+	$(VENV)/compose/bin/pip install -q --no-deps $(COMPOSE_V1)
 	touch $@
 
 $(VENV)/.test-installed: $(VENV)/.kit-installed $(VENV)/.compose-installed
-	$(VENV)/bin/pip install -q --no-compile $(TORCH_PIP_ARGS) $(TORCH_SPEC)
-	$(VENV)/bin/pip install -q --no-compile -e '.[sglang-cpu]'
-	$(VENV)/bin/pip install -q --no-compile --no-deps sglang==$(SGLANG_VERSION)
+	$(VENV)/bin/pip install -q $(TORCH_PIP_ARGS) $(TORCH_SPEC)
+	$(VENV)/bin/pip install -q -e '.[sglang-cpu]'
+	$(VENV)/bin/pip install -q --no-deps sglang==$(SGLANG_VERSION)
 	@echo "sglang $(SGLANG_VERSION) installed without its GPU dependencies (CUDA torch, sgl-kernel, flashinfer): the tests use only its argument parser"
 	touch $@
 
