@@ -5,8 +5,10 @@ Layout of `<out>/<run-id>/` (names: bench/bundle_names.py):
     manifest.json                   host fingerprint, kit/sglang versions, the server's plans, settings, complete
     <profile>__<spec>.json          the record of one (profile, spec): keys below
     <profile>__<spec>.requests.jsonl  one line per measured request (raw timings and text)
-    <profile>__<spec>.logprobs.jsonl  the correctness pass: per prompt, the greedy text and each token's
-                                    log-probability with its top alternatives (bench/logprob_rows.py)
+    <profile>__<spec>.logprobs.jsonl  the correctness pass: per prompt and concurrency level, the raw request
+                                    sent to /generate (or the chat API) and the raw JSON reply, from which each
+                                    token's log-probability and top alternatives are read (bench/run/passes.py);
+                                    `bench gate --bundle` re-judges a bundle from these files alone
     <profile>__<spec>__<S>-<K>-<D>.json (and .requests.jsonl)  a cell at an EAGLE-3 point (`bench run
                                     --eagle3 S,K,D`): `spec_params` {steps, topk, draft_tokens} in the file
     summary.csv, summary.md, *.png  rebuilt from the files above by `bench report`
@@ -33,10 +35,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bench import bundle_schema, logprob_rows
+from bench import bundle_schema
 from bench.bundle_names import LOGPROBS_SUFFIX, MANIFEST, REQUESTS_SUFFIX, SUFFIX, Point, cell_file, inside
 from bench.bundle_schema import Cell
-from bench.run.logprob_gate import TokenLogprob
+from bench.run.passes import Reply
 from launcher import atomic
 from launcher.errors import RuntimeFailure, UserError
 
@@ -79,33 +81,34 @@ def read_requests(run_dir: Path, profile: str, spec: str, spec_params: Point = N
     return rows
 
 
-def write_logprobs(run_dir: Path, profile: str, spec: str, rows: Iterable[tuple[str, str, list[TokenLogprob] | None]],
-                   spec_params: Point = None) -> None:
-    """The correctness pass of one cell: (prompt id, text, log-probabilities or None) per prompt, written whole."""
+def write_logprobs(run_dir: Path, profile: str, spec: str, replies: Iterable[Reply], spec_params: Point = None) -> None:
+    """The correctness pass of one cell (bench/run/passes.py `Reply`: one per prompt and level), written whole."""
     path = cell_file(run_dir, profile, spec, LOGPROBS_SUFFIX, spec_params)
-    lines = [json.dumps({"prompt_id": pid, "text": text, "logprobs": logprob_rows.to_json(lps)}, sort_keys=True)
-             for pid, text, lps in rows]
+    lines = [json.dumps(r.to_json(), sort_keys=True) for r in replies]
     atomic.write_text(path, "".join(line + "\n" for line in lines))
 
 
-def read_logprobs(run_dir: Path, profile: str, spec: str,
-                  spec_params: Point = None) -> dict[str, tuple[str, list[TokenLogprob] | None]] | None:
-    """prompt id -> (text, log-probabilities or None where the server sent none) of a cell's correctness pass;
-    None when the cell has no pass (an older bundle, or a cell that stopped first). UserError names a bad line."""
+def read_logprobs(run_dir: Path, profile: str, spec: str, spec_params: Point = None,
+                  api: str = "generate") -> list[Reply] | None:
+    """The replies of a cell's correctness pass, log-probabilities parsed again from each kept raw body (`api`:
+    the API they came from); None when the cell has no pass (an older bundle, or a cell that stopped first).
+    UserError names a bad line."""
     try:
         path = cell_file(run_dir, profile, spec, LOGPROBS_SUFFIX, spec_params)
     except RuntimeFailure as exc:
         raise UserError(str(exc)) from None
     if not path.is_file():
         return None
-    out: dict[str, tuple[str, list[TokenLogprob] | None]] = {}
+    out: list[Reply] = []
     for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         if not line.strip():
             continue
         row = bundle_schema.parse(Path(f"{path}:{n}"), line)
-        if not isinstance(row, dict) or not isinstance(row.get("prompt_id"), str):
-            raise UserError(f"{path} line {n}: not a correctness-pass row (an object with prompt_id); {bundle_schema.FIX}")
-        out[row["prompt_id"]] = (str(row.get("text") or ""), logprob_rows.from_json(row.get("logprobs")))
+        reply = Reply.from_json(row, api) if isinstance(row, dict) else None
+        if reply is None:
+            raise UserError(f"{path} line {n}: not a correctness-pass row (an object with prompt_id and a "
+                            f"concurrency of 1 or more); {bundle_schema.FIX}")
+        out.append(reply)
     return out
 
 

@@ -14,6 +14,7 @@ COMMANDS = {
     "allreduce": ("bench.allreduce.cli", "nccl-tests-style all-reduce microbench over local ranks"),
     "trace": ("bench.trace", "where GPU time goes in a torch-profiler trace"),
     "predict": ("bench.predict", "verify cost model: predicted tok/s and break-even accept length"),
+    "gate": ("bench.gate", "the correctness gate alone: two servers, or a bundle judged again"),
     "tune": ("bench.tune.cli", "the fastest correct setup for this host within a budget, decided beyond noise"),
 }
 

@@ -44,7 +44,7 @@ def from_generate(body: Mapping[str, Any]) -> list[TokenLogprob] | None:
         if not isinstance(row, list | tuple) or len(row) < 2 or _lp(row[0]) is None or _key(row[1]) is None:
             return None
         alts = {}
-        for alt in top or []:
+        for alt in top if isinstance(top, list) else []:  # a malformed alternatives list proves nothing
             if isinstance(alt, list | tuple) and len(alt) >= 2 and _lp(alt[0]) is not None and _key(alt[1]) is not None:
                 alts[alt[1]] = float(alt[0])
         out.append(TokenLogprob(row[1], float(row[0]), alts))
@@ -62,7 +62,8 @@ def from_chat(body: Mapping[str, Any]) -> list[TokenLogprob] | None:
     for item in content:
         if not isinstance(item, Mapping) or _lp(item.get("logprob")) is None or not isinstance(item.get("token"), str):
             return None
-        alts = {a["token"]: float(a["logprob"]) for a in item.get("top_logprobs") or []
+        tops = item.get("top_logprobs")
+        alts = {a["token"]: float(a["logprob"]) for a in (tops if isinstance(tops, list) else [])
                 if isinstance(a, Mapping) and isinstance(a.get("token"), str) and _lp(a.get("logprob")) is not None}
         out.append(TokenLogprob(item["token"], float(item["logprob"]), alts))
     return out

@@ -19,7 +19,6 @@ from typing import Any
 
 import aiohttp
 
-from bench import logprob_rows
 from bench.capped_body import (
     ERROR_BODY_CAP,
     JSON_CAP,
@@ -30,7 +29,8 @@ from bench.capped_body import (
     size_text,
 )
 from bench.request_record import RequestRecord
-from bench.run.logprob_gate import TokenLogprob
+from bench.run import passes
+from bench.run.passes import Reply
 from bench.sse_events import MalformedEvent, ServerError, StreamLimit, StreamState
 from bench.sse_stream import consume
 from bench.workload import Prompt
@@ -297,9 +297,9 @@ class ServerClient:
             payload.update(logprobs=True, top_logprobs=top_k)
         return path, payload
 
-    async def logprobs(self, prompt: Prompt, top_k: int) -> tuple[str, list[TokenLogprob] | None]:
-        """One greedy reply with its log-probabilities: (text, rows), rows None when the server sent none.
-        RuntimeFailure naming the prompt when the request itself fails."""
+    async def logprobs(self, prompt: Prompt, top_k: int, concurrency: int = 1) -> Reply:
+        """One greedy reply with its log-probabilities, the raw request and body kept (`Reply`; its rows None
+        when the server sent none). RuntimeFailure naming the prompt when the request itself fails."""
         path, payload = self._logprob_payload(prompt, top_k)
         try:
             async with self.session.post(f"{self.url}{path}", json=payload,
@@ -314,16 +314,25 @@ class ServerClient:
             raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply over {size_text(self.line_cap)}")
         try:
             data = json.loads(body)
-        except ValueError as exc:
-            raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply is not JSON ({exc})") from exc
+        except (ValueError, RecursionError) as exc:
+            raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply is not JSON the bench can read "
+                                 f"({type(exc).__name__})") from None
         if not isinstance(data, dict):
             raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply is not a JSON object")
-        if self.api == "generate":
-            return str(data.get("text") or ""), logprob_rows.from_generate(data)
-        choices = data.get("choices") or [{}]
-        message = choices[0].get("message") if isinstance(choices[0], dict) else None
-        text = message.get("content") if isinstance(message, dict) else None
-        return str(text or ""), logprob_rows.from_chat(data)
+        api = "generate" if self.api == "generate" else "chat"
+        return Reply(prompt.id, concurrency, passes.text_of(data, api), passes.parse(data, api),
+                     {"path": path, "body": payload}, data)
+
+    async def logprob_pass(self, prompts: Sequence[Prompt], top_k: int, concurrency: int) -> list[Reply]:
+        """`logprobs` for every prompt with at most `concurrency` in flight (requests then share the server's
+        forward passes, as production's do); replies in prompt order."""
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(p: Prompt) -> Reply:
+            async with sem:
+                return await self.logprobs(p, top_k, concurrency)
+
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
 
     async def _error_body(self, resp: aiohttp.ClientResponse) -> str:
         """The first 300 characters of a non-200 body, read no further than error_body_cap."""

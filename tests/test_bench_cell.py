@@ -12,6 +12,7 @@ from bench.bundle_schema import Cell
 from bench.run import logprob_gate
 from bench.run.cell import apply_gate, close_cell, new_cell, record_plan
 from bench.run.logprob_gate import TokenLogprob
+from bench.run.passes import Reply
 from bench.run.settings import RunSettings
 from launcher.errors import RuntimeFailure, UserError
 from launcher.profiles.spec_params import SpecParams
@@ -109,7 +110,7 @@ def test_the_record_is_frozen_and_the_gate_gives_new_records(tmp_path):
     base = close_cell(measured(settings(), {1: [1.0, 1.0], 4: [1.0, 1.0]}), concurrency=[1, 4], repeats=2)
     with pytest.raises(ValueError, match="frozen"):
         base.valid = False
-    rows = [(f"p{i}", "same", [TokenLogprob(t, -0.5, {t: -0.5}) for t in range(50)]) for i in range(5)]
+    rows = [Reply(f"p{i}", 1, "same", [TokenLogprob(t, -0.5, {t: -0.5}) for t in range(50)]) for i in range(5)]
     bundle.write_logprobs(tmp_path, "fused", "eagle3", rows)
     bundle.write_logprobs(tmp_path, "baseline", "eagle3", rows)
     baseline = base.model_copy(update={"profile": "baseline"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bench.run import correctness, logprob_gate
 from bench.run.logprob_gate import TokenLogprob
+from bench.run.passes import Reply
 
 
 def test_first_difference_is_a_character_index():
@@ -24,50 +25,111 @@ def lps(shift: float = 0.0, flip_at: int | None = None, n: int = 60, prompts: in
     return out
 
 
+def replies(rows_by_level, texts=None):
+    """A correctness pass: {level: {prompt: rows}} as replies."""
+    texts = texts or {}
+    return [Reply(pid, level, texts.get(pid, "text"), rows) for level, by_prompt in rows_by_level.items()
+            for pid, rows in by_prompt.items()]
+
+
+def side(label, rows_by_level, accept=None, point=None, texts=None):
+    return correctness.Side(label, texts or {"p1": "one two", "p2": "three four"}, replies(rows_by_level, texts),
+                            accept, point)
+
+
+def ref(accept=None, point=None, null_shift=0.0):
+    """baseline at concurrency 1, and at 8 moved by `null_shift` (the null)."""
+    return side("baseline+eagle3", {1: lps(), 8: lps(null_shift)}, accept, point)
+
+
 T = logprob_gate.thresholds({})
+P314 = {"steps": 3, "topk": 1, "draft_tokens": 4}
+P112 = {"steps": 1, "topk": 1, "draft_tokens": 2}
 
 
 def test_a_reordered_sum_passes_though_texts_differ():
-    base = {"p1": "one two", "p2": "three four"}
     texts = {"p1": "one two", "p2": "three FOUR"}  # exact match 50%: the old 90% rule would have failed it
-    ok = correctness.gate("eagle3", texts, 2.0, base, 2.1, logprobs=lps(0.004, flip_at=40), baseline_logprobs=lps(),
-                          thresholds=T)
+    base = correctness.Side("baseline+eagle3", {"p1": "one two", "p2": "three four"}, replies({1: lps(), 8: lps(0.002)}))
+    cand = correctness.Side("fused+eagle3", texts, replies({1: lps(0.002, flip_at=40), 8: lps(0.002, flip_at=40)}))
+    ok = correctness.gate("eagle3", cand, base, thresholds=T)
     assert ok["status"] == "PASS", ok["reasons"]
     assert ok["exact_match_rate"] == 0.5 and ok["first_divergence"] == 6  # still reported, as information
     assert ok["logprobs"]["tokens"] == 200 and ok["logprobs"]["flips"] == 5 and ok["rule"] == "logprob"
+    assert set(ok["levels"]) == {"1", "8"} and ok["tolerance"]["basis"] == "null"
     assert "near-ties" in ok["note"]
 
 
-def test_a_broken_reduction_fails_naming_the_move():
-    base = {"p1": "one two"}
-    bad = correctness.gate("eagle3", dict(base), 2.0, base, 2.0, logprobs=lps(0.6), baseline_logprobs=lps(),
-                           thresholds=T)
-    assert bad["status"] == "FAIL" and any("0.600 nats" in r for r in bad["reasons"])
+def test_a_broken_reduction_fails_naming_the_move_and_the_level():
+    bad = correctness.gate("eagle3", side("fused+eagle3", {1: lps(0.6), 8: lps(0.6)}), ref(), thresholds=T)
+    assert bad["status"] == "FAIL" and any("at concurrency 1: " in r and "0.6000 nats" in r for r in bad["reasons"])
+    assert any(r.startswith("at concurrency 8: ") for r in bad["reasons"])
     assert bad["exact_match_rate"] == 1.0  # identical texts do not save it
 
 
+def test_a_fault_only_at_the_highest_level_fails():
+    bad = correctness.gate("eagle3", side("fused+eagle3", {1: lps(), 8: lps(0.6)}), ref(), thresholds=T)
+    assert bad["status"] == "FAIL" and bad["levels"]["1"]["status"] == "PASS"
+    assert bad["levels"]["8"]["status"] == "FAIL" and all(r.startswith("at concurrency 8: ") for r in bad["reasons"])
+
+
+def test_the_limits_scale_with_the_null_the_reference_measures():
+    """A move that FAILs against a quiet reference PASSes against one that moves as far against itself at
+    another batch size (a mixture-of-experts model), and the verdict names the null it used."""
+    shift = 2 * logprob_gate.FLOOR.mean_delta
+    cand = side("fused+eagle3", {1: lps(shift)})
+    quiet = correctness.gate("eagle3", cand, ref(null_shift=0.0), thresholds=T)
+    assert quiet["status"] == "FAIL"
+    noisy = correctness.gate("eagle3", cand, ref(null_shift=0.8 * shift), thresholds=T)
+    assert noisy["status"] == "PASS", noisy["reasons"]
+    assert noisy["tolerance"]["null"]["label"] == "baseline+eagle3 at concurrency 1 against 8"
+    assert abs(noisy["tolerance"]["mean_delta"] - T.null_factor * 0.8 * shift) < 1e-9
+
+
 def test_no_logprobs_is_not_enough_evidence_never_a_pass():
-    base = {"p1": "one two"}
-    r = correctness.gate("eagle3", dict(base), 2.0, base, 2.0, logprobs=None, baseline_logprobs=lps(), thresholds=T)
+    r = correctness.gate("eagle3", correctness.Side("fused+eagle3", {"p1": "x"}, None, 2.0), ref(2.0), thresholds=T)
     assert r["status"] == "not enough evidence" and "no log-probabilities" in r["reasons"][0]
-    none_sent = {k: None for k in lps()}
-    r = correctness.gate("off", dict(base), None, base, None, logprobs=none_sent, baseline_logprobs=lps(), thresholds=T)
-    assert r["status"] == "not enough evidence" and r["reasons"] == [f"{correctness.NO_LOGPROBS} for this profile's correctness pass"]
-    few = correctness.gate("off", dict(base), None, base, None, logprobs=lps(n=10), baseline_logprobs=lps(n=10),
-                           thresholds=T)
+    none_sent = side("fused+off", {1: {k: None for k in lps()}})
+    r = correctness.gate("off", none_sent, ref(), thresholds=T)
+    assert r["status"] == "not enough evidence"
+    assert r["reasons"] == [f"{correctness.NO_LOGPROBS} for this profile's correctness pass"]
+    few = correctness.gate("off", side("fused+off", {1: lps(n=10)}), side("baseline+off", {1: lps(n=10)}), thresholds=T)
     assert few["status"] == "not enough evidence" and "50 common-prefix tokens" in few["reasons"][0]
 
 
-def test_accept_length_collapse_and_no_baseline():
-    base = {"p1": "one two", "p2": "three four"}
-    good = {"logprobs": lps(), "baseline_logprobs": lps(), "thresholds": T}
-    collapsed = correctness.gate("eagle3", dict(base), 1.0, base, 2.0, **good)
+def test_accept_length_collapse_at_the_same_point_and_no_baseline():
+    base = ref(2.0, P314)
+    collapsed = correctness.gate("eagle3", side("fused+eagle3", {1: lps()}, 1.0, P314), base, thresholds=T)
     assert collapsed["status"] == "FAIL"
     assert any("1.05" in r for r in collapsed["reasons"]) and any("60%" in r for r in collapsed["reasons"])
-    assert correctness.gate("eagle3", dict(base), 1.1, base, 2.0, **good)["status"] == "FAIL"  # 1.1 < 0.6 * 2.0
-    assert correctness.gate("off", dict(base), None, None, None, logprobs=lps(), thresholds=T)["status"] == "n/a (no baseline)"
-    assert correctness.gate("eagle3", dict(base), 1.0, None, None, thresholds=T)["status"] == "FAIL"  # absolute rule
-    assert correctness.gate("off", {}, None, base, None, thresholds=T)["status"] == "n/a (not measured)"
+    assert correctness.gate("eagle3", side("f", {1: lps()}, 1.1, P314), base, thresholds=T)["status"] == "FAIL"
+    assert correctness.gate("off", side("f", {1: lps()}), None, thresholds=T)["status"] == "n/a (no baseline)"
+    assert correctness.gate("eagle3", side("f", {1: lps()}, 1.0), None, thresholds=T)["status"] == "FAIL"  # absolute
+    empty = correctness.Side("f", {}, None)
+    assert correctness.gate("off", empty, base, thresholds=T)["status"] == "n/a (not measured)"
+
+
+def test_a_point_is_never_judged_against_another_points_accept_length():
+    """(1,1,2) accepts at most 2 tokens a pass: 1.9 against a (3,1,4) reference of 3.4 is below 60% of it, yet
+    right. The rule is skipped with a note naming both points; against a (1,1,2) reference it applies."""
+    small = side("fused+eagle3(1,1,2)", {1: lps()}, 1.9, P112)
+    r = correctness.gate("eagle3", small, ref(3.4, P314), thresholds=T)
+    assert r["status"] == "PASS", r["reasons"]
+    assert "(1,1,2)" in r["accept_note"] and "(3,1,4)" in r["accept_note"]
+    same = correctness.gate("eagle3", side("fused+eagle3(1,1,2)", {1: lps()}, 1.1, P112), ref(1.9, P112), thresholds=T)
+    assert same["status"] == "FAIL" and any("same point (1,1,2)" in r for r in same["reasons"])
+    unknown = correctness.gate("eagle3", side("f", {1: lps()}, 1.9, None), ref(3.4, P314), thresholds=T)
+    assert unknown["status"] == "PASS" and "accept_note" in unknown  # an unknown point is not the same point
+
+
+def test_a_too_small_workload_is_refused_naming_the_flags():
+    import pytest
+
+    from launcher.errors import UserError
+
+    with pytest.raises(UserError, match=r"--num-prompts 4 x --max-tokens 48 = 192 tokens.*at least 200") as err:
+        correctness.check_workload(4, 48, T)
+    assert err.value.exit_code == 2
+    correctness.check_workload(4, 50, T)
 
 
 def test_reference_outputs_take_first_level_first_repeat():
@@ -83,13 +145,11 @@ def test_reference_outputs_take_first_level_first_repeat():
 def test_under_eagle3_adaptive_the_accept_length_is_reported_not_judged():
     """A 0-step tier reads accept length 1.0 on a correct plan (SGLang counts its 1-token verify), so under
     eagle3-adaptive only the log-probabilities judge: a good pass is a PASS and a broken one still FAILs."""
-    base = {"p1": "one two", "p2": "three four"}
-    good = correctness.gate("eagle3-adaptive", dict(base), 1.0, base, 2.4, logprobs=lps(), baseline_logprobs=lps(),
-                            thresholds=T)
+    base = side("baseline+eagle3-adaptive", {1: lps(), 8: lps()}, 2.4, P314)
+    good = correctness.gate("eagle3-adaptive", side("f", {1: lps()}, 1.0, P314), base, thresholds=T)
     assert good["status"] == "PASS" and good["accept_length"] == 1.0 and "0-step" in good["accept_note"]
-    bad = correctness.gate("eagle3-adaptive", dict(base), 1.0, base, 2.4, logprobs=lps(0.6), baseline_logprobs=lps(),
-                           thresholds=T)
-    assert bad["status"] == "FAIL" and any("0.600 nats" in r for r in bad["reasons"])
+    bad = correctness.gate("eagle3-adaptive", side("f", {1: lps(0.6)}, 1.0, P314), base, thresholds=T)
+    assert bad["status"] == "FAIL" and any("0.6000 nats" in r for r in bad["reasons"])
     assert not any("accept length" in r for r in bad["reasons"])
-    static = correctness.gate("eagle3", dict(base), 1.0, base, 2.4, logprobs=lps(), baseline_logprobs=lps(), thresholds=T)
+    static = correctness.gate("eagle3", side("f", {1: lps()}, 1.0, P314), base, thresholds=T)
     assert static["status"] == "FAIL" and "accept_note" not in static  # a static point still is

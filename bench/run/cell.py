@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from bench import bundle, bundle_aggregate, bundle_names
 from bench.bundle_schema import Cell
-from bench.run import correctness
+from bench.run import correctness, passes
 from bench.run.logprob_gate import Thresholds
 from bench.run.settings import RunSettings
 from launcher.errors import RuntimeFailure
@@ -124,32 +124,36 @@ def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int) -> Cell
                              f"({err['msg']}); check what the server and its control API report") from None
 
 
-def gate_inputs(run_dir: Path, cell: Cell) -> tuple[dict[str, str], dict[str, Any] | None]:
-    """What the gate compares of one cell: its texts and its log-probabilities (prompt id -> rows), from its
-    correctness pass; the measured texts and no log-probabilities for a cell without one (an older bundle)."""
-    passed = bundle.read_logprobs(run_dir, cell.profile, cell.spec, cell.spec_params)
-    if passed is None:
-        return correctness.reference_outputs(bundle.read_requests(run_dir, cell.profile, cell.spec, cell.spec_params)), None
-    return {k: text for k, (text, _) in passed.items()}, {k: rows for k, (_, rows) in passed.items()}
+def point_of(cell: Cell) -> dict[str, Any] | None:
+    """The EAGLE-3 point a cell ran: the one it was switched to, else the one its running plan reported."""
+    if cell.spec_params is not None:
+        return cell.spec_params.model_dump()
+    return dict(cell.plan_spec_params) if cell.plan_spec_params else None
+
+
+def gate_side(run_dir: Path, cell: Cell) -> correctness.Side:
+    """What the gate compares of one cell: its correctness pass (texts and log-probabilities), or, for a cell
+    without one (an older bundle), its measured texts and no pass."""
+    passed = bundle.read_logprobs(run_dir, cell.profile, cell.spec, cell.spec_params, api=cell.api)
+    texts = (passes.texts(passed) if passed is not None else
+             correctness.reference_outputs(bundle.read_requests(run_dir, cell.profile, cell.spec, cell.spec_params)))
+    return correctness.Side(cell.label, texts, passed, cell.first_level().get("accept_length"), point_of(cell))
+
+
+def reference_key(cells: Mapping[str, Cell], cell: Cell) -> str:
+    """The reference cell of a cell: baseline under the same spec mode at the same EAGLE-3 point when baseline
+    ran it, else at the overlay's own (the accept-length rule then compares only where the points agree)."""
+    key = bundle_names.cell_name(correctness.BASELINE, cell.spec, cell.spec_params)
+    return key if key in cells else bundle_names.cell_name(correctness.BASELINE, cell.spec)
 
 
 def apply_gate(*, run_dir: Path, cells: Mapping[str, Cell], thresholds: Thresholds) -> dict[str, Cell]:
-    """Every record with its correctness against baseline's under the same spec mode (at the same EAGLE-3
-    point when baseline ran it, else at the overlay's)."""
-    inputs = {key: gate_inputs(run_dir, c) for key, c in cells.items()}
+    """Every record with its correctness against its reference cell."""
+    sides = {key: gate_side(run_dir, c) for key, c in cells.items()}
     judged = {}
     for key, cell in cells.items():
-        base_key = bundle_names.cell_name(correctness.BASELINE, cell.spec, cell.spec_params)
-        if base_key not in cells:
-            base_key = bundle_names.cell_name(correctness.BASELINE, cell.spec)
-        base = cells.get(base_key)
-        (texts, lps), (base_texts, base_lps) = inputs[key], inputs.get(base_key, ({}, None))
-        result = correctness.gate(
-            cell.spec, texts, cell.first_level().get("accept_length"),
-            base_texts if base is not None else None,
-            base.first_level().get("accept_length") if base is not None else None,
-            logprobs=lps, baseline_logprobs=base_lps if base is not None else None, thresholds=thresholds,
-        )
+        ref = sides.get(reference_key(cells, cell))
+        result = correctness.gate(cell.spec, sides[key], ref, thresholds=thresholds)
         if not cell.valid and result["status"] == "PASS":
             result["status"] = "n/a (invalid run)"  # partial outputs cannot vouch for a profile
         judged[key] = cell.with_correctness(result)

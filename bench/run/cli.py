@@ -18,6 +18,7 @@ from rich.console import Console
 
 from bench import args as flags
 from bench.args import CliArgs, TargetArgs, http_url, positive_ints, stop_on_interrupt, temperature
+from bench.run import correctness, logprob_gate
 from bench.run.matrix import MatrixRun
 from bench.run.selection import KEYWORDS, csv, given_name, single_name
 from bench.run.settings import RunKnobs, RunSettings
@@ -100,6 +101,7 @@ class RunArgs(CliArgs, TargetArgs, RunKnobs):
         temp = temperature("--temperature", self.temperature)
         workload, num_prompts, prompts_sha = choose_prompts(self.prompts, self.num_prompts, RunKnobs.num_prompts,
                                                             self.workload)
+        correctness.check_workload(num_prompts, self.max_tokens, logprob_gate.thresholds())
         if self.no_switch:
             profiles = single_name("--profiles", self.profiles)
             specs = single_name("--spec", self.spec)

@@ -1,27 +1,28 @@
 """Correctness gate: a fast profile whose numerics are broken (or that kills acceptance) is a FAIL, and one
 that only sums in another order is not.
 
-Each (profile, spec) is compared with the `baseline` profile under the same spec mode, prompt by prompt,
-on its correctness pass (bench/run/measure.py: one untimed greedy reply per prompt with every token's
-log-probability and its top alternatives, bench/logprob_rows.py):
+Each (profile, spec[, EAGLE-3 point]) is compared with its reference, the `baseline` profile under the same
+spec mode, prompt by prompt, on its correctness pass (bench/run/passes.py: one untimed greedy reply per prompt
+with every token's log-probability and its top alternatives, at concurrency 1 and the highest level measured,
+and under eagle3-adaptive at a level in each tier the levels reach):
 
-* the verdict (bench/run/logprob_gate.py): over the tokens before each prompt's first divergence, where both
-  runs saw the same text, how far the chosen token's log-probability moved (its p99 and max), and at the
-  first divergence whether the two tokens were a near-tie. PASS, FAIL, or "not enough evidence" when too
-  few tokens could be compared, or the server sent no log-probabilities (never a PASS then). Thresholds are
-  the KIT_GATE_* settings; docs/bench.md "The correctness gate" has their calibration;
-* accept length under speculation: FAIL when it collapses, below `collapse_ratio` x baseline's under the
-  same spec, or at most `min_accept` (about 1.0 means every draft token is rejected, the signature of a
-  wrong all-reduce). Not under eagle3-adaptive (ADAPTIVE_ACCEPT): there a correct plan reads 1.0 wherever a
-  tier runs 0 steps, and the cell's accept length mixes the tiers its levels ran, so only the
-  log-probabilities judge it;
+* the verdict (bench/run/logprob_gate.py), at each level against the reference at the same level: over the
+  tokens before each prompt's first divergence, where both runs saw the same text, the mean and p99 of how far
+  the chosen token's log-probability moved, and at the first divergence whether the two tokens were a near-tie.
+  The limits scale with the null: the reference against itself at its lowest and highest level. PASS, FAIL, or
+  "not enough evidence" when too few tokens could be compared, or the server sent no log-probabilities (never
+  a PASS then). A FAIL at any level is a FAIL;
+* accept length under speculation: FAIL when it collapses, at most `min_accept` (about 1.0 means every draft
+  token is rejected, the signature of a wrong all-reduce), or below `collapse_ratio` x the reference's at the
+  SAME EAGLE-3 point (a (1,1,2) point accepts at most 2 tokens a pass, so against a (3,1,4) reference it is
+  not judged: the reason is written in `accept_note`). Not under eagle3-adaptive (ADAPTIVE_ACCEPT): there a
+  correct plan reads 1.0 wherever a tier runs 0 steps, so only the log-probabilities judge it;
 * exact match and first divergence of the texts, as information only: two correct all-reduces that add the
   same partial sums in another order round differently in bf16, greedy decoding then flips at near-ties, and
-  the texts part ways (docs/evidence.md "Reduction order and greedy text": 74-78% of texts matched between
-  correct orders). The first divergence is a CHARACTER index of the generated text, the same for /generate
-  and the chat API.
+  the texts part ways (docs/evidence.md "Reduction order and greedy text"). The first divergence is a
+  CHARACTER index of the generated text, the same for /generate and the chat API.
 
-Without a baseline run for that spec the status is "n/a (no baseline)", unless the absolute accept-length
+Without a reference run for that spec the status is "n/a (no baseline)", unless the absolute accept-length
 rule already fails it.
 """
 
@@ -31,8 +32,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.run import logprob_gate
+from bench.run import logprob_gate, passes
 from bench.run.logprob_gate import Thresholds, TokenLogprob
+from bench.run.passes import Reply
+from launcher.errors import UserError
 from launcher.profiles.adaptive_tiers import SPEC_MODE as ADAPTIVE
 
 BASELINE = "baseline"
@@ -55,6 +58,16 @@ class GateSettings:
     def as_dict(self, thresholds: Thresholds) -> dict[str, Any]:
         """What the manifest records of the gate: these and the log-probability thresholds."""
         return {**asdict(self), **asdict(thresholds)}
+
+
+def check_workload(num_prompts: int, max_tokens: int, t: Thresholds) -> None:
+    """UserError (exit 2, before anything is switched) when the workload cannot reach the gate's minimum evidence:
+    every token of every prompt compared is `num_prompts` x `max_tokens`, the most a pass can compare."""
+    most = num_prompts * max_tokens
+    if most < t.min_tokens:
+        raise UserError(f"--num-prompts {num_prompts} x --max-tokens {max_tokens} = {most} tokens: the correctness gate "
+                        f"needs at least {t.min_tokens} compared tokens (KIT_GATE_MIN_TOKENS) before it can PASS a profile; "
+                        f"raise --num-prompts or --max-tokens so that their product is {t.min_tokens} or more")
 
 
 def reference_outputs(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -92,49 +105,111 @@ def compare_outputs(outputs: Mapping[str, str], baseline: Mapping[str, str]) -> 
     }
 
 
+@dataclass(frozen=True)
+class Side:
+    """What the gate knows of one cell: its label, its texts (information), its correctness pass (None for a
+    cell without one: an older bundle), its accept length and the EAGLE-3 point it ran (None: unknown)."""
+
+    label: str
+    texts: Mapping[str, str]
+    replies: Sequence[Reply] | None
+    accept_length: float | None = None
+    point: Mapping[str, Any] | None = None
+
+
+def same_point(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Whether two cells ran the same EAGLE-3 point: both known and equal in steps, top-k and draft tokens."""
+    keys = ("steps", "topk", "draft_tokens")
+    return a is not None and b is not None and all(a.get(k) == b.get(k) for k in keys)
+
+
+def point_text(p: Mapping[str, Any] | None) -> str:
+    return "({},{},{})".format(*(p.get(k) for k in ("steps", "topk", "draft_tokens"))) if p else "(unknown)"
+
+
 def _any_rows(logprobs: Logprobs | None) -> bool:
     """Whether the server sent log-probabilities for any prompt (one that ignores the request sends none)."""
     return bool(logprobs) and any(rows for rows in logprobs.values())
 
 
-def _accept_reasons(spec: str, accept: float | None, base_accept: float | None, s: GateSettings,
-                    has_baseline: bool) -> list[str]:
-    reasons = []
+def _accept_reasons(spec: str, cell: Side, ref: Side | None, s: GateSettings) -> tuple[list[str], str | None]:
+    """The accept-length rule's reasons, and a note where the reference's accept length was not used."""
+    accept = cell.accept_length
     if spec in ("off", ADAPTIVE) or accept is None:
-        return reasons
-    if accept <= s.min_accept:
-        reasons.append(f"accept length {accept:.2f} <= {s.min_accept} (drafts all rejected)")
-    if has_baseline and base_accept is not None and accept < s.collapse_ratio * base_accept:
-        reasons.append(f"accept length {accept:.2f} < {s.collapse_ratio:.0%} of baseline's {base_accept:.2f}")
-    return reasons
+        return [], None
+    reasons = [f"accept length {accept:.2f} <= {s.min_accept} (drafts all rejected)"] if accept <= s.min_accept else []
+    if ref is None or ref.accept_length is None:
+        return reasons, None
+    if not same_point(cell.point, ref.point):
+        return reasons, (f"accept length {accept:.2f} at {point_text(cell.point)} not compared with {ref.label}'s "
+                         f"{ref.accept_length:.2f} at {point_text(ref.point)}: another EAGLE-3 point accepts another "
+                         "number of tokens a pass; measure the reference at this point to judge it")
+    if accept < s.collapse_ratio * ref.accept_length:
+        reasons.append(f"accept length {accept:.2f} < {s.collapse_ratio:.0%} of {ref.label}'s {ref.accept_length:.2f} "
+                       f"at the same point {point_text(cell.point)}")
+    return reasons, None
 
 
-def gate(
-    spec: str,
-    outputs: Mapping[str, str],
-    accept_length: float | None,
-    baseline_outputs: Mapping[str, str] | None,
-    baseline_accept: float | None,
-    settings: GateSettings = GateSettings(),
-    *,
-    logprobs: Logprobs | None = None,
-    baseline_logprobs: Logprobs | None = None,
-    thresholds: Thresholds | None = None,
-) -> dict[str, Any]:
-    """The correctness verdict of one (profile, spec): status PASS, FAIL, 'not enough evidence' or n/a.
+def null_of(ref: Side, top_k: int) -> logprob_gate.Null | None:
+    """The reference against itself: its pass at its lowest level against its highest; None with one level."""
+    levels = passes.by_level(ref.replies or [])
+    if len(levels) < 2:
+        return None
+    lo, hi = min(levels), max(levels)
+    return logprob_gate.Null(f"{ref.label} at concurrency {lo} against {hi}",
+                             logprob_gate.compare(levels[lo], levels[hi], top_k))
 
-    `outputs`: the measured texts (exact match, for information); `logprobs`: the correctness pass (None when
-    the cell has none). SettingError (exit 2) for a bad KIT_GATE_* threshold when `thresholds` is None."""
+
+def judge_levels(cell: Side, ref: Side, t: Thresholds) -> dict[str, Any]:
+    """The log-probability verdict of a cell against its reference, level by level, under limits from the
+    reference's null: status, reasons (each naming its level), each level's statistics, the tolerance."""
+    mine, theirs = passes.by_level(cell.replies or []), passes.by_level(ref.replies or [])
+    tol = logprob_gate.tolerance(t, null_of(ref, t.top_k))
+    per_level: dict[str, Any] = {}
+    notes = list(tol.notes)
+    for level in sorted(mine):
+        if level not in theirs:
+            notes.append(f"no {ref.label} reply at concurrency {level}: that level is not compared")
+            continue
+        stats = None
+        if not _any_rows(mine[level]) or not _any_rows(theirs[level]):
+            side = "this profile" if not _any_rows(mine[level]) else ref.label
+            status, why = logprob_gate.NOT_ENOUGH, [f"{NO_LOGPROBS} for {side}'s correctness pass"]
+        else:
+            stats = logprob_gate.compare(theirs[level], mine[level], t.top_k)
+            status, why = logprob_gate.verdict(stats, t, tol)
+        per_level[str(level)] = {"status": status, "reasons": why, "stats": stats.as_dict() if stats else None}
+    statuses = {v["status"] for v in per_level.values()}
+    worst = next((s for s in (logprob_gate.FAIL, logprob_gate.NOT_ENOUGH) if s in statuses), None)
+    if not per_level:
+        status, reasons = logprob_gate.NOT_ENOUGH, [f"no level of this profile's correctness pass has a {ref.label} "
+                                                    "reply to compare with"]
+    elif worst is None:
+        status, reasons = logprob_gate.PASS, []
+    else:
+        status = worst
+        reasons = [f"at concurrency {lv}: {w}" if len(mine) > 1 else w
+                   for lv, v in per_level.items() if v["status"] == worst for w in v["reasons"]]
+    first = per_level[min(per_level, key=int)]["stats"] if per_level else None
+    return {"status": status, "reasons": reasons, "levels": per_level, "logprobs": first,
+            "tolerance": tol.as_dict(), "notes": notes}
+
+
+def gate(spec: str, cell: Side, reference: Side | None, settings: GateSettings = GateSettings(), *,
+         thresholds: Thresholds | None = None) -> dict[str, Any]:
+    """The correctness verdict of one (profile, spec[, point]): status PASS, FAIL, 'not enough evidence' or n/a.
+
+    SettingError (exit 2) for a bad KIT_GATE_* threshold when `thresholds` is None."""
     t = thresholds or logprob_gate.thresholds()
     result: dict[str, Any] = {
-        "baseline": f"{BASELINE}+{spec}",
+        "baseline": reference.label if reference is not None else f"{BASELINE}+{spec}",
         "rule": "logprob",
         "exact_match_rate": None,
         "first_divergence": None,
         "divergence_unit": UNIT,
         "compared": 0,
-        "accept_length": accept_length,
-        "baseline_accept_length": baseline_accept,
+        "accept_length": cell.accept_length,
+        "baseline_accept_length": reference.accept_length if reference is not None else None,
         "thresholds": asdict(t),
         "logprobs": None,
         "note": TEXTS_DIFFER,
@@ -142,27 +217,26 @@ def gate(
     }
     if spec == ADAPTIVE:
         result["accept_note"] = ADAPTIVE_ACCEPT
-    if not outputs and not logprobs:
+    if not cell.texts and not cell.replies:
         result["status"] = "n/a (not measured)"
         return result
-    has_baseline = bool(baseline_outputs) or bool(baseline_logprobs)
-    reasons = _accept_reasons(spec, accept_length, baseline_accept, settings, has_baseline)
-    if baseline_outputs:
-        cmp = compare_outputs(outputs, baseline_outputs)
+    has_baseline = reference is not None and (bool(reference.texts) or bool(reference.replies))
+    reasons, accept_note = _accept_reasons(spec, cell, reference if has_baseline else None, settings)
+    if accept_note:
+        result["accept_note"] = accept_note
+    if has_baseline and reference is not None and reference.texts:
+        cmp = compare_outputs(cell.texts, reference.texts)
         result.update({k: cmp[k] for k in ("compared", "exact_match_rate", "first_divergence")})
         result["divergence_per_prompt"] = cmp["divergence_per_prompt"]
     if reasons:
         result.update(status=logprob_gate.FAIL, reasons=reasons)
         return result
-    if not has_baseline:
+    if not has_baseline or reference is None:
         result["status"] = "n/a (no baseline)"
         return result
-    if not _any_rows(logprobs) or not _any_rows(baseline_logprobs):
-        side = "this profile" if not _any_rows(logprobs) else BASELINE
+    if not cell.replies or not reference.replies:
+        side = "this profile" if not cell.replies else reference.label
         result.update(status=logprob_gate.NOT_ENOUGH, reasons=[f"{NO_LOGPROBS} for {side}'s correctness pass"])
         return result
-    stats = logprob_gate.compare(baseline_logprobs, logprobs, t.top_k)
-    result["logprobs"] = stats.as_dict()
-    status, why = logprob_gate.verdict(stats, t)
-    result.update(status=status, reasons=why)
+    result.update(judge_levels(cell, reference, t))
     return result

@@ -1,27 +1,34 @@
 """The log-probability comparison behind the correctness gate: a candidate's greedy decode against the
-reference's, prompt by prompt, where the two runs still saw the same context.
+reference's, prompt by prompt, where the two runs still saw the same context, judged against a null.
 
 Two correct all-reduces that add the same partial sums in another order give bf16 results that differ in
 the last bits; at a near-tie greedy decoding then picks the other token and the texts part ways. So the
-texts alone cannot tell a correct reordering from a broken reduction. What does tell them apart is how far
-the chosen token's log-probability moves over the common prefix (every position before the first
-divergence, where both runs saw the same tokens): a reordering moves it by rounding noise, a reduction that
-drops, repeats or reads stale partial sums moves it by far more (docs/bench.md, "The correctness gate", has
-the calibration and the command that made it).
+texts alone cannot tell a correct reordering from a broken reduction. What tells them apart is how far the
+chosen token's log-probability moves over the common prefix (every position before the first divergence,
+where both runs saw the same tokens): its mean and its 99th percentile, and, at each first divergence, the
+gap between the two tokens. On a mixture-of-experts model a last-bit change can swap an expert a token is
+routed to, so a correct reordering moves single tokens far (0.5 nats) and a fixed constant calibrated on a
+dense model fails it; the scale of the moves also grows with the model's depth.
 
-At the first divergence itself, a benign flip is a near-tie: each side's token is in the other's top-k and
-the reference's log-probabilities of the two tokens are close. A token outside the other's top-k, or a flip
-whose gap is larger than a reordering can produce, is a hard mismatch.
+So the limits come from a NULL measured on the host: the reference against itself at another batch size
+(requests sharing a forward round differently), which moves log-probabilities the way a correct reordering
+does. A candidate FAILs when a statistic is more than `null_factor` times the null's and above the
+calibrated floor (what correct reorderings reach on a batch-invariant dense model, where the null can be
+zero). Without a null, or where the null itself is out of the calibrated range, the calibrated limits
+stand (`NO_NULL`: what every correct variant of the calibration stayed under), and the verdict says so.
+A KIT_GATE_* setting, where set, replaces the derived limit of its statistic. The maximum change alone is
+reported, not judged, unless KIT_GATE_MAX_DELTA is set. `docs/bench.md` "The correctness gate" has the
+calibration (docs/evidence/logprob-gate/), the figures and the detection limit.
 
-Standard library only: tools/gpu/numerics_calibration.py imports this module on a GPU machine to compute
-the same statistics that the bench gates on.
+Standard library only: tools/gpu/numerics_calibration.py and tools/gate_calibration.py use this module to
+compute the same statistics that the bench gates on.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -39,15 +46,37 @@ class TokenLogprob:
 
 
 @dataclass(frozen=True)
-class Thresholds:
-    """When a candidate fails: named settings (launcher/settings.py KIT_GATE_*), whose defaults sit at the
-    geometric mean of the largest value a correct reordering reached and the smallest a broken reduction
-    reached in the calibration under docs/evidence/logprob-gate/ (tools/gpu/numerics_calibration.py on one
-    H200). A real model at TP 8 does more reductions per token; recalibrate on it before tightening them."""
+class Limits:
+    """A limit for each judged statistic, in nats."""
 
-    max_delta: float  # nats: the largest chosen-token change on the common prefix
-    p99_delta: float  # nats: its 99th percentile
-    max_flip_gap: float  # nats: the largest log-probability gap at a first divergence (a near-tie is small)
+    mean_delta: float  # the mean chosen-token change on the common prefix
+    p99_delta: float  # its 99th percentile
+    max_flip_gap: float  # the largest log-probability gap at a first divergence (a near-tie is small)
+
+
+# Calibrated on one H200 (docs/evidence/logprob-gate/calibration.json, tools/gate_calibration.py derives them;
+# tests/test_bench_run_logprob_gate.py checks these against that file).
+# FLOOR: no derived limit goes below this: the most correct reorderings reached on the dense models, with margin
+# (a batch-invariant server has a null of zero).
+FLOOR = Limits(mean_delta=0.004, p99_delta=0.045, max_flip_gap=0.35)
+# NO_NULL: the limits without a usable null, and the most a null may raise them to: the most any correct
+# variant of the dense and mixture-of-experts calibration reached, with margin.
+NO_NULL = Limits(mean_delta=0.02, p99_delta=0.14, max_flip_gap=0.9)
+# The smallest faults the calibration shows the gate catches (the null-derived limits, every seed).
+DETECTION_LIMIT = "not calibrated yet"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """How the gate judges: named settings (launcher/settings.py KIT_GATE_*). `null_factor` scales the null;
+    each fixed limit, where set, replaces the derived one of its statistic; `max_delta` is judged only when
+    set."""
+
+    null_factor: float
+    mean_delta: float | None
+    p99_delta: float | None
+    max_flip_gap: float | None
+    max_delta: float | None
     min_tokens: int  # fewer common-prefix tokens than this is not enough evidence for a PASS
     top_k: int  # how many alternatives the correctness pass asks for, and a flip's tokens are looked up in
 
@@ -56,8 +85,9 @@ def thresholds(environ: Mapping[str, str] | None = None) -> Thresholds:
     """The thresholds the settings name; SettingError (exit 2) naming a bad one."""
     from launcher import settings  # standard library only, like this module
 
-    return Thresholds(settings.KIT_GATE_MAX_DELTA.get(environ), settings.KIT_GATE_P99_DELTA.get(environ),
-                      settings.KIT_GATE_MAX_FLIP_GAP.get(environ), settings.KIT_GATE_MIN_TOKENS.get(environ),
+    return Thresholds(settings.KIT_GATE_NULL_FACTOR.get(environ), settings.KIT_GATE_MEAN_DELTA.get(environ),
+                      settings.KIT_GATE_P99_DELTA.get(environ), settings.KIT_GATE_MAX_FLIP_GAP.get(environ),
+                      settings.KIT_GATE_MAX_DELTA.get(environ), settings.KIT_GATE_MIN_TOKENS.get(environ),
                       settings.KIT_GATE_TOP_K.get(environ))
 
 
@@ -97,9 +127,18 @@ class GateStats:
     hard_mismatches: int
     max_flip_gap: float | None
     missing: int = 0  # prompts without log-probabilities on one side
+    mean_delta: float | None = None
 
     def as_dict(self) -> dict[str, float | int | None]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> GateStats:
+        """What `as_dict` wrote (a bundle's or a calibration's statistics)."""
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__ if k in data})  # type: ignore[arg-type]
+
+    def value(self, name: str) -> float | None:
+        return getattr(self, name)
 
 
 def _top(row: TokenLogprob, k: int) -> dict[int, float]:
@@ -159,24 +198,94 @@ def compare(reference: Mapping[str, Sequence[TokenLogprob] | None],
         hard_mismatches=sum(f.hard for f in flips),
         max_flip_gap=max(gaps) if gaps else None,
         missing=missing,
+        mean_delta=sum(deltas) / len(deltas) if deltas else None,
     )
 
 
-def verdict(stats: GateStats, thresholds: Thresholds) -> tuple[str, list[str]]:
+JUDGED = tuple(Limits.__dataclass_fields__)  # the statistics a limit applies to, in the order reasons name them
+SETTING_OF = {"mean_delta": "KIT_GATE_MEAN_DELTA", "p99_delta": "KIT_GATE_P99_DELTA",
+              "max_flip_gap": "KIT_GATE_MAX_FLIP_GAP"}
+
+
+@dataclass(frozen=True)
+class Null:
+    """What the reference shows against itself: `label` says which runs (e.g. "baseline+eagle3 at concurrency
+    1 against 8"), `stats` their comparison."""
+
+    label: str
+    stats: GateStats
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """The limits one verdict applies and where each comes from."""
+
+    limits: Limits
+    max_delta: float | None  # judged only when set
+    basis: str  # "null", "calibrated (no null)", "calibrated (the null is out of range)"; then each setting set
+    null: Null | None
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {**asdict(self.limits), "max_delta": self.max_delta, "basis": self.basis,
+                "null": None if self.null is None else {"label": self.null.label, **self.null.stats.as_dict()},
+                "notes": list(self.notes), "detection_limit": DETECTION_LIMIT}
+
+
+def tolerance(t: Thresholds, null: Null | None) -> Tolerance:
+    """The limits for a verdict: `null_factor` x the null's statistic, never under FLOOR nor over NO_NULL;
+    NO_NULL without a usable null (none, too few tokens, or one past NO_NULL itself: the reference moves more
+    against itself than any correct variant of the calibration did, which the notes say); a set KIT_GATE_*
+    limit replaces its statistic's."""
+    notes: list[str] = []
+    usable = null is not None and null.stats.tokens >= t.min_tokens
+    if null is not None and not usable:
+        notes.append(f"null {null.label}: {null.stats.tokens} tokens compared, {t.min_tokens} needed; "
+                     "calibrated limits used")
+    if usable and null is not None:
+        wild = [k for k in JUDGED if (null.stats.value(k) or 0.0) > getattr(NO_NULL, k)]
+        if wild:
+            notes.append(f"null {null.label}: the reference moves more against itself than any correct variant "
+                         f"of the calibration ({', '.join(f'{k} {null.stats.value(k):.4f}' for k in wild)}): "
+                         "check the reference itself; calibrated limits used")
+            usable = False
+    limits = {}
+    for k in JUDGED:
+        if usable and null is not None:
+            limits[k] = min(max(t.null_factor * (null.stats.value(k) or 0.0), getattr(FLOOR, k)), getattr(NO_NULL, k))
+        else:
+            limits[k] = getattr(NO_NULL, k)
+    basis = "null" if usable else ("calibrated (no null)" if null is None else "calibrated (the null is out of range)")
+    fixed = [k for k in JUDGED if getattr(t, k) is not None]
+    for k in fixed:
+        limits[k] = getattr(t, k)
+    if fixed:
+        basis += ", " + ", ".join(f"{SETTING_OF[k]} set" for k in fixed)
+    return Tolerance(Limits(**limits), t.max_delta, basis, null if usable else None, tuple(notes))
+
+
+def verdict(stats: GateStats, thresholds: Thresholds, tol: Tolerance | None = None) -> tuple[str, list[str]]:
     """PASS, FAIL or 'not enough evidence', with the reasons. Any failing statistic is a FAIL however few
-    tokens it rests on; a PASS needs at least `min_tokens` common-prefix tokens."""
+    tokens it rests on; a PASS needs at least `min_tokens` common-prefix tokens. `tol`: the limits (default:
+    without a null)."""
     t = thresholds
+    tol = tol or tolerance(t, None)
+    lim = tol.limits
+    scale = f" ({t.null_factor:g}x the null: {tol.null.label})" if tol.null is not None else f" ({tol.basis})"
     reasons: list[str] = []
-    if stats.max_delta is not None and stats.max_delta > t.max_delta:
+    if stats.mean_delta is not None and stats.mean_delta > lim.mean_delta:
+        reasons.append(f"mean log-probability change {stats.mean_delta:.4f} nats on the common prefix "
+                       f"> {lim.mean_delta:.4f}{scale}")
+    if stats.p99_delta is not None and stats.p99_delta > lim.p99_delta:
+        reasons.append(f"p99 log-probability change {stats.p99_delta:.3f} nats > {lim.p99_delta:.3f}{scale}")
+    if tol.max_delta is not None and stats.max_delta is not None and stats.max_delta > tol.max_delta:
         reasons.append(f"a chosen token's log-probability moved by {stats.max_delta:.3f} nats on the common prefix "
-                       f"(> {t.max_delta} allowed: more than a reordered sum moves it)")
-    if stats.p99_delta is not None and stats.p99_delta > t.p99_delta:
-        reasons.append(f"p99 log-probability change {stats.p99_delta:.3f} nats > {t.p99_delta}")
+                       f"(> KIT_GATE_MAX_DELTA {tol.max_delta})")
     if stats.hard_mismatches:
         reasons.append(f"{stats.hard_mismatches} first divergence(s) chose a token outside the other's top-{t.top_k}")
-    if stats.max_flip_gap is not None and stats.max_flip_gap > t.max_flip_gap:
+    if stats.max_flip_gap is not None and stats.max_flip_gap > lim.max_flip_gap:
         reasons.append(f"a first divergence was no near-tie: log-probability gap {stats.max_flip_gap:.3f} nats "
-                       f"> {t.max_flip_gap}")
+                       f"> {lim.max_flip_gap:.3f}{scale}")
     if reasons:
         return FAIL, reasons
     if stats.tokens < t.min_tokens:

@@ -37,7 +37,7 @@ from rich.progress import (
 from bench import bundle, bundle_names, bundle_provenance
 from bench.bundle_schema import Cell
 from bench.request_record import RequestRecord
-from bench.run import correctness, logprob_gate
+from bench.run import correctness, logprob_gate, passes
 from bench.run.cell import CellDraft, apply_gate, close_cell, new_cell
 from bench.run.measure import CellMeasurer
 from bench.run.selection import no_switch_label, resolve_profiles, resolve_specs
@@ -242,12 +242,20 @@ class MatrixRun:
             cell, repeats=s.repeats, on_plan=on_plan,
             on_rows=lambda rows: bundle.append_requests(self.work_dir, profile, spec, rows, point),
             on_logprobs=lambda rows: bundle.write_logprobs(self.work_dir, profile, spec, rows, point),
-            top_k=self.thresholds.top_k,
+            top_k=self.thresholds.top_k, pass_levels=self.pass_levels(profile, spec),
         )
         self.simulated = self.simulated or cell.simulated
         if info and self.manifest["server"]["sglang_version"] is None:
             self.manifest["server"]["sglang_version"] = info.get("version")
         self._close_cell(cell)
+
+    def pass_levels(self, profile: str, spec: str) -> list[int]:
+        """The concurrency levels of a cell's correctness pass (bench/run/passes.py): the reference's also give
+        the null. `bench run` switches to the spec overlay's own adaptive tiers."""
+        keys = passes.tier_keys_of(spec, None)
+        if profile == correctness.BASELINE:
+            return passes.reference_levels(self.s.concurrency, len(self.prompts), keys)
+        return passes.levels(self.s.concurrency, keys)
 
     def _close_cell(self, cell: CellDraft) -> None:
         record = close_cell(cell, concurrency=self.s.concurrency, repeats=self.s.repeats)

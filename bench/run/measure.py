@@ -9,13 +9,13 @@ repeat (a request failed, the server restarted) makes it invalid too. The caller
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bench.request_record import RequestRecord
 from bench.run.cell import CellDraft, record_plan
-from bench.run.logprob_gate import TokenLogprob
+from bench.run.passes import Reply
 from bench.run.repeat import measure_repeat, server_identity
 from bench.run.server_identity import PROBE_ERRORS, identity_of, is_simulated
 from bench.run.settings import RunSettings
@@ -99,25 +99,25 @@ class CellMeasurer:
         bad = [r for r in records if not r.ok]
         return f"warm-up request failed: {bad[0].error}" if bad else None
 
-    async def correctness_pass(self, top_k: int) -> list[tuple[str, str, list[TokenLogprob] | None]]:
-        """One untimed greedy reply per prompt, one at a time (so every profile sees the same batches), with
-        each token's log-probability and its top-k alternatives: what the correctness gate compares. Greedy
-        whatever --temperature the timed repeats ran at: `ServerClient.logprobs` always asks for temperature
-        GREEDY (0), never `server.temperature`."""
-        out = []
-        for p in self.prompts:
-            text, rows = await self.server.logprobs(p, top_k)
-            out.append((p.id, text, rows))
+    async def correctness_pass(self, top_k: int, levels: Sequence[int] = (1,)) -> list[Reply]:
+        """One untimed greedy reply per prompt at each level (that many requests in flight, so at 1 every
+        profile sees the same batches and above it requests share forward passes as production's do), with each
+        token's log-probability and its top-k alternatives: what the correctness gate compares
+        (bench/run/passes.py). Greedy whatever --temperature the timed repeats ran at: `ServerClient.logprobs`
+        always asks for temperature GREEDY (0), never `server.temperature`."""
+        out: list[Reply] = []
+        for level in levels:
+            out += await self.server.logprob_pass(self.prompts, top_k, level)
         return out
 
     async def fill(self, cell: CellDraft, *, repeats: int, on_rows: Callable[[list[dict[str, Any]]], None],
                    on_plan: Callable[[dict[str, Any]], None],
-                   on_logprobs: Callable[[list[tuple[str, str, list[TokenLogprob] | None]]], None] | None = None,
-                   top_k: int = 5) -> dict[str, Any]:
+                   on_logprobs: Callable[[list[Reply]], None] | None = None,
+                   top_k: int = 5, pass_levels: Sequence[int] = (1,)) -> dict[str, Any]:
         """Measure into `cell` (switching first unless --no-switch): `repeats` repeats at every concurrency
         level, each repeat's request rows to `on_rows`, the plan that ran (or was refused) to `on_plan`; then,
-        with `on_logprobs` and every repeat valid, the correctness pass (after the timed repeats, so asking for log-probabilities
-        never changes what is timed). Returns the server's /server_info (empty when it never answered); the
+        with `on_logprobs` and every repeat valid, the correctness pass at `pass_levels` (after the timed repeats,
+        so asking for log-probabilities never changes what is timed). Returns the server's /server_info (empty when it never answered); the
         caller closes the cell."""
         s, server, name = self.settings, self.server, cell.label
         if s.switching:
@@ -172,7 +172,7 @@ class CellMeasurer:
         if on_logprobs is not None and all(rep["valid"] for rep in cell.per_repeat):  # an invalid cell is not gated
             self.phase("checking correctness")
             try:
-                on_logprobs(await self.correctness_pass(top_k))
+                on_logprobs(await self.correctness_pass(top_k, pass_levels))
             except RuntimeFailure as exc:
                 cell.invalid_reason = f"correctness pass failed: {exc}"
         return info

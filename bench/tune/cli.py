@@ -23,6 +23,7 @@ from rich.console import Console
 
 from bench import args as flags
 from bench.args import CliArgs, TargetArgs, http_url, positive_ints, stop_on_interrupt, temperature
+from bench.run import correctness, logprob_gate
 from bench.tune import decision, order, production, result, space
 from bench.tune.decision import Objective
 from bench.tune.hold import TuneHold, holder_of
@@ -188,6 +189,7 @@ class TuneArgs(CliArgs, TargetArgs, TuneKnobs):
         temp = temperature("--temperature", self.temperature)
         workload, num_prompts, prompts_sha = choose_prompts(self.prompts, self.num_prompts, TuneKnobs.num_prompts,
                                                             self.workload)
+        correctness.check_workload(num_prompts, self.max_tokens, logprob_gate.thresholds())
         url = http_url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()
         control = http_url("--control", self.control) if self.control else settings.control_url()
         same = {f.name: getattr(self, f.name) for f in fields(TuneKnobs)}

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bench import logprob_rows
-from bench.run import correctness
-from bench.run.logprob_gate import Thresholds, TokenLogprob
+from bench.run import correctness, passes
+from bench.run.logprob_gate import Thresholds
+from bench.run.passes import Reply
 from bench.tune import journal
 from bench.tune.planning import REFERENCE_PROFILE
 from bench.tune.space import Candidate
@@ -25,8 +25,9 @@ def reference_label(spec: str) -> str:
 class Ledger:
     """The journal entries of one tune, reused and new, in order, and what they say of each label."""
 
-    def __init__(self, thresholds: Thresholds):
+    def __init__(self, thresholds: Thresholds, api: str = "generate"):
         self.thresholds = thresholds
+        self.api = api  # the API the correctness passes' raw replies came from
         self.entries: list[journal.Entry] = []
 
     def entries_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> list[journal.Entry]:
@@ -50,27 +51,43 @@ class Ledger:
     def rows_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> list[dict[str, Any]]:
         return [r for e in self.entries_of(label, phases) if e.status == "ok" for r in e.detail.get("rows", [])]
 
-    def correctness_pass(self, label: str,
-                         phases: Sequence[str] = journal.PHASES) -> list[tuple[str, str, list[TokenLogprob] | None]] | None:
-        """The cell's correctness pass, (prompt id, text, log-probabilities or None) per prompt, from the first
-        finished measurement that ran one; None before any did."""
+    def correctness_pass(self, label: str, phases: Sequence[str] = journal.PHASES) -> list[Reply] | None:
+        """The cell's correctness pass (bench/run/passes.py: one reply per prompt and level) from the first finished
+        measurement that ran one; None before any did."""
         for e in self.entries_of(label, phases):
             passed = e.detail.get(LOGPROBS) if e.status == "ok" else None
             if isinstance(passed, list):
-                return [(r["prompt_id"], str(r.get("text") or ""), logprob_rows.from_json(r.get("logprobs")))
-                        for r in passed if isinstance(r, dict) and isinstance(r.get("prompt_id"), str)]
+                replies = [Reply.from_json(r, self.api) for r in passed if isinstance(r, dict)]
+                return [r for r in replies if r is not None]
         return None
 
-    def gate_inputs(self, label: str, phases: Sequence[str] = journal.PHASES) -> tuple[dict[str, str] | None, Any]:
-        """What the gate compares of a cell: the texts and log-probabilities of its correctness pass, or, for a
-        cell without one, its measured texts (in `phases`) and no log-probabilities; (None, None) before it has
-        outputs. The pass is the label's, whichever phase ran it (the running plan's runs where it is measured
-        in place, before its reference cell)."""
+    def point_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> dict[str, Any] | None:
+        """The EAGLE-3 point a cell ran: the one it was switched to, else the one its running plan reported."""
+        for e in self.entries_of(label, phases):
+            if e.status != "ok":
+                continue
+            if e.spec_params:
+                return dict(e.spec_params)
+            reported = (e.detail.get("cell") or {}).get("plan_spec_params")
+            if isinstance(reported, dict):
+                return reported
+        return None
+
+    def side(self, label: str, phases: Sequence[str] = journal.PHASES) -> correctness.Side | None:
+        """What the gate knows of a cell (its texts, correctness pass, accept length and point); None before it
+        has outputs. The pass is the label's, whichever phase ran it (the running plan's runs where it is measured
+        in place, before its reference cell); for a cell without one, its measured texts (in `phases`)."""
         passed = self.correctness_pass(label)
         if passed is not None:
-            return {pid: text for pid, text, _ in passed}, {pid: lps for pid, _, lps in passed}
-        rows = self.rows_of(label, phases)
-        return (correctness.reference_outputs(rows), None) if rows else (None, None)
+            texts = passes.texts(passed)
+        else:
+            rows = self.rows_of(label, phases)
+            if not rows:
+                return None
+            texts = correctness.reference_outputs(rows)
+        accepts = self.accept_lengths(label, phases)
+        return correctness.Side(label, texts, passed, sum(accepts) / len(accepts) if accepts else None,
+                                self.point_of(label, phases))
 
     def gate(self, label: str) -> dict[str, Any] | None:
         """The correctness verdict of a cell's correctness pass against baseline's under its spec mode (the
@@ -79,15 +96,9 @@ class Ledger:
             return None
         spec = self.spec_of(label)
         ref_label = reference_label(spec)
-        accepts = self.accept_lengths(label, journal.PHASES)
-        ref_acc = self.accept_lengths(ref_label, ("reference",))
-        texts, lps = self.gate_inputs(label)
-        ref_texts, ref_lps = self.gate_inputs(ref_label, ("reference",))
-        verdict = correctness.gate(
-            spec, texts or {}, sum(accepts) / len(accepts) if accepts else None, ref_texts,
-            sum(ref_acc) / len(ref_acc) if ref_acc else None,
-            logprobs=lps, baseline_logprobs=ref_lps, thresholds=self.thresholds,
-        )
+        cell = self.side(label)
+        assert cell is not None
+        verdict = correctness.gate(spec, cell, self.side(ref_label, ("reference",)), thresholds=self.thresholds)
         if verdict["status"] == "n/a (no baseline)":
             verdict["reasons"] = [f"no reference: {ref_label} has no outputs"]
         return verdict

@@ -33,11 +33,10 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import logprob_rows
-from bench.run import logprob_gate
+from bench.run import logprob_gate, passes
 from bench.run.cell import close_cell, new_cell
-from bench.run.logprob_gate import TokenLogprob
 from bench.run.measure import CellMeasurer
+from bench.run.passes import Reply
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.server_client import ServerClient
 from bench.tune import adaptive, journal, ledger, levels, order, outside, schedule, space, tune_state
@@ -99,7 +98,7 @@ class TuneRun:
         self.decision: Decision | None = None
         self.progress: TuneProgress | None = None
         self.thresholds = logprob_gate.thresholds()  # a bad KIT_GATE_* setting is exit 2 before anything is switched
-        self.cells = Ledger(self.thresholds)  # the journal entries, reused and new, and their verdicts
+        self.cells = Ledger(self.thresholds, self.s.api)  # the journal entries, reused and new, and their verdicts
         self.switched = False  # production left its starting plan at least once
         self.hold: TuneHold | None = None  # the tune hold (bench/tune/hold.py), checked before each cell
         self.adaptive: adaptive.AdaptivePlan | None = None  # --adaptive: the tiers and the candidate built from them
@@ -167,9 +166,8 @@ class TuneRun:
         plan: dict[str, Any] = {}
         passed: list[dict[str, Any]] = []  # the correctness pass, run the first time a label is measured
 
-        def on_logprobs(result: Sequence[tuple[str, str, list[TokenLogprob] | None]]) -> None:
-            passed.extend({"prompt_id": pid, "text": text, "logprobs": logprob_rows.to_json(lps)}
-                          for pid, text, lps in result)
+        def on_logprobs(result: Sequence[Reply]) -> None:
+            passed.extend(r.to_json() for r in result)
 
         first = self.cells.correctness_pass(cand.label) is None
         known = await outside.switch_ids(m.control)
@@ -177,7 +175,8 @@ class TuneRun:
         if switch:
             self.switched = True
         info = await m.fill(cell, repeats=repeats, on_rows=rows.extend, on_plan=plan.update,
-                            on_logprobs=on_logprobs if first else None, top_k=self.thresholds.top_k)
+                            on_logprobs=on_logprobs if first else None, top_k=self.thresholds.top_k,
+                            pass_levels=self.pass_levels(cand))
         wall = time.monotonic() - t0
         self.simulated = self.simulated or is_simulated(info) if info else self.simulated
         record = close_cell(cell, concurrency=self.s.concurrency, repeats=repeats)
@@ -209,6 +208,14 @@ class TuneRun:
         self.record(entry)
         self.report(entry)
         return entry
+
+    def pass_levels(self, cand: Candidate) -> list[int]:
+        """The concurrency levels of a cell's correctness pass (bench/run/passes.py); the reference's also give
+        the null and cover every level a tuned adaptive plan's tiers are keyed at."""
+        keys = passes.tier_keys_of(cand.spec, cand.tiers_json())
+        if cand.profile == REFERENCE_PROFILE:
+            return passes.reference_levels(self.s.concurrency, len(self.prompts), keys)
+        return passes.levels(self.s.concurrency, keys)
 
     def report(self, entry: journal.Entry) -> None:
         """One line per finished cell; a wrong one in red."""

@@ -1,0 +1,147 @@
+"""The correctness pass: one untimed greedy reply per prompt, with every token's log-probability and its top
+alternatives, at each of a few concurrency levels. One record type (`Reply`) for it everywhere: measured
+(bench/run/measure.py), kept in a bundle (bench/bundle.py) and a tune's journal, judged (bench/run/correctness.py)
+and re-judged offline (`bench gate --bundle`).
+
+A reply keeps the raw request the bench sent and the raw JSON body the server answered, so a bundle can be
+re-judged from what the server said, not from what the kit made of it; `logprobs` is parsed from that body by
+bench/logprob_rows.py.
+
+Which levels (`levels`): 1 and the highest measured, so the gate sees a request alone and requests sharing a
+forward (a defect of a batched kernel, a graph captured at another size); under eagle3-adaptive also one level
+in each tier the measured levels reach, so every tier the server runs is compared. The reference adds a second
+level when only 1 was measured (`NULL_LEVEL`): its replies at two batch sizes are the null the gate's limits come
+from (bench/run/logprob_gate.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bench import logprob_rows
+from bench.run.logprob_gate import TokenLogprob
+
+NULL_LEVEL = 8  # the reference's second batch size when only concurrency 1 was measured (at most the prompts)
+# SGLang 0.5.23's own adaptive tiers (srt/speculative/adaptive_spec_params.py:28-53, which
+# profiles/spec/eagle3-adaptive.json writes out): the tiers a plan without a tuned record runs
+DEFAULT_TIER_KEYS = (1, 8, 32, 64)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One greedy reply of a correctness pass at one concurrency level."""
+
+    prompt_id: str
+    concurrency: int
+    text: str
+    logprobs: list[TokenLogprob] | None  # None: the server sent none
+    request: dict[str, Any] | None = None  # {"path": ..., "body": ...} as sent
+    response: Any = None  # the reply's JSON body as received
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"prompt_id": self.prompt_id, "concurrency": self.concurrency, "text": self.text}
+        if self.response is not None:  # the parsed rows follow from it
+            out.update(request=self.request, response=self.response)
+        else:
+            out["logprobs"] = logprob_rows.to_json(self.logprobs)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], api: str = "generate") -> Reply | None:
+        """What `to_json` wrote (and rows of older bundles: no concurrency, parsed rows only); None for
+        anything else. The log-probabilities are parsed again from a kept response."""
+        pid = data.get("prompt_id")
+        if not isinstance(pid, str):
+            return None
+        level = data.get("concurrency", 1)
+        if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+            return None
+        response = data.get("response")
+        if response is not None:
+            rows = parse(response, api)
+        else:
+            rows = logprob_rows.from_json(data.get("logprobs"))
+        request = data.get("request") if isinstance(data.get("request"), dict) else None
+        return cls(pid, level, str(data.get("text") or ""), rows, request, response)
+
+
+def parse(body: Any, api: str) -> list[TokenLogprob] | None:
+    """The log-probabilities of a raw reply body of `api` ("generate" or "chat"); None where it has none."""
+    if not isinstance(body, Mapping):
+        return None
+    return logprob_rows.from_generate(body) if api == "generate" else logprob_rows.from_chat(body)
+
+
+def text_of(body: Any, api: str) -> str:
+    """The generated text of a raw reply body."""
+    if not isinstance(body, Mapping):
+        return ""
+    if api == "generate":
+        return str(body.get("text") or "")
+    choices = body.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
+    message = first.get("message")
+    return str((message.get("content") if isinstance(message, Mapping) else None) or "")
+
+
+def by_level(replies: Iterable[Reply]) -> dict[int, dict[str, list[TokenLogprob] | None]]:
+    """concurrency -> prompt id -> log-probabilities, the first reply of a prompt at a level winning."""
+    out: dict[int, dict[str, list[TokenLogprob] | None]] = {}
+    for r in replies:
+        out.setdefault(r.concurrency, {}).setdefault(r.prompt_id, r.logprobs)
+    return out
+
+
+def texts(replies: Iterable[Reply]) -> dict[str, str]:
+    """prompt id -> text at the lowest level (the texts compared for information)."""
+    replies = list(replies)
+    if not replies:
+        return {}
+    low = min(r.concurrency for r in replies)
+    out: dict[str, str] = {}
+    for r in replies:
+        if r.concurrency == low:
+            out.setdefault(r.prompt_id, r.text)
+    return out
+
+
+def levels(concurrency: Sequence[int], tier_keys: Iterable[int] | None = None) -> list[int]:
+    """The levels a correctness pass runs at: 1, the highest measured, and under adaptive tiers (their batch
+    keys) the lowest measured level in each tier the measured levels reach (SGLang serves a batch from the
+    largest tier at or below its size, the lowest tier when none is)."""
+    top = max(concurrency)
+    out = {1, top}
+    keys = sorted(set(tier_keys or ()))
+    if keys:
+        reached: dict[int, int] = {}
+        for c in sorted(set(concurrency)):
+            tier = max((k for k in keys if k <= c), default=keys[0])
+            reached.setdefault(tier, c)
+        out |= set(reached.values())
+    return sorted(out)
+
+
+def reference_levels(concurrency: Sequence[int], num_prompts: int, tier_keys: Iterable[int] | None = None) -> list[int]:
+    """The reference's levels: a candidate's (`levels` with the same tiers), every measured level under
+    adaptive tiers (a tuned plan's tiers are keyed at measured levels), and a second batch size where only 1
+    was measured, so that the null can be measured (none with a single prompt)."""
+    out = set(levels(concurrency, tier_keys))
+    if tier_keys is not None:
+        out |= set(concurrency)
+    if out == {1} and num_prompts >= 2:
+        out.add(min(NULL_LEVEL, num_prompts))
+    return sorted(out)
+
+
+def tier_keys_of(spec: str, adaptive_tiers: Mapping[str, Any] | None) -> tuple[int, ...] | None:
+    """The tier keys a cell runs under: its tuned record's, SGLang's defaults under eagle3-adaptive without one,
+    None under any other spec mode."""
+    from launcher.profiles.adaptive_tiers import SPEC_MODE
+
+    if spec != SPEC_MODE:
+        return None
+    if adaptive_tiers:
+        return tuple(sorted(int(k) for k in adaptive_tiers))
+    return DEFAULT_TIER_KEYS

@@ -1,0 +1,63 @@
+"""bench/run/passes.py: the correctness pass's levels and its one record type, raw replies kept."""
+
+from __future__ import annotations
+
+from bench import bundle
+from bench.run import passes
+from bench.run.logprob_gate import TokenLogprob
+from bench.run.passes import Reply
+
+GENERATE_BODY = {"text": "ab", "meta_info": {"output_token_logprobs": [[-0.1, 7, None], [-0.2, 8, None]],
+                                             "output_top_logprobs": [[[-0.1, 7, None], [-2.0, 9, None]],
+                                                                     [[-0.2, 8, None], [-1.9, 9, None]]]}}
+
+
+def test_levels_are_one_and_the_highest_and_one_in_each_adaptive_tier_reached():
+    assert passes.levels([1]) == [1]
+    assert passes.levels([1, 4, 16]) == [1, 16]
+    assert passes.levels([4, 16]) == [1, 16]
+    # SGLang's tiers 1, 8, 32, 64: levels 1 and 4 reach tier 1, 16 tier 8, 48 tier 32; 64 is not reached
+    assert passes.levels([1, 4, 16, 48], passes.DEFAULT_TIER_KEYS) == [1, 16, 48]
+    assert passes.levels([1, 10, 12, 40], (1, 8, 32)) == [1, 10, 40]
+
+
+def test_the_reference_adds_a_second_batch_for_the_null_and_every_level_under_adaptive_tiers():
+    assert passes.reference_levels([1], 16) == [1, passes.NULL_LEVEL]
+    assert passes.reference_levels([1], 3) == [1, 3]
+    assert passes.reference_levels([1], 1) == [1]  # one prompt: no null
+    assert passes.reference_levels([1, 4], 16) == [1, 4]
+    assert passes.reference_levels([1, 2, 4], 16, (1, 2, 4)) == [1, 2, 4]
+
+
+def test_tier_keys_are_the_tuned_records_or_sglangs_defaults_under_adaptive_only():
+    assert passes.tier_keys_of("eagle3", None) is None
+    assert passes.tier_keys_of("eagle3-adaptive", None) == passes.DEFAULT_TIER_KEYS
+    assert passes.tier_keys_of("eagle3-adaptive", {"4": [1], "1": [3]}) == (1, 4)
+
+
+def test_a_reply_keeps_the_raw_exchange_and_is_read_back_from_it(tmp_path):
+    rows = passes.parse(GENERATE_BODY, "generate")
+    assert rows == [TokenLogprob(7, -0.1, {7: -0.1, 9: -2.0}), TokenLogprob(8, -0.2, {8: -0.2, 9: -1.9})]
+    reply = Reply("p0", 4, "ab", rows, {"path": "/generate", "body": {"text": "q"}}, GENERATE_BODY)
+    on_disk = reply.to_json()
+    assert on_disk["response"] == GENERATE_BODY and "logprobs" not in on_disk  # the rows follow from the body
+    bundle.write_logprobs(tmp_path, "fused", "eagle3", [reply])
+    assert bundle.read_logprobs(tmp_path, "fused", "eagle3") == [reply]
+
+
+def test_an_older_row_without_a_level_or_raw_body_still_reads_and_junk_does_not():
+    old = {"prompt_id": "p0", "text": "ab", "logprobs": [[7, -0.1, [[7, -0.1]]]]}
+    back = Reply.from_json(old)
+    assert back is not None and back.concurrency == 1 and back.logprobs == [TokenLogprob(7, -0.1, {7: -0.1})]
+    for junk in ({"text": "x"}, {"prompt_id": "p", "concurrency": 0}, {"prompt_id": "p", "concurrency": True}):
+        assert Reply.from_json(junk) is None
+    odd = {**GENERATE_BODY, "meta_info": {**GENERATE_BODY["meta_info"], "output_top_logprobs": [5, 5]}}
+    parsed = passes.parse(odd, "generate")  # a malformed alternatives list is no traceback
+    assert parsed is not None and all(r.top == {} for r in parsed)
+
+
+def test_by_level_and_texts():
+    a1, a8 = Reply("a", 1, "x", []), Reply("a", 8, "y", None)
+    assert passes.by_level([a1, a8]) == {1: {"a": []}, 8: {"a": None}}
+    assert passes.texts([a8, a1]) == {"a": "x"}
+    assert passes.texts([]) == {}
