@@ -32,6 +32,7 @@ class Chunk:
     spec_verify_ct: int
     finished: bool
     positions: list[numerics.Position] = field(default_factory=list)  # every token so far, with log-probabilities
+    batch: int = 1  # requests in flight when this chunk's pass ran (its new tokens were decoded at it)
 
 
 @dataclass
@@ -69,6 +70,8 @@ class Stats:
     tpot_s: dict[str, list[float]] = field(default_factory=dict)
     inter_token_s: list[float] = field(default_factory=list)
     by_stream: dict[str, dict[str, int]] = field(default_factory=dict)
+    # generated positions by the requests in flight when their pass ran (the batch numerics.py decodes them at)
+    positions_by_batch: dict[int, int] = field(default_factory=dict)
 
     @property
     def avg_spec_accept_length(self) -> float | None:
@@ -159,9 +162,11 @@ class Engine:
         self.stats.generation_requests += 1
         request_number = self.stats.generation_requests
         total = max(0, max_new_tokens)
-        decoded = numerics.decode(prompt, total, self.settings.numerics,
-                                  lambda n: simulation.token_ids(prompt, n, self.settings.corrupt_output),
-                                  len(simulation.VOCAB))
+        s = self.settings
+        # decoded pass by pass: under the MoE numerics model (and corrupt_min_batch) a position depends on the batch
+        decoder = numerics.Decoder(prompt, s.numerics, simulation.token_ids(prompt, total, s.corrupt_output),
+                                   len(simulation.VOCAB), s.numerics_model, s.corrupt_min_batch)
+        decoded: list[numerics.Position] = []
         output_ids: list[int] = []
         verify_ct = 0
         streaming = "true" if stream else "false"
@@ -174,6 +179,7 @@ class Engine:
             for k, (count, offset, speculative) in enumerate(self.schedule(max_new_tokens)):
                 await self._maybe_die(request_number, k)
                 await asyncio.sleep(max(0.0, t0 + offset - loop.time()))
+                batch = self.decode_pass(decoder, decoded, min(total, len(output_ids) + count))
                 new_ids = [p.token_id for p in decoded[len(output_ids):len(output_ids) + count]]
                 now = loop.time()
                 if count and first_at is None:
@@ -192,7 +198,7 @@ class Engine:
                     self.stats.spec_passes += 1
                 await self._record_step()
                 yield Chunk(k, new_ids, output_ids, len(output_ids), verify_ct, len(output_ids) >= total,
-                            decoded[:len(output_ids)])
+                            decoded[:len(output_ids)], batch)
             self.stats.num_requests_total += 1
             self.stats.prompt_tokens_total += simulation.prompt_token_count(prompt)
             self.stats.generation_tokens_total += len(output_ids)
@@ -207,6 +213,17 @@ class Engine:
         finally:
             self.stats.running -= 1
             self.stats.running_gauge -= gauged
+
+    def decode_pass(self, decoder: numerics.Decoder, decoded: list[numerics.Position], upto: int) -> int:
+        """Decode a request's positions up to `upto` in the pass running now, and return its batch: the
+        generation requests in flight now, this one included (SGLang's running batch; numerics.py pads it as a
+        CUDA graph would). Requests that overlap share every pass, so N requests in flight together are decoded
+        at batch N, whatever the timing model."""
+        batch = max(1, self.stats.running)
+        while len(decoded) < upto:
+            decoded.append(decoder.next(batch))
+            self.stats.positions_by_batch[batch] = self.stats.positions_by_batch.get(batch, 0) + 1
+        return batch
 
     def _adaptive_change(self) -> None:
         """A finished request moves adaptive EAGLE to the next of STANDIN_ADAPTIVE_STEPS, logged as SGLang does."""

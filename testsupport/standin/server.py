@@ -270,7 +270,9 @@ async def server_info(request: web.Request) -> web.Response:
             "startup_time": engine.startup_time,
             "random_seed": engine.args_random_seed,
             "internal_states": [engine.internal_state()],
-            "standin": {**engine.settings.model_dump(), "effective_accept_length": engine.accept_length},
+            "standin": {**engine.settings.model_dump(), "effective_accept_length": engine.accept_length,
+                        # generated positions so far by the requests in flight when their pass ran (numerics.py)
+                        "positions_by_batch": {str(b): n for b, n in sorted(engine.stats.positions_by_batch.items())}},
         }
     )
     return _json(info)

@@ -24,6 +24,12 @@ Faults:
   traceback, the scheduler's and the launcher's lines) and die before listening, as SGLang does
   (testsupport/standin/activation.py).
 
+Numerics (numerics.py): ``numerics`` says what the profile's all-reduce does to the log-probabilities,
+``numerics_model`` whether a decode also depends on the batch it runs in (``moe``: batch variance and routing
+flips, SIMULATED), and ``corrupt_min_batch`` makes the numerics ``corrupt`` only where a pass ran with at least
+that many requests in flight (a fault that shows only under concurrency). /server_info's "standin" also counts
+the generated positions by the requests in flight when their pass ran (``positions_by_batch``).
+
 /metrics under load (the switch's drain reads it): ``metrics_busy_delay_s`` makes it wait that long,
 and ``metrics_busy_status`` answer that status instead, while a generation request runs.
 """
@@ -39,7 +45,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from launcher.errors import UserError
-from testsupport.standin.numerics import Numerics
+from testsupport.standin.numerics import Numerics, NumericsModel
 
 CONFIG_ENV = "STANDIN_CONFIG"
 PROFILE_ENV = "KIT_ACTIVE_PROFILE"
@@ -118,6 +124,18 @@ class StandinSettings(BaseModel):
         "reference", description="What the profile's all-reduce does to the log-probabilities (numerics.py): "
         "reference (none), reorder (a correct sum in another order: rounding noise, flips at near-ties), "
         "corrupt (a broken one: large jumps)."
+    )
+    numerics_model: NumericsModel = Field(
+        "dense", description="How a decode depends on its batch (numerics.py): dense (it does not: the reference is "
+        "the same at every concurrency) or moe (a mixture-of-experts model: requests sharing a forward pass change "
+        "the rounding and now and then a token's experts, so the reference at batch 8 differs from batch 1's, and "
+        "reorder and corrupt add their own change of that kind). SIMULATED, invented figures."
+    )
+    corrupt_min_batch: int | None = Field(
+        None, ge=1, description="A fault that shows only when requests share a forward: the numerics are corrupt "
+        "at the positions decoded in a batch of at least this many requests (requests in flight when the pass "
+        "runs, padded up to a power of two as a CUDA graph runs them: 5 to 8 in flight count as 8), the "
+        "profile's own numerics elsewhere; null (the default): never."
     )
     logprobs: bool = Field(
         True, description="Answer requests for log-probabilities; false ignores them (an older or another "
