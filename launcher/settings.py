@@ -247,6 +247,7 @@ class ServerRuntime(Section, title='server runtime'):
     KIT_HEALTH_PROBE_TIMEOUT_S = Setting(SECONDS, 25.0, "Timeout of each /health probe the control API's monitor sends. SGLang 0.5.23's /health runs a one-token generation and polls for it once a second (at least 1 s, up to its own 20 s health-check limit, then 503), so the default waits past that: a slow answer is an answer, never a 'timeout'.", "server")
     KIT_HEALTH_PROBE_PERIOD_S = Setting(SECONDS, 0.25, "Pause between the monitor's /health probes (each one a generation on SGLang, at least 1 s long: about one probe every 1.25 s).", "server")
     KIT_ROLLBACK_TIMEOUT_S = Setting(SECONDS, 1800.0, "Health-gate timeout when a failed switch brings the previous profile back.", "server")
+    KIT_ALLREDUCE_START_CHECK = Setting(BOOL, True, "Before SGLang starts under a profile that changes its all-reduce (fused, custom-ar, mscclpp, symm-mem, tuned NCCL), check that backend exactly on the server's GPUs (`bench allreduce --exact-only`, seconds); a wrong sum stops the start (exit 1). 0: skip the check.", "server")
     KIT_ACTIVATION_FAILURE = Setting(_choice("rollback", "degraded"), "rollback", "When a switch's new server is healthy but a backend its profile expects ([expects]) is not running: roll back, or keep it with outcome 'degraded'.", "server")
     KIT_RETRY_BACKOFF_S = Setting(SECONDS, 5.0, "After supervisord gives up on a crash-looping server (FATAL), the control API starts it again after this wait, doubling each time.", "server")
     KIT_RETRY_BACKOFF_MAX_S = Setting(SECONDS, 300.0, "The longest wait between those automatic restarts.", "server")
@@ -261,7 +262,7 @@ class BenchAndDiagnostics(Section, title='bench and diagnostics'):
     KIT_DOCTOR_ROOT = Setting(PATH, Path("/"), "Prefix of every /proc, /sys and /dev path the doctor reads (a saved copy of another host).", "client")
     # The correctness gate (bench/run/logprob_gate.py): docs/bench.md "The correctness gate" says how the null and
     # the calibrated limits come from docs/evidence/logprob-gate/ (dense and mixture-of-experts models on one H200).
-    KIT_GATE_NULL_FACTOR = Setting(_positive("times"), 2.0, "Correctness gate: a profile FAILs when its mean or p99 log-probability change against baseline's (where both saw the same text), or its largest flip gap, is more than this many times what baseline shows against itself at another batch size (the null the bench measures), and above the calibrated floor.", "client")
+    KIT_GATE_NULL_FACTOR = Setting(_positive("times"), 1.5, "Correctness gate: a profile FAILs when its mean or p99 log-probability change against baseline's (where both saw the same text) is above the calibrated floor plus this many times what baseline shows against itself at another batch size (the null the bench measures).", "client")
     KIT_GATE_MEAN_DELTA = Setting(_positive("nats"), None, "Correctness gate: a fixed limit on the mean log-probability change that replaces the one derived from the null (unset: derived).", "client")
     KIT_GATE_P99_DELTA = Setting(_positive("nats"), None, "Correctness gate: a fixed limit on the 99th percentile of the log-probability changes that replaces the derived one (unset: derived).", "client")
     KIT_GATE_MAX_FLIP_GAP = Setting(_positive("nats"), None, "Correctness gate: a fixed limit on the log-probability gap between the two tokens where the texts part that replaces the derived one (unset: derived).", "client")
@@ -269,6 +270,7 @@ class BenchAndDiagnostics(Section, title='bench and diagnostics'):
     KIT_GATE_MIN_TOKENS = Setting(_int(1), 200, "Correctness gate: fewer tokens compared than this (over all prompts, before each first divergence) is 'not enough evidence', never a PASS.", "client")
     KIT_GATE_TOP_K = Setting(_int(1), 5, "Correctness gate: how many alternatives per token the correctness pass asks the server for (top_logprobs).", "client")
     KIT_ALLREDUCE_TEST_HANG_RANK = Setting(_int(0), None, "Test hook: this rank of `bench allreduce` stalls on purpose, to prove the hang detector names it.", "test")
+    KIT_ALLREDUCE_TEST_CORRUPT_RANK = Setting(_int(0), None, "Test hook: this rank of `bench allreduce` overwrites one element of its result on the second call (and graph replay) of every size, to prove the exact check FAILs and names it.", "test")
 
 
 class PortsAndResults(Section, title='ports and results'):

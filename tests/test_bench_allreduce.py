@@ -136,6 +136,7 @@ def test_declined_size_and_unavailable_backend_become_skipped_rows():
             **{k: skipped[0][k] for k in ("backend", "profile", "nranks", "graph", "type")},
             "status": "skipped",
             "reason": "no lib",
+            "exact": "not run: backend skipped: no lib",  # the exactness verdict: never a PASS
         }
     ]
     failed = rows_for(_fields(), BackendRun(status="failed", reason="rank 1 hung"), 2, None)

@@ -54,6 +54,9 @@ class Backend:
     name = "base"
     device_type = "cuda"
     verified = False  # True only for backends whose CUDA path was run by the kit's own tests
+    # What proves the backend's own path ran (exact.py, the exact check's negative control): ("device",
+    # the kernel family bench/trace/classify.py gives its kernels) or ("host", a profiler range prefix).
+    path: tuple[str, str] | None = None
 
     def probe(self) -> str | None:
         """Cheap check in the parent process, before any rank starts; a reason means 'skipped'."""
@@ -114,6 +117,7 @@ class Gloo(Backend):
     name = "gloo"
     device_type = "cpu"
     verified = True
+    path = ("host", "gloo:all_reduce")  # ProcessGroupGloo's profiler range for the call
 
     def probe(self) -> str | None:
         import torch.distributed as dist
@@ -137,6 +141,7 @@ class Nccl(Backend):
 
     name = "nccl"
     verified = True
+    path = ("device", "nccl")
 
     def probe(self) -> str | None:
         import torch

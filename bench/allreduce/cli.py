@@ -2,7 +2,9 @@
 
 Every input is checked before any rank process starts (exit 2 on a mistake); a backend that cannot run
 here becomes a `skipped` row; a rank that stops making progress for --timeout-s is named and the
-command exits 1 after writing whatever was measured.
+command exits 1 after writing whatever was measured. Every backend that runs is checked exactly first
+(exact.py): its verdict (PASS, FAIL with the first wrong element, `not run: why`) is in every row and in
+the printed table, and a FAIL exits 1. `--exact-only` runs that check alone (the server's start check).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bench.allreduce.sizes import DTYPES, default_sizes, parse_sizes
+from bench.allreduce.sizes import DTYPES, default_sizes, parse_sizes, verify_sizes
 from bench.args import CliArgs, entry_point
 from launcher.errors import RuntimeFailure, UserError
 
@@ -44,6 +46,8 @@ class AllreduceArgs(CliArgs):
     host_facts: str | None = None
     with_nccl_tests: bool = False
     nccl_tests_bin: str | None = None
+    exact_only: bool = False
+    plan: str | None = None
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -59,7 +63,7 @@ class AllreduceArgs(CliArgs):
         p.add_argument(
             "--sizes",
             help="comma-separated bytes, e.g. 4K,43008,1M (default: tokens {1,2,3,4,8,16,32} x hidden x dtype, "
-            "plus 4K..1M in powers of two)",
+            "plus 4K..1M in powers of two; with --exact-only the tokens x hidden sizes alone)",
         )
         p.add_argument("--hidden", type=int, default=7168,
                        help="model hidden size for the verify shapes (default 7168)")
@@ -73,6 +77,11 @@ class AllreduceArgs(CliArgs):
                        help="back-to-back replays of that graph timed for time_us, as nccl-tests -G (default 10)")
         p.add_argument("--profile", help="start every rank as the server's TP workers start under this kit profile: "
                        "its rendered env applied by sitecustomize, over the variables SGLang sets itself")
+        p.add_argument("--plan", help="as --profile, from a rendered plan (the state dir's profile.json: what the server "
+                       "runs, spec mode and overlay included)")
+        p.add_argument("--exact-only", action="store_true",
+                       help="only the exact check (integer sums compared element by element over several calls, and "
+                            "graph replays with --graph): no warm-up, no timing, no plot")
         p.add_argument("--timeout-s", type=float, default=120.0, help="stop when no rank progresses for this long")
         p.add_argument("--host-facts", help="`launcher doctor --json` output; draws the physical floor for its link")
         p.add_argument("--with-nccl-tests", action="store_true",
@@ -92,6 +101,10 @@ class AllreduceArgs(CliArgs):
             raise UserError(f"--timeout-s must be positive, got {self.timeout_s}")
         if self.nranks is not None and self.nranks < 1:
             raise UserError(f"--nranks must be at least 1, got {self.nranks}")
+        if self.profile and self.plan:
+            raise UserError("--profile and --plan both name the ranks' environment; give one")
+        if self.exact_only and self.with_nccl_tests:
+            raise UserError("--exact-only times nothing, so there is nothing to put beside nccl-tests; drop one")
 
 
 def _cuda_device_count() -> int:
@@ -116,8 +129,23 @@ def _backend_names(text: str | None) -> list[str] | None:
     return list(dict.fromkeys(names))
 
 
-def _profile_plan(name: str | None) -> Any:
-    """The plan the server would get for this profile (spec mode 'off'), or None without --profile."""
+def _rendered_plan(path: str) -> Any:
+    """--plan: a plan as `launcher` renders it (profile.json), read as the server reads it."""
+    import json
+
+    from launcher.profiles.plan import Plan
+
+    try:
+        return Plan.from_json(json.loads(Path(path).read_text()))
+    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        raise UserError(f"--plan {path}: not a rendered plan ({type(exc).__name__}: {exc}); give the state "
+                        "dir's profile.json") from None
+
+
+def _profile_plan(name: str | None, plan_path: str | None = None) -> Any:
+    """The plan the server would get for this profile (spec mode 'off'), the rendered one of --plan, or None."""
+    if plan_path:
+        return _rendered_plan(plan_path)
     if not name:
         return None
     from launcher.profiles.plan import build_plan, check_environ
@@ -150,11 +178,13 @@ def _ranks_environ(plan: Any, state_dir: Path) -> dict[str, str]:
 
     if plan is None:
         return worker_environ(os.environ)
-    from launcher.profiles.render import write_plan
+    from launcher.atomic import write_text
+    from launcher.profiles.render import PLAN_FILE_MODE, env_file_text
     from launcher.state_layout import StatePaths
 
-    write_plan(state_dir, plan)
-    return worker_environ(os.environ, StatePaths(state_dir).profile_env, plan.flags)
+    # profile.env alone, as `launcher` renders it: nothing else of the plan (its adaptive config) is written
+    env_file = write_text(StatePaths(state_dir).profile_env, env_file_text(plan), PLAN_FILE_MODE)
+    return worker_environ(os.environ, env_file, plan.flags)
 
 
 def _link(host_facts: str | None) -> Any:
@@ -200,11 +230,13 @@ def run_main(args: AllreduceArgs) -> int:
     from bench.allreduce.registry import KNOWN_BACKENDS, iter_backends
 
     args.check()
-    sizes = parse_sizes(args.sizes, args.dtype) if args.sizes else default_sizes(args.hidden, args.dtype)
+    if args.sizes:
+        sizes = parse_sizes(args.sizes, args.dtype)
+    else:
+        sizes = (verify_sizes if args.exact_only else default_sizes)(args.hidden, args.dtype)
     names = _backend_names(args.backends)
     link = _link(args.host_facts)
-    plan = _profile_plan(args.profile)
-    profile_env = dict(plan.env) if plan is not None else {}
+    plan = _profile_plan(args.profile, args.plan)
     cuda_devices = _cuda_device_count()
     if names is None:
         names = [n for n in KNOWN_BACKENDS if n != "gloo"] if cuda_devices else ["gloo"]
@@ -226,12 +258,12 @@ def run_main(args: AllreduceArgs) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kit-allreduce-profile-") as state_dir:
         ranks_env = _ranks_environ(plan, Path(state_dir))
-        return _run_backends(args, planned=planned, sizes=sizes, nranks=nranks, link=link, profile_env=profile_env,
+        return _run_backends(args, planned=planned, sizes=sizes, nranks=nranks, link=link, plan=plan,
                              ranks_env=ranks_env, nccl_tests_bin=nccl_tests_bin, out_dir=out_dir)
 
 
 def _run_backends(args: AllreduceArgs, *, planned: list[tuple[Any, str | None]], sizes: list[int], nranks: int,
-                  link: Any, profile_env: dict[str, str], ranks_env: dict[str, str], nccl_tests_bin: Path | None,
+                  link: Any, plan: Any, ranks_env: dict[str, str], nccl_tests_bin: Path | None,
                   out_dir: Path) -> int:
     from rich.console import Console
 
@@ -254,8 +286,9 @@ def _run_backends(args: AllreduceArgs, *, planned: list[tuple[Any, str | None]],
         "graph_calls": args.graph_calls,
         "graph_launches": args.graph_launches,
         "timeout_s": args.timeout_s,
-        "profile": args.profile,
-        "profile_env": profile_env,
+        "profile": plan.name if plan is not None else None,
+        "profile_env": dict(plan.env) if plan is not None else {},
+        "exact_only": args.exact_only,
     }
     for backend, reason in planned:
         fields = {"backend": backend.name, **common}
@@ -282,15 +315,18 @@ def _run_backends(args: AllreduceArgs, *, planned: list[tuple[Any, str | None]],
     if nccl_tests_bin is not None:
         rows.extend(_nccl_tests_rows(binary=nccl_tests_bin, run=common, kit_rows=rows, out_dir=out_dir,
                                      console=console, env=ranks_env))
-    output.print_table(rows, console)
+    if not args.exact_only:
+        output.print_table(rows, console)
     if nccl_tests_bin is not None:
         output.print_comparison(rows, console)
-    written = output.write_all(out_dir, rows, link)
+    output.print_exact(rows, console)
+    written = output.write_all(out_dir, rows, link, plot=not args.exact_only)
     console.print("wrote " + ", ".join(str(p) for p in written))
     failed = [r for r in rows if r["status"] == "failed"]
-    wrong = [r for r in rows if r["status"] == "ok" and r["wrong"]]
     problems = [f"{r['backend']}: {r['reason']}" for r in failed]
-    problems += [f"{r['backend']}: {r['wrong']} wrong elements at {r['size_B']} B" for r in wrong]
+    problems += [f"{r['backend']}: {r['wrong']} wrong elements at {r['size_B']} B"  # nccl-tests' own check
+                 for r in rows if r["status"] == "ok" and r.get("wrong") and "exact" not in r]
+    problems += [f"exact check {text}" for text in output.exact_verdicts(rows).values() if text.startswith("FAIL")]
     if problems:
         raise RuntimeFailure("; ".join(problems))
     return 0

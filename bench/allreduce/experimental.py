@@ -108,6 +108,7 @@ class PcieIpc(_NcclPlusGloo):
     """FlashInfer's PCIe-IPC one-shot all-reduce (what SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 uses)."""
 
     name = "pcie-ipc"
+    path = ("device", "pcie-ipc")
 
     def probe(self) -> str | None:
         return flashinfer_comm_missing("PcieIpcAllReduceWorkspace")
@@ -197,6 +198,7 @@ class FusedAr(_NcclPlusGloo):
     """
 
     name = "fused-ar"
+    path = ("device", "fused-ar")
 
     def probe(self) -> str | None:
         return flashinfer_comm_missing("allreduce_fusion", "create_allreduce_fusion_workspace")
@@ -276,6 +278,7 @@ class SglangCustom(_NcclPlusGloo):
     """SGLang's legacy custom all-reduce (one-/two-stage IPC kernels from sgl_kernel)."""
 
     name = "custom"
+    path = ("device", "custom-ar")
 
     def probe(self) -> str | None:
         return module_missing("sglang", "sgl_kernel")
@@ -313,6 +316,7 @@ class Mscclpp(_NcclPlusGloo):
     """MSCCL++ through SGLang's PyMscclppCommunicator (it tunes its algorithms at construction)."""
 
     name = "mscclpp"
+    path = ("device", "mscclpp")
 
     def probe(self) -> str | None:
         return module_missing("sglang", "mscclpp")
@@ -351,6 +355,7 @@ class SymmMem(_NcclPlusGloo):
     """Torch symmetric-memory one-shot all-reduce, gated as SGLang gates it: SM 9.x/10.x and multicast."""
 
     name = "symm-mem"
+    path = ("device", "symm-mem")
 
     def probe(self) -> str | None:
         import torch

@@ -1,8 +1,9 @@
 """The per-rank measurement loop shared by every backend.
 
-For each message size a rank: shapes the buffer as (tokens, hidden) when it divides evenly, asks the
-backend whether it takes that message, checks correctness (rank-dependent integer values whose sum is
-exact in bf16, compared element by element with the expected sum), warms up, then times.
+For each message size a rank shapes the buffer as (tokens, hidden) when it divides evenly and asks the
+backend whether it takes that message. Then, in two passes over the sizes: first the exact check
+(exact.py: several calls, and CUDA-graph replays, of small integers whose sums are exact, compared
+element by element), then, unless `exact_only`, the warm-up and the timing.
 
 Two timings per size (recorded in each row's `method`):
 - The headline, nccl-tests' definition: after a barrier, a wall clock around a pipelined loop that is
@@ -24,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.allreduce import exact
 from bench.allreduce.backends import Backend, BackendUnavailable, RankContext
 from bench.allreduce.sizes import DTYPES
 from launcher import settings
@@ -51,6 +53,7 @@ class RunSpec:
     workdir: str
     profile: str | None
     profile_env: dict[str, str]
+    exact_only: bool = False  # the exact check alone: no warm-up, no timing
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))
@@ -86,28 +89,6 @@ def _torch_dtype(name: str) -> Any:
     import torch
 
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
-
-
-def _pattern(count: int, rank: int, device: Any, dtype: Any) -> Any:
-    """Small integers (1..5) that shift with the rank: every partial sum stays exact in bf16 up to 51 ranks."""
-    import torch
-
-    idx = torch.arange(count, device=device)
-    return ((idx + 3 * rank) % 5 + 1).to(dtype)
-
-
-def _expected(count: int, world: int, device: Any) -> Any:
-    import torch
-
-    idx = torch.arange(count, device=device)
-    total = torch.zeros(count, dtype=torch.float32, device=device)
-    for r in range(world):
-        total += ((idx + 3 * r) % 5 + 1).to(torch.float32)
-    return total
-
-
-def _count_wrong(result: Any, expected: Any) -> int:
-    return int((result.reshape(-1).to(expected.dtype) != expected).sum().item())
 
 
 def _time_eager_cuda(backend: Backend, buf: Any, iters: int) -> list[float]:
@@ -156,33 +137,21 @@ def _pipelined_us(backend: Backend, step: Any, repeats: int, calls: int, cuda: b
     return (time.perf_counter() - t0) * 1e6 / calls, (launched - t0) * 1e6 / calls
 
 
-def _measure_eager(
-    backend: Backend, buf: Any, pattern: Any, expected: Any, spec: RunSpec
-) -> tuple[int, list[float], tuple[float, float], str]:
-    import torch
-
+def _measure_eager(backend: Backend, buf: Any, spec: RunSpec) -> tuple[list[float], tuple[float, float], str]:
     cuda = buf.is_cuda
-    buf.copy_(pattern)
-    out = backend.allreduce(buf)
-    if cuda:
-        torch.cuda.synchronize()
-    wrong = _count_wrong(out, expected)
     buf.zero_()  # sums of zeros stay zero: repeated in-place calls cannot overflow while timing
     for _ in range(spec.warmup):
         backend.allreduce(buf)
-    if cuda:
-        torch.cuda.synchronize()
+    _sync(cuda)
     mean = _pipelined_us(backend, lambda: backend.allreduce(buf), spec.iters, spec.iters, cuda)
     backend.barrier()
     how = f"time: wall clock over {spec.iters} pipelined calls / {spec.iters}; p50/p99: "
     if cuda:
-        return wrong, _time_eager_cuda(backend, buf, spec.iters), mean, how + "cuda-events around every call"
-    return wrong, _time_eager_cpu(backend, buf, spec.iters), mean, how + "perf_counter around every call"
+        return _time_eager_cuda(backend, buf, spec.iters), mean, how + "cuda-events around every call"
+    return _time_eager_cpu(backend, buf, spec.iters), mean, how + "perf_counter around every call"
 
 
-def _measure_graph(
-    backend: Backend, buf: Any, pattern: Any, expected: Any, spec: RunSpec
-) -> tuple[int, list[float], tuple[float, float], str]:
+def _measure_graph(backend: Backend, buf: Any, spec: RunSpec) -> tuple[list[float], tuple[float, float], str]:
     import torch
 
     side = torch.cuda.Stream()
@@ -194,15 +163,6 @@ def _measure_graph(
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
 
-    check = torch.cuda.CUDAGraph()
-    with backend.capture(), torch.cuda.graph(check):
-        out = backend.allreduce(buf)
-    buf.copy_(pattern)
-    check.replay()
-    torch.cuda.synchronize()
-    wrong = _count_wrong(out, expected)
-
-    buf.zero_()
     timed = torch.cuda.CUDAGraph()
     with backend.capture(), torch.cuda.graph(timed):
         for _ in range(spec.graph_calls):
@@ -220,9 +180,8 @@ def _measure_graph(
         ends[i].record()
     torch.cuda.synchronize()
     samples = [s.elapsed_time(e) * 1000.0 / spec.graph_calls for s, e in zip(starts, ends, strict=True)]
-    del timed, check
+    del timed
     return (
-        wrong,
         samples,
         mean,
         f"time: wall clock over {spec.graph_launches} pipelined replays of a graph of {spec.graph_calls} calls "
@@ -230,27 +189,38 @@ def _measure_graph(
     )
 
 
-def measure_size(backend: Backend, size: int, rank: int, spec: RunSpec, device: Any) -> dict[str, Any]:
-    """One size on this rank: {'size_B', 'count', 'wrong', 'mean_us', 'samples_us', 'method'} or a 'skipped' reason."""
+def _buffer(size: int, spec: RunSpec, device: Any) -> Any:
+    """The message as the server sends it: (tokens, hidden) when the size divides, else one row."""
     import torch
 
-    dtype = _torch_dtype(spec.dtype)
     count = size // DTYPES[spec.dtype]
     shape = (count // spec.hidden, spec.hidden) if count % spec.hidden == 0 else (1, count)
-    row: dict[str, Any] = {"size_B": size, "count": count}
-    buf = torch.empty(shape, dtype=dtype, device=device)
+    return torch.empty(shape, dtype=_torch_dtype(spec.dtype), device=device)
+
+
+def check_size(backend: Backend, size: int, rank: int, spec: RunSpec, device: Any) -> dict[str, Any]:
+    """One size's exact check on this rank: {'size_B', 'count', 'exact', 'wrong'}, or a 'skipped' reason."""
+    buf = _buffer(size, spec, device)
+    row: dict[str, Any] = {"size_B": size, "count": buf.numel()}
     reason = backend.supports(buf)
     if reason:
         row["skipped"] = reason
         return row
-    pattern = _pattern(count, rank, device, dtype).view(shape)
-    expected = _expected(count, spec.nranks, device)
+    backend.barrier()
+    row["exact"] = exact.check_size(backend, buf, rank, spec.nranks, spec.dtype, spec.graph)
+    row["wrong"] = row["exact"]["wrong"]
+    return row
+
+
+def measure_size(backend: Backend, row: dict[str, Any], spec: RunSpec, device: Any) -> dict[str, Any]:
+    """Time one size this rank has checked: adds 'mean_us', 'launch_us', 'samples_us', 'method' to its row."""
+    buf = _buffer(row["size_B"], spec, device)
     backend.barrier()
     if spec.graph and buf.is_cuda:
-        wrong, samples, (mean, launch), method = _measure_graph(backend, buf, pattern, expected, spec)
+        samples, (mean, launch), method = _measure_graph(backend, buf, spec)
     else:
-        wrong, samples, (mean, launch), method = _measure_eager(backend, buf, pattern, expected, spec)
-    row.update(wrong=wrong, mean_us=mean, launch_us=launch, samples_us=samples, method=method)
+        samples, (mean, launch), method = _measure_eager(backend, buf, spec)
+    row.update(mean_us=mean, launch_us=launch, samples_us=samples, method=method)
     return row
 
 
@@ -310,8 +280,13 @@ def run_rank(spec: RunSpec, rank: int) -> dict[str, Any]:
             time.sleep(3600)
     rows = []
     for size in spec.sizes:
-        progress(f"all-reduce of {size} B")
-        rows.append(measure_size(backend, size, rank, spec, device))
+        progress(f"exact check at {size} B")
+        rows.append(check_size(backend, size, rank, spec, device))
+    if not spec.exact_only:
+        for row in rows:
+            if "skipped" not in row:
+                progress(f"timing the all-reduce of {row['size_B']} B")
+                measure_size(backend, row, spec, device)
     progress("tearing down")
     backend.teardown()
     env_seen = {k: os.environ[k] for k in spec.profile_env if k in os.environ}

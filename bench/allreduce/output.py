@@ -18,12 +18,12 @@ from bench.tables import fmt, table
 from launcher.atomic import write_json, write_text
 
 CSV_COLUMNS = ("backend", "profile", "nranks", "graph", "status", *COLUMNS, "floor_us", "nccl_tests_time_us",
-               "kit_over_nccl_tests", "reason")
+               "kit_over_nccl_tests", "reason", "exact")
 UNITS = (
     "size_B: bytes; count: elements; time_us: microseconds per all-reduce as nccl-tests defines it (wall "
     "clock over a pipelined loop / calls, mean over ranks); time_us_p50/p99: per-call samples (slowest rank "
     "per iteration, then percentiles); algbw_GBps = size/time_us and busbw_GBps = algbw*2(n-1)/n, in GB/s "
-    "(1e9 B/s); wrong: elements that differ from the exact sum (must be 0)"
+    "(1e9 B/s); wrong: elements that differed from the exact sum over the exact check's calls (must be 0)"
 )
 
 
@@ -81,6 +81,38 @@ def print_table(rows: list[dict[str, Any]], console: Console | None = None) -> N
             table.add_row(*cells)
         console.print(table)
     console.print(f"[dim]{UNITS}[/dim]")
+
+
+def exact_verdicts(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int, bool], str]:
+    """Each checked backend's exactness verdict text (the same on all its rows), by backend/profile/ranks/mode."""
+    return {key: group[0]["exact"] for key, group in _groups(rows).items() if "exact" in group[0]}
+
+
+EXACT_METHOD = (
+    "exact check: small integers, rank- and call-dependent, whose sums are exact in the dtype; every element of "
+    "every result compared with the exact sum (int64), ranks compared bit for bit; {calls} calls per size with "
+    "new values each, and with --graph one capture replayed {calls} times with new inputs; the first call of each "
+    "size under the profiler to see the backend's own kernel"
+)
+
+
+def print_exact(rows: list[dict[str, Any]], console: Console) -> None:
+    """One line per backend: PASS, FAIL with the first wrong element, or `not run: why`."""
+    from bench.allreduce.exact import EXACT_CALLS
+
+    verdicts = exact_verdicts(rows)
+    if not verdicts:
+        return
+    table = Table(title="exactness per backend", caption=EXACT_METHOD.format(calls=EXACT_CALLS), show_lines=True)
+    for col, justify in (("backend", "left"), ("profile", "left"), ("ranks", "right"), ("mode", "left"),
+                         ("verdict", "left"), ("what was checked, or why not", "left")):
+        table.add_column(col, justify=justify, no_wrap=col in ("backend", "verdict"))
+    for (backend, profile, nranks, graph), text in verdicts.items():
+        word, _, detail = text.partition(": ")
+        color = {"PASS": "green", "FAIL": "red"}.get(word, "yellow")
+        table.add_row(backend, profile, str(nranks), "cuda graph" if graph else "eager", f"[{color}]{word}[/{color}]",
+                      detail)
+    console.print(table)
 
 
 def print_comparison(rows: list[dict[str, Any]], console: Console) -> None:
@@ -197,9 +229,7 @@ def latency_figure(rows: list[dict[str, Any]], link: Link | None):
     return fig
 
 
-def write_all(out_dir: Path, rows: list[dict[str, Any]], link: Link | None) -> list[Path]:
-    return [
-        write_json(out_dir / "allreduce.json", rows),
-        write_csv(out_dir / "allreduce.csv", rows),
-        write_png(out_dir / "allreduce.png", rows, link),
-    ]
+def write_all(out_dir: Path, rows: list[dict[str, Any]], link: Link | None, plot: bool = True) -> list[Path]:
+    """allreduce.json and .csv, and the latency plot unless `plot` is off (--exact-only: nothing timed)."""
+    written = [write_json(out_dir / "allreduce.json", rows), write_csv(out_dir / "allreduce.csv", rows)]
+    return [*written, write_png(out_dir / "allreduce.png", rows, link)] if plot else written

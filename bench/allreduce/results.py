@@ -4,7 +4,10 @@ time_us, the headline: nccl-tests' definition, each rank's wall clock over a pip
 averaged over ranks (nccl-tests -a 1). time_us_p50/p99: per iteration the slowest rank's per-call
 sample (the collective is done when its last rank is), then percentiles over iterations.
 algbw = size / time_us; busbw = algbw * 2(n-1)/n (nccl-tests' factor, which makes busbw comparable
-with link bandwidth whatever the rank count). wrong = mismatched elements summed over ranks.
+with link bandwidth whatever the rank count). wrong = elements that differed from the exact sum, over the
+exact check's calls and replays, summed over ranks. exact = the backend's exactness verdict (exact.py:
+PASS, FAIL with the first wrong element, or `not run: why`), the same on every row of the backend;
+exact_size = what was checked at that size. With --exact-only the rows are `checked`, without times.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.allreduce import exact
 from bench.allreduce.floor import Link, floor_us
 from bench.allreduce.launch import BackendRun
 
@@ -48,6 +52,10 @@ def rows_for(
 ) -> list[dict[str, Any]]:
     """Rows for one backend run: measured, skipped (whole backend or one size), or failed."""
     base = _base(run_fields)
+    verdict = exact_verdict(run_fields, outcome)
+    base["exact"] = verdict["text"]
+    if "first_wrong" in verdict:
+        base["exact_first_wrong"] = verdict["first_wrong"]
     if outcome.status != "ok":
         status = "skipped" if outcome.status == "unavailable" else "failed"
         return [{**base, "status": status, "reason": outcome.reason}]
@@ -68,6 +76,18 @@ def rows_for(
         skipped = next((r["skipped"] for r in per_rank if "skipped" in r), None)
         if skipped:
             rows.append({**row, "status": "skipped", "reason": skipped})
+            continue
+        checks = [r["exact"] for r in per_rank if "exact" in r]
+        if checks:
+            row["exact_size"] = {
+                "calls": len(checks[0]["calls"]),
+                "wrong": int(sum(c["wrong"] for c in checks)),
+                "identical": all(len({c["calls"][j]["digest"] for c in checks}) == 1
+                                 for j in range(len(checks[0]["calls"]))),
+                "path": [f"{c['path']}: {c['path_evidence']}" for c in checks],
+            }
+        if "samples_us" not in per_rank[0]:  # --exact-only: checked, not timed
+            rows.append({**row, "status": "checked", "wrong": int(sum(r.get("wrong", 0) for r in per_rank))})
             continue
         samples = np.max(np.array([r["samples_us"] for r in per_rank], dtype=float), axis=0)
         time_us = float(np.mean([r["mean_us"] for r in per_rank]))
@@ -92,3 +112,9 @@ def rows_for(
             row["floor_link"] = link.name
         rows.append(row)
     return rows
+
+
+def exact_verdict(run_fields: dict[str, Any], outcome: BackendRun) -> dict[str, Any]:
+    """The backend's exactness verdict (exact.verdict) from its ranks' results."""
+    return exact.verdict(run_fields["backend"], outcome.status, outcome.reason, run_fields["nranks"],
+                         run_fields["hidden"], run_fields["sizes"], outcome.ranks)

@@ -39,6 +39,11 @@ def parse_sizes(text: str, dtype: str) -> list[int]:
     return sizes
 
 
+def verify_sizes(hidden: int, dtype: str) -> list[int]:
+    """The decode and verify messages alone: VERIFY_TOKENS x hidden x element size (`--exact-only`'s default)."""
+    return sorted({t * hidden * DTYPES[dtype] for t in VERIFY_TOKENS})
+
+
 def default_sizes(hidden: int, dtype: str) -> list[int]:
     """Verify shapes (tokens x hidden x element size) plus a 4 KiB..1 MiB power-of-two sweep."""
     elem = DTYPES[dtype]

@@ -5,6 +5,10 @@ supervisord.conf. Its own interpreter already ran sitecustomize, so the env is i
 server inherits it. This process stays as the server's parent: it passes signals on, and when the
 server exits (or is stopped) it ends every process the server left behind, also those that left
 the process group (launcher/runtime/containment.py).
+
+Before SGLang, under a profile that changes its all-reduce, it runs the exact check of that backend on the
+server's GPUs in the same containment (launcher/runtime/allreduce_check.py): a wrong sum ends the start
+with exit 1 and a line naming the backend and the element, as any failed start.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 from launcher import settings, state_layout
 from launcher.profiles.plan import Plan
 from launcher.resources import sitecustomize_dir
-from launcher.runtime import parent_death
+from launcher.runtime import allreduce_check, parent_death
 from launcher.runtime.containment import Containment
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -44,39 +49,71 @@ START_MARKER = "server_exec: profile "
 log follower (start_records.Follower) keeps what each start logged under its pid and start time."""
 
 
+class Supervisor:
+    """Runs commands one after the other inside one containment, passing signals on to the one running.
+
+    A stopping signal (SIGTERM, SIGINT, SIGQUIT) also holds for what is not started yet: after one,
+    `run` starts nothing more and answers as a process killed by it would."""
+
+    def __init__(self, stop_grace_s: float):
+        self.stop_grace_s = stop_grace_s
+        self.box: Containment | None = None
+        self.child: subprocess.Popen[bytes] | None = None
+        self.stopped_by: int | None = None
+        self.stop_at: float | None = None
+
+    def __enter__(self) -> Supervisor:
+        self.box = Containment.enter()
+        for sig in FORWARDED:
+            signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.box is not None:
+            self.box.release()
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        child = self.child
+        if child is not None and child.returncode is None:
+            try:
+                child.send_signal(signum)
+            except ProcessLookupError:
+                pass
+        if signum in STOPPING and self.stopped_by is None:
+            self.stopped_by = signum
+            self.stop_at = time.monotonic() + self.stop_grace_s
+
+    def run(self, cmd: list[str], output: IO[str] | None = None, what: str = "the server") -> int:
+        """`cmd`'s exit status (128 + N when signal N ended it, or stopped it before it started); every
+        process it left behind is ended before this returns. `output`: a file for its stdout and stderr
+        (default: this process's, the server log)."""
+        assert self.box is not None, "use Supervisor as a context manager"
+        if self.stopped_by is not None:
+            return 128 + self.stopped_by
+        try:
+            child = self.child = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT if output else None)
+        except OSError as exc:
+            print(f"server_exec: cannot start {cmd[0]}: {exc}", file=sys.stderr)
+            return 1
+        if self.stopped_by is not None:  # the signal came while it was being started
+            child.send_signal(self.stopped_by)
+        while True:
+            try:
+                rc = child.wait(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                if self.stop_at is not None and time.monotonic() > self.stop_at:
+                    child.kill()
+        ended = self.box.end_all(LEFTOVER_GRACE_S)
+        if ended:
+            print(f"server_exec: ended {ended} process(es) {what} left behind ({self.box.kind})", flush=True)
+        return rc if rc >= 0 else 128 - rc
+
+
 def supervise(cmd: list[str], stop_grace_s: float) -> int:
     """Run `cmd` inside a containment, pass signals on, end everything left; the server's exit status."""
-    box = Containment.enter()
-    try:
-        child = subprocess.Popen(cmd)
-    except OSError as exc:
-        print(f"server_exec: cannot start {cmd[0]}: {exc}", file=sys.stderr)
-        box.release()
-        return 1
-    stop_at: list[float] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        try:
-            child.send_signal(signum)
-        except ProcessLookupError:
-            pass
-        if signum in STOPPING and not stop_at:
-            stop_at.append(time.monotonic() + stop_grace_s)
-
-    for sig in FORWARDED:
-        signal.signal(sig, on_signal)
-    while True:
-        try:
-            rc = child.wait(timeout=0.1)
-            break
-        except subprocess.TimeoutExpired:
-            if stop_at and time.monotonic() > stop_at[0]:
-                child.kill()
-    ended = box.end_all(LEFTOVER_GRACE_S)
-    if ended:
-        print(f"server_exec: ended {ended} process(es) the server left behind ({box.kind})", flush=True)
-    box.release()
-    return rc if rc >= 0 else 128 - rc
+    with Supervisor(stop_grace_s) as sup:
+        return sup.run(cmd)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +135,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{START_MARKER}{plan.name} spec {plan.spec} digest {plan.digest()} pid {os.getpid()} "
           f"start {int(time.time() * 1000)}: {' '.join(cmd)}", flush=True)
     # supervisord kills the group after KIT_STOP_WAIT_S: end the tree well before that.
-    return supervise(cmd, server_grace_s(settings.KIT_STOP_WAIT_S.get()))
+    with Supervisor(server_grace_s(settings.KIT_STOP_WAIT_S.get())) as sup:
+        check = _allreduce_check(plan, Path(args.state_dir), sup)
+        if check.stop is not None:
+            return check.stop
+        return sup.run(cmd)
+
+
+def _allreduce_check(plan: Plan, state_dir: Path, sup: Supervisor) -> allreduce_check.Outcome:
+    """The exact check of the profile's all-reduce (allreduce_check.py), its lines in the server log. Only a
+    wrong sum (or a stop) ends the start: a check that breaks is reported, and SGLang starts."""
+    try:
+        check = allreduce_check.before_start(
+            plan, state_dir, lambda argv, out: sup.run(argv, out, "the all-reduce check"),
+            stopped=lambda: None if sup.stopped_by is None else 128 + sup.stopped_by)
+    except Exception as exc:  # the kit's own failure must not keep a server from starting
+        check = allreduce_check.Outcome(None, [f"all-reduce check not run: it failed ({type(exc).__name__}: {exc}); "
+                                               "starting SGLang unchecked"])
+    for line in check.lines:
+        print(f"server_exec: {line}", flush=True)
+    return check
 
 
 if __name__ == "__main__":
