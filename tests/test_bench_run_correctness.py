@@ -82,7 +82,7 @@ def test_the_limits_scale_with_the_null_the_reference_measures():
     noisy = correctness.gate("eagle3", cand, ref(null_shift=0.8 * shift), thresholds=T)
     assert noisy["status"] == "PASS", noisy["reasons"]
     assert noisy["tolerance"]["null"]["label"] == "baseline+eagle3 at concurrency 1 against 8"
-    assert abs(noisy["tolerance"]["mean_delta"] - T.null_factor * 0.8 * shift) < 1e-9
+    assert abs(noisy["tolerance"]["mean_delta"] - (logprob_gate.FLOOR.mean_delta + T.null_factor * 0.8 * shift)) < 1e-9
 
 
 def test_no_logprobs_is_not_enough_evidence_never_a_pass():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from bench.run import logprob_gate
 from bench.tune import journal
 from bench.tune.ledger import LOGPROBS, Ledger, reference_label
@@ -64,3 +66,27 @@ def test_entries_of_filters_by_phase_and_spec_of_reads_the_entry():
     assert len(led.entries_of("fused+eagle3")) == 2
     assert len(led.entries_of("fused+eagle3", ("final",))) == 1
     assert led.spec_of("fused+eagle3") == "eagle3" and led.spec_of("x+ngram") == "ngram"
+
+
+def _point_entry(label, point, accept, *, phase="screen", plan_point=None):
+    texts = {f"p{i}": " ".join(["w"] * 40) for i in range(5)}
+    e = _entry(label.split("(")[0], phase=phase, texts=texts, accept=accept)
+    if plan_point is not None:
+        e.detail["cell"]["plan_spec_params"] = plan_point
+    return dataclasses.replace(e, label=label, spec_params=point)
+
+
+def test_each_eagle3_point_is_judged_against_its_own_points_accept_length():
+    """(1,1,2) accepts at most 2 tokens a pass: 1.9 against the reference's 3.4 at (3,1,4) (the overlay's point,
+    as its running plan reported it) is not WRONG; the rule is skipped with a note naming both points."""
+    p314 = {"steps": 3, "topk": 1, "draft_tokens": 4}
+    p112 = {"steps": 1, "topk": 1, "draft_tokens": 2}
+    ref = _point_entry("baseline+eagle3", None, 3.4, phase="reference", plan_point=p314)
+    small = _point_entry("fused+eagle3(1,1,2)", p112, 1.9)
+    led = _ledger(ref, small)
+    verdict = led.gate("fused+eagle3(1,1,2)")
+    assert verdict["status"] == "PASS", verdict["reasons"]
+    assert not led.wrong("fused+eagle3(1,1,2)") and "(3,1,4)" in verdict["accept_note"]
+    collapsed = _point_entry("fused+eagle3(3,1,4)", p314, 1.9)  # the same point: 1.9 < 60% of 3.4
+    led = _ledger(ref, collapsed)
+    assert led.wrong("fused+eagle3(3,1,4)") and "60%" in led.failure("fused+eagle3(3,1,4)")

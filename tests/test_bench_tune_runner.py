@@ -73,7 +73,12 @@ def test_the_correctness_pass_runs_once_per_cell_and_is_journalled(race):
     measured = {e["label"] for e in journal(out) if e["status"] == "ok"}
     assert set(passes) == measured and set(passes.values()) == {1}
     base = next(e for e in journal(out) if e["label"] == "baseline+off" and "logprobs" in e["detail"])
-    assert len(base["detail"]["logprobs"]) == 8 and all(r["logprobs"] for r in base["detail"]["logprobs"])
+    # the reference's pass: 8 prompts at concurrency 1 and at 8 (its null), each reply kept raw as the server sent it
+    kept = base["detail"]["logprobs"]
+    assert len(kept) == 16 and {r["concurrency"] for r in kept} == {1, 8}
+    assert all(r["response"]["meta_info"]["output_token_logprobs"] for r in kept)
+    fast = next(e for e in journal(out) if e["label"] == "fast+off" and "logprobs" in e["detail"])
+    assert {r["concurrency"] for r in fast["detail"]["logprobs"]} == {1}  # a candidate at the levels measured
 
 
 def test_a_failing_cell_is_recorded_and_the_tune_goes_on(race):
