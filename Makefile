@@ -137,7 +137,7 @@ BASE_CHECK = @$(DOCKER) image inspect $(call shquote,$(BASE_IMAGE)) >/dev/null 2
 # -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
 EXEC_T = $(shell [ -t 0 ] || echo -T)
 
-.PHONY: help build up switch status down logs bench tune allreduce doctor demo demo-tune test test-fast e2e lint check show profiles venv docs fleet-up fleet-status fleet-switch monitor
+.PHONY: help build up switch status down logs bench tune gate allreduce doctor demo demo-tune test test-fast e2e lint check show profiles venv docs fleet-up fleet-status fleet-switch monitor
 
 help: ## list the verbs (this text)
 	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>] [MODEL_OVERLAY=<model overlay>]\n\nVerbs:\n'
@@ -212,6 +212,12 @@ tune: ## fastest correct profile x spec x EAGLE-3 point for this host, within a 
 		|| { echo "make tune: no host facts: the tune switches a running server; start it first (make up PROFILE=...)" >&2; exit 1; }
 	KIT_UID=$$(id -u) KIT_GID=$$(id -g) $(COMPOSE_CMD) --profile bench run --rm bench tune \
 		--facts /results/tune/host-facts.json $(TUNE_ARGS)
+
+gate: ## the correctness gate alone: GATE_ARGS="--reference URL --candidate URL" (two servers) or "--bundle results/RUN" (docs/bench.md)
+	$(ENGINE_CHECK)
+	$(BUILD_ENV) $(COMPOSE_CMD) --profile bench build $(BUILD_ARGS) bench
+	mkdir -p $(RESULTS_DIR)
+	KIT_UID=$$(id -u) KIT_GID=$$(id -g) $(COMPOSE_CMD) --profile bench run --rm bench gate $(GATE_ARGS)
 
 allreduce: $(PROFILES_OVERRIDE_DEP)
 allreduce: ## all-reduce latency for PROFILE's environment beside nccl-tests, into results/allreduce/

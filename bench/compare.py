@@ -86,9 +86,9 @@ def local_differences(fa: dict[str, Any], fb: dict[str, Any]) -> list[str]:
     return out
 
 
-GATE_STATS = ("tokens", "p99_delta", "max_delta", "max_flip_gap")  # a cell's log-probability statistics shown
-GATE_SETTINGS = ("max_delta", "p99_delta", "max_flip_gap", "min_tokens", "top_k", "collapse_ratio", "min_accept",
-                 "min_exact_match")
+GATE_STATS = ("tokens", "mean_delta", "p99_delta", "max_delta", "max_flip_gap")  # a cell's statistics shown
+GATE_SETTINGS = ("null_factor", "mean_delta", "max_delta", "p99_delta", "max_flip_gap", "min_tokens", "top_k",
+                 "collapse_ratio", "min_accept", "min_exact_match")
 
 
 def _gate_of(cell: Cell) -> dict[str, Any]:
@@ -201,9 +201,9 @@ def _finite(v: float) -> float | None:
 
 def _fmt_gate(g: dict[str, Any]) -> str:
     em = "—" if g["exact_match_rate"] is None else f"{g['exact_match_rate']:.0%}"
-    p99 = "—" if g["p99_delta"] is None else f"{g['p99_delta']:.4f}"
-    mx = "—" if g["max_delta"] is None else f"{g['max_delta']:.4f}"
-    return f"{g['status'] or '—'} (tokens {g['tokens'] if g['tokens'] is not None else '—'}, p99 {p99}, max {mx}, exact {em})"
+    mean, p99, mx = ("—" if g[k] is None else f"{g[k]:.4f}" for k in ("mean_delta", "p99_delta", "max_delta"))
+    return (f"{g['status'] or '—'} (tokens {g['tokens'] if g['tokens'] is not None else '—'}, mean {mean}, p99 {p99}, "
+            f"max {mx}, exact {em})")
 
 
 def render_gate(rows: list[dict[str, Any]], console: Console, title: str) -> None:

@@ -158,11 +158,25 @@ def gate_lines(gate: dict[str, Any]) -> list[str]:
     """How the bundle's gate judged, in the words of its own settings (a bundle gated on exact match says so)."""
     accept = (f"accept length under {gate.get('collapse_ratio', 0.6):.0%} of baseline's or at most "
               f"{gate.get('min_accept', 1.05)}")
-    if gate.get("max_delta") is None:
+    if gate.get("max_delta") is None and "null_factor" not in gate:
         # a bundle gated on exact match, by a kit before the log-probability gate: its summary as it was written
         return [f"- correctness: greedy outputs vs baseline under the same spec; FAIL below "
                 f"{gate.get('min_exact_match', 0.9):.0%} exact match, or {accept}. A FAIL profile is not "
                 "a candidate, whatever its speed."]
+    if "null_factor" in gate:
+        fixed = [f"{k} {gate[k]}" for k in ("mean_delta", "p99_delta", "max_flip_gap", "max_delta") if gate.get(k)]
+        return [
+            "- correctness: each profile's untimed greedy pass vs baseline's under the same spec, at concurrency 1 "
+            "and the highest level, by log-probability: FAIL when, before a prompt's first divergence, the mean or "
+            "p99 change of the chosen token's log-probability is above the calibrated floor plus "
+            f"{gate['null_factor']:g}x what baseline shows against itself at two batch sizes (the null), when texts "
+            f"parted at no near-tie, or on {accept} at the same EAGLE-3 point"
+            + (f"; limits set: {', '.join(fixed)}" if fixed else "")
+            + f"; 'not enough evidence' under {gate['min_tokens']} tokens compared or without log-probabilities "
+            "from the server (never a pass). A FAIL profile is not a candidate, whatever its speed.",
+            f"- exact match and first divergence are information only: {correctness.TEXTS_DIFFER}.",
+            f"- {correctness.ADAPTIVE_ACCEPT}.",
+        ]
     return [
         "- correctness: each profile's untimed greedy pass vs baseline's under the same spec, by log-probability: "
         f"FAIL when, before a prompt's first divergence, a chosen token's log-probability moved by more than "

@@ -170,7 +170,8 @@ def test_a_cell_whose_expected_backend_is_not_active_is_invalid(kit_stack, tmp_p
     """Degraded switch, then --no-switch on that server: both cells INVALID, no tok/s under the name."""
     stack = kit_stack("baseline", "off", extra_env={"KIT_ACTIVATION_FAILURE": "degraded"})
     common = ("--repeats", "1", "--num-prompts", "2", "--max-tokens", "8", "--warmup", "0")
-    r = bench(stack, "--profiles", "ipc-quiet", "--spec", "off", *common, "--out", str(tmp_path / "a"))
+    r = bench(stack, "--profiles", "ipc-quiet", "--spec", "off", *common, "--out", str(tmp_path / "a"),
+              env={"KIT_GATE_MIN_TOKENS": "16"})  # 2 prompts x 8 tokens: what is measured here is validity
     assert r.returncode == 0, r.stderr[-3000:]
     cell = json.loads((next((tmp_path / "a").iterdir()) / "ipc-quiet__off.json").read_text())
     assert cell["valid"] is False and cell["switch"]["outcome"] == "degraded"

@@ -80,7 +80,8 @@ def cell_summary(run: TuneRun, label: str) -> dict[str, Any]:
         "plan_digest": next((e.plan_digest for e in entries if e.plan_digest), None),
         "correctness": None if verdict is None else {k: verdict.get(k) for k in
                                                      ("status", "baseline", "exact_match_rate", "first_divergence",
-                                                      "accept_length", "baseline_accept_length", "reasons")},
+                                                      "accept_length", "baseline_accept_length", "reasons",
+                                                      "accept_note", "levels", "tolerance")},
     }
 
 
