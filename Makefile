@@ -43,6 +43,7 @@ COMPOSE ?= $(eval COMPOSE := $(shell $(DOCKER) compose version >/dev/null 2>&1 &
 UP_TIMEOUT ?= 3600
 BENCH_ARGS ?= run
 TUNE_ARGS ?=
+GATE_ARGS ?=
 ALLREDUCE_ARGS ?= --graph --with-nccl-tests
 DOCTOR_ARGS ?=
 RESULTS_DIR ?= $(or $(call dotenv,RESULTS_DIR),results)

@@ -129,7 +129,7 @@ def judge_servers(a: GateArgs, say) -> dict[str, Any]:
         raise UserError(f"--timeout {a.timeout}: must be a positive number of seconds")
     correctness.check_workload(n, a.max_tokens, t)
     prompts = build_workload(workload, n, a.seed)
-    ref_levels, cand_levels = passes.reference_levels(concurrency, n), passes.levels(concurrency)
+    ref_levels, cand_levels = passes.reference_levels(concurrency), passes.levels(concurrency)
     say(f"reference {ref_url}: {n} prompts at concurrency {', '.join(map(str, ref_levels))} ...")
     ref, ref_info = asyncio.run(_pass(ref_url, prompts, ref_levels, a, t.top_k))
     say(f"candidate {cand_url}: {n} prompts at concurrency {', '.join(map(str, cand_levels))} ...")

@@ -325,14 +325,17 @@ class ServerClient:
 
     async def logprob_pass(self, prompts: Sequence[Prompt], top_k: int, concurrency: int) -> list[Reply]:
         """`logprobs` for every prompt with at most `concurrency` in flight (requests then share the server's
-        forward passes, as production's do); replies in prompt order."""
+        forward passes, as production's do); one reply per prompt, in prompt order. With fewer prompts than
+        `concurrency`, the prompts are sent again until that many are in flight (a batch of that size), and the
+        first reply of each prompt is kept."""
         sem = asyncio.Semaphore(concurrency)
+        sent = [prompts[i % len(prompts)] for i in range(max(len(prompts), concurrency))] if prompts else []
 
         async def one(p: Prompt) -> Reply:
             async with sem:
                 return await self.logprobs(p, top_k, concurrency)
 
-        return list(await asyncio.gather(*(one(p) for p in prompts)))
+        return list(await asyncio.gather(*(one(p) for p in sent)))[:len(prompts)]
 
     async def _error_body(self, resp: aiohttp.ClientResponse) -> str:
         """The first 300 characters of a non-200 body, read no further than error_body_cap."""

@@ -203,9 +203,9 @@ def test_gate_statistics_of_two_hosts_are_reported_never_refused():
                         "logprobs": {"tokens": 180, "p99_delta": 0.9, "max_delta": 1.2, "max_flip_gap": None}}
     rows = compare.gate_rows([Cell.model_validate(a)], [Cell.model_validate(b)])
     assert rows == [{"profile": "fused", "spec": "off", "same_verdict": False,
-                     "a": {"status": "PASS", "exact_match_rate": 0.75, "tokens": 255, "p99_delta": 0.012,
+                     "a": {"status": "PASS", "exact_match_rate": 0.75, "tokens": 255, "mean_delta": None, "p99_delta": 0.012,
                            "max_delta": 0.02, "max_flip_gap": 0.004},
-                     "b": {"status": "FAIL", "exact_match_rate": 0.5, "tokens": 180, "p99_delta": 0.9,
+                     "b": {"status": "FAIL", "exact_match_rate": 0.5, "tokens": 180, "mean_delta": None, "p99_delta": 0.9,
                            "max_delta": 1.2, "max_flip_gap": None}}]
     old = Cell.model_validate(cell("fused", "off", 90.0, 1.0))  # an older bundle: a verdict, no statistics
     assert compare.gate_rows([old], [old])[0]["a"]["tokens"] is None

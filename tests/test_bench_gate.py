@@ -99,3 +99,43 @@ def test_the_text_report_names_the_null_and_the_detection_limit(servers):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "PASS" in r.stdout and "null: reference at concurrency 1 against 8" in r.stdout
     assert "detection limit:" in r.stdout and "concurrency 8: PASS" in r.stdout
+
+
+def test_only_sglangs_generate_is_asked(servers, tmp_path):
+    """A server that answers /generate alone (every other path 404, each one recorded): `bench gate` needs
+    nothing else, so any SGLang-compatible server can be judged."""
+    import asyncio
+    import threading
+
+    import aiohttp
+    from aiohttp import web
+
+    asked: list[str] = []
+    upstream = servers["reorder"]
+
+    async def handle(request: web.Request) -> web.Response:
+        asked.append(f"{request.method} {request.path}")
+        if request.path != "/generate":
+            return web.Response(status=404)
+        async with aiohttp.ClientSession() as s, s.post(f"{upstream}/generate", data=await request.read(),
+                                                       headers={"Content-Type": "application/json"}) as r:
+            return web.Response(status=r.status, body=await r.read(), content_type="application/json")
+
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        rc, v = verdict({**servers, "bare": f"http://127.0.0.1:{port}"}, "bare")
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+    assert (rc, v["status"]) == (0, "PASS"), v["reasons"]
+    # /server_info, then its deprecated 0.5.23 name, are asked once each to name the server; both 404 here
+    assert set(asked) <= {"POST /generate", "GET /server_info", "GET /get_server_info"} and "POST /generate" in asked
+    assert v["candidate"] == {"url": f"http://127.0.0.1:{port}"}  # no /server_info: judged all the same

@@ -50,9 +50,18 @@ def test_rounding_noise_passes_and_a_large_move_fails_naming_it():
     st = g.compare(*long_decode(0.001), 5)
     assert st.tokens == 400 and abs(st.mean_delta - 0.001) < 1e-9
     assert g.verdict(st, T) == (g.PASS, [])
-    bad = g.compare(*long_decode(0.4, every=37), 5)  # 11 of 400 tokens moved by 0.4: mean 0.012, p99 0.4
+    bad = g.compare(*long_decode(0.4, n_prompts=20, every=37), 5)  # 2 of 40 tokens moved by 0.4: p99 0.4
     verdict, reasons = g.verdict(bad, T, g.tolerance(T, None))
-    assert verdict == g.FAIL and any("p99 log-probability change 0.400 nats" in r for r in reasons)
+    assert bad.tokens == 800 and verdict == g.FAIL and any("p99 log-probability change 0.400 nats" in r for r in reasons)
+
+
+def test_on_few_tokens_the_p99_is_reported_not_judged():
+    """Under P99_MIN_TOKENS the 99th percentile is the few largest moves (one routing flip on a MoE): not judged."""
+    few = g.compare(*long_decode(0.2, n_prompts=10, every=37), 5)  # 400 tokens, p99 0.2, mean 0.011
+    assert few.tokens < g.P99_MIN_TOKENS and few.p99_delta > g.NO_NULL.p99_delta
+    assert g.verdict(few, T, g.tolerance(T, None)) == (g.PASS, [])
+    many = g.compare(*long_decode(0.2, n_prompts=20, every=37), 5)
+    assert g.verdict(many, T, g.tolerance(T, None))[0] == g.FAIL
 
 
 def test_the_mean_rule_catches_many_small_changes():

@@ -22,11 +22,34 @@ def test_levels_are_one_and_the_highest_and_one_in_each_adaptive_tier_reached():
 
 
 def test_the_reference_adds_a_second_batch_for_the_null_and_every_level_under_adaptive_tiers():
-    assert passes.reference_levels([1], 16) == [1, passes.NULL_LEVEL]
-    assert passes.reference_levels([1], 3) == [1, 3]
-    assert passes.reference_levels([1], 1) == [1]  # one prompt: no null
-    assert passes.reference_levels([1, 4], 16) == [1, 4]
-    assert passes.reference_levels([1, 2, 4], 16, (1, 2, 4)) == [1, 2, 4]
+    assert passes.reference_levels([1]) == [1, passes.NULL_LEVEL]
+    assert passes.reference_levels([1, 4]) == [1, 4]
+    assert passes.reference_levels([1, 2, 4], (1, 2, 4)) == [1, 2, 4]
+
+
+def test_a_level_above_the_prompts_is_filled_with_copies_and_one_reply_per_prompt_is_kept(monkeypatch):
+    """One prompt at level 8: 8 requests in flight (a real batch of 8 for the null), one reply kept."""
+    import asyncio
+
+    from bench.server_client import ServerClient
+    from bench.workload import build_workload
+
+    seen: list[tuple[str, int]] = []
+    in_flight, most = 0, 0
+
+    async def fake(self, prompt, top_k, concurrency=1):
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        seen.append((prompt.id, concurrency))
+        return Reply(prompt.id, concurrency, "t", [])
+
+    prompts = build_workload("chat", 1)
+    monkeypatch.setattr(ServerClient, "logprobs", fake)
+    replies = asyncio.run(ServerClient.__new__(ServerClient).logprob_pass(prompts, 5, 8))
+    assert len(seen) == 8 and most == 8 and [r.prompt_id for r in replies] == [prompts[0].id]
 
 
 def test_tier_keys_are_the_tuned_records_or_sglangs_defaults_under_adaptive_only():

@@ -87,6 +87,19 @@ def test_a_bad_gate_threshold_is_exit_2_naming_it_before_anything_is_contacted(n
     assert name in err and "cannot reach" not in err
 
 
+def test_a_workload_too_small_for_the_gate_is_exit_2_before_anything_is_contacted(monkeypatch, capsys, tmp_path):
+    """4 prompts x 48 tokens can compare 192 tokens at most: under the gate's minimum of 200 the whole tune would
+    end "not verified"; it is refused first, naming both flags and the minimum (BASE's server never answers: a
+    tune that got further would exit 1, and nothing would be switched)."""
+    monkeypatch.delenv("KIT_GATE_MIN_TOKENS", raising=False)
+    assert main([*BASE, "--num-prompts", "4", "--max-tokens", "48", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--num-prompts 4 x --max-tokens 48 = 192 tokens" in err and "at least 200" in err and "cannot reach" not in err
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("KIT_GATE_MIN_TOKENS", "150")  # a lower minimum the same workload reaches: it gets further
+    assert main([*BASE, "--num-prompts", "4", "--max-tokens", "48", "--out", str(tmp_path)]) == 1
+
+
 def test_min_exact_match_is_gone():
     with pytest.raises(SystemExit) as exc:
         TuneArgs.parse([*BASE, "--min-exact-match", "0.9"])

@@ -213,6 +213,8 @@ NOT_SETTINGS = {
     "SO_REUSEADDR": "a socket option (the fleet router's port check, docs/fleet.md)",
     "TIME_WAIT": "a TCP connection state (docs/fleet.md)",
     "PR_SET_PDEATHSIG": "a Linux prctl option (launcher/runtime/parent_death.py, docs/evidence.md)",
+    "NO_NULL": "a constant of the correctness gate (bench/run/logprob_gate.py, docs/evidence.md)",
+    "DETECTION_LIMIT": "a constant of the correctness gate (bench/run/logprob_gate.py, docs/evidence.md)",
 }
 SETTING_LIKE = re.compile(r"(?<![\w$/.-])([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)(?![\w/(-])")
 

@@ -32,13 +32,15 @@ def test_demo_runs_simulated_and_stops_its_server(tmp_path):
     assert (run_dir / "throughput.png").is_file()
     assert "baseline | eagle3" in r.stdout and "fused | off" in r.stdout
     assert Path(run_dir / "summary.md").read_text().startswith("# SIMULATED")
-    # the lowered evidence bar is printed as such, and recorded; fused sums in another order (demo/standin.json):
-    # one of its two texts parts from baseline's, and the gate passes it on its log-probabilities
+    # the lowered evidence bar is printed as such, and recorded; fused sums in another order on the stand-in's
+    # SIMULATED mixture-of-experts model (demo/standin.json): baseline itself moves between batch 1 and 8 (the
+    # null), and the gate passes fused on its log-probabilities against that null
     assert "KIT_GATE_MIN_TOKENS=48, lowered from its default 200" in r.stdout
     assert json.loads((run_dir / "manifest.json").read_text())["gate"]["min_tokens"] == 48
     for spec in ("eagle3", "off"):
         corr = json.loads((run_dir / f"fused__{spec}.json").read_text())["correctness"]
-        assert corr["status"] == "PASS" and corr["exact_match_rate"] == 0.5, corr
+        assert corr["status"] == "PASS" and corr["tolerance"]["basis"] == "null", corr
+        assert corr["tolerance"]["null"]["mean_delta"] > 0 and set(corr["levels"]) == {"1"}
 
 
 def test_demo_tune_finds_the_stand_ins_optimum(tmp_path):

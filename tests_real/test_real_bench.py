@@ -121,3 +121,24 @@ serve again."""
     assert rep["valid"] is False and rep["failed"] >= 1, rep
     assert any(not r.get("ok") for r in rows)
     serving_stack.wait_state({"serving"})  # the shared server is back for the tests after this one
+
+
+def test_bench_gate_reads_real_generate_replies_at_two_batch_sizes(serving_stack):
+    """`bench gate` with the real server as both sides, through /generate alone: SGLang's own log-probability
+    replies are parsed at concurrency 1 and 2, the reference's two levels give the null, and at concurrency 1
+    the same server answers with the same log-probabilities to within rounding (its prefix cache may serve the
+    second ask: another kernel path)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "STANDIN_"))}
+    env.update(PYTHONPATH=str(REPO), KIT_GATE_MIN_TOKENS="16")  # 2 prompts x 12 tokens on a CPU
+    r = subprocess.run(
+        [sys.executable, "-m", "bench", "gate", "--reference", serving_stack.server_url, "--candidate",
+         serving_stack.server_url, "--num-prompts", "2", "--max-tokens", str(MAX_TOKENS), "--concurrency", "1,2",
+         "--timeout", "600", "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    assert r.returncode in (0, 3), r.stderr[-3000:]  # PASS, or a null too short on a random tiny model: never FAIL
+    v = json.loads(r.stdout)
+    assert set(v["levels"]) == {"1", "2"} and v["reference"]["url"] == serving_stack.server_url
+    for level in v["levels"].values():  # SGLang's replies parsed at both levels: statistics, never "none sent"
+        assert level["stats"] is not None and level["stats"]["prompts"] == 2 and level["stats"]["missing"] == 0, level
+    alone = v["levels"]["1"]["stats"]
+    assert alone["mean_delta"] is None or alone["mean_delta"] < 0.001, alone
+    assert v["tolerance"]["null"] is None or v["tolerance"]["null"]["label"] == "reference at concurrency 1 against 2"

@@ -178,6 +178,9 @@ def judge_levels(cell: Side, ref: Side, t: Thresholds) -> dict[str, Any]:
         else:
             stats = logprob_gate.compare(theirs[level], mine[level], t.top_k)
             status, why = logprob_gate.verdict(stats, t, tol)
+            if stats.tokens < logprob_gate.P99_MIN_TOKENS:
+                notes.append(f"concurrency {level}: p99 reported, not judged ({stats.tokens} tokens compared, "
+                             f"{logprob_gate.P99_MIN_TOKENS} needed for a 99th percentile to be more than a few moves)")
         per_level[str(level)] = {"status": status, "reasons": why, "stats": stats.as_dict() if stats else None}
     statuses = {v["status"] for v in per_level.values()}
     worst = next((s for s in (logprob_gate.FAIL, logprob_gate.NOT_ENOUGH) if s in statuses), None)

@@ -254,7 +254,7 @@ class MatrixRun:
         the null. `bench run` switches to the spec overlay's own adaptive tiers."""
         keys = passes.tier_keys_of(spec, None)
         if profile == correctness.BASELINE:
-            return passes.reference_levels(self.s.concurrency, len(self.prompts), keys)
+            return passes.reference_levels(self.s.concurrency, keys)
         return passes.levels(self.s.concurrency, keys)
 
     def _close_cell(self, cell: CellDraft) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from bench import logprob_rows
 from bench.run.logprob_gate import TokenLogprob
 
-NULL_LEVEL = 8  # the reference's second batch size when only concurrency 1 was measured (at most the prompts)
+NULL_LEVEL = 8  # the reference's second batch size when only concurrency 1 was measured
 # SGLang 0.5.23's own adaptive tiers (srt/speculative/adaptive_spec_params.py:28-53, which
 # profiles/spec/eagle3-adaptive.json writes out): the tiers a plan without a tuned record runs
 DEFAULT_TIER_KEYS = (1, 8, 32, 64)
@@ -123,15 +123,16 @@ def levels(concurrency: Sequence[int], tier_keys: Iterable[int] | None = None) -
     return sorted(out)
 
 
-def reference_levels(concurrency: Sequence[int], num_prompts: int, tier_keys: Iterable[int] | None = None) -> list[int]:
+def reference_levels(concurrency: Sequence[int], tier_keys: Iterable[int] | None = None) -> list[int]:
     """The reference's levels: a candidate's (`levels` with the same tiers), every measured level under
     adaptive tiers (a tuned plan's tiers are keyed at measured levels), and a second batch size where only 1
-    was measured, so that the null can be measured (none with a single prompt)."""
+    was measured, so that the null can be measured (with fewer prompts than that, ServerClient.logprob_pass
+    sends them again until the batch is full)."""
     out = set(levels(concurrency, tier_keys))
     if tier_keys is not None:
         out |= set(concurrency)
-    if out == {1} and num_prompts >= 2:
-        out.add(min(NULL_LEVEL, num_prompts))
+    if out == {1}:
+        out.add(NULL_LEVEL)
     return sorted(out)
 
 

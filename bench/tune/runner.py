@@ -214,7 +214,7 @@ class TuneRun:
         the null and cover every level a tuned adaptive plan's tiers are keyed at."""
         keys = passes.tier_keys_of(cand.spec, cand.tiers_json())
         if cand.profile == REFERENCE_PROFILE:
-            return passes.reference_levels(self.s.concurrency, len(self.prompts), keys)
+            return passes.reference_levels(self.s.concurrency, keys)
         return passes.levels(self.s.concurrency, keys)
 
     def report(self, entry: journal.Entry) -> None:
