@@ -77,7 +77,7 @@ def flag_map(flags: list[str]) -> dict[str, object]:
     return out
 
 
-def _int(value: object, default: int) -> int:
+def flag_int(value: object, default: int) -> int:
     try:
         return int(str(value))
     except ValueError:
@@ -85,13 +85,13 @@ def _int(value: object, default: int) -> int:
 
 
 def expected_ranks(flags: dict[str, object]) -> list[str]:
-    tp, pp = _int(flags.get("tp-size", 1), 1), _int(flags.get("pp-size", 1), 1)
+    tp, pp = flag_int(flags.get("tp-size", 1), 1), flag_int(flags.get("pp-size", 1), 1)
     if tp <= 1:
         return [f"PP{p}" for p in range(pp)] if pp > 1 else [""]
     return [f"PP{p} TP{t}" if pp > 1 else f"TP{t}" for p in range(pp) for t in range(tp)]
 
 
-def _graphs_on(flags: dict[str, object]) -> bool:
+def graphs_on(flags: dict[str, object]) -> bool:
     cfg = flags.get("cuda-graph-config")
     try:
         decode = json.loads(cfg).get("decode", {}).get("backend") if isinstance(cfg, str) else None
@@ -175,8 +175,8 @@ def _ca_registered(flags, start: _Start) -> str | None:
     hit = start.first(CA_ON)
     if hit is None:
         return None
-    if (flags.get("enable-dp-attention") is True or _int(flags.get("attn-cp-size", 1), 1) > 1
-            or _int(flags.get("dcp-size", 1), 1) > 1):
+    if (flags.get("enable-dp-attention") is True or flag_int(flags.get("attn-cp-size", 1), 1) > 1
+            or flag_int(flags.get("dcp-size", 1), 1) > 1):
         return None
     return (f"on: SGLang logged '{hit[0]}' ({hit[1]}), which the custom all-reduce logs after a CUDA-graph "
             f"capture only while it is not disabled; TP rank 0 alone logs it (log_info_on_rank0), so the "
@@ -194,7 +194,7 @@ def _ca_state(flags, start: _Start, facts, facts_note: str) -> tuple[bool | None
 
 
 def _ca_from_config(flags, start: _Start, facts, facts_note: str) -> tuple[bool | None, str]:
-    tp = _int(flags.get("tp-size", 1), 1)
+    tp = flag_int(flags.get("tp-size", 1), 1)
     if flags.get("disable-custom-all-reduce") is True:
         return False, f"--disable-custom-all-reduce ({PS_SRC}:502, sglang/srt/distributed/bootstrap.py:252)"
     off = start.first(CA_OFF)
@@ -249,7 +249,7 @@ def assess(plan, record: dict | None, facts=None, facts_note: str = "no host fac
     ranks = expected_ranks(flags)
     start = _Start(record, ranks)
     raw = {name: _backend_raw(DETECTORS[name], start) for name in KNOWN}
-    tp = _int(flags.get("tp-size", 1), 1)
+    tp = flag_int(flags.get("tp-size", 1), 1)
 
     # SGLang's order per call; each stage: (backend, True/False/None, why)
     stages: list[tuple[str, bool | None, str]] = []
@@ -264,7 +264,7 @@ def assess(plan, record: dict | None, facts=None, facts_note: str = "no host fac
         stages.append(("fusion", False, "fusion off" if not fusion_on else fusion["evidence"]))
     ms = raw["mscclpp"]
     if flags.get("enable-mscclpp") is True:
-        if ms["active"] and not _graphs_on(flags):
+        if ms["active"] and not graphs_on(flags):
             stages.append(("mscclpp", False, "MSCCL++ is up but runs only inside CUDA-graph capture, and decode "
                                              f"graphs are off ({MSCCLPP_SRC}:1266)"))
         else:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from launcher import settings
-from launcher.runtime.activation import _graphs_on, flag_map
+from launcher.runtime.activation import flag_int, flag_map, graphs_on
 
 CHECK_DIR = "allreduce-check"
 """Under the state dir: the last start check's allreduce.json/.csv, rank logs and check.log."""
@@ -78,13 +78,6 @@ def reductions(plan: Any) -> list[tuple[str, str]]:
     return out
 
 
-def _int(value: object, default: int) -> int:
-    try:
-        return int(str(value))
-    except ValueError:
-        return default
-
-
 def decide(plan: Any, *, enabled: bool, count_gpus: Callable[[], tuple[int, str]]) -> Decision | None:
     """None when the profile leaves SGLang's reduction as it is (nothing to check, nothing to say)."""
     found = reductions(plan)
@@ -94,7 +87,7 @@ def decide(plan: Any, *, enabled: bool, count_gpus: Callable[[], tuple[int, str]
     what = f"profile {plan.name} puts " + "; ".join(f"{b} ({why})" for b, why in found) + " in SGLang's all-reduce"
     if not enabled:
         return Decision(False, f"not run: {settings.KIT_ALLREDUCE_START_CHECK.name}=0 turns it off; {what}")
-    tp = _int(flags.get("tp-size", 1), 1)
+    tp = flag_int(flags.get("tp-size", 1), 1)
     if tp < 2:
         return Decision(False, f"not run: --tp-size {tp}: the server runs no tensor-parallel all-reduce; {what}")
     gpus, how = count_gpus()
@@ -103,7 +96,7 @@ def decide(plan: Any, *, enabled: bool, count_gpus: Callable[[], tuple[int, str]
     if gpus < tp:
         return Decision(False, f"not run: {gpus} GPUs visible ({how}), fewer than the plan's --tp-size {tp}; {what}")
     dtype = _DTYPES.get(str(flags.get("dtype", "auto")), "bf16")
-    graph = _graphs_on(flags)
+    graph = graphs_on(flags)
     backends = tuple(b for b, _ in found)
     return Decision(True, f"checking {', '.join(backends)} exactly on {tp} GPUs before SGLang starts ({what})",
                     backends, tp, graph, dtype)
