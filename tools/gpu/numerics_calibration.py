@@ -23,13 +23,17 @@ the shared one) is split TP ways along its intermediate dim, so each rank's part
 chosen expert (each expert's output rounded to bf16, weighted sum in fp32, rounded once, as SGLang's fused
 MoE does) plus its shard of the shared expert: one all-reduce per MoE block.
 
-    python3 tools/gpu/numerics_calibration.py --model moe --fault-scan --budget-s 500 --out "$OUT"    # ~5 min, H200
-    python3 tools/gpu/numerics_calibration.py --model dense --fault-scan --budget-s 380 --out "$OUT"  # ~4 min
+    # what docs/evidence/logprob-gate/ holds (288 s and 193 s on one H200):
+    python3 tools/gpu/numerics_calibration.py --model moe --fault-scan --budget-s 530 --new-tokens 128 \
+        --sub-batches 16,64 --seeds 5 --seeds-broken 3 --out "$OUT"
+    python3 tools/gpu/numerics_calibration.py --model dense --fault-scan --budget-s 400 --new-tokens 128 \
+        --sub-batches 16,64 --seeds 5 --seeds-broken 3 --out "$OUT"
     python3 tools/gpu/numerics_calibration.py --smoke-cpu --model moe --out /tmp/calib  # tiny, the CPU: ~1 min
 
 Each run of --seeds: its own --prompts held-out prompts, decoded (--new-tokens greedy tokens, KV cache) by
-the correct variants ring (the reference), tree, oneshot, ring-again, ring@64 and ring@32 (the ring at
-decode batches 64 and 32); the first --seeds-broken seeds also by the broken stale, drop, double and
+the correct variants ring (the reference), tree, oneshot, ring-again and the ring at each --sub-batches
+decode batch (ring@64 and ring@32 by default; tools/gate_calibration.py takes the first one listed as the
+null, the reference against itself at another batch size); the first --seeds-broken seeds also by the broken stale, drop, double and
 crosstalk; with --fault-scan, seed 0 also by drop@1000, drop@5000 and stale@512 (rarer faults). Seed 0's
 variants also get the held-out loss. Decode steps are CUDA graphs (--graphs off: eager, slower).
 --budget-s drops the seeds that would not fit; the .npz is kept under --max-npz-mib by decoding fewer seeds
