@@ -36,7 +36,7 @@ def stack(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def from_baseline(stack):
-    """Each test starts from baseline + off: `bench run` leaves the server on its last cell."""
+    """Each test starts from baseline + off, whatever the one before left (a failure must not cascade)."""
     st = stack.wait_state({"serving", "rolled_back"})
     if (st["profile"], st["spec"]) != ("baseline", "off"):
         assert stack.switch("baseline", "off").json()["outcome"] in ("switched", "unchanged")

@@ -239,3 +239,25 @@ def test_paired_by_prompt_is_reported_but_never_changes_the_outcome():
     assert with_pair.outcome == d.outcome and with_pair.chosen == "prod"
     assert "paired by prompt (8 prompts" in with_pair.summary() and "paired" not in d.summary()
     assert json.loads(json.dumps(with_pair.to_json()))["paired_by_prompt"][0]["median_ratio"] == 1.2
+
+
+def test_a_wrong_running_plan_never_stays_the_fastest_correct_finalist_is_chosen():
+    rng = np.random.default_rng(3)
+    samples = {"wrong+off": list(rng.normal(300, 3, 8)), "fast+off": list(rng.normal(200, 3, 8)),
+               "baseline+off": list(rng.normal(100, 3, 8))}
+    d = decide(samples, "wrong+off", rejected={"wrong+off": "wrong output: mean change 0.02"}, incumbent_wrong=True,
+               fallback="baseline+off")
+    assert (d.outcome, d.chosen, d.reason) == ("running_plan_wrong", "fast+off", "wrong output: mean change 0.02")
+    vs = {(c.role, c.other): c for c in d.comparisons}
+    assert vs[("runner-up", "baseline+off")].significant
+    assert vs[("running plan", "wrong+off")].diff_mean < 0  # slower than the wrong plan, and chosen all the same
+    assert "wrong+off FAILed the correctness gate" in d.summary() and "fast+off is chosen" in d.summary()
+
+
+def test_a_wrong_running_plan_with_no_correct_finalist_falls_back_to_the_reference():
+    samples = {"wrong+off": [300.0] * 4, "broken+off": [250.0] * 4}
+    d = decide(samples, "wrong+off", rejected={"wrong+off": "wrong output", "broken+off": "wrong output"},
+               incumbent_wrong=True, fallback="baseline+off")
+    assert (d.outcome, d.chosen, d.contender) == ("running_plan_wrong", "baseline+off", None)
+    with pytest.raises(ValueError):
+        decide(samples, "wrong+off", rejected={"wrong+off": "x", "broken+off": "x"}, incumbent_wrong=True)

@@ -48,6 +48,7 @@ def _run(fake, monkeypatch):
     run = SimpleNamespace(
         s=SimpleNamespace(control="http://c", connect_timeout=1, switch_timeout=1, profile_name="tuned"),
         token="t", cells=cells, plan_digests={}, start_plan={"name": "baseline", "spec": "off"},
+        incumbent=Candidate("baseline", "off"),
         console=Console(file=out, width=200), switched=True)
     return run, restored, out
 
@@ -79,7 +80,7 @@ def test_a_failed_or_wrong_apply_puts_production_back_naming_both(monkeypatch, a
     assert production.apply(run, WINNER, {}) == 1
     assert restored == [True] and run.switched is True
     text = out.getvalue()
-    assert "the switch to fast+off did not take" in text and "back on baseline+off" in text
+    assert "the switch to fast+off did not take" in text and "putting production on baseline+off" in text
 
 
 def test_fleet_rolls_an_adaptive_winner_with_its_tiers_and_starting_point(monkeypatch, tmp_path):
@@ -96,3 +97,37 @@ def test_fleet_rolls_an_adaptive_winner_with_its_tiers_and_starting_point(monkey
     assert args[:3] == ("the fleet", "fast", "eagle3-adaptive")
     assert kwargs["adaptive_tiers"] == winner.tiers and kwargs["timeout_s"] == 7
     assert kwargs["spec_params"].model_dump() == {"steps": 3, "topk": 1, "draft_tokens": 4}  # where the tune measured it
+
+
+class WrongStart:
+    """The ledger of a tune that measured its running plan WRONG; the reference ran digest d-ref."""
+
+    def wrong(self, label):
+        return label == "wrong+eagle3"
+
+    def entries_of(self, label, phases=None):
+        ok = SimpleNamespace(status="ok", plan_digest="d-ref")
+        return [ok] if label == "baseline+eagle3" else []
+
+
+def test_a_start_plan_measured_wrong_is_never_put_back_the_reference_is(monkeypatch):
+    put: list[dict] = []
+    monkeypatch.setattr(production.production, "put_back",
+                        lambda control, token, ct, st, plan: put.append(dict(plan)) or (None, "baseline+eagle3"))
+    out = io.StringIO()
+    run = SimpleNamespace(s=SimpleNamespace(control="http://c", connect_timeout=1, switch_timeout=1), token="t",
+                          cells=WrongStart(), plan_digests={}, incumbent=Candidate("wrong", "eagle3"),
+                          start_plan={"name": "wrong", "spec": "eagle3", "digest": "d-wrong"},
+                          console=Console(file=out, width=300), switched=False)
+    production.restore(run)  # also when the tune never switched: the wrong plan is what runs
+    assert [(p["name"], p["spec"], p["digest"]) for p in put] == [("baseline", "eagle3", "d-ref")]
+    text = out.getvalue()
+    assert "wrong+eagle3, FAILed the correctness gate: production goes to baseline+eagle3" in text
+    assert "production now on baseline+eagle3" in text and run.switched is False
+
+
+def test_a_correct_start_plan_never_switched_is_left_alone(monkeypatch):
+    monkeypatch.setattr(production.production, "put_back", lambda *a: pytest.fail("nothing to put back"))
+    run = SimpleNamespace(cells=WrongStart(), incumbent=Candidate("fast", "eagle3"), switched=False,
+                          start_plan={"name": "fast", "spec": "eagle3"}, console=Console(file=io.StringIO()))
+    production.restore(run)

@@ -39,7 +39,7 @@ def test_a_second_tune_is_refused_and_a_cell_switched_from_outside_is_measured_a
 
         second = run_tune(stack, tmp_path / "b", "--profiles", "same")
         assert second.returncode == 2, second.stderr
-        assert "another tune is measuring" in second.stderr and f"pid {first.pid} " in second.stderr, second.stderr
+        assert "is measuring the server behind" in second.stderr and f"pid {first.pid} " in second.stderr, second.stderr
         assert not (tmp_path / "b" / "journal.jsonl").exists()
 
         # the first tune switches to slow and measures it; an operator switches to same meanwhile

@@ -305,6 +305,32 @@ def test_check_bad_user_profile_fails_through_the_parser(bad_user_dir):
     assert "2 plan(s) invalid" in proc.stderr
 
 
+DETERMINISTIC_PINNED = ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+
+
+def test_deterministic_inference_over_nccl_tuned_is_exit_2_from_show_check_and_serve(tmp_path):
+    """nccl-tuned's NCCL values would replace the ones SGLang pins for the flag in every TP worker
+    (rule deterministic_env_conflict): each command refuses naming the flag and every variable; with the
+    variables dropped (`NAME = false`) the same profile passes."""
+    flag = {"enable-deterministic-inference": True}
+    root = write_profiles(tmp_path / "u", {
+        "det.toml": profile_toml("deterministic over nccl-tuned", extends="nccl-tuned", server=flag),
+        "det-fixed.toml": profile_toml("deterministic, SGLang's NCCL values", extends="nccl-tuned", server=flag,
+                                       env=dict.fromkeys(DETERMINISTIC_PINNED, False)),
+    })
+    env = child_env(KIT_PROFILES_DIR=str(root), KIT_PATCH_CHECK="skip")
+    needles = ["--enable-deterministic-inference", *(f"key 'env.{name}'" for name in DETERMINISTIC_PINNED)]
+    assert_user_error(run_launcher("show", "det", "--spec", "off", env=env), *needles)
+    serve = run_launcher("serve", "--dry-run", "--profile", "det", "--spec", "off",
+                         "--state-dir", str(tmp_path / "state"), env=env)
+    assert_user_error(serve, *needles)
+    assert not (tmp_path / "state" / "profile.json").exists()
+    check = run_launcher("check", "det", "det-fixed", "--spec", "off", env=env)
+    assert check.returncode == 2, check.stdout + check.stderr
+    assert "FAIL  det + off" in check.stdout and "ok    det-fixed + off" in check.stdout
+    assert all(needle in check.stdout for needle in needles), check.stdout
+
+
 def test_check_schema_error_names_file_and_key(tmp_path):
     root = write_profiles(
         tmp_path / "u", {"typo.toml": 'description = "x"\n[requires]\ninterconect = "pcie"\n'}

@@ -72,6 +72,14 @@ def test_pcie_ipc_under_deterministic_inference_is_an_error(make):
     _, findings = make(env=IPC, server={"enable-deterministic-inference": True, "dtype": "bfloat16"})
     [f] = by_rule(findings, "pcie_ipc_fallback", "error")
     assert "deterministic" in f.message
+    # nccl-tuned's NCCL values would undo deterministic inference in the workers (deterministic_env_conflict)
+    assert "or use nccl-tuned" not in f.message and "not nccl-tuned" in f.message
+
+
+def test_custom_ar_under_deterministic_inference_is_refused_by_both_rules(make):
+    """custom-ar extends nccl-tuned: the PCIe-IPC fallback and the inherited NCCL values are both named."""
+    _, findings = make(extends="custom-ar", server={"enable-deterministic-inference": True, "dtype": "bfloat16"})
+    assert {f.rule for f in findings if f.level == "error"} == {"pcie_ipc_fallback", "deterministic_env_conflict"}
 
 
 def test_pcie_ipc_with_dtype_auto_requires_a_bf16_model(make):

@@ -19,6 +19,7 @@ ROWS = {
     "allows LL128 on a PCIe host": ["ll128_on_pcie"],
     "`CUDA_DEVICE_MAX_CONNECTIONS`": ["cuda_device_max_connections"],
     "`NCCL_CUMEM_ENABLE=0`": ["parent_set_env_conflict"],
+    "`enable-deterministic-inference` (or": ["deterministic_env_conflict"],
     "`NCCL_PROTO` without Simple": ["nccl_proto_without_simple"],
     "`expandable_segments:True`": ["expandable_segments_with_pcie_ipc"],
     "PCIe-IPC at a TP size": ["pcie_ipc_fallback"],

@@ -91,6 +91,25 @@ def test_bad_input_is_400_and_a_busy_server_409(tmp_path):
     api(tmp_path, body)
 
 
+def test_deterministic_inference_over_nccl_tuned_is_400_from_check_and_switch(tmp_path, monkeypatch):
+    """Rule deterministic_env_conflict refuses the plan before anything stops: both routes name the flag and
+    each NCCL variable nccl-tuned would set over SGLang's in every TP worker."""
+    (tmp_path / "u").mkdir()
+    (tmp_path / "u" / "det.toml").write_text(
+        'extends = "nccl-tuned"\ndescription = "x"\n[server]\nenable-deterministic-inference = true\n')
+    monkeypatch.setenv("KIT_PROFILES_DIR", str(tmp_path / "u"))
+
+    async def body(client, lc, sup, server):
+        for route in ("/check", "/switch"):
+            r = await client.post(route, json={"profile": "det", "spec": "off"}, headers=AUTH)
+            error = (await r.json())["error"]
+            assert r.status == 400 and "--enable-deterministic-inference" in error, (route, error)
+            assert all(f"key 'env.{n}'" in error for n in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"))
+        assert sup.stops == 0 and lc.current.name == "baseline"
+
+    api(tmp_path, body)
+
+
 def test_status_shows_the_state_machine_as_it_moves(tmp_path):
     async def body(client, lc, sup, server):
         st = await (await client.get("/status")).json()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import httpx
 import pytest
@@ -13,7 +14,7 @@ from helpers_runtime import FakeServer, FakeSupervisor, env, plan, serving, swit
 
 from launcher.errors import RuntimeFailure
 from launcher.profiles.render import write_plan
-from launcher.runtime import journal
+from launcher.runtime import journal, metrics
 from launcher.runtime import switch as switch_mod
 from launcher.runtime.lifecycle import Busy, Lifecycle
 from launcher.runtime.states import Outcome, Phase, State
@@ -230,6 +231,64 @@ def test_a_switch_moves_through_switching_and_records_the_entry(tmp_path):
     assert rig.make().status()["switches"]["outcomes"]["switched"] == 1  # kept: a restarted control API counts it
     again = run(rig.lc.switch("nccl-tuned", "off", None))
     assert again.to_json() == {"outcome": "unchanged", "error": None, "durations": {}}
+
+
+def _kept(sd) -> dict:
+    return json.loads(StatePaths(sd).switch_counts.read_text())
+
+
+def _append(sd, outcome: str) -> None:
+    """A line another process appends to history.jsonl (a control API of an earlier start, an operator)."""
+    with StatePaths(sd).history.open("a") as fh:
+        fh.write(json.dumps({"outcome": outcome, "durations": {"total_s": 2.0}}) + "\n")
+
+
+def test_a_start_keeps_the_switch_counts_it_read_at_once_and_a_replaced_history_never_lowers_them(tmp_path):
+    rig = Rig(tmp_path)
+    run(rig.tick())
+    run(rig.lc.switch("nccl-tuned", "off", None))
+    hist = StatePaths(tmp_path).history
+    assert _kept(tmp_path)["history_bytes"] == hist.stat().st_size
+    _append(tmp_path, "failed")  # while the control API is down
+    lc = rig.make()  # the start counts it and keeps it at once, before any switch
+    kept = _kept(tmp_path)
+    assert kept["history_bytes"] == hist.stat().st_size
+    assert (kept["totals"]["switched"], kept["totals"]["failed"]) == (1, 1)
+    assert lc.status()["switches"]["outcomes"]["failed"] == 1
+    # Replaced by a shorter history (rotated by hand) before the next switch: what was counted is kept (a counter
+    # never goes down), the new file's lines are new and counted once: a second start does not count them again.
+    hist.write_text(json.dumps({"outcome": "rolled_back", "durations": {"total_s": 3.0}}) + "\n")
+    for _ in range(2):
+        outcomes = rig.make().status()["switches"]["outcomes"]
+        assert (outcomes["switched"], outcomes["failed"], outcomes["rolled_back"]) == (1, 1, 1)
+        assert _kept(tmp_path)["history_bytes"] == hist.stat().st_size
+
+
+def test_a_switch_counts_what_the_history_gained_from_the_file_itself(tmp_path):
+    """A line another process appended while this one runs is counted with this process's next entry, and
+    kept (never marked covered but uncounted)."""
+    rig = Rig(tmp_path)
+    run(rig.tick())
+    _append(tmp_path, "aborted")
+    run(rig.lc.switch("nccl-tuned", "off", None))
+    outcomes = rig.lc.status()["switches"]["outcomes"]
+    assert (outcomes["switched"], outcomes["aborted"]) == (1, 1)
+    assert _kept(tmp_path)["history_bytes"] == StatePaths(tmp_path).history.stat().st_size
+    assert rig.make().status()["switches"]["outcomes"] == outcomes
+
+
+def test_a_history_read_on_retry_is_kept_at_once(tmp_path):
+    rig = Rig(tmp_path)
+    paths = StatePaths(tmp_path)
+    os.mkfifo(paths.history)  # unreadable at start: unknown, nothing kept
+    lc = rig.make()
+    assert lc.switch_counts_now() is None and not paths.switch_counts.exists()
+    paths.history.unlink()
+    _append(tmp_path, "failed")
+    lc._counts_tried -= metrics.RETRY_BASELINE_S  # the retry is due
+    assert lc.switch_counts_now().totals["failed"] == 1
+    assert _kept(tmp_path)["history_bytes"] == paths.history.stat().st_size
+    assert _kept(tmp_path)["totals"]["failed"] == 1
 
 
 def test_a_failed_switch_rolls_back_and_says_why(tmp_path):

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from launcher.runtime import metrics
 from launcher.runtime.metrics import KitCollector, SwitchCounts
 from launcher.runtime.states import State
+from launcher.runtime.supervisor_rpc import Supervisor
 from launcher.state_layout import StatePaths
 from testsupport.net import until
 from testsupport.stack import KitStack
@@ -228,6 +229,34 @@ def test_damaged_state_answers_200_with_what_is_known(kit_stack):
     promtool_check(text)
 
 
+def test_a_start_keeps_lines_appended_while_the_control_api_was_stopped(kit_stack):
+    """history.jsonl gains a line while the control API is stopped: the next start counts it and keeps it in
+    switch-counts.json at once, without waiting for a switch."""
+    stack = kit_stack()
+    paths = StatePaths(stack.state_dir)
+    assert stack.switch("nccl-tuned").json()["outcome"] == "switched"
+    sup = Supervisor(paths.socket)
+    sup.stop("control")  # waits until it has stopped
+    with open(paths.history, "a") as fh:
+        fh.write(_line("failed", 7.0) + "\n")
+    size = paths.history.stat().st_size
+    sup.start("control")
+
+    def kept() -> dict | None:
+        data = json.loads(paths.switch_counts.read_text())
+        return data if data["history_bytes"] == size else None
+
+    data = until(kept, 60, "switch-counts.json covering the appended line")
+    assert (data["totals"]["switched"], data["totals"]["failed"]) == (1, 1)
+
+    def scraped() -> str | None:
+        text = scrape(stack)
+        return text if switch_counts(text).get("failed") == 1 else None
+
+    text = until(scraped, 30, "the appended line scraped")
+    assert switch_counts(text)["switched"] == 1 and value(text, "kit_switch_duration_seconds_sum", outcome="failed") == 7.0
+
+
 # ----- units -------------------------------------------------------------------------------------------
 def _line(outcome: str, total_s: float | None = 1.5) -> str:
     return json.dumps({"outcome": outcome, "durations": {} if total_s is None else {"total_s": total_s}})
@@ -269,6 +298,59 @@ def test_switch_counts_never_go_down_across_a_restart_with_a_history_longer_than
     assert sum(again.buckets["rolled_back"]) == 1000 and again.sums["rolled_back"] == 2000.0
     StatePaths(sd).switch_counts.write_text('{"v": 1, "totals": {"switched": -5}}')  # damaged: not trusted
     assert SwitchCounts.from_history(sd, max_bytes=60).truncated
+
+
+def test_a_line_appended_between_the_count_and_the_save_is_counted_by_the_next_read(tmp_path):
+    """The kept size is the size counted, never the file's size at save time: a line another process appends
+    in between is left to the next read, not marked covered and lost."""
+    sd, paths = tmp_path, StatePaths(tmp_path)
+    paths.history.write_text(_line("switched") + "\n" + _line("switched") + "\n")
+    counted = paths.history.stat().st_size
+    c = SwitchCounts.from_history(sd)
+    assert c.offset == counted and c.unsaved
+    with paths.history.open("a") as fh:  # between the count and the save
+        fh.write(_line("failed") + "\n")
+    c.save(sd)
+    assert json.loads(paths.switch_counts.read_text())["history_bytes"] == counted and not c.unsaved
+    again = SwitchCounts.from_history(sd)
+    assert again.totals["switched"] == 2 and again.totals["failed"] == 1
+    assert again.offset == paths.history.stat().st_size and again.unsaved
+
+
+def test_a_last_line_without_its_line_break_is_counted_once_complete(tmp_path):
+    sd, hist = tmp_path, StatePaths(tmp_path).history
+    hist.write_text(_line("switched") + "\n" + _line("failed"))  # the last write not finished yet
+    c = SwitchCounts.from_history(sd)
+    assert c.totals["switched"] == 1 and c.totals["failed"] == 0 and c.skipped == 0
+    assert c.offset == len(_line("switched")) + 1
+    c.save(sd)
+    with hist.open("a") as fh:
+        fh.write("\n" + _line("aborted") + "\n")
+    for counts in (SwitchCounts.from_history(sd), c if c.catch_up(sd) else None):  # a restart, or this process
+        assert (counts.totals["switched"], counts.totals["failed"], counts.totals["aborted"]) == (1, 1, 1)
+        assert counts.offset == hist.stat().st_size
+
+
+@pytest.mark.parametrize("kept", [
+    "[1, 2]", "{bad", b"\xff\xfe", '{"v": 2}',
+    '{"v": 1, "history_bytes": 10, "totals": {"hacked-label": 5}, "buckets": {}, "sums": {}}',
+    '{"v": 1, "history_bytes": 10, "totals": {}, "buckets": {}, "sums": {}, "skipped": "x"}',
+    '{"v": 1, "history_bytes": 10, "totals": {"switched": true}, "buckets": {}, "sums": {}}',
+    '{"v": 1, "history_bytes": 10, "totals": {}, "buckets": {}, "sums": {"switched": NaN}}',
+    '{"v": 1, "history_bytes": 10, "totals": {}, "buckets": {"switched": [1]}, "sums": {}}',
+    '{"v": 1, "history_bytes": -1, "totals": {}, "buckets": {}, "sums": {}}',
+    '{"v": 1, "history_bytes": 10, "totals": [], "buckets": {}, "sums": {}}',
+])
+def test_a_damaged_or_foreign_counts_file_is_not_trusted(tmp_path, kept):
+    paths = StatePaths(tmp_path)
+    paths.history.write_text(_line("switched") + "\n")
+    if isinstance(kept, bytes):
+        paths.switch_counts.write_bytes(kept)
+    else:
+        paths.switch_counts.write_text(kept)
+    assert SwitchCounts.saved(tmp_path) is None
+    c = SwitchCounts.from_history(tmp_path)  # from the history alone
+    assert c.totals == {**dict.fromkeys(metrics.SWITCH_OUTCOMES, 0), "switched": 1} and c.unsaved
 
 
 def test_labels_are_bounded_and_build_info_reads_the_image_patch_set(tmp_path, monkeypatch):

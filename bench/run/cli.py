@@ -1,8 +1,13 @@
 """`bench run`: measure every (profile, spec) end to end through the control API.
 
-Exit codes: 0 done, 1 runtime failure (server unreachable, ...), 2 bad input (unknown profile or
-spec, bad number) before anything was switched, 130 interrupted (the partial bundle is written
-with "complete": false).
+A run that switches takes the measuring hold (bench/hold.py: a second bench run or tune is refused) and reads the
+plan running before its first switch; whatever happens, production then ends where bench/run/landing.py says:
+back on that plan, or on the `--leave-on` cell if it passed the gate, never on a plan the gate called WRONG.
+
+Exit codes: 0 done, 1 runtime failure (server unreachable, production could not be put back, ...), 2 bad input
+(unknown profile or spec, bad number: before anything was switched; a `--leave-on` cell that did not pass: after,
+with production back on the plan found), 3 the plan found running FAILed the gate in this run (production went
+to baseline instead), 130 interrupted (the partial bundle is written with "complete": false).
 """
 
 from __future__ import annotations
@@ -18,14 +23,17 @@ from rich.console import Console
 
 from bench import args as flags
 from bench.args import CliArgs, TargetArgs, http_url, positive_ints, stop_on_interrupt, temperature
+from bench.hold import MeasureHold, holder_of
 from bench.run import correctness, logprob_gate
+from bench.run.landing import Landing
 from bench.run.matrix import MatrixRun
 from bench.run.selection import KEYWORDS, csv, given_name, single_name
 from bench.run.settings import RunKnobs, RunSettings
 from bench.workload import choose_prompts
 from launcher import settings
-from launcher.errors import KitError, UserError, run_cli
+from launcher.errors import KitError, RuntimeFailure, UserError, run_cli
 from launcher.profiles.spec_params import parse_list
+from launcher.runtime.control_client import SyncControlClient
 
 DEFAULT_OUT = "results"
 
@@ -45,6 +53,7 @@ class RunArgs(CliArgs, TargetArgs, RunKnobs):
     out: str = DEFAULT_OUT
     fleet: str | None = None
     num_prompts: int | None = RunKnobs.num_prompts  # None (the flag left out): all of --prompts, else the default
+    leave_on: str | None = None
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -70,6 +79,9 @@ class RunArgs(CliArgs, TargetArgs, RunKnobs):
         p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
         flags.WARMUP.add(p, cls.warmup)
         p.add_argument("--no-switch", action="store_true", help="bench whatever is running; do not switch")
+        p.add_argument("--leave-on", metavar="CELL", default=None,
+                       help="leave production on this measured cell (e.g. fused+eagle3, fused+eagle3(1,1,2)) when it "
+                            "passed the correctness gate; by default production goes back to the plan found running")
         p.add_argument("--connect-timeout", type=float, default=cls.connect_timeout,
                        help=f"seconds to wait for a connection (default {cls.connect_timeout:g})")
         flags.SWITCH_TIMEOUT.add(p, cls.switch_timeout)
@@ -115,6 +127,9 @@ class RunArgs(CliArgs, TargetArgs, RunKnobs):
             for name in csv(value):
                 if name not in KEYWORDS:
                     given_name(flag, name)
+        if self.leave_on is not None and (self.no_switch or not self.leave_on.strip()):
+            raise UserError("--leave-on names a cell this run switches to (e.g. fused+eagle3); "
+                            + ("drop --no-switch (or --leave-on)" if self.no_switch else "it is empty"))
         eagle3 = None
         if self.eagle3 is not None:
             if self.no_switch:
@@ -126,7 +141,7 @@ class RunArgs(CliArgs, TargetArgs, RunKnobs):
         return RunSettings(**{
             **same, "out": self.out, "url": url, "profiles": profiles, "specs": specs, "eagle3": eagle3, "control": control,
             "concurrency": concurrency, "temperature": temp, "workload": workload, "num_prompts": num_prompts,
-            "prompts_sha256": prompts_sha,
+            "prompts_sha256": prompts_sha, "leave_on": self.leave_on.strip() if self.leave_on else None,
             "control_given": bool(self.control) or settings.KIT_CONTROL_URL.is_set(), "argv": list(argv),
         })
 
@@ -134,7 +149,7 @@ class RunArgs(CliArgs, TargetArgs, RunKnobs):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = RunArgs.parse(argv)
-    stop_on_interrupt()  # Ctrl-C writes the partial bundle, whoever started the process
+    stop_on_interrupt(sigterm=True)  # Ctrl-C and SIGTERM write the partial bundle and put production back
     return run_cli(lambda: run_main(args, argv=argv, console=Console(stderr=True)))
 
 
@@ -168,8 +183,36 @@ def measure_fleet(*, fleet_file: str, base: RunSettings, console: Console) -> in
 
 
 def measure(*, run_settings: RunSettings, token: str | None, console: Console) -> int:
-    """One matrix into one bundle; on Ctrl-C or a failure the partial bundle says `complete: false`."""
+    """One matrix into one bundle; when it switches, under the measuring hold and with production put where
+    bench/run/landing.py says, also after a failure or Ctrl-C."""
     run = MatrixRun(run_settings, console)
+    if not run_settings.switching:
+        return _measure(run, token)
+    assert run_settings.control is not None
+    client = SyncControlClient(run_settings.control, token, run_settings.connect_timeout,
+                               url_from="--control / KIT_CONTROL_URL")
+
+    def say(text: str, style: str | None = None) -> None:
+        console.print(text, style=style, highlight=False, markup=False, soft_wrap=True)
+
+    with MeasureHold(client, holder_of("bench run", Path(run_settings.out)), say) as run.hold:
+        start = client.running_plan()
+        if not start or not start.get("name"):
+            raise RuntimeFailure(f"the control API at {run_settings.control} reports no running plan to go back to "
+                                 "(nothing was switched); start the server first (`launcher up`)")
+        landing = Landing(run_settings, token, start, say)
+        try:
+            rc = _measure(run, token)
+        except BaseException:
+            if run.switched:
+                landing.land(run.cells, whole=False)
+            raise
+        landed = landing.land(run.cells, whole=rc == 0) if run.switched else 0
+        return 1 if landed == 1 else (rc or landed)
+
+
+def _measure(run: MatrixRun, token: str | None) -> int:
+    """The matrix into its bundle; on Ctrl-C or a failure the partial bundle says `complete: false`."""
     try:
         path = asyncio.run(run.run(token))
     except KeyboardInterrupt:

@@ -36,6 +36,7 @@ from rich.progress import (
 
 from bench import bundle, bundle_names, bundle_provenance
 from bench.bundle_schema import Cell
+from bench.hold import MeasureHold
 from bench.request_record import RequestRecord
 from bench.run import correctness, logprob_gate, passes
 from bench.run.cell import CellDraft, apply_gate, close_cell, new_cell
@@ -69,6 +70,8 @@ class MatrixRun:
         self.manifest: dict[str, Any] = {}
         self.started = False
         self.simulated = False
+        self.switched = False  # a switch was sent: production may have left the plan found running
+        self.hold: MeasureHold | None = None  # the measuring hold (bench/hold.py), checked before each cell
         self._progress: Progress | None = None
         self._task: Any = None
 
@@ -216,6 +219,10 @@ class MatrixRun:
         for p in profiles:
             cells += [(p, sp, None) for sp in specs]
             cells += [(p, EAGLE3, dict(point)) for point in points]
+        labels = [bundle_names.cell_label(*c) for c in cells]
+        if s.leave_on is not None and s.leave_on not in labels:
+            raise UserError(f"--leave-on {s.leave_on} is not a cell of this run; its cells: {', '.join(labels)} "
+                            "(nothing was switched)")
         return cells
 
     def _advance(self, _: RequestRecord) -> None:
@@ -229,8 +236,11 @@ class MatrixRun:
     async def _run_cell(self, measurer: CellMeasurer, profile: str, spec: str,
                         point: dict[str, int] | None = None) -> None:
         s = self.s
+        if self.hold is not None:
+            self.hold.check()
         cell = new_cell(profile=profile, spec=spec, settings=s, num_prompts=len(self.prompts), spec_params=point)
         self.current = cell
+        self.switched = self.switched or s.switching
         if self._progress is not None:
             label = "SIMULATED " if self.simulated else ""
             self._progress.update(self._task, description=f"{label}{cell.label}")

@@ -46,6 +46,7 @@ class RunSettings(RunKnobs):
     control_given: bool = False  # --control or KIT_CONTROL_URL: an unreachable one is then an error
     concurrency: list[int] = field(default_factory=lambda: [1])
     fleet_host: str | None = None  # `bench run --fleet`: the fleet file's name of the host measured
+    leave_on: str | None = None  # `--leave-on CELL`: the measured cell production is left on, if it passed the gate
     prompts_sha256: str | None = None  # sha256 of the --prompts file's bytes
     argv: list[str] = field(default_factory=list)
 

@@ -23,10 +23,10 @@ from rich.console import Console
 
 from bench import args as flags
 from bench.args import CliArgs, TargetArgs, http_url, positive_ints, stop_on_interrupt, temperature
+from bench.hold import MeasureHold, holder_of
 from bench.run import correctness, logprob_gate
 from bench.tune import decision, order, production, result, space
 from bench.tune.decision import Objective
-from bench.tune.hold import TuneHold, holder_of
 from bench.tune.journal import JOURNAL
 from bench.tune.profile_out import check_profile_target
 from bench.tune.runner import TuneRun
@@ -219,7 +219,7 @@ def tune(s: TuneSettings, *, token: str, console: Console) -> int:
     """Run the tune, write its results, and leave production as promised, whatever happened."""
     run = TuneRun(s, token, console)
     client = SyncControlClient(s.control, token, s.connect_timeout, url_from="--control / KIT_CONTROL_URL")
-    with TuneHold(client, holder_of(run.out), run.say) as run.hold:  # until production is where it stays
+    with MeasureHold(client, holder_of("bench tune", run.out), run.say) as run.hold:  # until production is where it stays
         return _tune(run, console)
 
 

@@ -29,7 +29,10 @@ difference a quiet host resolves, for example) do not. Outcomes:
 - `underpowered`: nothing beats the running plan and the spread measured is too wide to tell: a gain of
   `POWER_GAIN` (3%) would be found less than 80% of the time (or an arm has fewer than `min_repeats`);
 - `no_gain`: nothing beats the running plan although a 3% gain would have been found;
-- `no correct candidate`: no finalist passed the gate.
+- `no correct candidate`: no finalist passed the gate;
+- `running_plan_wrong`: the running plan itself FAILed the gate, so it cannot stay: the fastest finalist that
+  passed is chosen (by mean, with its interval against the runner-up and against the wrong plan where measured),
+  or, when none passed, `fallback` (the gate's reference, baseline under the running plan's spec mode).
 
 A final cut short by the budget is decided on the repeats it has (at least `min_repeats`, 3, per arm),
 with the power they give. **Power**: with SE the standard error of the difference at the measured spread,
@@ -197,7 +200,8 @@ class Comparison:
     significant: bool
 
 
-Outcome = Literal["winner", "tie", "worse", "underpowered", "no_gain", "no correct candidate"]
+Outcome = Literal["winner", "tie", "worse", "underpowered", "no_gain", "no correct candidate", "running_plan_wrong"]
+RUNNING_PLAN_WRONG: Outcome = "running_plan_wrong"
 KEEPS = {"worse": "every finalist is slower than the running plan",
          "underpowered": "the spread measured is too wide to tell",
          "no_gain": "nothing beats the running plan by more than the floor",
@@ -333,6 +337,14 @@ class Decision:
         return text + (f"; {paired.describe()}" if paired else "")
 
     def _summary(self) -> str:
+        if self.outcome == RUNNING_PLAN_WRONG:
+            lead = next((c for c in self.comparisons if c.contender == self.chosen and c.role == "runner-up"), None)
+            text = f"{self.outcome}: {self.incumbent} FAILed the correctness gate ({self.reason}); {self.chosen} is chosen"
+            text += (f", the fastest correct finalist ({self.means[self.chosen]:.1f}" if self.chosen in self.means
+                     else ", the gate's reference (no finalist passed")
+            if lead is not None:
+                text += f"; +{lead.diff_mean:.1f}, 95% interval {lead.ci_low:.1f}..{lead.ci_high:.1f} over {lead.other}"
+            return text + ")"
         if self.outcome in ("winner", "tie"):
             lead = next((c for c in self.comparisons if c.contender == self.chosen and c.role == "running plan"), None)
             text = f"{self.outcome}: {self.chosen}"
@@ -374,12 +386,16 @@ def decide(
     confidence: float = CONFIDENCE,
     min_repeats: int = MIN_REPEATS,
     min_gain: float = MIN_GAIN,
+    incumbent_wrong: bool = False,
+    fallback: str | None = None,
 ) -> Decision:
     """Apply the rule (module docstring) to the final values per candidate label.
 
     `samples` holds the objective values of every finalist and of `incumbent` (the running plan), flat or as
     the values of each run (one switch each: `runs_of`);
-    `rejected` names cells that failed the gate or their switch, with why: they are never chosen."""
+    `rejected` names cells that failed the gate or their switch, with why: they are never chosen;
+    `incumbent_wrong`: the running plan FAILed the gate, so the outcome is `running_plan_wrong` and the chosen
+    plan the fastest correct finalist, else `fallback`."""
     rejected = dict(rejected or {})
     rule = RULE.format(unit=objective.unit, conf=confidence, resamples=resamples, seed=seed, min_repeats=min_repeats,
                        gain=min_gain, power_gain=POWER_GAIN, target=POWER_TARGET)
@@ -389,13 +405,15 @@ def decide(
     base = dict(incumbent=incumbent, objective=objective.describe(), rule=rule, means=means, repeats=counts,
                 rejected=rejected, resamples=resamples, confidence=confidence, seed=seed, min_gain=min_gain)
     contenders = [k for k in correct if k != incumbent]
+    kw = dict(resamples=resamples, confidence=confidence, min_repeats=min_repeats, min_gain=min_gain)
+    if incumbent_wrong:
+        return _replace_wrong(samples, incumbent, contenders, means, fallback, base, seed=seed, **kw)
     if not contenders:
         return Decision("no correct candidate", incumbent, contender=None, runner_up=None, **base)
     best, runner_up = contenders[0], (contenders[1] if len(contenders) > 1 else None)
     if incumbent not in means:
         return Decision("underpowered", incumbent, contender=best, runner_up=runner_up,
                         reason="the running plan was not measured in the final", **base)
-    kw = dict(resamples=resamples, confidence=confidence, min_repeats=min_repeats, min_gain=min_gain)
     vs_inc = [_compare(c, incumbent, "running plan", samples, means, seed=seed + i, **kw)
               for i, c in enumerate(contenders)]
     beats = [c.contender for c in vs_inc if c.significant]
@@ -418,3 +436,21 @@ def decide(
         outcome, reason = "no_gain", ""
     return Decision(outcome, incumbent, contender=best, runner_up=runner_up, comparisons=vs_inc, power=pw,
                     reason=reason, **base)
+
+
+def _replace_wrong(samples: Mapping[str, Arm], incumbent: str, contenders: Sequence[str], means: Mapping[str, float],
+                   fallback: str | None, base: dict[str, Any], *, seed: int, **kw: Any) -> Decision:
+    """The running plan FAILed the gate: the fastest correct finalist, with its intervals against the others and
+    against the wrong plan (where it was measured), else `fallback`; never the running plan."""
+    why = base["rejected"].get(incumbent) or "wrong output"
+    if not contenders:
+        if fallback is None:
+            raise ValueError("a wrong running plan with no correct finalist needs a fallback to choose")
+        return Decision(RUNNING_PLAN_WRONG, fallback, contender=None, runner_up=None, reason=why, **base)
+    best = contenders[0]
+    comps = [_compare(best, other, "runner-up", samples, means, seed=seed + 100 + i, **kw)
+             for i, other in enumerate(contenders[1:])]
+    if incumbent in means:
+        comps.append(_compare(best, incumbent, "running plan", samples, means, seed=seed, **kw))
+    return Decision(RUNNING_PLAN_WRONG, best, contender=best, runner_up=contenders[1] if len(contenders) > 1 else None,
+                    comparisons=comps, reason=why, **base)

@@ -99,6 +99,8 @@ def _title(tune: Mapping[str, Any]) -> str:
         tied = _map(tune.get("decision")).get("tied") or []
         line = f"{outcome}: {_map(tune.get('winner')).get('label') or '?'}"
         line += f" (tied with {', '.join(map(str, tied))}; highest mean picked)" if tied else ""
+    elif outcome == "running_plan_wrong":
+        line = f"running plan WRONG ({incumbent}): {_map(tune.get('winner')).get('label') or '?'} chosen"
     elif outcome in ("worse", "underpowered", "no_gain", "no correct candidate"):
         power = _map(_map(tune.get("decision")).get("power"))
         line = f"{outcome}: {stays}"

@@ -1,64 +1,70 @@
 """Where production ends after a tune: back on the plan the tune started from (`restore`), on the winner
 (`--apply`), the winner rolled through a fleet (`--fleet`); and the summary a person reads (`finish`).
 
-`restore` is checked on /status: a switch the tune sent before it was stopped may still run, and finish
-after ours, so it tries again (RESTORE_ATTEMPTS) and says when it cannot.
+Never on a plan the tune measured WRONG: when the running plan FAILed the gate, the decision is
+`running_plan_wrong` and production goes to the plan it chose (the fastest correct finalist, else baseline),
+with or without --apply (exit 3); a tune stopped before deciding goes to the gate's reference (baseline under
+the running plan's spec mode) rather than back. Putting a plan on is bench/production.py's `put_on`, checked on
+/status.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from bench.tune import adaptive, space
+from bench import production
+from bench.tune import adaptive
+from bench.tune.decision import RUNNING_PLAN_WRONG
+from bench.tune.ledger import reference_label
 from bench.tune.result import TUNE_JSON, TUNE_PNG, winner_of
 from bench.tune.runner import TuneRun
 from bench.tune.space import Candidate
-from launcher.errors import KitError, RuntimeFailure
+from launcher.errors import KitError
 from launcher.fleet import fleetfile, rolling
 from launcher.profiles.spec_params import coerce
-from launcher.runtime.control_client import ControlClient, SyncControlClient
-from launcher.runtime.states import ANSWERING, OK_OUTCOMES
+from launcher.runtime.control_client import SyncControlClient
+from launcher.runtime.states import OK_OUTCOMES
 
-RESTORE_ATTEMPTS = 3
+START_WRONG = 3  # the exit code of a tune whose running plan FAILed the gate, production moved off it
+
+
+def start_wrong(run: TuneRun) -> bool:
+    """Whether the plan the tune started from FAILed the gate in this tune."""
+    return run.incumbent is not None and run.cells.wrong(run.incumbent.label)
+
+
+def back_plan(run: TuneRun) -> dict[str, Any]:
+    """Where production goes back to: the plan the tune started from, or, when the tune measured it WRONG, the
+    gate's reference under its spec mode (the digest its cells ran, when they ran)."""
+    if not start_wrong(run):
+        return dict(run.start_plan)
+    ref = Candidate.parse(reference_label(str(run.start_plan.get("spec"))))
+    return production.plan_of(ref.profile, ref.spec, digest=chosen_digest(run, ref))
 
 
 def restore(run: TuneRun) -> None:
-    """Production back on the plan the tune started from (when a switch left it), checked on /status:
-    a switch the tune sent before it was stopped may still run, and finish after ours; says when it cannot."""
-    if not run.switched or not run.start_plan.get("name"):
+    """Production back on `back_plan` (when a switch left the plan the tune started from, or that plan is WRONG),
+    checked on /status; says when it cannot, with the command that does it."""
+    wrong = start_wrong(run)
+    if (not run.switched and not wrong) or not run.start_plan.get("name"):
         return
-    plan = run.start_plan
-    label = space.Candidate.of_plan(plan).label
-
-    async def back() -> str | None:
-        async with ControlClient(run.s.control, run.token, run.s.connect_timeout) as client:
-            why = "no attempt"
-            for _ in range(RESTORE_ATTEMPTS):
-                status = await client.wait_idle(run.s.switch_timeout)
-                if (status.get("profile"), status.get("spec"), status.get("digest")) == (
-                        plan.get("name"), plan.get("spec"), plan.get("digest")) and status.get("state") in ANSWERING:
-                    return None
-                code, body = await client.switch_when_idle(str(plan["name"]), str(plan["spec"]), run.s.switch_timeout,
-                                                           spec_params=plan.get("spec_params"),
-                                                           adaptive_tiers=plan.get("adaptive_tiers") or None)
-                why = f"HTTP {code} {body.get('outcome')}: {body.get('error')}"
-                if body.get("outcome") not in OK_OUTCOMES:
-                    return why
-            return why
-
-    try:
-        failure = asyncio.run(back())
-    except RuntimeFailure as exc:
-        failure = str(exc)
+    plan = back_plan(run)
+    label = production.label_of(plan)
+    if wrong:
+        run.console.print(f"the plan the tune started from, {production.label_of(run.start_plan)}, FAILed the "
+                          f"correctness gate: production goes to {label}, the gate's reference, not back to it",
+                          style="bold red", soft_wrap=True)
+    s = run.s
+    failure, now = production.put_back(s.control, run.token, s.connect_timeout, s.switch_timeout, plan)
     if failure is None:
-        run.console.print(f"production back on {label}")
+        run.console.print(f"production {'now' if wrong else 'back'} on {label}")
         run.switched = False
     else:
-        run.console.print(f"could not put production back on {label} ({failure}); switch it by hand "
-                          "(launcher switch / POST /switch)", style="bold red")
+        run.switched = True
+        run.console.print(f"could not put production on {label} ({failure}); production now runs {now}; put it "
+                          f"there with: {production.switch_command(plan, s.control)}", style="bold red", soft_wrap=True)
 
 
 def finish(run: TuneRun, path: Path) -> int:
@@ -83,7 +89,13 @@ def finish(run: TuneRun, path: Path) -> int:
         for line in adaptive.summary_lines(data["adaptive"], winner.label if winner else None):
             say(f"{prefix}{line}")
     rc = 0
-    if run.s.apply and winner is not None:
+    wrong = d["outcome"] == RUNNING_PLAN_WRONG
+    if wrong and winner is not None:
+        say(f"{prefix}the running plan {d['incumbent']} FAILed the correctness gate: production goes to "
+            f"{winner.label}{'' if run.s.apply else ' although --apply was not given'}, never back to it (exit "
+            f"{START_WRONG})", style="bold red", soft_wrap=True)
+        rc = apply(run, winner, data) or START_WRONG
+    elif run.s.apply and winner is not None:
         rc = apply(run, winner, data)
     else:
         if run.s.apply:
@@ -134,9 +146,9 @@ def apply(run: TuneRun, winner: Candidate, data: dict[str, Any]) -> int:
         return 0
     why = (f"HTTP {code} {body.get('outcome')}: {body.get('error')}" if body.get("outcome") not in OK_OUTCOMES
            else f"it runs digest {ran}, not the chosen {want}")
-    start = space.Candidate.of_plan(run.start_plan).label
+    back = production.label_of(back_plan(run))
     run.console.print(f"--apply: the switch to {what} did not take ({why}); putting production "
-                      f"back on {start}, the plan the tune started from", style="bold red")
+                      f"on {back}", style="bold red")
     run.switched = True
     restore(run)
     return 1

@@ -85,7 +85,7 @@ def cell_summary(run: TuneRun, label: str) -> dict[str, Any]:
     }
 
 
-CHOOSES = ("winner", "tie")  # the outcomes that pick a finalist (bench/tune/decision.py)
+CHOOSES = ("winner", "tie", rule.RUNNING_PLAN_WRONG)  # the outcomes that pick a plan (bench/tune/decision.py)
 
 
 def winner_of(run: TuneRun) -> Candidate | None:

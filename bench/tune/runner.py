@@ -33,6 +33,7 @@ from typing import Any
 
 from rich.console import Console
 
+from bench.hold import MeasureHold
 from bench.run import logprob_gate, passes
 from bench.run.cell import close_cell, new_cell
 from bench.run.measure import CellMeasurer
@@ -41,7 +42,6 @@ from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.server_client import ServerClient
 from bench.tune import adaptive, journal, ledger, levels, order, outside, schedule, space, tune_state
 from bench.tune.decision import Decision, decide
-from bench.tune.hold import TuneHold
 from bench.tune.ledger import Ledger, reference_label
 from bench.tune.planning import REFERENCE_PROFILE, plan_space
 from bench.tune.progress import TuneProgress
@@ -100,7 +100,7 @@ class TuneRun:
         self.thresholds = logprob_gate.thresholds()  # a bad KIT_GATE_* setting is exit 2 before anything is switched
         self.cells = Ledger(self.thresholds, self.s.api)  # the journal entries, reused and new, and their verdicts
         self.switched = False  # production left its starting plan at least once
-        self.hold: TuneHold | None = None  # the tune hold (bench/tune/hold.py), checked before each cell
+        self.hold: MeasureHold | None = None  # the measuring hold (bench/hold.py), checked before each cell
         self.adaptive: adaptive.AdaptivePlan | None = None  # --adaptive: the tiers and the candidate built from them
 
     # ----- small helpers ---------------------------------------------------------------------------
@@ -410,4 +410,6 @@ class TuneRun:
                    for label in labels}
         samples = {k: v for k, v in samples.items() if v}
         rejected = {label: why for label in labels if (why := self.cells.failure(label))}
-        return decide(samples, self.incumbent.label, rejected=rejected, objective=self.s.objective, seed=self.s.seed)
+        return decide(samples, self.incumbent.label, rejected=rejected, objective=self.s.objective, seed=self.s.seed,
+                      incumbent_wrong=self.cells.wrong(self.incumbent.label),
+                      fallback=reference_label(self.incumbent.spec))

@@ -81,10 +81,12 @@ class Lifecycle:
         self.backends: list[dict] = []  # activation of the running plan's expected backends
         self.decode_allreduce: dict | None = None  # {"backend", "why"}: what carries the decode all-reduce
         self.backends_of: tuple | None = None  # (pid, digest, follower version) they were read for
-        # Switches by outcome (/status `switches`, /metrics kit_switch_*): history.jsonl's end, then each
-        # entry this process appends; None while the history cannot be read (unknown, not 0).
+        # Switches by outcome (/status `switches`, /metrics kit_switch_*): switch-counts.json plus what
+        # history.jsonl gained since (also lines another process appended while this one was down), kept at
+        # once; then each entry this process appends. None while the history cannot be read (unknown, not 0).
         self.switch_counts: metrics.SwitchCounts | None = metrics.SwitchCounts.from_history(state_dir)
         self._counts_tried = time.monotonic()
+        self._keep_counts()
         self._history_cache: tuple[object, tuple[list[dict], int]] | None = None
 
     @property
@@ -112,20 +114,33 @@ class Lifecycle:
         return self._history_cache[1]
 
     def switch_counts_now(self) -> metrics.SwitchCounts | None:
-        """The switch counts; a history that could not be read is tried again now and then."""
+        """The switch counts; a history that could not be read is tried again now and then (and kept once read)."""
         if self.switch_counts is None and time.monotonic() - self._counts_tried >= metrics.RETRY_BASELINE_S:
             self._counts_tried = time.monotonic()
             self.switch_counts = metrics.SwitchCounts.from_history(self.sd)
+            self._keep_counts()
         return self.switch_counts
 
     def recorded(self, entry: Entry) -> None:
-        """An entry this process appended to history.jsonl: count it (a re-read history already has it)."""
-        if self.switch_counts is not None:
-            self.switch_counts.observe(entry.to_json())
+        """`entry` was appended to history.jsonl: count what the history gained since the last read (that entry,
+        and any line another process appended) from the file, the one source, never from memory, and keep the
+        counts. A history that cannot be read now leaves them unknown until a retry reads it (switch_counts_now)."""
+        if self.switch_counts is None:
+            return  # the retry reads the kept counts plus the history, this entry included
+        if not self.switch_counts.catch_up(self.sd):
+            self.switch_counts, self._counts_tried = None, time.monotonic()
+            return
+        self._keep_counts()
+
+    def _keep_counts(self) -> None:
+        """Keep the switch counts in switch-counts.json when they cover another part of history.jsonl than it
+        says: a restart starts from them, so counters never go down, also when the history is replaced or
+        outgrows the window before the next switch."""
+        if self.switch_counts is not None and self.switch_counts.unsaved:
             try:
-                self.switch_counts.save(self.sd)  # a restart starts from these: counters never go down
+                self.switch_counts.save(self.sd)
             except OSError:
-                traceback.print_exc()  # the counts in memory stand; a restart recounts from the history
+                traceback.print_exc()  # the counts in memory stand; the next read tries to keep them again
 
     # ----- what /status shows ----------------------------------------------------------------------
     def set_state(self, state: State) -> None:

@@ -3,10 +3,12 @@ same place at scrape time.
 
 One source: `Lifecycle` keeps the state, the restart counts, the health reading, the backend verdicts
 and the switch counts (`SwitchCounts`); /status and `KitCollector` both read them, so the two can never
-disagree. The switch counts survive a control API restart and never go down: every entry the control API
-appends advances them and they are kept in switch-counts.json with the history size they cover; the
-Lifecycle is built from them plus what history.jsonl gained since (without them, from the last
-HISTORY_COUNT_BYTES of history.jsonl, read once).
+disagree. The switch counts survive a control API restart and never go down. history.jsonl is their one
+source: they are kept in switch-counts.json with the history size they were counted up to (whole lines
+only), and every read of the history (the control API's start, the retry of an unreadable one, each entry
+the control API appends) counts what it gained past that size, then keeps the counts at once, so lines
+another process appended are kept too. Without a kept file, they come from the last HISTORY_COUNT_BYTES
+of history.jsonl.
 
 What a scrape may show is bounded: names that follow the profile-name pattern, 16-hex digests, fixed
 vocabularies (states, outcomes, restart reasons); anything else reads "other". Never a token, a
@@ -18,7 +20,6 @@ scrape always answers 200 with what is known.
 
 from __future__ import annotations
 
-import errno
 import importlib.metadata
 import json
 import math
@@ -74,12 +75,21 @@ def bounded(value: object, pattern: re.Pattern[str]) -> str:
 
 
 # ----- switch counts ---------------------------------------------------------------------------------
+COUNTED_LABELS: frozenset[str] = frozenset((*SWITCH_OUTCOMES, OTHER))  # the only outcome keys a kept file may hold
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
 @dataclass
 class SwitchCounts:
-    """Switches by outcome and a histogram of their total time, from history entries.
+    """Switches by outcome and a histogram of their total time, from history.jsonl's lines.
 
-    `truncated`: history.jsonl was longer than the window read at start, so older entries are not
-    counted. `skipped`: lines of that window that were not a JSON object (not counted either)."""
+    `offset`: the bytes of history.jsonl counted (always the end of a whole line: a last line without its
+    line break yet is left for the next read). `saved_offset`: the one switch-counts.json holds (0: none).
+    `truncated`: history.jsonl was longer than the window read, so older entries are not counted.
+    `skipped`: lines read that were not a JSON object (not counted either)."""
 
     totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SWITCH_OUTCOMES, 0))
     buckets: dict[str, list[int]] = field(  # per outcome: count per bucket (the last: +Inf)
@@ -87,6 +97,8 @@ class SwitchCounts:
     sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SWITCH_OUTCOMES, 0.0))
     truncated: bool = False
     skipped: int = 0
+    offset: int = 0
+    saved_offset: int = 0
 
     def observe(self, entry: dict) -> None:
         """Count one history entry (anything that is not a switch is ignored)."""
@@ -106,69 +118,43 @@ class SwitchCounts:
     def as_status(self) -> dict:
         return {"outcomes": dict(self.totals), "history_truncated": self.truncated}
 
-    def save(self, sd: Path) -> None:
-        """Keep the counts beside history.jsonl with the history's size they cover (switch-counts.json,
-        atomic): a restart reads them and counts only what was appended since, so no counter ever goes down
-        (a history longer than the window read at start would otherwise lose its oldest switches)."""
-        paths = StatePaths(sd)
-        size = os.stat(paths.history).st_size
-        atomic.write_json(paths.switch_counts, {"v": COUNTS_VERSION, "history_bytes": size, "totals": self.totals,
-                                                "buckets": self.buckets, "sums": self.sums,
-                                                "truncated": self.truncated, "skipped": self.skipped}, mode=0o600)
+    @property
+    def unsaved(self) -> bool:
+        """Whether history.jsonl was read past (or, replaced, behind) what switch-counts.json covers."""
+        return self.offset != self.saved_offset
 
-    @classmethod
-    def saved(cls, sd: Path) -> tuple[SwitchCounts, int] | None:
-        """The kept counts and the history size they cover; None when absent or not of the right shape."""
-        try:
-            data = json.loads(StatePaths(sd).switch_counts.read_text(encoding="utf-8"))
-            if data.get("v") != COUNTS_VERSION:
-                return None
-            totals = {str(k): int(v) for k, v in data["totals"].items()}
-            buckets = {str(k): [int(c) for c in v] for k, v in data["buckets"].items()}
-            sums = {str(k): float(v) for k, v in data["sums"].items()}
-            size = int(data["history_bytes"])
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
-            return None
-        if (size < 0 or any(v < 0 for v in totals.values())
-                or any(len(v) != len(SWITCH_BUCKETS_S) + 1 or min(v) < 0 for v in buckets.values())):
-            return None
-        out = cls(truncated=bool(data.get("truncated")), skipped=int(data.get("skipped") or 0))
-        out.totals.update(totals)
-        out.buckets.update(buckets)
-        out.sums.update(sums)
-        return out, size
-
-    @classmethod
-    def from_history(cls, sd: Path, max_bytes: int = HISTORY_COUNT_BYTES) -> SwitchCounts | None:
-        """The kept counts (switch-counts.json) plus what history.jsonl gained since; without them, counts from
-        the end of history.jsonl. Empty when there is no history yet, None when it cannot be read (not a regular
-        file, no permission): the counts are then unknown, not 0."""
+    def catch_up(self, sd: Path, max_bytes: int = HISTORY_COUNT_BYTES) -> bool:
+        """Count the whole lines history.jsonl gained past `offset`, and move `offset` to their end. The history
+        file is the one source: an entry this process appended is counted here, as one another process appended.
+        A history shorter than `offset` was replaced: all of it is new, counted on top. More than `max_bytes`
+        gained: only the last `max_bytes` are counted (`truncated`). No history: nothing to count (`offset` 0,
+        so one created later is counted from its start). False, counts untouched, when it cannot be read (not a
+        regular file, no permission; opened non-blocking, so a FIFO never hangs)."""
         path = StatePaths(sd).history
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
-            kept = cls.saved(sd)
-            return kept[0] if kept else cls()
+            self.offset = 0
+            return True
         except OSError:
-            return None
+            return False
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise OSError(errno.EINVAL, f"{path} is not a regular file")
-            kept = cls.saved(sd)
-            out, start = kept if kept else (cls(), 0)
-            if start > st.st_size:  # a history replaced by a shorter one: every line of it is new
-                start = 0
-            mid_line = False
-            if st.st_size - start > max_bytes:
-                start, mid_line, out.truncated = st.st_size - max_bytes, True, True
+                return False
+            start = self.offset if self.offset <= st.st_size else 0  # shorter: a replaced history
+            mid_line = st.st_size - start > max_bytes
+            if mid_line:
+                start = st.st_size - max_bytes
             data = os.pread(fd, st.st_size - start, start)
         except OSError:
-            return None
+            return False
         finally:
             os.close(fd)
-        lines = data.split(b"\n")
+        whole = data.rfind(b"\n") + 1  # a last line without its line break yet is counted once it has one
+        lines = data[:whole].split(b"\n")[:-1]
         if mid_line:
+            self.truncated = True
             lines = lines[1:]  # the window may start mid-line
         for raw in lines:
             if not raw.strip():
@@ -176,13 +162,60 @@ class SwitchCounts:
             try:
                 entry = json_loads(raw)
             except ValueError:
-                out.skipped += 1
+                self.skipped += 1
                 continue
             if isinstance(entry, dict):
-                out.observe(entry)
+                self.observe(entry)
             else:
-                out.skipped += 1
+                self.skipped += 1
+        self.offset = start + whole
+        return True
+
+    def save(self, sd: Path) -> None:
+        """Keep the counts beside history.jsonl with the history size they cover, `offset`: what was counted,
+        never the file's size now, so a line appended since is counted by the next read (switch-counts.json,
+        atomic). A restart reads them and counts only what was appended since, so no counter ever goes down (a
+        history longer than the window read would otherwise lose its oldest switches)."""
+        atomic.write_json(StatePaths(sd).switch_counts,
+                          {"v": COUNTS_VERSION, "history_bytes": self.offset, "totals": self.totals,
+                           "buckets": self.buckets, "sums": self.sums, "truncated": self.truncated,
+                           "skipped": self.skipped}, mode=0o600)
+        self.saved_offset = self.offset
+
+    @classmethod
+    def saved(cls, sd: Path) -> SwitchCounts | None:
+        """The kept counts, `offset` the history size they cover; None when absent, unreadable or not of the
+        right shape (a damaged or foreign file is not trusted: the counts then come from the history alone)."""
+        try:
+            data = json.loads(StatePaths(sd).switch_counts.read_text(encoding="utf-8"))
+            if not isinstance(data, dict) or data.get("v") != COUNTS_VERSION:
+                return None
+            totals, buckets, sums = data["totals"], data["buckets"], data["sums"]
+            size, skipped, truncated = data["history_bytes"], data.get("skipped", 0), data.get("truncated", False)
+            if not (isinstance(totals, dict) and isinstance(buckets, dict) and isinstance(sums, dict)
+                    and _count(size) and _count(skipped) and isinstance(truncated, bool)
+                    and set(totals) | set(buckets) | set(sums) <= COUNTED_LABELS
+                    and all(_count(v) for v in totals.values())
+                    and all(isinstance(v, list) and len(v) == len(SWITCH_BUCKETS_S) + 1 and all(map(_count, v))
+                            for v in buckets.values())
+                    and all(not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v) and v >= 0
+                            for v in sums.values())):
+                return None
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError, KeyError):
+            return None
+        out = cls(truncated=truncated, skipped=skipped, offset=size, saved_offset=size)
+        out.totals.update(totals)
+        out.buckets.update(buckets)
+        out.sums.update({k: float(v) for k, v in sums.items()})
         return out
+
+    @classmethod
+    def from_history(cls, sd: Path, max_bytes: int = HISTORY_COUNT_BYTES) -> SwitchCounts | None:
+        """The kept counts (switch-counts.json) plus what history.jsonl gained since; without them, counts from
+        the end of history.jsonl. Empty when there is no history yet, None when it cannot be read (not a regular
+        file, no permission): the counts are then unknown, not 0. `unsaved` says whether to keep them now."""
+        out = cls.saved(sd) or cls()
+        return out if out.catch_up(sd, max_bytes) else None
 
 
 def json_loads(raw: bytes) -> object:

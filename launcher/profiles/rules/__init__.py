@@ -38,6 +38,7 @@ from launcher.profiles.rules.nccl_env import (
 from launcher.profiles.rules.parent_env import (
     PARENT_SET_ENV,
     cuda_device_max_connections,
+    deterministic_env_conflict,
     parent_set_env_conflict,
 )
 from launcher.profiles.rules.parser import sglang_flags
@@ -79,6 +80,7 @@ RULES: list[tuple[Rule, bool]] = [
     (startup_lines_need_info_logging, False),
     (adaptive_fallback, False),
     (adaptive_config, False),
+    (deterministic_env_conflict, False),
 ]
 
 

@@ -56,7 +56,9 @@ def pcie_ipc_fallback(ctx: Context) -> Iterator[Finding]:
         yield ctx.finding(
             "error", "pcie_ipc_fallback", key,
             "deterministic inference leaves PCIe-IPC off (pcie_ipc_ar.py:90-115), so every all-reduce stays on "
-            "NCCL; remove enable-deterministic-inference or use nccl-tuned",
+            "NCCL; remove enable-deterministic-inference, or run it on a profile that leaves NCCL_ALGO and the "
+            "NCCL channel counts to SGLang (baseline; not nccl-tuned or a profile extending it, whose values "
+            "would replace SGLang's deterministic ones in every TP worker)",
         )
 
 

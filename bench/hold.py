@@ -1,11 +1,11 @@
-"""The tune hold, from the tune's side: taken before anything is measured, renewed while the tune runs,
-given back once production is where the tune leaves it (launcher/runtime/tune_hold.py keeps it in the
-control API).
+"""The measuring hold, from the side of a command that switches the server to measure it (`bench tune`,
+`bench run`): taken before anything is switched, renewed while it runs, given back once production is where
+the command leaves it (launcher/runtime/tune_hold.py keeps it in the control API).
 
-A second tune on the same server exits 2 naming the first, unless the first ran on this host and its pid
-is gone (killed, and the same command run again): then this one takes the hold over at once. A hold lost while measuring (the control API
-was unreachable past its lapse, and another tune took it) stops this tune with exit 1 before its next
-cell; the journal keeps what was measured, and the same command resumes.
+A second tune or bench run on the same server exits 2 naming the first, unless the first ran on this host and
+its pid is gone (killed, and the same command run again): then this one takes the hold over at once. A hold lost
+while measuring (the control API was unreachable past its lapse, and another command took it) stops this one with
+exit 1 before its next cell; a tune's journal keeps what was measured, and the same command resumes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from launcher.errors import RuntimeFailure, UserError
 from launcher.runtime.control_client import SyncControlClient
 
-TTL_S = 60.0  # a tune killed with SIGKILL keeps other tunes out for at most this long
+TTL_S = 60.0  # a holder killed with SIGKILL keeps the others out for at most this long
 RENEW_EVERY_S = TTL_S / 4
 
 
@@ -35,13 +35,13 @@ def alive(pid: int) -> bool:
     return True
 
 
-def holder_of(out: Path) -> str:
-    """Who holds it, as a second tune is told."""
+def holder_of(command: str, out: Path) -> str:
+    """Who holds it, as a second command is told: `command` is "bench tune" or "bench run"."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return f"bench tune (pid {os.getpid()} on {socket.gethostname()}, --out {out}, started {started})"
+    return f"{command} (pid {os.getpid()} on {socket.gethostname()}, --out {out}, started {started})"
 
 
-class TuneHold:
+class MeasureHold:
     def __init__(self, control: SyncControlClient, holder: str, say: Callable[..., None], ttl_s: float = TTL_S):
         self.control, self.holder, self.say, self.ttl_s = control, holder, say, ttl_s
         self.id: str | None = None
@@ -49,29 +49,29 @@ class TuneHold:
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
-    def __enter__(self) -> TuneHold:
+    def __enter__(self) -> MeasureHold:
         here = {"host": socket.gethostname(), "pid": os.getpid()}
         code, body = self.control.hold(self.holder, self.ttl_s, **here)
         gone = self._gone_holder(code, body, here["host"])
         if gone is not None:
-            self.say(f"the tune hold belonged to pid {gone} on this host, which is no longer running: taken over")
+            self.say(f"the measuring hold belonged to pid {gone} on this host, which is no longer running: taken over")
             code, body = self.control.hold(self.holder, self.ttl_s, take_over_pid=gone, **here)
         if code == 200 and isinstance(body.get("id"), str):
             self.id = body["id"]
-            self._renewer = threading.Thread(target=self._renew, name="tune-hold", daemon=True)
+            self._renewer = threading.Thread(target=self._renew, name="measure-hold", daemon=True)
             self._renewer.start()
             return self
         if code == 409:
-            raise UserError(f"another tune is measuring the server behind {self.control.url}: {body.get('error')}. "
-                            "Wait until it finishes; a tune that was killed keeps the hold for at most "
-                            f"{self.ttl_s:.0f} s (nothing was switched)")
+            raise UserError(f"another bench tune or bench run is measuring the server behind {self.control.url}: "
+                            f"{body.get('error')}. Wait until it finishes; one that was killed keeps the hold for at "
+                            f"most {self.ttl_s:.0f} s (nothing was switched)")
         if code == 404:
-            self.say(f"the control API at {self.control.url} has no /hold (an older kit): a second tune on this "
-                     "server is not kept out", style="yellow")
+            self.say(f"the control API at {self.control.url} has no /hold (an older kit): a second tune or bench "
+                     "run on this server is not kept out", style="yellow")
             return self
         if code in (401, 403):
-            raise UserError(f"control API refused the tune hold (HTTP {code}): {body.get('error')}; set KIT_CONTROL_TOKEN")
-        raise RuntimeFailure(f"control API at {self.control.url} did not grant the tune hold (HTTP {code}): "
+            raise UserError(f"control API refused the measuring hold (HTTP {code}): {body.get('error')}; set KIT_CONTROL_TOKEN")
+        raise RuntimeFailure(f"control API at {self.control.url} did not grant the measuring hold (HTTP {code}): "
                              f"{body.get('error')}")
 
     @staticmethod
@@ -97,8 +97,8 @@ class TuneHold:
     def check(self) -> None:
         """Before each cell: RuntimeFailure once the hold is lost."""
         if self.lost is not None:
-            raise RuntimeFailure(f"this tune lost its hold on the server ({self.lost}), so another tune may be "
-                                 "measuring it; stopped. Run the same command again to resume when that one ends")
+            raise RuntimeFailure(f"this command lost its hold on the server ({self.lost}), so another tune or bench "
+                                 "run may be measuring it; stopped. Run the same command again when that one ends")
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()

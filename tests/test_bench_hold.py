@@ -1,4 +1,4 @@
-"""bench/tune/hold.py: a second tune exits 2 naming the first, the hold is renewed and given back, a lost
+"""bench/hold.py: a second tune exits 2 naming the first, the hold is renewed and given back, a lost
 hold stops the tune before its next cell."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from bench.tune import hold as hold_mod
-from bench.tune.hold import TuneHold
+from bench import hold as hold_mod
+from bench.hold import MeasureHold
 from launcher.errors import RuntimeFailure, UserError
 
 
@@ -45,7 +45,7 @@ def test_granted_renewed_and_given_back(monkeypatch):
     monkeypatch.setattr(hold_mod, "RENEW_EVERY_S", 0.01)
     control = FakeControl([(200, {"id": "h1"})])
     lines, say = said()
-    with TuneHold(control, "tune A", say) as h:
+    with MeasureHold(control, "tune A", say) as h:
         assert control.renewed.wait(10)
         h.check()
     assert ("hold", "tune A", hold_mod.TTL_S, "h1") in control.calls
@@ -55,7 +55,7 @@ def test_granted_renewed_and_given_back(monkeypatch):
 def test_a_second_tune_is_exit_2_naming_the_first():
     control = FakeControl([(409, {"error": "held by bench tune (pid 42 on box, --out a, started t)"})])
     with pytest.raises(UserError, match="pid 42 on box.*nothing was switched"):
-        with TuneHold(control, "tune B", said()[1]):
+        with MeasureHold(control, "tune B", said()[1]):
             pytest.fail("entered")
     assert [c[0] for c in control.calls] == ["hold"]  # nothing to give back
 
@@ -63,7 +63,7 @@ def test_a_second_tune_is_exit_2_naming_the_first():
 def test_a_lost_hold_stops_the_tune_and_is_not_released(monkeypatch):
     monkeypatch.setattr(hold_mod, "RENEW_EVERY_S", 0.01)
     control = FakeControl([(200, {"id": "h1"}), RuntimeFailure("unreachable"), (409, {"error": "held by tune C"})])
-    with TuneHold(control, "tune A", said()[1]) as h:
+    with MeasureHold(control, "tune A", said()[1]) as h:
         h._renewer.join(10)
         with pytest.raises(RuntimeFailure, match="lost its hold.*held by tune C"):
             h.check()
@@ -74,14 +74,14 @@ def test_a_lost_hold_stops_the_tune_and_is_not_released(monkeypatch):
                                            ((500, {"error": "disk full"}), RuntimeFailure)])
 def test_a_refused_hold_measures_nothing(answer, error):
     with pytest.raises(error):
-        with TuneHold(FakeControl([answer]), "tune A", said()[1]):
+        with MeasureHold(FakeControl([answer]), "tune A", said()[1]):
             pytest.fail("entered")
 
 
 def test_an_older_control_api_without_hold_is_said_and_the_tune_goes_on():
     control = FakeControl([(404, {"error": "Not Found"})])
     lines, say = said()
-    with TuneHold(control, "tune A", say) as h:
+    with MeasureHold(control, "tune A", say) as h:
         h.check()
     assert "not kept out" in lines[0] and [c[0] for c in control.calls] == ["hold"]
 
@@ -103,7 +103,7 @@ def test_a_holder_of_this_host_whose_pid_is_gone_is_taken_over():
     refusal = (409, {"error": "held by tune A", "tune_hold": {"holder": "tune A", "host": socket.gethostname(), "pid": gone}})
     control = FakeControl([refusal, (200, {"id": "h2"})])
     lines, say = said()
-    with TuneHold(control, "tune B", say) as h:
+    with MeasureHold(control, "tune B", say) as h:
         assert h.id == "h2"
     assert control.where[0] == {"host": socket.gethostname(), "pid": os.getpid()}
     assert control.where[1]["take_over_pid"] == gone and f"pid {gone}" in lines[0]
@@ -123,6 +123,6 @@ def test_a_live_or_foreign_holder_is_never_taken_over(holder):
     for held in (holder, live):
         control = FakeControl([(409, {"error": "held by tune A", "tune_hold": held})])
         with pytest.raises(UserError, match="held by tune A"):
-            with TuneHold(control, "tune B", said()[1]):
+            with MeasureHold(control, "tune B", said()[1]):
                 pytest.fail("entered")
         assert len(control.calls) == 1
