@@ -235,6 +235,8 @@ def test_bad_arguments_exit_2(tmp_path):
     assert r.returncode == 2 and "--url 'ftp://x'" in r.stderr
     r = bench("--no-switch", "--out", str(tmp_path), env={"KIT_SERVER_URL": "not-a-url"})
     assert r.returncode == 2 and "KIT_SERVER_URL='not-a-url'" in r.stderr
+    r = bench("--url", "http://127.0.0.1:1", "--no-switch", "--leave-on", "fused+eagle3", "--out", str(tmp_path))
+    assert r.returncode == 2 and "--leave-on names a cell this run switches to" in r.stderr, r.stderr
     r = bench("--url", "http://127.0.0.1:1", "--no-switch", "--min-exact-match", "0.9", "--out", str(tmp_path))
     assert r.returncode == 2 and "unrecognized arguments: --min-exact-match" in r.stderr  # the KIT_GATE_* settings now
     for name, value in (("KIT_GATE_P99_DELTA", "0"), ("KIT_GATE_MIN_TOKENS", "many")):

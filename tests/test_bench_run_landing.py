@@ -64,3 +64,42 @@ def test_a_wrong_plan_found_wins_over_a_refused_leave_on_and_keeps_its_exit_code
     t = landing.target(START, run, "fast+eagle3", whole=True)
     assert t.plan["name"] == "baseline" and t.rc == landing.LEAVE_ON_REFUSED
     assert "--leave-on fast+eagle3" in t.note and "FAILed" in t.note
+
+
+def _landing(monkeypatch, answer):
+    from bench.run.settings import RunSettings
+
+    said: list[tuple[str, str | None]] = []
+    put: list[dict] = []
+
+    def put_back(control, token, connect_timeout, switch_timeout, plan):
+        put.append(dict(plan))
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(landing.production, "put_back", put_back)
+    s = RunSettings(url="http://s", out="o", control="http://c:9000")
+    return landing.Landing(s, "t", dict(START), lambda text, style=None: said.append((text, style))), said, put
+
+
+def test_land_says_where_production_is(monkeypatch):
+    land, said, put = _landing(monkeypatch, (None, "fast+eagle3"))
+    assert land.land(cells(cell("baseline"), cell("fast")), whole=True) == 0
+    assert put == [START] and said == [("production back on fast+eagle3(3,1,4), the plan it found", None)]
+
+
+def test_a_restore_that_fails_is_exit_1_naming_what_runs_and_the_command(monkeypatch):
+    land, said, _ = _landing(monkeypatch, ("HTTP 200 rolled_back: boom", "wrong+eagle3 (serving, digest d-w)"))
+    assert land.land(cells(cell("baseline")), whole=True) == 1
+    text, style = said[-1]
+    assert style == "bold red" and "could not put production on fast+eagle3(3,1,4)" in text
+    assert "production now runs wrong+eagle3 (serving, digest d-w)" in text
+    assert "launcher switch fast --spec eagle3 --url http://c:9000 --spec-params 3,1,4" in text
+
+
+def test_a_second_interrupt_while_putting_back_says_how_to_finish(monkeypatch):
+    land, said, _ = _landing(monkeypatch, KeyboardInterrupt())
+    assert land.land(cells(), whole=False) == 130
+    assert "interrupted while putting production on fast+eagle3(3,1,4)" in said[-1][0]
+    assert "launcher switch fast --spec eagle3" in said[-1][0]
