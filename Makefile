@@ -3,7 +3,8 @@
 #   make doctor                     is this host fit, and which profiles can run here
 #   make up PROFILE=fused           build if needed, start SGLang with that profile, wait until healthy
 #   make switch PROFILE=custom-ar   change the running server's profile through its control API
-#   make bench                      every profile end to end, side by side, with a report
+#   make bench                      every profile end to end, side by side, with a report; the server
+#                                   ends on the plan it was on (BENCH_ARGS="run --leave-on CELL" keeps a passed cell)
 #   make down
 #
 # Checks of PROFILE, SPEC, MODEL_OVERLAY and MODEL_PATH are plain make and shell, plus the host's python3
@@ -197,7 +198,7 @@ logs: ## follow the server log
 	$(COMPOSE_ANY) logs -f --tail=200 server
 
 bench: $(PROFILES_OVERRIDE_DEP)
-bench: ## run the bench container against the server (starts it if needed); BENCH_ARGS="run ..."
+bench: ## run the bench container against the server (starts it if needed); BENCH_ARGS="run ..."; production ends on the plan it found
 	$(ENGINE_CHECK)
 	$(BUILD_ENV) $(COMPOSE_CMD) --profile bench build $(BUILD_ARGS) bench
 	mkdir -p $(RESULTS_DIR)

@@ -24,14 +24,29 @@ TTL_S = 60.0  # a holder killed with SIGKILL keeps the others out for at most th
 RENEW_EVERY_S = TTL_S / 4
 
 
-def alive(pid: int) -> bool:
-    """Whether a process of that pid exists here (one of another user's counts as alive)."""
+PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no process of this host has a pid above it
+
+
+def is_pid(pid: object) -> bool:
+    """Whether `pid` could be a process of this host: an int (not a bool) from 1 to PID_MAX. A control API may
+    hand back anything it was given (2**40, -1, 0), and os.kill would raise OverflowError on some and signal a
+    whole process group on others."""
+    return isinstance(pid, int) and not isinstance(pid, bool) and 1 <= pid <= PID_MAX
+
+
+def alive(pid: object) -> bool:
+    """Whether a process of that pid exists here (one of another user's counts as alive); never for something
+    that is no pid of this host."""
+    if not is_pid(pid):
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    except (OverflowError, ValueError, OSError):
+        return False
     return True
 
 
@@ -75,13 +90,15 @@ class MeasureHold:
                              f"{body.get('error')}")
 
     @staticmethod
-    def _gone_holder(code: int, body: dict, host: str) -> int | None:
-        """The pid of a refusing holder that ran on this host and is gone; None otherwise."""
-        held = body.get("tune_hold") if code == 409 else None
+    def _gone_holder(code: int, body: object, host: str) -> int | None:
+        """The pid of a refusing holder that ran on this host and is gone; None otherwise. A holder whose pid is no
+        pid of this host (outside 1..PID_MAX) is not taken over: nothing here shows it gone, and its hold lapses by
+        itself within its TTL once nobody renews it (a live holder that renews it keeps it, as it should)."""
+        held = body.get("tune_hold") if code == 409 and isinstance(body, dict) else None
         if not isinstance(held, dict) or held.get("host") != host:
             return None
         pid = held.get("pid")
-        return pid if isinstance(pid, int) and pid > 0 and pid != os.getpid() and not alive(pid) else None
+        return pid if is_pid(pid) and pid != os.getpid() and not alive(pid) else None
 
     def _renew(self) -> None:
         while not self._stop.wait(RENEW_EVERY_S):

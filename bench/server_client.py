@@ -313,15 +313,19 @@ class ServerClient:
         if more:
             raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply over {size_text(self.line_cap)}")
         try:
-            data = json.loads(body)
-        except (ValueError, RecursionError) as exc:
+            data = passes.storable(json.loads(body))
+        except RecursionError:
             raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply is not JSON the bench can read "
-                                 f"({type(exc).__name__})") from None
+                                 "(nested too deep)") from None
+        except ValueError as exc:
+            raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply is not JSON the bench can read "
+                                 f"({_json_why(exc)})") from None
         if not isinstance(data, dict):
             raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply is not a JSON object")
         api = "generate" if self.api == "generate" else "chat"
-        return Reply(prompt.id, concurrency, passes.text_of(data, api), passes.parse(data, api),
-                     {"path": path, "body": payload}, data)
+        rows, problem = passes.read(data, api)  # never raises: a malformed field is no evidence, and says so
+        return Reply(prompt.id, concurrency, passes.text_of(data, api), rows, {"path": path, "body": payload},
+                     data, problem)
 
     async def logprob_pass(self, prompts: Sequence[Prompt], top_k: int, concurrency: int) -> list[Reply]:
         """`logprobs` for every prompt with at most `concurrency` in flight (requests then share the server's
@@ -377,6 +381,15 @@ def _send_time_trace() -> aiohttp.TraceConfig:
     trace = aiohttp.TraceConfig()
     trace.on_request_chunk_sent.append(on_chunk_sent)
     return trace
+
+
+def _json_why(exc: ValueError) -> str:
+    """A short reason a body is no JSON the bench reads, never the body itself."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at character {exc.pos}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 (byte {exc.start})"
+    return str(exc)[:120] or type(exc).__name__
 
 
 def _why(exc: BaseException) -> str:

@@ -39,6 +39,7 @@ STATE_LAYOUT = {
     "server_log": "logs/sglang.log",
     "adaptive": "adaptive",  # tuned adaptive EAGLE configs, by content: <sha>.json (profiles/adaptive_tiers.py)
     "starts": "starts",  # one JSON record per server start: the activation lines each rank logged (start_records.py)
+    "allreduce_check": "allreduce-check",  # the exact all-reduce check before a start: verdicts, log (allreduce_check.py)
     "supervisord_log": "logs/supervisord.log",
 }
 
@@ -63,6 +64,7 @@ class StatePaths:
     server_log: Path
     adaptive: Path
     starts: Path
+    allreduce_check: Path
     supervisord_log: Path
 
     def __init__(self, root: Path):

@@ -10,13 +10,15 @@ imports), or a plan JSON when the name ends in .json. Only a regular file of at 
 without blocking (a FIFO is refused, not waited on). All or nothing; never raises.
 
 The names below are the settings registry's (launcher/settings.py); a test pins them to it, since
-this file may import nothing of the kit.
+this file may import nothing of the kit. Likewise _MAX_BYTES is launcher/profiles/env_file.py's MAX_BYTES,
+which the `env_file_size` rule checks every plan against (tests/test_profiles_env_file.py pins the two equal), so a
+plan whose env this file would ignore is refused by `launcher check`, /check and /switch instead.
 """
 
 _KIT_PROFILE_ENV = "KIT_PROFILE_ENV"
 _KIT_ACTIVE_PROFILE = "KIT_ACTIVE_PROFILE"
 _KIT_ACTIVE_SPEC = "KIT_ACTIVE_SPEC"
-_MAX_BYTES = 1 << 20
+_MAX_BYTES = 1 << 20  # = launcher.profiles.env_file.MAX_BYTES (pinned by a test)
 
 
 def _kit_read(path):

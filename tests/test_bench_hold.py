@@ -126,3 +126,31 @@ def test_a_live_or_foreign_holder_is_never_taken_over(holder):
             with MeasureHold(control, "tune B", said()[1]):
                 pytest.fail("entered")
         assert len(control.calls) == 1
+
+
+@pytest.mark.parametrize("pid", [2 ** 40, 2 ** 63, 4194305, 0, -1, True, "12", 1.0, None])
+def test_bug_4_something_that_is_no_pid_of_this_host_is_not_alive_and_raises_nothing(pid):
+    """Defect 4 (client side): alive(2**40) raised OverflowError (a control API had granted that pid); 0 and -1
+    would have signalled a process group, or every process."""
+    assert hold_mod.alive(pid) is False
+
+
+def test_alive_still_tells_a_live_pid_from_a_gone_one():
+    import os
+
+    assert hold_mod.alive(os.getpid()) and hold_mod.alive(1) and hold_mod.PID_MAX == 4194304
+    assert not hold_mod.alive(dead_pid())
+
+
+@pytest.mark.parametrize("pid", [2 ** 40, 4194305, 0, -7, True, "123"])
+def test_bug_4_a_holder_whose_pid_is_no_pid_of_this_host_is_not_taken_over(pid):
+    """Nothing shows such a holder gone, so its hold is not taken over (a second tune exits 2 naming it, as for a
+    live holder); it lapses within its TTL unless something renews it."""
+    import socket
+
+    held = {"holder": "tune A", "host": socket.gethostname(), "pid": pid}
+    control = FakeControl([(409, {"error": "held by tune A", "tune_hold": held})])
+    with pytest.raises(UserError, match="held by tune A"):
+        with MeasureHold(control, "tune B", said()[1]):
+            pytest.fail("entered")
+    assert len(control.calls) == 1 and "take_over_pid" not in control.where[0]

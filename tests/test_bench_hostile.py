@@ -264,6 +264,132 @@ def test_a_string_meta_info_gives_an_invalid_cell_in_a_whole_bundle(tmp_path):
     assert (run_dir / "summary.md").is_file() and (run_dir / "summary.csv").is_file()
 
 
+# ----- the correctness pass: a malformed reply is no evidence, or an invalid cell; never a traceback ----------
+GOOD_ROWS = '[[-0.1, 7, null], [-0.2, 8, null], [-0.3, 9, null], [-0.4, 10, null]]'
+
+
+def logprob_reply(rows: str = GOOD_ROWS, tops: str = "null", extra: str = "") -> bytes:
+    """A /generate reply with log-probabilities, as raw JSON text (NaN and huge integers included)."""
+    return (f'{{"text": "ok ok ok ok ", "meta_info": {{"completion_tokens": 4, "output_token_logprobs": {rows}, '
+            f'"output_top_logprobs": {tops}{extra}}}}}').encode()
+
+
+def rows_with(first: str) -> str:
+    return GOOD_ROWS.replace("-0.1", first, 1)
+
+
+HOSTILE_REPLIES = {  # the raw reply, and the reason the bundle gives for the cell
+    "tops 5,5,5,5": (logprob_reply(tops="[5, 5, 5, 5]"), "meta_info.output_top_logprobs[0] is 5, not a list"),
+    "a log-probability above 0": (logprob_reply(rows_with("0.5")),
+                                  "meta_info.output_token_logprobs[0][0] is 0.5: a log-probability is at most 0"),
+    "a 400-digit log-probability": (logprob_reply(rows_with("1" * 400)),
+                                    "meta_info.output_token_logprobs[0][0] is '111111111111111111111111...'"),
+    "NaN": (logprob_reply(rows_with("NaN")), "meta_info.output_token_logprobs[0][0] is 'NaN', not a log-probability"),
+}
+INVALID_REPLIES = {  # replies no JSON the bench keeps: the cell is invalid with this reason
+    "nested 100k deep": (b'{"meta_info": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "(nested too deep)"),
+    "nested 40 deep": (logprob_reply(extra=', "x": ' + "[" * 40 + "]" * 40), "(nested more than 32 levels deep)"),
+}
+
+
+def logprob_server(reply: bytes) -> HostileServer:
+    """Timed requests stream well; the correctness pass (not streamed) gets `reply`."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if (await request.json()).get("stream"):
+            return await stream(request, generate_events(4))
+        return web.Response(body=reply, content_type="application/json")
+
+    return HostileServer(generate=handler)
+
+
+def run_against(reply: bytes, out: Path) -> tuple[subprocess.CompletedProcess, Path, dict, dict]:
+    """`bench run --no-switch` as baseline (so its correctness pass is judged, against itself)."""
+    with logprob_server(reply) as s:
+        r = bench("--url", s.url, "--no-switch", "--profiles", "baseline", "--repeats", "1", "--num-prompts", "1",
+                  "--max-tokens", "4", "--warmup", "0", "--out", str(out))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    [run_dir] = list(out.iterdir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["complete"] is True and manifest["interrupted"] is False
+    return r, run_dir, manifest, json.loads((run_dir / "baseline__off.json").read_text())
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_REPLIES))
+def test_a_malformed_logprob_reply_is_not_enough_evidence_naming_the_field(case, tmp_path, capsys):
+    from bench import gate
+
+    reply, reason = HOSTILE_REPLIES[case]
+    _, run_dir, _, cell = run_against(reply, tmp_path / "out")
+    assert cell["valid"] is True and cell["invalid_reason"] is None  # never "interrupted before this cell finished"
+    corr = cell["correctness"]
+    assert corr["status"] == "not enough evidence", corr
+    assert corr["reasons"] and all(reason in r for r in corr["reasons"]), corr["reasons"]
+    # judged again from the bundle: the same verdict (exit 3), the same reason
+    assert gate.main(["--bundle", str(run_dir), "--json"]) == 3
+    again = json.loads(capsys.readouterr().out)["cells"]["baseline+off"]
+    assert again["status"] == "not enough evidence" and again["reasons"] == corr["reasons"]
+
+
+@pytest.mark.parametrize("case", sorted(INVALID_REPLIES))
+def test_a_logprob_reply_nested_too_deep_makes_the_cell_invalid_with_its_reason(case, tmp_path):
+    reply, reason = INVALID_REPLIES[case]
+    _, _, _, cell = run_against(reply, tmp_path / "out")
+    assert cell["valid"] is False and cell["invalid_reason"].startswith("correctness pass failed: prompt ")
+    assert cell["invalid_reason"].endswith(reason), cell["invalid_reason"]
+
+
+def test_an_error_reading_a_reply_makes_the_cell_invalid_never_an_interrupted_partial_bundle(tmp_path, monkeypatch):
+    """Reading a reply is meant never to raise; if it ever does, the cell is invalid with the reason and the bundle
+    is whole (in process, so that reading can be broken on purpose)."""
+    from rich.console import Console
+
+    from bench.run import cli, passes
+
+    for k in [k for k in os.environ if k.startswith(("KIT_", "NCCL_", "SGLANG_"))]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("KIT_CONTROL_PORT", str(free_port()))
+
+    def defect(body, api):
+        raise TypeError("a defect")
+
+    monkeypatch.setattr(passes, "read", defect)
+    out = tmp_path / "out"
+    with logprob_server(logprob_reply()) as s:
+        argv = ["--url", s.url, "--no-switch", "--profiles", "baseline", "--repeats", "1", "--num-prompts", "1",
+                "--max-tokens", "4", "--warmup", "0", "--out", str(out)]
+        assert cli.run_main(cli.RunArgs.parse(argv), argv=argv, console=Console(stderr=True)) == 0
+    [run_dir] = list(out.iterdir())
+    cell = json.loads((run_dir / "baseline__off.json").read_text())
+    assert cell["invalid_reason"] == "correctness pass failed: a reply the bench could not read (TypeError: a defect)"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["complete"] is True and manifest["interrupted"] is False
+
+
+DAMAGE_LOGPROBS = [  # a change to the first line of a cell's logprobs.jsonl, and what the error says
+    (lambda line: line[: len(line) // 2], "baseline__off.logprobs.jsonl:1: not valid JSON"),
+    (lambda line: line.replace('"concurrency": 1', '"concurrency": NaN'), "NaN is not a number JSON allows"),
+    (lambda line: '{"prompt_id": "x", "logprobs": [[7, 5.0, []]]}', "baseline__off.logprobs.jsonl line 1: not a "
+                                                                    "correctness-pass row"),
+]
+
+
+def test_bench_gate_on_a_damaged_logprobs_file_exits_2_naming_the_file_and_line(tmp_path, capsys):
+    import shutil
+
+    from bench import gate
+
+    _, run_dir, _, _ = run_against(logprob_reply(), tmp_path / "out")
+    for n, (damage, expected) in enumerate(DAMAGE_LOGPROBS):
+        copy = shutil.copytree(run_dir, tmp_path / f"damaged{n}")
+        path = copy / "baseline__off.logprobs.jsonl"
+        lines = path.read_text().splitlines()
+        path.write_text("\n".join([damage(lines[0]), *lines[1:]]) + "\n")
+        assert gate.main(["--bundle", str(copy)]) == 2, expected
+        err = capsys.readouterr().err
+        assert expected in err and "Traceback" not in err, err
+
+
 # ----- damaged bundles: exit 2 naming the file ----------------------------------------------------------
 def write_bundle(d: Path, cells: list[dict], manifest: dict | None = None) -> Path:
     d.mkdir(parents=True)

@@ -96,6 +96,46 @@ def test_no_logprobs_is_not_enough_evidence_never_a_pass():
     assert few["status"] == "not enough evidence" and "50 common-prefix tokens" in few["reasons"][0]
 
 
+BAD_TOPS = "meta_info.output_top_logprobs[0] is 5, not a list"
+
+
+def with_malformed(replies_, prompt="4", level=1, problem=BAD_TOPS):
+    """`replies_` with one prompt's reply at `level` malformed (no rows, the problem named) or left out."""
+    return [Reply(r.prompt_id, r.concurrency, r.text, None, problem=problem)
+            if (r.prompt_id, r.concurrency) == (prompt, level) else r for r in replies_]
+
+
+def test_a_malformed_reply_keeps_a_level_from_a_pass_naming_the_prompt_and_the_field():
+    """Four good prompts would PASS (240 tokens); the fifth's malformed reply could be the one that fails."""
+    cand = side("fused+eagle3", {1: lps(), 8: lps()})
+    cand = correctness.Side(cand.label, cand.texts, with_malformed(cand.replies))
+    r = correctness.gate("eagle3", cand, ref(), thresholds=T)
+    assert r["status"] == "not enough evidence" and r["levels"]["8"]["status"] == "PASS"
+    assert r["reasons"] == [f"at concurrency 1: 1 prompt(s) of this profile's correctness pass have no usable "
+                            f"log-probabilities, so the rest cannot vouch for it: prompt 4: {BAD_TOPS}"]
+    base = ref()  # the same on the reference's side, named by its label
+    base = correctness.Side(base.label, base.texts, with_malformed(base.replies, level=8))
+    r = correctness.gate("eagle3", side("fused+eagle3", {1: lps(), 8: lps()}), base, thresholds=T)
+    assert r["status"] == "not enough evidence" and "8: 1 prompt(s) of baseline+eagle3's correctness pass" in r["reasons"][0]
+    left_out = correctness.Side(cand.label, cand.texts, with_malformed(side("x", {1: lps()}).replies, problem=None))
+    r = correctness.gate("eagle3", left_out, ref(), thresholds=T)
+    assert r["status"] == "not enough evidence" and r["reasons"][0].endswith("prompt 4: the reply has no log-probabilities")
+
+
+def test_a_fail_elsewhere_stands_beside_a_malformed_reply_and_all_malformed_is_not_enough_evidence():
+    broken = side("fused+eagle3", {1: lps(0.6)})
+    broken = correctness.Side(broken.label, broken.texts, with_malformed(broken.replies))
+    r = correctness.gate("eagle3", broken, ref(), thresholds=T)
+    assert r["status"] == "FAIL" and any(f"prompt 4: {BAD_TOPS}" in n for n in r["notes"])
+    everything = side("fused+eagle3", {1: {k: None for k in lps()}})
+    everything = correctness.Side(everything.label, everything.texts,
+                                  [Reply(x.prompt_id, 1, "t", None, problem=BAD_TOPS) for x in everything.replies])
+    r = correctness.gate("eagle3", everything, ref(), thresholds=T)
+    assert r["status"] == "not enough evidence"
+    assert r["reasons"] == [f"this profile's correctness pass has no usable log-probabilities: prompt 0: {BAD_TOPS}; "
+                            f"prompt 1: {BAD_TOPS}; prompt 2: {BAD_TOPS}; and 2 more"]
+
+
 def test_accept_length_collapse_at_the_same_point_and_no_baseline():
     base = ref(2.0, P314)
     collapsed = correctness.gate("eagle3", side("fused+eagle3", {1: lps()}, 1.0, P314), base, thresholds=T)

@@ -49,6 +49,7 @@ def test_unknown_profile_exits_2_before_any_switch(stack, tmp_path):
 
 
 def test_full_matrix_gate_validity_and_failed_switch(stack, tmp_path):
+    found = stack.wait_state({"serving", "rolled_back"})
     r = bench(stack, "--profiles", "baseline,fused,nccl-tuned,crashy", "--spec", "eagle3,off", "--repeats", "2",
               "--num-prompts", "3", "--max-tokens", "16", "--warmup", "1", "--switch-timeout", "30",
               "--health-timeout", "20", "--out", str(tmp_path), env=TINY_WORKLOAD_GATE)
@@ -102,8 +103,10 @@ def test_full_matrix_gate_validity_and_failed_switch(stack, tmp_path):
     assert summary.startswith("# SIMULATED")
     csv_lines = (run_dir / "summary.csv").read_text().splitlines()
     assert len(csv_lines) == 1 + 8
-    status = stack.status()  # the last switch rolled back to a working plan
-    assert status["state"] == "rolled_back" and status["health"] == "ok"
+    # the last switch rolled back to a working plan; then the bench put production back on the plan it found
+    status = stack.wait_state({"serving"})
+    assert (status["profile"], status["spec"], status["digest"]) == (found["profile"], found["spec"], found["digest"])
+    assert f"production back on {found['profile']}+{found['spec']}, the plan it found" in r.stderr
 
 
 def test_the_gate_judges_log_probabilities_not_texts(stack, tmp_path):
@@ -176,6 +179,9 @@ def test_a_cell_whose_expected_backend_is_not_active_is_invalid(kit_stack, tmp_p
     cell = json.loads((next((tmp_path / "a").iterdir()) / "ipc-quiet__off.json").read_text())
     assert cell["valid"] is False and cell["switch"]["outcome"] == "degraded"
     assert "pcie-ipc" in cell["invalid_reason"] and cell["per_repeat"] == []
+    assert "production back on baseline+off, the plan it found" in r.stderr, r.stderr[-2000:]
+    assert stack.wait_state({"serving"})["profile"] == "baseline"
+    assert stack.switch("ipc-quiet", "off").json()["outcome"] == "degraded"  # by hand, for --no-switch below
     assert stack.status()["state"] == "degraded"
     r = bench(stack, "--no-switch", *common, "--out", str(tmp_path / "b"))
     assert r.returncode == 0, r.stderr[-3000:]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench import bundle
 from bench.run import passes
 from bench.run.logprob_gate import TokenLogprob
 from bench.run.passes import Reply
+from launcher.errors import UserError
 
 GENERATE_BODY = {"text": "ab", "meta_info": {"output_token_logprobs": [[-0.1, 7, None], [-0.2, 8, None]],
                                              "output_top_logprobs": [[[-0.1, 7, None], [-2.0, 9, None]],
@@ -75,8 +78,9 @@ def test_an_older_row_without_a_level_or_raw_body_still_reads_and_junk_does_not(
     for junk in ({"text": "x"}, {"prompt_id": "p", "concurrency": 0}, {"prompt_id": "p", "concurrency": True}):
         assert Reply.from_json(junk) is None
     odd = {**GENERATE_BODY, "meta_info": {**GENERATE_BODY["meta_info"], "output_top_logprobs": [5, 5]}}
-    parsed = passes.parse(odd, "generate")  # a malformed alternatives list is no traceback
-    assert parsed is not None and all(r.top == {} for r in parsed)
+    # a malformed alternatives list is no traceback, and no evidence: with no alternatives every flip would read
+    # as a token outside the top-k
+    assert passes.read(odd, "generate") == (None, "meta_info.output_top_logprobs[0] is 5, not a list")
 
 
 def test_by_level_and_texts():
@@ -84,3 +88,39 @@ def test_by_level_and_texts():
     assert passes.by_level([a1, a8]) == {1: {"a": []}, 8: {"a": None}}
     assert passes.texts([a8, a1]) == {"a": "x"}
     assert passes.texts([]) == {}
+
+
+def test_a_kept_body_reads_back_from_a_bundle_as_it_was_judged(tmp_path):
+    """NaN, the infinities and integers of 19 digits or more (which bundle files refuse) are kept as strings, so
+    the bundle reads back, with the same verdict: no evidence, the field named."""
+    body = passes.storable({"text": "ab", "meta_info": {"output_token_logprobs": [[float("nan"), 7, None],
+                                                                                  [-0.2, 10**30, None]],
+                                                        "e2e_latency": float("inf"), "x": [float("-inf"), True, 3]}})
+    assert body["meta_info"]["e2e_latency"] == "Infinity" and body["meta_info"]["x"] == ["-Infinity", True, 3]
+    assert body["meta_info"]["output_token_logprobs"][1][1] == str(10**30)
+    rows, problem = passes.read(body, "generate")
+    assert rows is None and problem == "meta_info.output_token_logprobs[0][0] is 'NaN', not a log-probability (a number)"
+    reply = Reply("p0", 1, "ab", rows, {"path": "/generate", "body": {}}, body, problem)
+    bundle.write_logprobs(tmp_path, "fused", "off", [reply])
+    assert bundle.read_logprobs(tmp_path, "fused", "off") == [reply]
+
+
+def test_a_body_nested_past_max_depth_is_refused_without_recursion():
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ValueError, match=f"nested more than {passes.MAX_DEPTH} levels deep"):
+        passes.storable({"meta_info": deep})
+    ok: list = [-0.1]
+    for _ in range(passes.MAX_DEPTH - 1):
+        ok = [ok]
+    assert passes.storable(ok) is ok
+
+
+def test_damaged_stored_rows_are_a_damaged_file_naming_its_line(tmp_path):
+    bundle.write_logprobs(tmp_path, "fused", "off", [Reply("p0", 1, "ab", [TokenLogprob(7, -0.1, {})])])
+    path = tmp_path / "fused__off.logprobs.jsonl"
+    good = path.read_text()
+    path.write_text(good + good.replace("-0.1", "5.0"))  # a log-probability above 0 the kit never wrote
+    with pytest.raises(UserError, match=r"fused__off.logprobs.jsonl line 2: not a correctness-pass row"):
+        bundle.read_logprobs(tmp_path, "fused", "off")

@@ -459,3 +459,29 @@ def test_profiles_shows_why_a_file_is_invalid(tmp_path):
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("broken "))
     assert "invalid" in line and f"{root / 'broken.toml'}:2: TOML syntax error" in line
+
+
+def test_bug_6_launcher_profiles_survives_damaged_files_and_shows_each_in_one_short_line(tmp_path):
+    """Defect 6: a user profile with a 5000-digit [adaptive_tiers] key or a 5000-deep array made `launcher
+    profiles` a traceback; a 5 MB description was printed whole."""
+    root = write_profiles(tmp_path / "u", {
+        "bigkey.toml": profile_toml("k") + '[adaptive_tiers]\n"' + "1" * 5000 + '" = [1]\n',
+        "deep.toml": 'description = "d"\n[env]\nA = ' + "[" * 5000 + "]" * 5000 + "\n",
+        "self.toml": profile_toml("s", extends="self"),
+        "huge.toml": 'description = "' + "d" * 5_000_000 + '"\n',
+        "wordy.toml": profile_toml("w" * 900),
+        "Ünï.toml": profile_toml("u"),
+        "good.toml": profile_toml("fine"),
+    })
+    env = child_env(KIT_PROFILES_DIR=str(root))
+    proc = run_launcher("profiles", env=env)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    lines = {x.split()[0]: x for x in proc.stdout.splitlines()}
+    for name in ("bigkey", "deep", "self", "huge", "Ünï"):
+        assert lines[name].split()[1] == "invalid" and len(lines[name]) < 400, lines[name]
+    assert lines["good"].split()[1:] == ["experimental", "fine"] and "baseline" in lines
+    assert len(lines["wordy"]) < 300 and len(proc.stdout) < 10_000
+    rows = json.loads(run_launcher("profiles", "--json", env=env).stdout)
+    assert {r["name"] for r in rows if r["status"] == "invalid"} == {"bigkey", "deep", "self", "huge", "Ünï"}
+    check = run_launcher("check", "bigkey", "--spec", "eagle3-adaptive", env=env)
+    assert_user_error(check, "bigkey.toml: key 'adaptive_tiers': tier '11111111111111111111'... is no batch size")

@@ -53,9 +53,9 @@ def test_bad_tiers_are_refused_naming_the_flag(text, words):
 
 
 @pytest.mark.parametrize("value, words", [
-    ({"1": 3}, "list of whole numbers"),
+    ({"1": 3}, "candidate steps must be whole numbers"),
     ({"one": [3]}, "no batch size"),
-    ({"1": [True]}, "list of whole numbers"),
+    ({"1": [True]}, "candidate steps must be whole numbers"),
     ({"1": []}, "at least one"),
     ({}, "no tier"),
     ([3], "must be an object"),
@@ -102,6 +102,18 @@ def test_write_keeps_a_file_that_holds_the_content(tmp_path):
     path = t.write(tmp_path)
     before = path.stat().st_mtime_ns
     assert t.write(tmp_path) == path and path.stat().st_mtime_ns == before
+    assert path.stat().st_mode & 0o777 == 0o600  # as the plan's own files
+
+
+def test_write_replaces_a_link_with_the_file_and_never_touches_its_target(tmp_path):
+    t = at.parse("1:2,8:0")
+    target = tmp_path / "elsewhere.json"
+    target.write_text(t.file_text())  # the right content, behind a link: still not the kit's file
+    (tmp_path / "configs").mkdir()
+    path = t.path(tmp_path / "configs")
+    path.symlink_to(target)
+    assert t.write(tmp_path / "configs") == path
+    assert not path.is_symlink() and path.read_text() == t.file_text() and target.read_text() == t.file_text()
 
 
 # ---- in a plan -------------------------------------------------------------------------------------
@@ -223,3 +235,100 @@ def test_launcher_show_and_check_take_tiers_and_refuse_bad_ones(tmp_path):
         r = _launcher("check", "baseline", *args, env=env)
         assert r.returncode == 2 and words in r.stderr, r.stdout + r.stderr
     assert not (tmp_path / "adaptive").exists()  # previews write nothing
+
+
+# ---- one parser: the text form, a profile's table and the API's JSON refuse the same things in the same words ----
+
+LONG_KEY = "1" * 5000  # past Python's int-string limit (4300 digits): int() would raise ValueError
+
+
+def _problem(message: str) -> str:
+    """The refusal without where it came from and the fix in the caller's form."""
+    import re
+
+    found = re.search(r": ((?:tier |no tier |every tier ).*?); give ", message)
+    assert found, message
+    return found.group(1)
+
+
+@pytest.mark.parametrize("text, value", [
+    ("²:1", {"²": [1]}),  # str.isdigit() holds, int() raises
+    ("١:1", {"١": [1]}),  # an Arabic-Indic digit: int() reads 1
+    (f"{LONG_KEY}:1", {LONG_KEY: [1]}),
+    ("65537:1", {"65537": [1]}),
+    ("0:1", {"0": [1]}),
+    ("1:1.0", {"1": [1.0]}),
+    ("1:true", {"1": [True]}),
+    ("1:-1", {"1": [-1]}),
+    ("1:1025", {"1": [1025]}),
+    ("1:0", {"1": [0]}),
+])
+def test_bug_5_every_form_refuses_the_same_things_with_the_same_words(tmp_path, text, value):
+    """Defect 5: a 5000-digit or non-ASCII key was a ValueError (a traceback, the API's 500) or read as batch 1
+    by the CLI only; now the three forms go through one parser and say the same thing, each with its own fix."""
+    from launcher.profiles import loader
+
+    with pytest.raises(UserError) as cli:
+        at.parse(text)
+    with pytest.raises(UserError) as api:
+        at.api_value(value)
+    key, steps = next(iter(value.items()))
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "t.toml").write_text(f'description = "t"\n[adaptive_tiers]\n{json.dumps(key)} = {json.dumps(steps)}\n')
+    with pytest.raises(UserError) as toml:
+        loader.read_file(folder / "t.toml")
+    assert _problem(str(cli.value)) == _problem(str(api.value)) == _problem(str(toml.value))
+    assert str(cli.value).startswith("--adaptive-tiers '") and "give tiers as B:S" in str(cli.value)
+    assert str(api.value).startswith("adaptive_tiers: ") and 'give tiers as {"B"' in str(api.value)
+    assert "t.toml: key 'adaptive_tiers': " in str(toml.value) and "[adaptive_tiers] lines" in str(toml.value)
+    assert len(str(cli.value)) < 400 and len(str(api.value)) < 400  # one short line, whatever was given
+
+
+@pytest.mark.parametrize("steps", [["3"], [True], [1.0], [1, "2"], "3", 3, [], None, [[1]]])
+def test_bug_5_steps_are_strict_ints_in_the_api_and_a_profile(tmp_path, steps):
+    """`["3"]`, `[true]`, `[1.0]` were coerced to ints (pydantic's lax mode) where [spec_params] is strict."""
+    with pytest.raises(UserError, match="candidate steps must be whole numbers from 0 to 1024, at least one"):
+        at.api_value({"1": steps})
+
+
+def test_the_api_field_type_hands_the_raw_json_to_the_parser():
+    """ApiTiers, the type of the control API's body field: nothing coerced before the parser sees it, its UserError
+    (the API's 400) passes through model_validate, None stays None."""
+    from pydantic import BaseModel, ConfigDict
+
+    class Body(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        adaptive_tiers: at.ApiTiers = None
+
+    assert Body.model_validate({}).adaptive_tiers is None
+    assert Body.model_validate({"adaptive_tiers": None}).adaptive_tiers is None
+    assert Body.model_validate({"adaptive_tiers": {"1": [3], "8": [0]}}).adaptive_tiers == at.parse("1:3,8:0")
+    for bad in ({"1": ["3"]}, {LONG_KEY: [1]}, {"²": [1]}, "1:3", [1]):
+        with pytest.raises(UserError, match="^adaptive_tiers: "):
+            Body.model_validate({"adaptive_tiers": bad})
+
+
+def test_a_refusal_lists_a_few_problems_and_counts_the_rest():
+    with pytest.raises(UserError) as exc:
+        at.from_json({f"x{i}": [1] for i in range(10_000)})
+    assert str(exc.value).count("no batch size") == at.PROBLEMS_SHOWN and "and 9997 more" in str(exc.value)
+    assert len(str(exc.value)) < 500
+
+
+def test_keys_with_leading_zeros_are_the_batch_they_name():
+    assert at.parse("0001:3").tiers == ((1, (3,)),) == at.from_json({"01": [3]}).tiers
+    with pytest.raises(UserError, match="tier 1 given twice"):
+        at.from_json({"1": [3], "01": [2]})
+
+
+@pytest.mark.parametrize("value", ["²:1", "١:1", f"{LONG_KEY}:1", "1:" + "9" * 5000])
+def test_bug_5_launcher_check_refuses_a_bad_key_with_exit_2_naming_the_flag(value, capsys):
+    """`launcher check --adaptive-tiers '²:1'` (or a 5000-digit batch) was a traceback with exit 1; '١:1' was
+    checked as batch 1."""
+    from launcher.cli import main
+
+    assert main(["check", "baseline", "--adaptive-tiers", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --adaptive-tiers '") and "give tiers as B:S" in err and "Traceback" not in err
+    assert len(err.splitlines()) == 1 and len(err) < 400

@@ -96,3 +96,16 @@ def test_compose_override_refuses_a_folder_that_does_not_exist(tmp_path):
         catalog.compose_override({"KIT_PROFILES_DIR": str(tmp_path / "nope")})
     proc = bare("compose-override", KIT_PROFILES_DIR=str(tmp_path / "nope"))
     assert proc.returncode == 2 and "nope is not a folder" in proc.stderr
+
+
+def test_bug_6_a_toml_file_whose_name_is_no_profile_name_is_found_but_never_a_name(tmp_path, monkeypatch):
+    """Defect 6: `Ünï.toml` was silently missing from every listing; the catalog now names such files (the
+    loader lists them invalid) and still never offers them as a name (the Makefile's `profiles`)."""
+    user = write_profiles(tmp_path / "mine", {"Ünï.toml": profile_toml("u"), "My Profile.toml": profile_toml("m"),
+                                              "fine.toml": profile_toml("f"), "notes.txt": "x"})
+    (user / "dir.toml").mkdir()
+    (user / "Gone.toml").symlink_to(user / "missing")
+    monkeypatch.setenv("KIT_PROFILES_DIR", str(user))
+    assert catalog.misnamed_files() == [user / "My Profile.toml", user / "Ünï.toml"]
+    assert "fine" in catalog.available_names() and not {"Ünï", "My Profile"} & set(catalog.available_names())
+    assert bare("profiles", KIT_PROFILES_DIR=str(user)).stdout.split().count("fine") == 1

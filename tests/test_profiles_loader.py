@@ -504,3 +504,86 @@ def test_every_file_and_evidence_section_the_profiles_cite_is_in_the_repo():
             assert section in sections, f'{path.name} cites docs/evidence.md, "{section}", which has no such section'
             cited_sections += 1
     assert cited_sections >= 10
+
+
+# ---- hostile files: one damaged profile never takes a listing down ----------------------------------------------
+
+
+def _damaged() -> dict[str, str]:
+    return {
+        "bigkey.toml": profile_toml("k", extends="baseline") + '[adaptive_tiers]\n"' + "1" * 5000 + '" = [1]\n',
+        "deep.toml": 'description = "d"\n[env]\nA = ' + "[" * 5000 + "]" * 5000 + "\n",
+        "bigint.toml": 'description = "i"\n[env]\nA = ' + "1" * 5000 + "\n",
+        "self.toml": profile_toml("s", extends="self"),
+        "orphan.toml": profile_toml("o", extends="self"),  # its parent is damaged
+        "strstep.toml": profile_toml("t") + '[adaptive_tiers]\n1 = ["3"]\n',
+        "huge.toml": 'description = "' + "d" * 5_000_000 + '"\n',
+        "newline.toml": 'description = "x"\n[server]\n"a\\u001b[31mb" = 1\n',
+        "Ünï.toml": profile_toml("u"),
+        "good.toml": profile_toml("fine", extends="baseline"),
+        "wordy.toml": profile_toml("w" * 900),
+    }
+
+
+def test_bug_6_damaged_user_profiles_are_listed_invalid_with_one_short_reason(tmp_path, monkeypatch):
+    """Defect 6: a 5000-digit [adaptive_tiers] key (ValueError) or a 5000-deep array (RecursionError) was a
+    traceback for every listing; a self-extending profile was listed `experimental`, a unicode-named one not at
+    all, a 5 MB description printed whole."""
+    root = user_dir(tmp_path, monkeypatch, _damaged())
+    rows = {r["name"]: r for r in profiles.describe_all()}
+    invalid = {"bigkey", "deep", "bigint", "self", "orphan", "strstep", "huge", "newline", "Ünï"}
+    assert {n for n, r in rows.items() if r["status"] == "invalid"} == invalid
+    for name in invalid:
+        error = rows[name]["error"]
+        assert len(error) <= profiles.REASON_SHOWN and error.isprintable(), (name, error)
+    assert "no batch size" in rows["bigkey"]["error"] and "nested too deeply" in rows["deep"]["error"]
+    assert "cycle self -> self" in rows["self"]["error"] and "self.toml" in rows["orphan"]["error"]
+    assert "candidate steps must be whole numbers" in rows["strstep"]["error"]
+    assert "larger than 1 MiB" in rows["huge"]["error"] and "not a profile name" in rows["Ünï"]["error"]
+    assert rows["Ünï"]["path"] == str(root / "Ünï.toml")
+    assert rows["good"] == {"name": "good", "description": "fine", "status": "experimental", "path": str(root / "good.toml")}
+    assert len(rows["wordy"]["description"]) == profiles.DESCRIPTION_SHOWN and rows["wordy"]["description"].endswith("...")
+    assert rows["baseline"]["status"] == "stable"  # the built-ins still list
+    assert profiles.load("wordy").description == "w" * 900  # the plan keeps it whole
+
+
+def test_bug_6_nothing_a_file_holds_raises_from_a_listing(tmp_path, monkeypatch):
+    user_dir(tmp_path, monkeypatch, {"odd.toml": profile_toml("o")})
+
+    def explode(name):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(profiles, "load", explode)
+    row = profiles.describe_one("odd")
+    assert row["status"] == "invalid" and "cannot be read (RuntimeError)" in row["error"]
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ('[env]\nA = ' + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    ("[env]\nA = " + "1" * 5000 + "\n", "TOML value cannot be read"),
+    ('[adaptive_tiers]\n"' + "9" * 5000 + '" = [1]\n', "is no batch size from 1 to 65536"),
+    ('[adaptive_tiers]\n1 = [true]\n', "candidate steps must be whole numbers"),
+    ('[adaptive_tiers]\n1 = [1.0]\n', "candidate steps must be whole numbers"),
+    ("[adaptive_tiers]\n1 = 3\n", "candidate steps must be whole numbers"),
+    ("adaptive_tiers = 3\n", "must be an object of tiers"),
+])
+def test_bug_6_a_hostile_file_is_a_user_error_naming_it(tmp_path, monkeypatch, body, words):
+    root = user_dir(tmp_path, monkeypatch, {"bad.toml": profile_toml("b", extends="baseline") + body})
+    with pytest.raises(UserError, match=words) as exc:
+        profiles.load("bad")
+    assert str(root / "bad.toml") in str(exc.value) and len(str(exc.value)) < 500
+
+
+def test_a_file_over_the_cap_is_refused_unread_and_one_at_it_is_read(tmp_path, monkeypatch):
+    head = profile_toml("c") + "# "
+    fits = head + "x" * (profiles.MAX_FILE_BYTES - len(head) - 1) + "\n"
+    user_dir(tmp_path, monkeypatch, {"fits.toml": fits, "over.toml": fits + "\n"})
+    assert profiles.load("fits").description == "c"
+    with pytest.raises(UserError, match="larger than 1 MiB"):
+        profiles.load("over")
+
+
+def test_a_description_over_its_cap_is_refused(tmp_path, monkeypatch):
+    user_dir(tmp_path, monkeypatch, {"long.toml": profile_toml("d" * (profiles.DESCRIPTION_MAX + 1))})
+    with pytest.raises(UserError, match=f"key 'description'.*at most {profiles.DESCRIPTION_MAX} characters"):
+        profiles.load("long")

@@ -41,6 +41,7 @@ ROWS = {
     "`log-level` above info": ["startup_lines_need_info_logging"],
     "would fall back to static speculation": ["adaptive_fallback"],
     "`speculative-adaptive` config SGLang cannot load": ["adaptive_config"],
+    "An `[env]` too large for the server": ["env_file_size"],
 }
 
 

@@ -197,6 +197,19 @@ def test_a_stop_during_the_check_never_starts_the_server_and_a_killed_check_alon
     assert out.stop is None and "exited 143 without a verdict" in out.lines[-1]
 
 
+def test_the_check_log_is_never_written_through_a_link(tmp_path):
+    """check.log lies in the state dir: a link planted there (to /etc/passwd, as root) must not be truncated."""
+    victim = tmp_path / "passwd-copy"
+    victim.write_text("root:x:0:0\n")
+    (tmp_path / "check").mkdir()
+    (tmp_path / "check" / "check.log").symlink_to(victim)
+    rows = [{"backend": "nccl", "exact": "PASS: every element exact"}]
+    out = check.run_check(DECISION, tmp_path / "p.json", tmp_path / "check", (7168, "h"), _fake_bench(rows, 0)[0])
+    assert out.stop is None and victim.read_text() == "root:x:0:0\n"
+    log = tmp_path / "check" / "check.log"
+    assert not log.is_symlink() and log.read_text() == "bench output\n" and oct(log.stat().st_mode & 0o777) == "0o600"
+
+
 # ----- server_exec, for real, with gloo on 2 CPU ranks standing in for the GPUs ---------------------------
 
 # server_exec as supervisord runs it, with the decision's backend forced to gloo (2 ranks): the CUDA backends

@@ -568,9 +568,11 @@ def test_bug_22_a_fifo_as_history_never_blocks_status(kit_stack):
     os.mkfifo(hist)
     st = httpx.get(f"{stack.control_url}/status", timeout=5).json()  # a blocked event loop would time out
     assert st["history"] == [] and st["history_skipped"] == 1
-    r = stack.switch("nccl-tuned", "off")
-    assert r.status_code == 200 and r.json()["outcome"] == "switched" and "history_error" in r.json()
-    assert httpx.get(f"{stack.control_url}/status", timeout=5).json()["state"] == "serving"
+    r = stack.switch("nccl-tuned", "off")  # its outcome could not be recorded: refused before anything changes
+    assert r.status_code == 500 and "history.jsonl is a FIFO" in r.json()["error"], r.text
+    assert "nothing was changed" in r.json()["error"]
+    st = httpx.get(f"{stack.control_url}/status", timeout=5).json()
+    assert (st["state"], st["profile"]) == ("serving", "baseline")
 
 
 def test_bug_22_a_directory_as_the_journal_is_resolved_once(kit_stack):
@@ -609,3 +611,100 @@ def test_bug_22_without_any_plan_file_health_is_still_probed(kit_stack):
     assert st["state"] == "serving" and st["profile"] is None and "no readable plan" in st["last_error"]
     assert stack.switch("nccl-tuned", "off").json()["outcome"] == "switched"
     assert stack.status()["profile"] == "nccl-tuned"
+
+
+# 36 -----------------------------------------------------------------------------------------------
+# One damaged state file must never take the control API down (switch-counts.json: tests/test_runtime_metrics.py).
+def _strict_json(text: str) -> object:
+    """JSON as a strict client parses it: NaN and Infinity are not JSON."""
+    def refuse(name: str) -> object:
+        raise ValueError(f"{name} in a JSON answer")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_bug_36_history_as_a_link_is_never_appended_through(kit_stack, tmp_path):
+    """history.jsonl as a symbolic link: the next switch appended its entry to the link's target (as root, any file).
+    Now a switch is refused before it touches the server, the target is never read or written, and /status answers."""
+    stack = kit_stack()
+    paths = StatePaths(stack.state_dir)
+    victim = tmp_path / "passwd-copy"
+    victim.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    paths.history.unlink(missing_ok=True)
+    paths.history.symlink_to(victim)
+    st = stack.status()
+    assert st["history"] == [] and st["history_skipped"] == 1
+    r = stack.switch("nccl-tuned", "off")
+    assert r.status_code == 500 and "history.jsonl is a symbolic link" in r.json()["error"], r.text
+    assert "nothing was changed" in r.json()["error"]
+    st = stack.status()
+    assert (st["state"], st["profile"]) == ("serving", "baseline")
+    assert victim.read_text() == "root:x:0:0:root:/root:/bin/bash\n"
+    paths.history.unlink()  # moved away: switches are recorded again, in a regular file
+    assert stack.switch("nccl-tuned", "off").json()["outcome"] == "switched"
+    assert stack.history()[-1]["outcome"] == "switched" and not paths.history.is_symlink()
+    assert victim.read_text() == "root:x:0:0:root:/root:/bin/bash\n"
+
+
+def test_bug_36_hold_numbers_are_bounded_and_a_hold_that_never_lapses_holds_nothing(kit_stack):
+    """POST /hold granted pid 2**40 (a client's os.kill then raised OverflowError) and ttl_s 1e-300; tune-hold.json with
+    expires_at Infinity never lapsed and /status answered `Infinity` (not JSON)."""
+    stack = kit_stack()
+    url, auth = f"{stack.control_url}/hold", {"Authorization": f"Bearer {stack.token}"}
+    for body, key in (({"holder": "t", "ttl_s": 60, "host": "h", "pid": 2**40}, "pid"),
+                      ({"holder": "t", "ttl_s": 60, "host": "h", "take_over_pid": 2**40}, "take_over_pid"),
+                      ({"holder": "t", "ttl_s": 1e-300}, "ttl_s")):
+        r = httpx.post(url, json=body, headers=auth, timeout=10)
+        assert r.status_code == 400 and key in r.json()["error"], (body, r.text)
+    assert stack.status()["tune_hold"] is None
+    hold = StatePaths(stack.state_dir).tune_hold
+    for forged in ("Infinity", "1e999", "NaN", "1e300"):
+        hold.write_text(f'{{"id": "x", "holder": "forged", "since": 0, "expires_at": {forged}, "host": "h", "pid": 42}}')
+        st = _strict_json(httpx.get(f"{stack.control_url}/status", timeout=10).text)
+        assert st["tune_hold"] is None, forged
+    r = httpx.post(url, json={"holder": "tune A", "ttl_s": 60, "host": "h", "pid": 4194304}, headers=auth, timeout=10)
+    assert r.status_code == 200, r.text
+    assert _strict_json(httpx.get(f"{stack.control_url}/status", timeout=10).text)["tune_hold"]["holder"] == "tune A"
+
+
+def test_bug_36_supervisord_killed_mid_switch_is_interrupted_answered_in_json_and_resolved(kit_stack):
+    """supervisord SIGKILLed during a switch: it was recorded `failed` with a raw ConnectionRefusedError and the client
+    got a plain-text 500. Now the answer is JSON, outcome `interrupted` with a readable error; the journal stays, and the
+    next serve on the state dir resolves the switch and records one `interrupted` entry naming supervisord."""
+    import threading
+
+    stack = kit_stack()
+    paths = StatePaths(stack.state_dir)
+    result: dict = {}
+
+    def fire() -> None:
+        try:
+            result["r"] = stack.switch("hangs", "off", timeout_s=60)
+        except httpx.HTTPError as exc:
+            result["err"] = exc
+
+    t = threading.Thread(target=fire)
+    t.start()
+    until(lambda: stack.status()["phase"] == "health", 30, "health phase")
+    sup = psutil.Process(int(paths.supervisord_pid.read_text()))
+    tree = sup.children(recursive=True)
+    sup.kill()
+    t.join(120)
+    r = result.get("r")
+    assert r is not None, result
+    assert r.status_code == 500 and r.headers["content-type"].startswith("application/json"), r.text
+    answer = r.json()
+    assert answer["outcome"] == "interrupted" and answer["interrupted_phase"] == "health", answer
+    assert "supervisord stopped answering" in answer["error"] and "ConnectionRefusedError" not in answer["error"]
+    gone, alive = psutil.wait_procs(tree, timeout=60)
+    assert not alive, [(p.pid, p.cmdline()) for p in alive]
+    stack.proc.wait(timeout=10)
+    kept = json.loads(paths.journal.read_text())
+    assert kept["id"] == answer["id"] and kept["cut_short"].startswith("supervisord stopped answering")
+    assert [h["outcome"] for h in stack.history() if h.get("id") == answer["id"]] == []  # not recorded as failed
+    stack.start(timeout=60)  # a new serve: it resolves the switch cut short
+    hist = until(lambda: (h := stack.history())[-1].get("id") == answer["id"] and h, 30, "recorded")
+    assert hist[-1]["outcome"] == "interrupted" and hist[-1]["resolution"] == "kept"
+    assert "supervisord stopped answering" in hist[-1]["error"]
+    assert [h.get("id") for h in hist].count(answer["id"]) == 1
+    assert stack.status()["profile"] == "baseline" and not paths.journal.exists()

@@ -172,3 +172,61 @@ def test_a_tuned_adaptive_config_is_checked_switched_to_and_bad_ones_are_400(tmp
             "candidate_steps": [1]}, "16": {"candidate_steps": [0]}}]
 
     api(tmp_path, body)
+
+
+def _strict(text: str) -> object:
+    """JSON as every client parses it: NaN and Infinity are not JSON."""
+    def refuse(name):
+        raise ValueError(f"{name} in a JSON answer")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_no_answer_carries_nan_or_infinity(tmp_path):
+    async def body(client, lc, sup, server):
+        # a number that went wrong anywhere (a log line's "nan", a float that overflowed) answers null
+        lc.backends = [{"name": "pcie-ipc", "active": True, "ema": float("nan"), "at": [float("inf"), 1.5]}]
+        r = await client.get("/status")
+        st = _strict(await r.text())
+        assert r.status == 200 and st["backends"] == [{"name": "pcie-ipc", "active": True, "ema": None, "at": [None, 1.5]}]
+
+    api(tmp_path, body)
+
+
+def test_an_unexpected_error_is_a_json_500_even_when_the_log_is_gone(tmp_path, monkeypatch):
+    """supervisord dead: the control API's stderr is a broken pipe. Logging the traceback must not turn the
+    answer into aiohttp's plain-text 500 (it did: BrokenPipeError from print_exc inside the middleware)."""
+    class Broken:
+        def write(self, _text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    async def body(client, lc, sup, server):
+        def boom():
+            raise ConnectionRefusedError(111, "Connection refused")
+
+        lc.status = boom
+        monkeypatch.setattr("sys.stderr", Broken())
+        r = await client.get("/status")
+        monkeypatch.undo()
+        assert r.status == 500 and r.content_type == "application/json"
+        assert await r.json() == {"error": "internal error: ConnectionRefusedError"}
+
+    api(tmp_path, body)
+
+
+def test_supervisord_gone_mid_switch_answers_interrupted_as_json(tmp_path):
+    async def body(client, lc, sup, server):
+        def gone(_sup):
+            if lc.switcher.phase == "health" or lc.state == "failed":
+                raise switch_mod.SupervisorGone("supervisord stopped answering on s.sock (connection refused)")
+
+        sup.on_info = gone
+        r = await client.post("/switch", json={"profile": "nccl-tuned", "spec": "off"}, headers=AUTH)
+        data = await r.json()
+        assert r.status == 500 and data["outcome"] == "interrupted" and data["interrupted_phase"] == "health"
+        assert "supervisord stopped answering" in data["error"] and data["status"]["state"] == "failed"
+
+    api(tmp_path, body)

@@ -35,3 +35,24 @@ def test_a_damaged_journal_still_says_a_switch_was_cut_short(tmp_path):
         StatePaths(tmp_path).journal.write_text(text, encoding="latin-1")
         j = journal.read(tmp_path)
         assert j is not None and j.id.startswith("damaged-") and j.phase == "unknown"
+
+
+def test_a_switch_cut_short_keeps_its_reason_for_the_next_start(tmp_path):
+    j = journal.begin(tmp_path, FROM, TO)
+    journal.advance(tmp_path, j, "health")
+    journal.cut_short(tmp_path, j, "supervisord stopped answering on s.sock (connection refused)")
+    back = journal.read(tmp_path)
+    assert (back.id, back.phase, back.cut_short) == (j.id, "health", "supervisord stopped answering on s.sock "
+                                                                      "(connection refused)")
+    assert "cut_short" not in journal.begin(tmp_path, FROM, TO).record()  # only when set
+
+
+def test_a_journal_that_is_no_regular_file_is_damaged_and_never_blocks(tmp_path):
+    import os
+
+    path = StatePaths(tmp_path).journal
+    for make in (os.mkfifo, lambda p: os.symlink("/dev/zero", p)):
+        make(path)
+        j = journal.read(tmp_path)  # a FIFO would block a plain open; /dev/zero would never end
+        assert j is not None and j.phase == "unknown"
+        path.unlink()

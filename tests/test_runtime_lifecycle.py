@@ -459,3 +459,43 @@ def test_recovery_sees_a_target_that_dies_between_polls_as_dead(tmp_path):
 
     entry = run(go())
     assert entry.resolution == "rolled_back" and "exited" in entry.gate_error
+
+
+def test_supervisord_gone_mid_switch_leaves_failed_and_the_next_start_names_why(tmp_path):
+    rig = Rig(tmp_path)
+    run(rig.tick())
+    sw = rig.lc.switcher
+
+    def gone(_sup):
+        if sw.phase == Phase.HEALTH or rig.lc.state != State.SWITCHING and rig.lc.lock.locked():
+            raise switch_mod.SupervisorGone("supervisord stopped answering on x.sock (connection refused)")
+
+    rig.sup.on_info = gone
+    entry = run(rig.lc.switch("nccl-tuned", "off", None))
+    assert entry.outcome == Outcome.INTERRUPTED and rig.lc.state == State.FAILED
+    assert rig.lc.last_error == entry.error and "supervisord stopped answering" in entry.error
+    assert rig.history() == []
+    rig.sup.on_info = None  # a new serve: supervisord answers again
+    rig.lc = rig.make()
+
+    async def go():
+        await rig.lc.lock.acquire()
+        return await rig.lc.recover(journal.read(rig.sd))
+
+    recovered = run(go())
+    [line] = rig.history()
+    assert line["id"] == entry.id and line["outcome"] == "interrupted" and line["resolution"] == "kept"
+    assert line["error"] == ("the switch was cut short in phase 'health' "
+                             "(supervisord stopped answering on x.sock (connection refused))") == recovered.error
+
+
+def test_a_switch_is_refused_while_history_is_a_link_and_nothing_changes(tmp_path):
+    rig = Rig(tmp_path)
+    run(rig.tick())
+    victim = tmp_path / "passwd-copy"
+    victim.write_text("root:x:0:0\n")
+    StatePaths(tmp_path).history.symlink_to(victim)
+    with pytest.raises(RuntimeFailure, match="history.jsonl is a symbolic link.*nothing was changed"):
+        run(rig.lc.switch("nccl-tuned", "off", None))
+    assert rig.lc.state == State.SERVING and rig.sup.stops == 0 and victim.read_text() == "root:x:0:0\n"
+    assert journal.read(tmp_path) is None

@@ -257,6 +257,62 @@ def test_a_start_keeps_lines_appended_while_the_control_api_was_stopped(kit_stac
     assert switch_counts(text)["switched"] == 1 and value(text, "kit_switch_duration_seconds_sum", outcome="failed") == 7.0
 
 
+def _damage_counts(path, damage: str) -> None:
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    if damage == "fifo":
+        os.mkfifo(path)
+    elif damage == "/dev/zero":
+        path.symlink_to("/dev/zero")
+    elif damage == "300 MB":
+        with open(path, "wb") as fh:
+            fh.truncate(300 << 20)  # sparse
+    else:
+        path.write_text(damage)
+
+
+COUNTS_DAMAGE = {
+    "a string count": '{"v": 1, "history_bytes": 0, "totals": {}, "buckets": {}, "sums": {}, "skipped": "x"}',
+    "5000 outcome keys": json.dumps({"v": 1, "history_bytes": 0, "totals": {f"made-up-{i}": 1 for i in range(5000)},
+                                     "buckets": {}, "sums": {}}),
+    "NaN and negative sums": '{"v": 1, "history_bytes": 0, "totals": {"switched": 3}, "buckets": {}, '
+                             '"sums": {"switched": NaN, "failed": -5}}',
+    "a FIFO": "fifo",
+    "a link to /dev/zero": "/dev/zero",
+    "300 MB": "300 MB",
+}
+
+
+def test_a_damaged_counts_file_never_stops_or_blocks_the_control_api(kit_stack):
+    """switch-counts.json damaged while the control API is down (defects 1, 2, 7 of "one damaged state file must never
+    take the control API down"): it starts and answers at once, counts from history.jsonl alone, serves only the known
+    outcome series with finite, non-negative sums, logs one line naming the file and why, and keeps the counts
+    as a regular file again. (A FIFO hung its start; a link to /dev/zero read without end; a 300 MB file was read whole;
+    5000 made-up outcomes were 5000 series.)"""
+    stack = kit_stack()
+    paths = StatePaths(stack.state_dir)
+    assert stack.switch("nccl-tuned").json()["outcome"] == "switched"
+    known = {*metrics.SWITCH_OUTCOMES, metrics.OTHER}
+    for name, damage in COUNTS_DAMAGE.items():
+        _damage_counts(paths.switch_counts, damage)
+        logged = stack.log.read_text(errors="replace").count(f"warning: ignoring {paths.switch_counts}")
+        restart_control_api(stack)
+        st = stack.status()
+        assert st["switches"]["outcomes"] == {**dict.fromkeys(metrics.SWITCH_OUTCOMES, 0), "switched": 1}, name
+        text = scrape(stack)
+        counts = switch_counts(text)
+        assert set(counts) <= known and counts["switched"] == 1 and sum(counts.values()) == 1, name
+        sums = series(text, "kit_switch_duration_seconds_sum")
+        assert sums and all(math.isfinite(v) and v >= 0 for v in sums.values()), (name, sums)
+        assert {dict(k)["outcome"] for k in sums} <= known
+        promtool_check(text)
+        until(lambda: paths.switch_counts.is_file() and not paths.switch_counts.is_symlink(), 30, f"{name}: kept again")
+        assert json.loads(paths.switch_counts.read_text())["totals"]["switched"] == 1
+        lines = [ln for ln in stack.log.read_text(errors="replace").splitlines()
+                 if f"warning: ignoring {paths.switch_counts}" in ln]
+        assert len(lines) == logged + 1, (name, lines[logged:])
+
+
 # ----- units -------------------------------------------------------------------------------------------
 def _line(outcome: str, total_s: float | None = 1.5) -> str:
     return json.dumps({"outcome": outcome, "durations": {} if total_s is None else {"total_s": total_s}})
@@ -271,7 +327,8 @@ def test_switch_counts_from_history(tmp_path):
                                _line("failed", float("nan"))[:-1] + "}", ""]) + "\n")
     c = SwitchCounts.from_history(sd)
     assert c.totals["switched"] == 2 and c.totals["rolled_back"] == 1 and c.totals[metrics.OTHER] == 1
-    assert c.skipped == 2 and not c.truncated
+    assert c.skipped == 3 and not c.truncated  # NaN is no JSON: a broken line, as /status's history_skipped counts it
+    assert c.totals["failed"] == 0
     assert c.buckets["switched"][0] == 1 and c.buckets["switched"][-1] == 1  # <= 1 s, and above an hour
     assert sum(c.buckets["rolled_back"]) == 0  # counted, not timed
     assert c.sums["switched"] == 4000.4

@@ -79,3 +79,19 @@ def test_admission_enforces_patches_unless_the_setting_says_skip(fake_sglang, mo
     fake_sglang.write_text(json.dumps(GOOD))
     monkeypatch.setenv("KIT_PATCH_CHECK", "enforce")
     assert admission.validated_plan("fused", "off").patches == ["sm120-allreduce-fusion"]
+
+
+@pytest.mark.parametrize("damage", ["fifo", "link", "huge"])
+def test_a_record_that_is_no_regular_file_or_too_large_is_an_error_never_a_hang(fake_sglang, tmp_path, damage):
+    import os
+
+    if damage == "fifo":
+        os.mkfifo(fake_sglang)
+    elif damage == "link":
+        (tmp_path / "elsewhere.json").write_text(json.dumps(GOOD))
+        fake_sglang.symlink_to(tmp_path / "elsewhere.json")
+    else:
+        with open(fake_sglang, "wb") as fh:
+            fh.truncate(300 << 20)
+    with pytest.raises(RuntimeFailure, match="kit_patches.json: not a readable patch record"):
+        patch_record.installed()

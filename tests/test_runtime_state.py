@@ -138,3 +138,110 @@ def test_a_fifo_as_history_reads_as_one_skip_without_blocking(tmp_path):
     assert runtime_state.read_history(tmp_path) == ([], 1)
     with pytest.raises(OSError, match="not a regular file"):
         runtime_state.append_history(tmp_path, {"i": 1})
+
+
+# ----- the one reader of every state file ----------------------------------------------------------------
+class _Record(runtime_state.BaseModel):
+    n: int
+    x: float = 0.0
+
+
+def _make(path, damage, tmp_path):
+    if damage == "symlink":
+        (tmp_path / "elsewhere.json").write_text('{"n": 1}')
+        path.symlink_to(tmp_path / "elsewhere.json")
+    elif damage == "/dev/zero":
+        path.symlink_to("/dev/zero")
+    elif damage == "fifo":
+        os.mkfifo(path)
+    elif damage == "directory":
+        path.mkdir()
+    elif damage == "300 MB":
+        with open(path, "wb") as fh:
+            fh.truncate(300 << 20)
+    else:
+        path.write_bytes(damage)
+
+
+@pytest.mark.parametrize("damage, why", [
+    ("symlink", "is a symbolic link, not a regular file"),
+    ("/dev/zero", "is a symbolic link, not a regular file"),
+    ("fifo", "is a FIFO, not a regular file"),
+    ("directory", "is a directory, not a regular file"),
+    ("300 MB", "holds 314572800 bytes, more than the 4194304"),
+    (b'{"n": 1, "x": NaN}', "NaN is not a number JSON allows"),
+    (b'{"n": 1, "x": Infinity}', "Infinity is not a number JSON allows"),
+    (b'{"n": 1, "x": 1e400}', "the number 1e400 overflows"),
+    (b'{"n": "x"}', "key 'n': Input should be a valid integer"),
+    (b"\xff", "not UTF-8"),
+    (b"[" * 100000, "nested too deep"),
+])
+def test_a_damaged_state_file_reads_as_absent_with_one_log_line(tmp_path, capsys, damage, why):
+    path = tmp_path / "record.json"
+    _make(path, damage, tmp_path)
+    for _ in range(3):  # /status reads some files at every call: the damage is logged once, not every time
+        assert runtime_state.read_record(path, _Record, then="taken as absent") is None
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"warning: ignoring {path}: ") and why in err[0], err
+    assert err[0].endswith("; taken as absent")
+    with pytest.raises(runtime_state.Damaged, match=why.replace("(", r"\(")):
+        runtime_state.load(path, _Record)
+
+
+def test_a_file_that_reads_well_again_gets_its_next_damage_logged(tmp_path, capsys):
+    path = tmp_path / "record.json"
+    assert runtime_state.read_record(path, _Record) is None and capsys.readouterr().err == ""  # absent: no line
+    path.write_text('{"n": "x"}')
+    runtime_state.read_record(path, _Record)
+    path.write_text('{"n": 2}')
+    assert runtime_state.read_record(path, _Record).n == 2
+    path.write_text('{"n": "x"}')
+    runtime_state.read_record(path, _Record)
+    assert len(capsys.readouterr().err.splitlines()) == 2
+
+
+def test_a_history_link_is_never_read_nor_appended_through(tmp_path, capsys):
+    victim = tmp_path / "passwd-copy"
+    victim.write_text('{"outcome": "switched", "id": "from-the-target"}\n')
+    hist = StatePaths(tmp_path).history
+    hist.symlink_to(victim)
+    assert runtime_state.read_history(tmp_path) == ([], 1)
+    assert runtime_state.read_history(tmp_path) == ([], 1)
+    assert "is a symbolic link" in runtime_state.history_refusal(tmp_path)
+    with pytest.raises(OSError, match="symbolic link"):
+        runtime_state.append_history(tmp_path, {"outcome": "switched"})
+    assert victim.read_text() == '{"outcome": "switched", "id": "from-the-target"}\n'
+    [line] = capsys.readouterr().err.splitlines()
+    assert str(hist) in line and "its history reads as empty" in line
+    hist.unlink()
+    assert runtime_state.history_refusal(tmp_path) is None  # none yet: the append creates a regular file
+    runtime_state.append_history(tmp_path, {"outcome": "switched"})
+    assert runtime_state.history_refusal(tmp_path) is None
+
+
+def test_a_history_line_with_nan_is_a_broken_line_and_no_entry_is_written_with_one(tmp_path):
+    hist = StatePaths(tmp_path).history
+    hist.write_text('{"i": 1, "durations": {"total_s": NaN}}\n{"i": 2}\n')
+    hist_, skipped = runtime_state.read_history(tmp_path)
+    assert [h["i"] for h in hist_] == [2] and skipped == 1
+    runtime_state.append_history(tmp_path, {"i": 3, "durations": {"total_s": float("inf")}})
+    assert json.loads(hist.read_text().splitlines()[-1]) == {"i": 3, "durations": {"total_s": None}}
+
+
+def test_finite_replaces_every_non_finite_number():
+    data = {"a": float("nan"), "b": [1.5, float("-inf"), {"c": float("inf")}], "d": "NaN", "e": 3}
+    assert runtime_state.finite(data) == {"a": None, "b": [1.5, None, {"c": None}], "d": "NaN", "e": 3}
+
+
+def test_adaptive_configs_no_plan_names_are_removed(tmp_path):
+    folder = StatePaths(tmp_path).adaptive
+    folder.mkdir()
+    named, other = "0123456789abcdef.json", "fedcba9876543210.json"
+    for name in (named, other, "notes.txt"):
+        (folder / name).write_text("{}")
+
+    class P:
+        flags = ["--speculative-adaptive-config", str(folder / named)]
+
+    assert runtime_state.prune_adaptive(tmp_path, [P(), None, PLAN]) == [other]
+    assert sorted(p.name for p in folder.iterdir()) == [named, "notes.txt"]

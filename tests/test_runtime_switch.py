@@ -279,3 +279,57 @@ def test_a_phase_out_of_order_is_refused(rig):
     with pytest.raises(IllegalTransition):
         sw.enter(Phase.HEALTH)
 
+
+
+# ----- supervisord gone mid-switch ----------------------------------------------------------------------
+GONE = "supervisord stopped answering on /state/supervisor.sock (connection refused)"
+
+
+def _gone_when(sup, when):
+    def info(_sup):
+        if when():
+            raise switch_mod.SupervisorGone(GONE)
+
+    sup.on_info = info
+
+
+@pytest.mark.parametrize("where", ["health", "rollback"])
+def test_supervisord_gone_mid_switch_is_interrupted_and_left_to_the_next_start(rig, where):
+    """supervisord killed midway: neither the switch nor a rollback can go on. Outcome `interrupted` with a readable
+    error (was `failed` with a raw ConnectionRefusedError); the journal stays, with the reason, for the next start to
+    resolve and record: no history line now."""
+    sd, sup, server, old, new = rig
+    sw = switcher(sd, sup, server)
+    if where == "health":
+        _gone_when(sup, lambda: sw.phase == Phase.HEALTH)
+    else:
+        server.health = lambda: 200 if sw.active is old else 503  # the gate fails: a rollback begins
+        _gone_when(sup, lambda: journal.read(sd).phase == Phase.ROLLING_BACK)
+    entry = run(sw.run(old, new, None))
+    phase = "health" if where == "health" else "rolling_back"
+    assert entry.outcome == Outcome.INTERRUPTED and entry.interrupted_phase == phase
+    assert entry.error.startswith(f"the switch was cut short in phase '{phase}': {GONE}")
+    assert "the next `launcher serve`" in entry.error and "ConnectionRefusedError" not in entry.error
+    if where == "rollback":
+        assert "(before that: health timeout" in entry.error
+    assert history(sd) == [] and sw.phase is None
+    j = journal.read(sd)
+    assert (j.id, str(j.phase), j.cut_short) == (entry.id, phase, GONE)
+    assert "total_s" in entry.durations
+
+
+def test_supervisor_calls_tell_a_dead_supervisord_from_a_fault(tmp_path):
+    from launcher.runtime.supervisor_rpc import Supervisor
+
+    sup = Supervisor(tmp_path / "supervisor.sock")
+    with pytest.raises(switch_mod.SupervisorGone, match="its socket is gone"):
+        sup.info()
+    import socket
+
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(tmp_path / "supervisor.sock"))  # bound, never listening: refused
+    try:
+        with pytest.raises(switch_mod.SupervisorGone, match=r"supervisor.sock \(connection refused\)"):
+            sup.stop()
+    finally:
+        s.close()

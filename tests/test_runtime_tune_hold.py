@@ -122,3 +122,43 @@ def test_bad_hold_requests_are_refused_and_change_nothing(tmp_path, method, body
     [(status, answer)] = call(tmp_path, [(method, body, headers)])
     assert status == code and words in answer["error"], answer
     assert tune_hold.current(tmp_path) is None
+
+
+# ----- numbers from outside are bounded ------------------------------------------------------------------
+@pytest.mark.parametrize("body, words", [
+    ('{"holder": "a", "ttl_s": 60, "pid": 1099511627776}', "pid"),  # 2**40: os.kill in a client overflowed
+    ('{"holder": "a", "ttl_s": 60, "pid": 4194305}', "pid"),
+    ('{"holder": "a", "ttl_s": 60, "pid": 0}', "pid"),
+    ('{"holder": "a", "ttl_s": 60, "host": "box", "take_over_pid": 1099511627776}', "take_over_pid"),
+    ('{"holder": "a", "ttl_s": 1e-300}', "ttl_s"),
+    ('{"holder": "a", "ttl_s": 0.5}', "ttl_s"),
+    ('{"holder": "a", "ttl_s": Infinity}', "ttl_s"),
+])
+def test_hold_numbers_out_of_bounds_are_400(tmp_path, body, words):
+    [(status, answer)] = call(tmp_path, [("POST", body, AUTH)])
+    assert status == 400 and words in answer["error"], answer
+    assert tune_hold.current(tmp_path) is None
+
+
+def test_the_largest_pid_and_the_shortest_ttl_are_granted(tmp_path):
+    [(status, answer)] = call(tmp_path, [("POST", '{"holder": "a", "ttl_s": 1, "host": "box", "pid": 4194304}', AUTH)])
+    assert status == 200 and answer["tune_hold"]["pid"] == tune_hold.PID_MAX
+
+
+@pytest.mark.parametrize("fields", [
+    '"since": 0, "expires_at": Infinity',
+    '"since": 0, "expires_at": 1e999',
+    '"since": NaN, "expires_at": 2000',
+    '"since": 0, "expires_at": 1e300',  # finite, but no grant runs that long: it would never lapse
+    '"since": 99999, "expires_at": 2000',  # taken in the future
+    '"since": 0, "expires_at": 2000, "pid": 1099511627776',
+    '"since": 0, "expires_at": 2000, "pid": "42"',
+])
+def test_a_kept_hold_no_grant_makes_holds_nothing(tmp_path, capsys, fields):
+    path = StatePaths(tmp_path).tune_hold
+    path.write_text(f'{{"id": "i", "holder": "h", {fields}}}')
+    assert tune_hold.current(tmp_path, now=1000.0) is None
+    assert tune_hold.current(tmp_path, now=1000.0) is None
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"warning: ignoring {path}" in line and "no tune hold is in force" in line
+    assert tune_hold.take(tmp_path, "tune A", 60, now=1000.0).holder == "tune A"  # the damaged file is replaced

@@ -220,13 +220,13 @@ def _measure(run: MatrixRun, token: str | None) -> int:
         where = f"; partial bundle (complete: false) in {partial}" if partial else ""
         print(f"interrupted{where}", file=sys.stderr)
         return 130
-    except KitError:
-        partial = _finish_partial(run)
+    except KitError as exc:
+        partial = _finish_partial(run, stopped_by=str(exc)[:300])
         if partial:
             print(f"partial bundle (complete: false) in {partial}", file=sys.stderr)
         raise
-    except Exception:
-        _finish_partial(run)
+    except Exception as exc:
+        _finish_partial(run, stopped_by=f"{type(exc).__name__}: {exc}"[:300])
         raise
     label = "SIMULATED " if run.simulated else ""
     print(f"{label}bench bundle: {path}")
@@ -234,10 +234,10 @@ def _measure(run: MatrixRun, token: str | None) -> int:
     return 0
 
 
-def _finish_partial(run: MatrixRun, interrupted: bool = False) -> Path | None:
+def _finish_partial(run: MatrixRun, interrupted: bool = False, stopped_by: str | None = None) -> Path | None:
     """The partial bundle, whole and marked `complete: false`; when even that fails, no bundle at all."""
     try:
-        return run.finish(complete=False, interrupted=interrupted)
+        return run.finish(complete=False, interrupted=interrupted, stopped_by=stopped_by)
     except Exception as exc:
         run.discard()
         print(f"error: the partial bundle could not be written ({type(exc).__name__}: {exc}); removed it",

@@ -10,8 +10,9 @@ and under eagle3-adaptive at a level in each tier the levels reach):
   tokens before each prompt's first divergence, where both runs saw the same text, the mean and p99 of how far
   the chosen token's log-probability moved, and at the first divergence whether the two tokens were a near-tie.
   The limits scale with the null: the reference against itself at its lowest and highest level. PASS, FAIL, or
-  "not enough evidence" when too few tokens could be compared, or the server sent no log-probabilities (never
-  a PASS then). A FAIL at any level is a FAIL;
+  "not enough evidence" when too few tokens could be compared, the server sent no log-probabilities, or a prompt's
+  reply at that level has none that can be used (malformed: bench/logprob_rows.py; the reason names the prompt and
+  the field), since that prompt could be the one that fails (never a PASS then). A FAIL at any level is a FAIL;
 * accept length under speculation: FAIL when it collapses, at most `min_accept` (about 1.0 means every draft
   token is rejected, the signature of a wrong all-reduce), or below `collapse_ratio` x the reference's at the
   SAME EAGLE-3 point (a (1,1,2) point accepts at most 2 tokens a pass, so against a (3,1,4) reference it is
@@ -150,6 +151,18 @@ def _accept_reasons(spec: str, cell: Side, ref: Side | None, s: GateSettings) ->
     return reasons, None
 
 
+def _named(problems: Mapping[str, str], most: int = 3) -> str:
+    """The first few prompts' problems, one clause each."""
+    items = sorted(problems.items())
+    text = "; ".join(f"prompt {pid}: {why}" for pid, why in items[:most])
+    return text + (f"; and {len(items) - most} more" if len(items) > most else "")
+
+
+def _common(problems: Mapping[str, str], prompts: Mapping[str, Any]) -> dict[str, str]:
+    """The reference's problems on the prompts this profile ran (only those are compared)."""
+    return {k: v for k, v in problems.items() if k in prompts}
+
+
 def null_of(ref: Side, top_k: int) -> logprob_gate.Null | None:
     """The reference against itself: its pass at its lowest level against its highest; None with one level."""
     levels = passes.by_level(ref.replies or [])
@@ -164,6 +177,7 @@ def judge_levels(cell: Side, ref: Side, t: Thresholds) -> dict[str, Any]:
     """The log-probability verdict of a cell against its reference, level by level, under limits from the
     reference's null: status, reasons (each naming its level), each level's statistics, the tolerance."""
     mine, theirs = passes.by_level(cell.replies or []), passes.by_level(ref.replies or [])
+    bad_mine, bad_theirs = passes.problems_by_level(cell.replies or []), passes.problems_by_level(ref.replies or [])
     tol = logprob_gate.tolerance(t, null_of(ref, t.top_k))
     per_level: dict[str, Any] = {}
     notes = list(tol.notes)
@@ -172,15 +186,32 @@ def judge_levels(cell: Side, ref: Side, t: Thresholds) -> dict[str, Any]:
             notes.append(f"no {ref.label} reply at concurrency {level}: that level is not compared")
             continue
         stats = None
+        bad = [(name, b) for name, b in (("this profile", bad_mine.get(level, {})),
+                                         (ref.label, _common(bad_theirs.get(level, {}), mine[level])))
+               if b and not (name == ref.label and ref.label == cell.label)]  # the reference judged against itself
         if not _any_rows(mine[level]) or not _any_rows(theirs[level]):
-            side = "this profile" if not _any_rows(mine[level]) else ref.label
-            status, why = logprob_gate.NOT_ENOUGH, [f"{NO_LOGPROBS} for {side}'s correctness pass"]
+            side, problems = (("this profile", bad_mine.get(level, {})) if not _any_rows(mine[level])
+                              else (ref.label, bad_theirs.get(level, {})))
+            malformed = {k: v for k, v in problems.items() if v != passes.NO_ROWS}
+            status = logprob_gate.NOT_ENOUGH
+            why = ([f"{side}'s correctness pass has no usable log-probabilities: {_named(malformed)}"] if malformed
+                   else [f"{NO_LOGPROBS} for {side}'s correctness pass"])
         else:
             stats = logprob_gate.compare(theirs[level], mine[level], t.top_k)
             status, why = logprob_gate.verdict(stats, t, tol)
             if stats.tokens < logprob_gate.P99_MIN_TOKENS:
                 notes.append(f"concurrency {level}: p99 reported, not judged ({stats.tokens} tokens compared, "
                              f"{logprob_gate.P99_MIN_TOKENS} needed for a 99th percentile to be more than a few moves)")
+            # A prompt without usable log-probabilities proves nothing, and one a server garbled or left out could
+            # be the one that fails: it keeps a level from a PASS (a FAIL elsewhere still stands).
+            unusable = [f"{len(b)} prompt(s) of {name}'s correctness pass have no usable log-probabilities, so the "
+                        f"rest cannot vouch for it: {_named(b)}" for name, b in bad]
+            if status == logprob_gate.PASS and unusable:
+                status, why = logprob_gate.NOT_ENOUGH, unusable
+            elif status == logprob_gate.NOT_ENOUGH:
+                why = why + unusable
+            else:
+                notes += [f"concurrency {level}: {u}" for u in unusable]
         per_level[str(level)] = {"status": status, "reasons": why, "stats": stats.as_dict() if stats else None}
     statuses = {v["status"] for v in per_level.values()}
     worst = next((s for s in (logprob_gate.FAIL, logprob_gate.NOT_ENOUGH) if s in statuses), None)

@@ -312,6 +312,6 @@ def verdict(stats: GateStats, thresholds: Thresholds, tol: Tolerance | None = No
     if stats.tokens < t.min_tokens:
         why = f"{stats.tokens} common-prefix tokens compared, {t.min_tokens} needed"
         if stats.missing:
-            why += f"; {stats.missing} prompt(s) came without log-probabilities (the server did not return them)"
+            why += f"; {stats.missing} prompt(s) came without usable log-probabilities (the server did not return them, or sent them malformed)"
         return NOT_ENOUGH, [why]
     return PASS, []

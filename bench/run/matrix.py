@@ -99,14 +99,18 @@ class MatrixRun:
         self.started = True
 
     def finish(self, complete: bool, interrupted: bool = False, *, gate: bool = True,
-               extra: Callable[[Path], None] | None = None) -> Path | None:
+               extra: Callable[[Path], None] | None = None, stopped_by: str | None = None) -> Path | None:
         """Gate correctness over every cell (unless the caller judged it: `gate=False`), then write cells,
-        manifest, `extra`'s files and the summaries (also on Ctrl-C); the folder is renamed last."""
+        manifest, `extra`'s files and the summaries (also on Ctrl-C); the folder is renamed last. A cell still being
+        measured is invalid: "interrupted" on Ctrl-C, else the run stopped (`stopped_by`: the error that stopped it)."""
         if not self.started:
             return None
         if self.current is not None:
             cell = self.current
-            cell.invalid_reason = cell.invalid_reason or "interrupted before this cell finished"
+            stopped = "interrupted before this cell finished" if interrupted else (
+                f"the run stopped before this cell finished: {stopped_by}" if stopped_by
+                else "the run stopped before this cell finished")
+            cell.invalid_reason = cell.invalid_reason or stopped
             self._close_cell(cell)
             self.current = None
         if gate:

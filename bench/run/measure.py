@@ -175,5 +175,13 @@ class CellMeasurer:
                 on_logprobs(await self.correctness_pass(top_k, pass_levels))
             except RuntimeFailure as exc:
                 cell.invalid_reason = f"correctness pass failed: {exc}"
+            except (ValueError, TypeError, LookupError, ArithmeticError, RecursionError) as exc:
+                # a reply the bench could not read (reading it is meant never to raise): this cell's failure, with
+                # its reason, never the run's (which would leave a partial bundle)
+                cell.invalid_reason = f"correctness pass failed: a reply the bench could not read ({_short(exc)})"
         return info
 
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip()[:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

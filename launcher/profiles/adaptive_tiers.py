@@ -31,6 +31,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import PlainValidator
 
 from launcher import atomic
 from launcher.errors import UserError
@@ -39,7 +42,12 @@ from launcher.profiles.spec_params import MAX_VALUE, SpecParams
 FLAG = "--adaptive-tiers"
 SPEC_MODE = "eagle3-adaptive"  # the spec mode (profiles/spec/eagle3-adaptive.toml) such a record runs under
 FIELD = "adaptive_tiers"  # the control API's body key and the profile's table
-MAX_BATCH = 65536  # the largest tier key the kit accepts (a batch size)
+# The largest tier key the kit accepts (a batch size). SGLang 0.5.23 sets none: `_load_adaptive_config` takes any
+# key for which str.isdigit() holds and calls int() on it (adaptive_spec_params.py:117-131; a non-ASCII digit such as
+# '²' or a 5000-digit key raises ValueError there), and a batch is padded only to a CUDA-graph batch size, whose
+# decode default is at most 512 (srt/arg_groups/memory_hook.py:100-188) and otherwise --max-running-requests. 65536
+# is far above any decode batch the kit's hosts reach, and keeps every key 5 digits at most.
+MAX_BATCH = 65536
 FLAG_HELP = ("under --spec eagle3-adaptive: per batch-size tier B the EAGLE-3 steps S (0: no speculation), "
              "replacing the overlay's config (e.g. 1:3,4:1,16:0; launcher/profiles/adaptive_tiers.py)")
 FORM = (f"give tiers as B:S,B:S (batch size B from 1 to {MAX_BATCH}, EAGLE-3 steps S from 0 to {MAX_VALUE}, "
@@ -55,7 +63,7 @@ class AdaptiveTiers:
     def __post_init__(self) -> None:
         problems = tier_problems(self.tiers)
         if problems:
-            raise UserError(f"{FIELD}: " + "; ".join(problems))
+            raise _refusal(FIELD, problems, JSON_FORM)
 
     # ----- forms -------------------------------------------------------------------------------------
     def text(self) -> str:
@@ -107,72 +115,144 @@ class AdaptiveTiers:
         return Path(folder) / f"{self.sha()}.json"
 
     def write(self, folder: Path) -> Path:
-        """The file `folder/<sha>.json`, written atomically unless it holds this content already (OSError as a
-        state file's write, launcher/profiles/render.py)."""
+        """The file `folder/<sha>.json`, written atomically (0600, as the plan's files) unless it holds this content
+        already (OSError as a state file's write, launcher/profiles/render.py)."""
         path = self.path(folder)
         text = self.file_text()
-        if path.is_file() and path.read_text(encoding="utf-8") == text:
+        if atomic.holds(path, text):
             return path
-        return atomic.write_text(path, text)
+        return atomic.write_text(path, text, mode=0o600)
 
 
 def tier_problems(tiers: object) -> list[str]:
     """What SGLang 0.5.23 or the kit refuses in a tiers record (empty: fine)."""
     if not isinstance(tiers, tuple) or not tiers:
-        return [f"no tier given; {FORM}"]
+        return ["no tier given"]
     out: list[str] = []
     seen: set[int] = set()
     for b, steps in tiers:
-        if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_BATCH:
-            out.append(f"tier {str(b)[:20]!r} is no batch size from 1 to {MAX_BATCH}")
+        if _batch(b) is None:
+            out.append(f"tier {_shown(b)} is no batch size from 1 to {MAX_BATCH}")
         elif b in seen:
             out.append(f"tier {b} given twice")
         else:
             seen.add(b)
-        if (not isinstance(steps, tuple) or not steps
-                or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_VALUE for s in steps)):
-            # adaptive_spec_params.py:121-130: a non-empty list of non-negative ints
-            out.append(f"tier {b}: candidate steps must be whole numbers from 0 to {MAX_VALUE}, at least one")
+        if not _steps_ok(steps):
+            out.append(f"tier {_shown(b)}: {STEPS_WORDS}")
     if not out and not any(s > 0 for _, steps in tiers for s in steps):
         out.append("every tier has 0 steps (no speculation anywhere): SGLang needs a starting step among "
                    "the candidates (speculative_hook.py:1416-1421), and no speculation at all is --spec off")
     return out
 
 
-def _make(pairs: list[tuple[int, list[int]]], where: str) -> AdaptiveTiers:
-    """The record from (batch, steps) pairs: tiers by batch size, each tier's steps sorted and distinct; UserError
-    naming `where` with every problem."""
-    tiers = tuple(sorted((b, tuple(sorted(set(steps)))) for b, steps in pairs))
-    problems = tier_problems(tiers)
+# ----- the one parser: the text form (--adaptive-tiers), a profile's [adaptive_tiers] table and the API's JSON ---------
+# Each form is cut into (key, steps) as given; `_build` judges every pair the same way, so a key or a step is
+# refused with the same words whichever form brought it. Nothing unbounded reaches int(): a key is ASCII digits
+# of at most len(str(MAX_BATCH)) significant digits (a 5000-digit key would raise ValueError, Python's
+# int-string limit), a step a strict int (no bool, str or float: as strict as [spec_params]).
+
+STEPS_WORDS = f"candidate steps must be whole numbers from 0 to {MAX_VALUE}, at least one"
+TEXT_FORM = FORM
+JSON_FORM = (f'give tiers as {{"B": [S, ...]}} (batch size B an integer string from "1" to "{MAX_BATCH}", EAGLE-3 '
+             f'steps S whole numbers from 0 to {MAX_VALUE}, 0 = no speculation), e.g. {{"1": [3], "4": [1], "16": [0]}}')
+TOML_FORM = (f"give [adaptive_tiers] lines such as 1 = [3] (batch size from 1 to {MAX_BATCH}, EAGLE-3 steps whole "
+             f"numbers from 0 to {MAX_VALUE}, 0 = no speculation)")
+PROBLEMS_SHOWN = 3  # the problems one refusal lists; the rest are counted, so a refusal stays one short line
+_DIGITS = len(str(MAX_BATCH))
+
+
+def _shown(value: object) -> str:
+    """A key or item as a refusal quotes it: an int as is, anything else quoted and cut at 20 characters."""
+    if isinstance(value, int) and not isinstance(value, bool) and -10**20 < value < 10**20:
+        return str(value)
+    text = value if isinstance(value, str) else type(value).__name__
+    return repr(text[:20]) + ("..." if len(text) > 20 else "")
+
+
+def _batch(key: object) -> int | None:
+    """A tier key as a batch size from 1 to MAX_BATCH: an int, or a string of ASCII digits; None otherwise."""
+    if isinstance(key, str):
+        if not (key.isascii() and key.isdigit()) or len(key.lstrip("0")) > _DIGITS:
+            return None
+        key = int(key)
+    if isinstance(key, bool) or not isinstance(key, int):
+        return None
+    return key if 1 <= key <= MAX_BATCH else None
+
+
+def _step_ok(step: object) -> bool:
+    return isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= MAX_VALUE
+
+
+def _steps_ok(steps: object) -> bool:
+    """SGLang's `candidate_steps`: a non-empty list of non-negative ints (adaptive_spec_params.py:121-130), each
+    at most MAX_VALUE."""
+    return isinstance(steps, (list, tuple)) and bool(steps) and all(_step_ok(s) for s in steps)
+
+
+def _refusal(where: str, problems: list[str], form: str) -> UserError:
+    more = len(problems) - PROBLEMS_SHOWN
+    listed = "; ".join(problems[:PROBLEMS_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+    return UserError(f"{where}: {listed}; {form}")
+
+
+def _build(items: list[tuple[object, object]], where: str, form: str, problems: list[str] | None = None) -> AdaptiveTiers:
+    """The record from (key, steps) pairs as given; UserError naming `where`, every problem (the first few) and
+    `form`, the fix in the caller's form."""
+    problems = list(problems or [])
+    pairs: list[tuple[int, tuple[int, ...]]] = []
+    for key, steps in items:
+        b = _batch(key)
+        if b is None:
+            problems.append(f"tier {_shown(key)} is no batch size from 1 to {MAX_BATCH}")
+        if not _steps_ok(steps):
+            problems.append(f"tier {_shown(key) if b is None else b}: {STEPS_WORDS}")
+        elif b is not None:
+            pairs.append((b, tuple(sorted(set(steps)))))  # type: ignore[arg-type]
+    if not problems:
+        problems = tier_problems(tuple(sorted(pairs)))
     if problems:
-        raise UserError(f"{where}: " + "; ".join(problems))
-    return AdaptiveTiers(tiers)
+        raise _refusal(where, problems, form)
+    return AdaptiveTiers(tuple(sorted(pairs)))
+
+
+def _make(pairs: list[tuple[int, list[int]]], where: str) -> AdaptiveTiers:
+    """The record from (batch, steps) pairs the kit computed (tiers by batch size, steps sorted and distinct)."""
+    return _build(list(pairs), where, TEXT_FORM)
+
+
+def _text_step(token: str) -> int | str:
+    token = token.strip()
+    if token.isascii() and token.isdigit() and len(token.lstrip("0")) <= len(str(MAX_VALUE)):
+        return int(token)
+    return token  # refused by _steps_ok, in the same words as a JSON step that is no whole number
 
 
 def parse(text: str, flag: str = FLAG) -> AdaptiveTiers:
     """`B:S,B:S/S` -> AdaptiveTiers; UserError naming the flag otherwise."""
-    pairs: list[tuple[int, list[int]]] = []
-    for item in (t.strip() for t in str(text).split(",")):
+    text = str(text)
+    where = f"{flag} {_shown(text) if len(text) > 20 else repr(text)}"
+    items: list[tuple[object, object]] = []
+    problems: list[str] = []
+    for item in (t.strip() for t in text.split(",")) if text.strip() else ():
         b, sep, steps = item.partition(":")
-        parts = steps.split("/")
-        if not sep or not b.strip().isdigit() or not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
-            raise UserError(f"{flag} '{str(text)[:60]}': {FORM}")
-        pairs.append((int(b), [int(p) for p in parts]))
-    return _make(pairs, f"{flag} '{str(text)[:60]}'")
+        if not sep:
+            problems.append(f"item {_shown(item)} is not B:S")
+            continue
+        items.append((b.strip(), [_text_step(p) for p in steps.split("/")]))
+    if not items and not problems:
+        problems.append("no tier given")
+    return _build(items, where, TEXT_FORM, problems)
 
 
-def from_json(value: Mapping[str, object], where: str = FIELD) -> AdaptiveTiers:
-    """`{"1": [3], "4": [1]}` (the API's body, a profile table) -> AdaptiveTiers; UserError naming `where`."""
+def from_json(value: object, where: str = FIELD, form: str = JSON_FORM) -> AdaptiveTiers:
+    """`{"1": [3], "4": [1]}` (the API's body, a profile table) -> AdaptiveTiers; UserError naming `where`.
+    Strict: a key is an integer string of ASCII digits, a step an int (never a bool, a string or a float)."""
     if not isinstance(value, Mapping):
-        raise UserError(f"{where}: must be an object of tiers {{\"B\": [S, ...]}}; {FORM}")
-    pairs: list[tuple[int, list[int]]] = []
-    for key, steps in value.items():
-        if not isinstance(key, str) or not key.isascii() or not key.isdigit():
-            raise UserError(f"{where}: key {str(key)[:20]!r} is no batch size (an integer string such as \"1\"); {FORM}")
-        if not isinstance(steps, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in steps):
-            raise UserError(f"{where}: tier {key}: give a list of whole numbers of steps, e.g. [3]; {FORM}")
-        pairs.append((int(key), steps))
-    return _make(pairs, where)
+        raise UserError(f"{where}: must be an object of tiers (a table in TOML), not {type(value).__name__}; {form}")
+    if not value:
+        raise _refusal(where, ["no tier given"], form)
+    return _build(list(value.items()), where, form)
 
 
 def coerce(value: AdaptiveTiers | Mapping | str | None, where: str = FIELD) -> AdaptiveTiers | None:
@@ -182,6 +262,19 @@ def coerce(value: AdaptiveTiers | Mapping | str | None, where: str = FIELD) -> A
     if isinstance(value, str):
         return parse(value, where)
     return from_json(value, where)
+
+
+def api_value(value: object) -> AdaptiveTiers | None:
+    """The control API's `adaptive_tiers` exactly as the JSON body holds it -> the record (None: none); UserError
+    (the API's 400) in the words the CLI and a profile get. `ApiTiers` is the body field's type."""
+    if value is None or isinstance(value, AdaptiveTiers):
+        return value
+    return from_json(value, FIELD, JSON_FORM)
+
+
+# The type of the control API's `adaptive_tiers` body field: the raw JSON goes to `api_value` (no lax
+# coercion of "3", true or 1.0 first); pydantic passes its UserError through model_validate untouched.
+ApiTiers = Annotated[AdaptiveTiers | None, PlainValidator(api_value)]
 
 
 def from_levels(steps_by_level: Mapping[int, int]) -> AdaptiveTiers:

@@ -96,6 +96,19 @@ def available_names() -> list[str]:
     return sorted(names)
 
 
+def misnamed_files() -> list[Path]:
+    """The .toml files of the profile folders (regular, inside their folder) whose name is no profile name
+    (`Ünï.toml`, `My Profile.toml`): never a profile, but listed as invalid so that a user learns why."""
+    out: list[Path] = []
+    for d in search_dirs():
+        try:
+            candidates = sorted(d.glob("*.toml")) if d.is_dir() else []
+        except OSError:
+            continue
+        out.extend(p for p in candidates if not _NAME.fullmatch(p.stem) and _regular_inside(p, d))
+    return out
+
+
 def spec_modes() -> list[str]:
     """Every spec mode in the search folders' spec/ subfolders, sorted."""
     names: set[str] = set()

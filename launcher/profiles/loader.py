@@ -26,17 +26,22 @@ runs EAGLE speculation; an explicit point (`--spec-params`, the API's `spec_para
 (launcher/profiles/adaptive_tiers.py); the API's `adaptive_tiers` wins over it.
 
 Profile, spec and model overlay names match policy.NAME_PATTERN (lowercase letters, digits, '.', '_', '-'; at
-most 64) and resolve only to regular files inside the profile folders.
+most 64) and resolve only to regular files inside the profile folders. A file over MAX_FILE_BYTES (1 MiB) is refused
+unread, a description over DESCRIPTION_MAX characters too; whatever a file holds (a 5000-digit integer or tier
+key, arrays nested 5000 deep) is a UserError naming it, never another exception. `describe_all` lists a profile
+that cannot be resolved as `invalid` with its reason in one short line, and every other one still lists.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -51,6 +56,7 @@ from launcher.profiles.catalog import (  # discovery lives there; callers may im
     available_names,
     check_name,
     find_file,
+    misnamed_files,
     model_overlays,
     search_dirs,
     spec_modes,
@@ -62,6 +68,10 @@ _NAME = re.compile(policy.NAME_PATTERN)
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FLAG_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _BAD_CHARS = ("\0", "\n", "\r")
+MAX_FILE_BYTES = 1 << 20  # a profile, spec or model overlay file larger than this is refused unread (1 MiB)
+DESCRIPTION_MAX = 1000  # characters a description may hold (the plan, /status and history carry it)
+DESCRIPTION_SHOWN = 200  # characters of a description a listing shows (`launcher profiles`, GET /profiles)
+REASON_SHOWN = 300  # characters of an invalid profile's reason a listing shows
 
 
 def check_value(value: str, where: str) -> str:
@@ -115,14 +125,18 @@ class ProfileFile(BaseModel):
     env: dict[str, Scalar] = {}
     server: dict[str, Scalar | list[Scalar]] = {}
     spec_params: SpecParams | None = None  # EAGLE point; profiles only (overlays refuse it)
-    # per batch-size tier, the EAGLE-3 steps under eagle3-adaptive (launcher/profiles/adaptive_tiers.py); profiles only
-    adaptive_tiers: dict[str, list[int]] | None = None
+    # per batch-size tier, the EAGLE-3 steps under eagle3-adaptive; profiles only. Taken as written (a table, or
+    # anything else) and judged by the one parser of tiers, launcher/profiles/adaptive_tiers.py (`read_file`), so a
+    # step "3", true or 1.0 is refused as the API and --adaptive-tiers refuse it, not coerced
+    adaptive_tiers: Any = None
 
     @field_validator("description")
     @classmethod
     def _one_line(cls, v: str | None) -> str | None:
         if v is not None and ("\n" in v or not v.strip()):
             raise ValueError("description must be one non-empty line")
+        if v is not None and len(v) > DESCRIPTION_MAX:
+            raise ValueError(f"description must be one line of at most {DESCRIPTION_MAX} characters, not {len(v)}")
         return v
 
 
@@ -168,13 +182,39 @@ class Resolved:
     adaptive_tiers: AdaptiveTiers | None = None  # the profile's [adaptive_tiers] (origin "adaptive_tiers"), None for none
 
 
-def read_file(path: Path) -> ProfileFile:
+def _read_text(path: Path) -> str:
+    """A regular file's text, opened without blocking (a FIFO swapped in is refused, not waited on), at most
+    MAX_FILE_BYTES; UserError otherwise."""
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise UserError(f"{path}: not a regular file; a profile is a .toml file")
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                data = fh.read(MAX_FILE_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(data) > MAX_FILE_BYTES:
+            raise UserError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB ({st.st_size} bytes), refused unread; "
+                            "a profile holds a few tables: shorten the file")
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read the profile ({exc}); fix or remove the file") from exc
+        raise UserError(f"{path}: cannot read the profile ({type(exc).__name__}: {str(exc)[:120]}); fix or remove "
+                        "the file") from exc
+
+
+def read_file(path: Path) -> ProfileFile:
+    text = _read_text(path)
+    try:
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}:{_toml_line(exc)}: TOML syntax error: {exc}; fix the line and retry") from exc
+    except RecursionError as exc:  # tomllib recurses once per level of nested arrays or inline tables
+        raise UserError(f"{path}: TOML nested too deeply to read; a profile's values are scalars or flat lists, "
+                        "fix the file") from exc
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits (Python's int-string conversion limit)
+        raise UserError(f"{path}: TOML value cannot be read ({str(exc)[:120]}); fix the file") from exc
     try:
         pf = ProfileFile.model_validate(raw)
     except ValidationError as exc:
@@ -182,15 +222,14 @@ def read_file(path: Path) -> ProfileFile:
             raise schema_error(path, exc, {"extra_forbidden": "remove it; [spec_params] holds steps, topk and "
                                            "draft_tokens only"},
                                f"{RANGE} (e.g. steps = 3)") from exc
-        if exc.errors()[0]["loc"][:1] == ("adaptive_tiers",):
-            raise UserError(f"{path}: key 'adaptive_tiers': {adaptive_tiers.FORM} (in TOML: [adaptive_tiers] with "
-                            "lines such as 1 = [3])") from exc
         hints = {"extra_forbidden": "remove it; allowed top-level keys are extends, description, status, "
                  "[requires], [expects], [env], [server], [spec_params], [adaptive_tiers]"}
         raise schema_error(path, exc, hints, "see the profile format in docs/profiles.md") from exc
+    except RecursionError as exc:
+        raise UserError(f"{path}: nested too deeply to check; fix the file") from exc
     _check_entries(path, pf)
-    if pf.adaptive_tiers is not None:
-        adaptive_tiers.from_json(pf.adaptive_tiers, f"{path}: key 'adaptive_tiers'")
+    if pf.adaptive_tiers is not None:  # the one parser of tiers (launcher/profiles/adaptive_tiers.py), strict
+        adaptive_tiers.from_json(pf.adaptive_tiers, f"{path}: key 'adaptive_tiers'", adaptive_tiers.TOML_FORM)
     return pf
 
 
@@ -226,7 +265,8 @@ def _merge(into: Resolved, pf: ProfileFile, path: Path) -> None:
         into.spec_params = pf.spec_params
         into.origin["spec_params"] = path
     if pf.adaptive_tiers is not None:  # one record, whole: the nearest file's table wins
-        into.adaptive_tiers = adaptive_tiers.from_json(pf.adaptive_tiers, f"{path}: key 'adaptive_tiers'")
+        into.adaptive_tiers = adaptive_tiers.from_json(pf.adaptive_tiers, f"{path}: key 'adaptive_tiers'",
+                                                       adaptive_tiers.TOML_FORM)
         into.origin["adaptive_tiers"] = path
     into.chain.append(path)
 
@@ -341,24 +381,41 @@ def apply_model_overlay(resolved: Resolved, name: str) -> None:
     _lay(resolved, name, MODEL_DIR, read_model_overlay, lambda: unknown_model_overlay(name))
 
 
+def _shown(text: str, limit: int) -> str:
+    """One short line of `text` for a listing: line breaks and other control characters escaped, cut at `limit`."""
+    line = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text[: limit + 1])
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _invalid(name: str, path: Path, reason: str) -> dict[str, str]:
+    return {"name": name, "description": "", "status": "invalid", "path": str(path),
+            "error": _shown(reason, REASON_SHOWN)}
+
+
+def describe_one(name: str) -> dict[str, str] | None:
+    """A listing's row for profile `name` (None: its file went away since the listing). A profile that cannot be
+    resolved (a damaged file, itself or a parent; an `extends` cycle; no description) is `invalid`, with its reason
+    as one short line; nothing a file holds raises from here."""
+    path = find_file(name)
+    if path is None:
+        return None
+    try:
+        res = load(name)
+    except UserError as exc:
+        return _invalid(name, path, str(exc))
+    except Exception as exc:  # noqa: BLE001 - one file must never take the listing down (nor GET /profiles)
+        return _invalid(name, path, f"{path}: cannot be read ({type(exc).__name__}); fix or remove the file")
+    return {"name": name, "description": _shown(res.description, DESCRIPTION_SHOWN), "status": res.status,
+            "path": str(path)}
+
+
 def describe_all() -> list[dict[str, str]]:
-    """Name, description, status and file of every visible profile (for `launcher profiles`)."""
-    out = []
-    for name in available_names():
-        path = find_file(name)
-        if path is None:  # removed since the listing
-            continue
-        try:
-            pf = read_file(path)
-        except UserError as exc:  # one broken file must not hide the others
-            out.append({"name": name, "description": "", "status": "invalid", "path": str(path), "error": str(exc)})
-            continue
-        out.append(
-            {
-                "name": name,
-                "description": pf.description or "",
-                "status": pf.status or "experimental",
-                "path": str(path),
-            }
-        )
+    """Name, description, status and file of every visible profile (`launcher profiles`, the control API's GET
+    /profiles): a profile that cannot be resolved is listed `invalid` with its reason, a .toml file whose name is
+    no profile name too (catalog.misnamed_files), and every other one still lists."""
+    out = [row for row in map(describe_one, available_names()) if row is not None]
+    for path in misnamed_files():
+        out.append(_invalid(_shown(path.stem, 64), path, f"{path.name}: the file name is not a profile name: use "
+                            "1-64 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit; "
+                            "rename the file"))
     return out

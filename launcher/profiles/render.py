@@ -7,16 +7,16 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from launcher import atomic, settings
+from launcher import atomic
+from launcher.profiles import env_file
 from launcher.profiles.adaptive_tiers import from_json
 from launcher.profiles.plan import ADAPTIVE_CONFIG_FLAG, Plan
 from launcher.state_layout import StatePaths
 
 
 def env_file_text(plan: Plan) -> str:
-    items = [(settings.KIT_ACTIVE_PROFILE.name, plan.name), (settings.KIT_ACTIVE_SPEC.name, plan.spec),
-             *sorted(plan.env.items())]
-    return "".join(f"{k}={v}\0" for k, v in items)
+    """profile.env (launcher/profiles/env_file.py, whose limits the `env_file_size` rule keeps)."""
+    return env_file.text(plan.name, plan.spec, plan.env)
 
 
 PLAN_FILE_MODE = 0o600  # the env may hold values the operator exported; only the kit's user reads it
@@ -39,15 +39,10 @@ def write_plan(state_dir: Path, plan: Plan) -> Path:
         (paths.profile_json, atomic.json_text(plan.to_json())),
     )
     for path, text in texts:
-        if _holds(path, text):
+        if atomic.holds(path, text):
             continue
         atomic.write_text(path, text, PLAN_FILE_MODE)
     return paths.profile_json
 
 
-def _holds(path: Path, text: str) -> bool:
-    try:
-        return path.is_file() and path.read_text(encoding="utf-8") == text
-    except (OSError, UnicodeDecodeError):
-        return False
 

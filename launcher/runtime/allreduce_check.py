@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -25,11 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from launcher import settings
+from launcher import atomic, settings
 from launcher.runtime.activation import flag_int, flag_map, graphs_on
+from launcher.state_layout import STATE_LAYOUT
 
-CHECK_DIR = "allreduce-check"
+CHECK_DIR = STATE_LAYOUT["allreduce_check"]
 """Under the state dir: the last start check's allreduce.json/.csv, rank logs and check.log."""
+VERDICTS_CAP = 4 << 20  # allreduce.json: one row per backend and size
 NO_PROGRESS_S = 300.0  # bench's hang detector: FlashInfer compiles its comm kernels on first use (about 200 s)
 DEFAULT_HIDDEN = 7168  # DeepSeek-V3 / Kimi-K2, when the model's config.json cannot be read
 DEVICE_NODES = ("/dev/nvidia[0-9]*", "/dev/dxg")
@@ -143,9 +146,11 @@ def command(decision: Decision, plan_json: Path, out_dir: Path, hidden: int) -> 
 
 def verdicts(out_dir: Path) -> dict[str, str]:
     """Each backend's exactness verdict text from the check's allreduce.json ({} when it wrote none)."""
+    from launcher.runtime import state as runtime_state  # the one reader: a regular file of bounded size
+
     try:
-        rows = json.loads((out_dir / "allreduce.json").read_text())
-    except (OSError, ValueError):
+        rows = runtime_state.load(out_dir / "allreduce.json", None, VERDICTS_CAP)
+    except runtime_state.Damaged:
         return {}
     out: dict[str, str] = {}
     for row in rows if isinstance(rows, list) else []:
@@ -177,7 +182,8 @@ def run_check(decision: Decision, plan_json: Path, out_dir: Path, hidden: tuple[
     log = out_dir / "check.log"
     cmd = command(decision, plan_json, out_dir, hidden[0])
     lines = [f"all-reduce check: {quiet(decision.why)}; {hidden[1]}"]
-    with open(log, "w", encoding="utf-8") as fh:
+    log.unlink(missing_ok=True)  # whatever was there, a link included (removed, never followed)
+    with os.fdopen(atomic.open_regular(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as fh:
         rc = run(cmd, fh)
     stop = stopped()
     if stop is not None:  # a stop (or a switch) came during the check: never start after that
@@ -217,5 +223,5 @@ def before_start(plan: Any, state_dir: Path, run: Runner, count_gpus: Callable[[
         return Outcome()
     if not decision.run:
         return Outcome(None, [f"all-reduce check {quiet(decision.why)}"])
-    return run_check(decision, StatePaths(state_dir).profile_json, state_dir / CHECK_DIR, model_hidden(plan), run,
-                     stopped)
+    paths = StatePaths(state_dir)
+    return run_check(decision, paths.profile_json, paths.allreduce_check, model_hidden(plan), run, stopped)

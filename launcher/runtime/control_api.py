@@ -12,7 +12,6 @@ import hmac
 import json
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -22,9 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from launcher import settings, state_layout
 from launcher.errors import KitError, UserError, run_cli
+from launcher.profiles.adaptive_tiers import ApiTiers
 from launcher.profiles.loader import check_name
 from launcher.profiles.spec_params import SpecParams
-from launcher.runtime import parent_death, tune_hold
+from launcher.runtime import log, parent_death, tune_hold
+from launcher.runtime import state as runtime_state
 from launcher.runtime.lifecycle import Busy, Lifecycle
 from launcher.runtime.metrics import KitCollector
 from launcher.runtime.states import SWITCH_TIMEOUT_MAX_S as TIMEOUT_MAX
@@ -40,7 +41,7 @@ class SwitchRequest(BaseModel):
     spec: Annotated[str | None, Field(strict=True)] = None
     timeout_s: Annotated[float | None, Field(strict=True, gt=0, le=TIMEOUT_MAX, allow_inf_nan=False)] = None
     spec_params: SpecParams | None = None
-    adaptive_tiers: dict[str, list[int]] | None = None  # {"B": [steps]}: launcher/profiles/adaptive_tiers.py
+    adaptive_tiers: ApiTiers = None  # {"B": [steps]}: launcher/profiles/adaptive_tiers.py, its one parser
 
 
 class HoldRequest(BaseModel):
@@ -48,11 +49,11 @@ class HoldRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     holder: Annotated[str, Field(strict=True, min_length=1, max_length=tune_hold.HOLDER_MAX)]
-    ttl_s: Annotated[float, Field(strict=True, gt=0, le=tune_hold.TTL_MAX_S, allow_inf_nan=False)]
-    id: Annotated[str | None, Field(strict=True, max_length=64)] = None
-    host: Annotated[str | None, Field(strict=True, max_length=255)] = None
-    pid: Annotated[int | None, Field(strict=True, ge=1)] = None
-    take_over_pid: Annotated[int | None, Field(strict=True, ge=1)] = None  # the holder's pid, gone on `host`
+    ttl_s: Annotated[float, Field(strict=True, ge=tune_hold.TTL_MIN_S, le=tune_hold.TTL_MAX_S, allow_inf_nan=False)]
+    id: Annotated[str | None, Field(strict=True, max_length=tune_hold.ID_MAX)] = None
+    host: Annotated[str | None, Field(strict=True, max_length=tune_hold.HOST_MAX)] = None
+    pid: tune_hold.Pid | None = None  # 1..PID_MAX: a pid the kernel can give
+    take_over_pid: tune_hold.Pid | None = None  # the holder's pid, gone on `host`
 
 
 class ReleaseRequest(BaseModel):
@@ -69,7 +70,20 @@ class CheckRequest(BaseModel):
     profile: Annotated[str, Field(strict=True)]
     spec: Annotated[str | None, Field(strict=True)] = None
     spec_params: SpecParams | None = None
-    adaptive_tiers: dict[str, list[int]] | None = None
+    adaptive_tiers: ApiTiers = None
+
+
+def _dumps(data: object) -> str:
+    """Every answer's JSON: never NaN or Infinity (not JSON; a client's parser refuses them). A value that is not
+    finite, wherever it came from, answers null."""
+    try:
+        return json.dumps(data, allow_nan=False)
+    except ValueError:
+        return json.dumps(runtime_state.finite(data), allow_nan=False)
+
+
+def _json(data: object, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=_dumps)
 
 
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
@@ -82,12 +96,12 @@ METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what every 
 def _authorized(request: web.Request) -> web.Response | None:
     token = request.app[TOKEN]
     if not token:
-        return web.json_response({"error": "state-changing calls are disabled: set KIT_CONTROL_TOKEN in the server's environment"}, status=403)
+        return _json({"error": "state-changing calls are disabled: set KIT_CONTROL_TOKEN in the server's environment"}, status=403)
     header = request.headers.get("Authorization", "")
     given = header[7:] if header.startswith("Bearer ") else ""
     # Header bytes that are not UTF-8 arrive as surrogates: compare bytes, never fail on them.
     if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode()):
-        return web.json_response({"error": "missing or wrong bearer token (Authorization: Bearer $KIT_CONTROL_TOKEN)"}, status=401)
+        return _json({"error": "missing or wrong bearer token (Authorization: Bearer $KIT_CONTROL_TOKEN)"}, status=401)
     return None
 
 
@@ -97,7 +111,7 @@ async def get_status(request: web.Request) -> web.Response:
     # The running EAGLE point beside profile and spec (None for off/ngram, or before any plan).
     st.setdefault("spec_params", rt.current.spec_params.model_dump() if rt.current and rt.current.spec_params else None)
     st["tune_hold"] = _hold_view(rt.sd)
-    return web.json_response(st)
+    return _json(st)
 
 
 async def get_metrics(request: web.Request) -> web.Response:
@@ -114,23 +128,23 @@ async def get_metrics(request: web.Request) -> web.Response:
 async def get_profiles(request: web.Request) -> web.Response:
     from launcher.profiles.loader import describe_all
 
-    return web.json_response(await asyncio.to_thread(describe_all))
+    return _json(await asyncio.to_thread(describe_all))
 
 
 async def get_specs(request: web.Request) -> web.Response:
     from launcher.profiles.loader import spec_modes
 
-    return web.json_response({"spec_modes": await asyncio.to_thread(spec_modes), "default": settings.default_spec()})
+    return _json({"spec_modes": await asyncio.to_thread(spec_modes), "default": settings.default_spec()})
 
 
 async def get_plan(request: web.Request) -> web.Response:
     """The running plan (name, spec, digest, env, argv, flags): what the bench records per cell."""
     plan = request.app[LIFECYCLE].current
-    return web.json_response({"plan": plan.to_json() if plan else None})
+    return _json({"plan": plan.to_json() if plan else None})
 
 
 def _bad_request(message: str) -> web.Response:
-    return web.json_response({"error": message}, status=400)
+    return _json({"error": message}, status=400)
 
 
 SPEC_PARAMS_USAGE = ('"spec_params": {"steps": int, "topk": int, "draft_tokens": int} (each >= 1, EAGLE-3 only), '
@@ -176,8 +190,8 @@ async def post_check(request: web.Request) -> web.Response:
     except UserError as exc:
         return _bad_request(str(exc))
     except KitError as exc:  # a damaged patch record: the plan cannot be judged
-        return web.json_response({"error": str(exc)}, status=500)
-    return web.json_response({"plan": plan.to_json(), "digest": plan.digest(), "warnings": plan.warnings})
+        return _json({"error": str(exc)}, status=500)
+    return _json({"plan": plan.to_json(), "digest": plan.digest(), "warnings": plan.warnings})
 
 
 async def post_switch(request: web.Request) -> web.Response:
@@ -191,13 +205,13 @@ async def post_switch(request: web.Request) -> web.Response:
     try:
         entry = await rt.switch(profile, spec, req.timeout_s, req.spec_params, req.adaptive_tiers)
     except Busy:
-        return web.json_response({"error": "another switch is running; retry when /status shows it finished"}, status=409)
+        return _json({"error": "another switch is running; retry when /status shows it finished"}, status=409)
     except UserError as exc:
         return _bad_request(str(exc))
     except KitError as exc:  # e.g. a damaged patch record, a full disk: nothing was changed
-        return web.json_response({"error": str(exc), "outcome": "failed"}, status=500)
-    code = 500 if entry.outcome == Outcome.FAILED else 200
-    return web.json_response({**entry.to_json(), "status": rt.status()}, status=code)
+        return _json({"error": str(exc), "outcome": "failed"}, status=500)
+    code = 500 if entry.outcome in (Outcome.FAILED, Outcome.INTERRUPTED) else 200
+    return _json({**entry.to_json(), "status": rt.status()}, status=code)
 
 
 def _hold_view(sd: Path) -> dict | None:
@@ -224,7 +238,8 @@ async def _body(request: web.Request, model: type[BaseModel], usage: str):
 async def post_hold(request: web.Request) -> web.Response:
     """Take or renew the tune hold: 200 with its id, or 409 naming who holds it (tune_hold.py)."""
     usage = (f'body must be JSON {{"holder": str (1-{tune_hold.HOLDER_MAX} chars), "ttl_s": number in '
-             f'(0, {tune_hold.TTL_MAX_S:.0f}], "id": str (to renew), "host": str, "pid": int, '
+             f'[{tune_hold.TTL_MIN_S:.0f}, {tune_hold.TTL_MAX_S:.0f}], "id": str (to renew), "host": str, "pid": int '
+             f'(1-{tune_hold.PID_MAX}), '
              f'"take_over_pid": int (a holder of this host whose pid is gone)}}')
     req = await _body(request, HoldRequest, usage)
     if isinstance(req, web.Response):
@@ -234,10 +249,10 @@ async def post_hold(request: web.Request) -> web.Response:
         hold = tune_hold.take(sd, req.holder, req.ttl_s, req.id, host=req.host, pid=req.pid,
                               take_over_pid=req.take_over_pid)
     except tune_hold.Held as exc:
-        return web.json_response({"error": str(exc), "tune_hold": exc.current.view(exc.now)}, status=409)
+        return _json({"error": str(exc), "tune_hold": exc.current.view(exc.now)}, status=409)
     except OSError as exc:
-        return web.json_response({"error": f"cannot write the hold: {exc}"}, status=500)
-    return web.json_response({"id": hold.id, "expires_at": hold.expires_at, "tune_hold": hold.view(time.time())})
+        return _json({"error": f"cannot write the hold: {exc}"}, status=500)
+    return _json({"id": hold.id, "expires_at": hold.expires_at, "tune_hold": hold.view(time.time())})
 
 
 async def delete_hold(request: web.Request) -> web.Response:
@@ -248,20 +263,21 @@ async def delete_hold(request: web.Request) -> web.Response:
     try:
         released = tune_hold.release(request.app[LIFECYCLE].sd, req.id)
     except OSError as exc:
-        return web.json_response({"error": f"cannot remove the hold: {exc}"}, status=500)
-    return web.json_response({"released": released})
+        return _json({"error": f"cannot remove the hold: {exc}"}, status=500)
+    return _json({"released": released})
 
 
 @web.middleware
 async def no_tracebacks(request: web.Request, handler):
-    """An unexpected error answers one JSON line (the traceback goes to the log, never to the client)."""
+    """An unexpected error answers one JSON line, 500 (the traceback goes to the log, never to the client; a log
+    that cannot be written, supervisord gone, is dropped, never a plain-text 500). aiohttp's own 4xx stay as they are."""
     try:
         return await handler(request)
     except web.HTTPException:
         raise
     except Exception as exc:
-        traceback.print_exc()
-        return web.json_response({"error": f"internal error: {type(exc).__name__}"}, status=500)
+        log.exception()
+        return _json({"error": f"internal error: {type(exc).__name__}"}, status=500)
 
 
 def make_app(state_dir: Path, token: str | None, metrics_auth: bool = False,

@@ -24,6 +24,11 @@ class DrainCutShort(GateFailed):
         self.last = last
 
 
+class SupervisorGone(Exception):
+    """supervisord does not answer on its socket (killed, stopped, its socket gone): nothing the switch asks of it
+    can be done, and a rollback through it cannot either. The switch is cut short (outcome `interrupted`)."""
+
+
 def describe(exc: BaseException) -> str:
-    """One line for the history: a gate failure says itself, anything else names its type."""
-    return str(exc) if isinstance(exc, GateFailed) else f"{type(exc).__name__}: {exc}"
+    """One line for the history: a gate failure and a supervisord gone say themselves, anything else names its type."""
+    return str(exc) if isinstance(exc, GateFailed | SupervisorGone) else f"{type(exc).__name__}: {exc}"

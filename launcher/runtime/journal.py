@@ -13,10 +13,11 @@ import uuid
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from launcher import atomic
-from launcher.runtime.state import STATE_FILE_MODE, read_record
+from launcher.runtime import state as runtime_state
+from launcher.runtime.state import STATE_FILE_MODE
 from launcher.runtime.states import Outcome, Phase
 from launcher.state_layout import StatePaths
 
@@ -29,6 +30,7 @@ class Label(BaseModel):
     digest: str | None = None
 
 
+JOURNAL_CAP = 1 << 20  # switch.json's cap: an id, times, a phase and two plan labels
 DONE = "done"  # the switch finished, but its outcome could not be appended to the history
 UNKNOWN = "unknown"  # the journal was damaged: a switch was cut short somewhere
 JournalPhase = Phase | Literal["done", "unknown"]
@@ -43,6 +45,7 @@ class Journal(BaseModel):
     finished_as: Outcome | None = None  # with phase "done": the outcome it finished with
     from_: Label | None = Field(default=None, alias="from")
     to: Label | None = None
+    cut_short: str | None = None  # why this process stopped the switch midway (supervisord stopped answering)
 
     @model_validator(mode="before")
     @classmethod
@@ -58,8 +61,9 @@ class Journal(BaseModel):
 
     def record(self) -> dict:
         data = self.model_dump(mode="json", by_alias=True)
-        if data.get("finished_as") is None:
-            data.pop("finished_as", None)
+        for key in ("finished_as", "cut_short"):
+            if data.get(key) is None:
+                data.pop(key, None)
         for side in ("from", "to"):  # a label without a point reads as it did before points
             if isinstance(data.get(side), dict) and data[side].get("spec_params") is None:
                 data[side].pop("spec_params")
@@ -87,15 +91,24 @@ def finished(sd: Path, j: Journal, outcome: Outcome) -> None:
     _write(sd, j)
 
 
+def cut_short(sd: Path, j: Journal, why: str) -> None:
+    """The switch stopped midway for a reason the next start should name (supervisord stopped answering): the
+    journal stays, in the phase it reached, for the next start to resolve and record as `interrupted`."""
+    j.cut_short, j.updated_at = why, time.time()
+    _write(sd, j)
+
+
 def _write(sd: Path, j: Journal) -> None:
     atomic.write_json(StatePaths(sd).journal, j.record(), mode=STATE_FILE_MODE)
 
 
 def read(sd: Path) -> Journal | None:
-    """The unfinished switch, if any. A damaged journal still says that a switch was cut short."""
+    """The unfinished switch, if any. A damaged journal (no regular file, over JOURNAL_CAP, not JSON, not of the
+    shape) still says that a switch was cut short; the damage is logged once (state.report)."""
     try:
-        return read_record(StatePaths(sd).journal, Journal)
-    except ValidationError:
+        return runtime_state.load(StatePaths(sd).journal, Journal, JOURNAL_CAP)
+    except runtime_state.Damaged as exc:
+        runtime_state.report(exc, "resolved as a switch cut short")
         now = time.time()
         return Journal(id=f"damaged-{uuid.uuid4().hex[:6]}", started_at=now, updated_at=now, phase=UNKNOWN)
 

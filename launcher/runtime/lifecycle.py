@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from launcher.errors import RuntimeFailure
 from launcher.profiles.adaptive_tiers import AdaptiveTiers
 from launcher.profiles.plan import Plan, reach_url
 from launcher.profiles.spec_params import SpecParams
-from launcher.runtime import activation, journal, metrics, start_lines, start_records, transitions
+from launcher.runtime import activation, journal, log, metrics, start_lines, start_records, transitions
 from launcher.runtime import state as runtime_state
 from launcher.runtime.admission import patch_check, validated_plan
 from launcher.runtime.failures import GateFailed, describe
@@ -140,7 +139,7 @@ class Lifecycle:
             try:
                 self.switch_counts.save(self.sd)
             except OSError:
-                traceback.print_exc()  # the counts in memory stand; the next read tries to keep them again
+                log.exception()  # the counts in memory stand; the next read tries to keep them again
 
     # ----- what /status shows ----------------------------------------------------------------------
     def set_state(self, state: State) -> None:
@@ -210,7 +209,7 @@ class Lifecycle:
                 try:
                     await self._tick(client)
                 except Exception:  # a monitor that dies leaves /status stale: report and go on
-                    traceback.print_exc()
+                    log.exception()
                 await asyncio.sleep(settings.KIT_HEALTH_PROBE_PERIOD_S.get())
 
     async def _probe(self, client: httpx.AsyncClient) -> tuple[str, float]:
@@ -292,8 +291,11 @@ class Lifecycle:
         if took is not None:
             entry.lap("start", took)
             entry.lap("total", took)
-        runtime_state.append_history(self.sd, entry.to_json())
         self.last_error = entry.error
+        try:
+            runtime_state.append_history(self.sd, entry.to_json())
+        except OSError as exc:  # a link or a FIFO as history.jsonl (refused, atomic.append_line), a full disk
+            self.last_error = f"serving, but this start could not be recorded in the history: {describe(exc)}"
         self.last_good = cur
 
     def reset_retries(self) -> None:
@@ -349,9 +351,10 @@ class Lifecycle:
         self.set_state(State.RECOVERING)  # STARTING -> RECOVERING
         self.switcher.enter(Phase.RECOVERING)
         rec = j.record()
+        why = j.cut_short or "control API or container restart"
         entry = Entry(id=j.id, **{"from": rec["from"]}, to=rec["to"], outcome=Outcome.INTERRUPTED,
                       interrupted_phase=j.phase_text(),
-                      error=f"the switch was cut short in phase '{j.phase_text()}' (control API or container restart)")
+                      error=f"the switch was cut short in phase '{j.phase_text()}' ({why})")
         if j.phase == journal.DONE:  # it finished, but its outcome could not be written then
             entry.finished_as, entry.error = j.finished_as, "the switch finished but its outcome could not be recorded"
         rendered = runtime_state.rendered_plan(self.sd)
@@ -403,7 +406,8 @@ class Lifecycle:
     async def switch(self, profile: str, spec: str, timeout_s: float | None, spec_params: SpecParams | None = None,
                      adaptive_tiers: AdaptiveTiers | dict | None = None) -> Entry:
         """Validate, then switch under the lock; the history entry. Busy when another switch runs,
-        UserError for a plan that does not validate, RuntimeFailure when the journal cannot be written.
+        UserError for a plan that does not validate, RuntimeFailure when the journal cannot be written or
+        history.jsonl cannot take the entry (a symbolic link, a FIFO in its place: state.history_refusal).
         `spec_params`: an EAGLE point; it is in the plan's flags, so "unchanged" (equal digests) means the same point;
         `adaptive_tiers` likewise (its file's content is in the digest).
         "Unchanged" also needs the same profile name and spec mode: the server is started with the name
@@ -420,6 +424,11 @@ class Lifecycle:
                 self.current.digest(), self.current.name, self.current.spec)
             if transitions.unchanged(before, same):
                 return Entry(outcome=Outcome.UNCHANGED)
+            refusal = runtime_state.history_refusal(self.sd)
+            if refusal is not None:  # its outcome could not be recorded: not begun (never appended through a link)
+                raise RuntimeFailure(f"cannot record a switch: {refusal}; nothing was changed: move it away (a new "
+                                     "history.jsonl is created as a regular file) and retry")
+            self.prune_adaptive()  # the configs of earlier candidates; this plan's own is rendered by the switch
             self.set_state(transitions.switch_begins(before))  # any -> SWITCHING
             try:
                 entry = await self.switcher.run(previous, plan, timeout_s)
@@ -432,9 +441,22 @@ class Lifecycle:
             self._after_switch(entry, plan, previous, before)
             if entry.history_error is None:  # else the next start records it, as interrupted
                 self.recorded(entry)
-            info = await asyncio.to_thread(self.sup.info)
-            self.pid = int(info.get("pid") or 0)
+            try:
+                info = await asyncio.to_thread(self.sup.info)
+                self.pid = int(info.get("pid") or 0)
+            except Exception as exc:  # supervisord gone: the answer still says how the switch ended
+                self.last_error = self.last_error or f"supervisord does not answer: {describe(exc)}"
             return entry
+
+    def prune_adaptive(self) -> None:
+        """Tuned adaptive configs that no plan which may start names are removed (state.prune_adaptive): a tune that
+        tries many would otherwise leave one file per candidate for ever. At the start of a switch, under its lock:
+        the last switch's own config stays until the next switch."""
+        keep = (self.current, self.last_good, runtime_state.rendered_plan(self.sd))
+        try:
+            runtime_state.prune_adaptive(self.sd, keep)
+        except Exception:  # housekeeping: never the switch's failure
+            log.exception()
 
     def _after_switch(self, entry: Entry, plan: Plan, previous: Plan | None, before: State) -> None:
         outcome = Outcome(entry.outcome)

@@ -21,12 +21,9 @@ scrape always answers 200 with what is known.
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import math
 import os
 import re
-import stat
-import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -38,6 +35,8 @@ from prometheus_client.registry import Collector
 
 from launcher import __version__, atomic
 from launcher.profiles.policy import NAME_PATTERN
+from launcher.runtime import log
+from launcher.runtime import state as runtime_state
 from launcher.runtime.states import Outcome, State
 from launcher.state_layout import StatePaths
 
@@ -63,6 +62,8 @@ SWITCH_OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome if o not in (O
 SWITCH_BUCKETS_S: tuple[float, ...] = (1, 2, 5, 10, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600)
 HISTORY_COUNT_BYTES = 16 << 20  # how much of history.jsonl's end the switch counts are derived from at start
 COUNTS_VERSION = 1  # switch-counts.json's shape
+COUNTS_FILE_CAP = 64 << 10  # switch-counts.json's cap: ten outcomes, their buckets and sums, a few hundred bytes
+THEN_COUNTS = "switch counts from history.jsonl alone"
 RETRY_BASELINE_S = 10.0  # an unreadable history is tried again at most this often (at scrape time)
 
 RESTART_CRASH = "crash"  # the server died and supervisord restarted it (/status `restarts`)
@@ -129,10 +130,10 @@ class SwitchCounts:
         A history shorter than `offset` was replaced: all of it is new, counted on top. More than `max_bytes`
         gained: only the last `max_bytes` are counted (`truncated`). No history: nothing to count (`offset` 0,
         so one created later is counted from its start). False, counts untouched, when it cannot be read (not a
-        regular file, no permission; opened non-blocking, so a FIFO never hangs)."""
+        regular file, no permission; atomic.open_regular: a link is never followed, a FIFO never hangs)."""
         path = StatePaths(sd).history
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            fd = atomic.open_regular(path)  # never a link followed, never a FIFO blocked on
         except FileNotFoundError:
             self.offset = 0
             return True
@@ -140,8 +141,6 @@ class SwitchCounts:
             return False
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return False
             start = self.offset if self.offset <= st.st_size else 0  # shorter: a replaced history
             mid_line = st.st_size - start > max_bytes
             if mid_line:
@@ -160,7 +159,7 @@ class SwitchCounts:
             if not raw.strip():
                 continue
             try:
-                entry = json_loads(raw)
+                entry = runtime_state.parse_json(raw)
             except ValueError:
                 self.skipped += 1
                 continue
@@ -186,10 +185,13 @@ class SwitchCounts:
     def saved(cls, sd: Path) -> SwitchCounts | None:
         """The kept counts, `offset` the history size they cover; None when absent, unreadable or not of the
         right shape (a damaged or foreign file is not trusted: the counts then come from the history alone)."""
+        path = StatePaths(sd).switch_counts
         try:
-            data = json.loads(StatePaths(sd).switch_counts.read_text(encoding="utf-8"))
-            if not isinstance(data, dict) or data.get("v") != COUNTS_VERSION:
+            data = runtime_state.load(path, None, COUNTS_FILE_CAP)  # a regular file of bounded size, strict JSON
+            if data is None:
                 return None
+            if not isinstance(data, dict) or data.get("v") != COUNTS_VERSION:
+                raise runtime_state.Damaged(path, f"not switch counts of version {COUNTS_VERSION}")
             totals, buckets, sums = data["totals"], data["buckets"], data["sums"]
             size, skipped, truncated = data["history_bytes"], data.get("skipped", 0), data.get("truncated", False)
             if not (isinstance(totals, dict) and isinstance(buckets, dict) and isinstance(sums, dict)
@@ -200,8 +202,12 @@ class SwitchCounts:
                             for v in buckets.values())
                     and all(not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v) and v >= 0
                             for v in sums.values())):
-                return None
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError, KeyError):
+                raise runtime_state.Damaged(path, "a field out of the switch counts' shape (outcomes, counts, sums)")
+        except KeyError as exc:
+            runtime_state.report(runtime_state.Damaged(path, f"no key {exc}"), THEN_COUNTS)
+            return None
+        except runtime_state.Damaged as exc:
+            runtime_state.report(exc, THEN_COUNTS)
             return None
         out = cls(truncated=truncated, skipped=skipped, offset=size, saved_offset=size)
         out.totals.update(totals)
@@ -218,11 +224,6 @@ class SwitchCounts:
         return out if out.catch_up(sd, max_bytes) else None
 
 
-def json_loads(raw: bytes) -> object:
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, RecursionError) as exc:
-        raise ValueError(str(exc)) from None
 
 
 # ----- build facts -----------------------------------------------------------------------------------
@@ -236,8 +237,7 @@ def build_info() -> dict[str, str]:
         sglang = UNKNOWN
     patch_set = UNKNOWN
     try:
-        with open(IMAGE_PATCH_SET_FILE, "rb") as fh:
-            text = fh.read(128).decode("ascii", "replace").strip()
+        text = atomic.read_capped(IMAGE_PATCH_SET_FILE, 128).decode("ascii", "replace").strip()
         if PATCH_SET_RE.fullmatch(text):
             patch_set = text[:PATCH_SET_SHOWN]
     except OSError:
@@ -276,7 +276,7 @@ class KitCollector(Collector):
             try:
                 families = build()
             except Exception:
-                traceback.print_exc()
+                log.exception()
                 continue
             yield from families
 

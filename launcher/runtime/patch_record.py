@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from launcher.errors import RuntimeFailure
 
 PATCH_RECORD_FILE = "kit_patches.json"  # in the installed sglang package, written by patches/apply.py
+RECORD_CAP = 1 << 20  # a version and one sha256 per patch: KiBs
 
 
 def record_path() -> Path | None:
@@ -49,12 +50,17 @@ def installed() -> dict[str, str]:
     path = record_path()
     if path is None:
         return {}
+    # the one reader of a kit record: a regular file of bounded size
+    from launcher.runtime import state as runtime_state
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RuntimeFailure(f"{path}: not a readable patch record: {exc}") from None
+        data = runtime_state.read_bytes(path, RECORD_CAP)
+        if data is None:
+            return {}
+        text = data.decode("utf-8")
+    except (runtime_state.Damaged, UnicodeDecodeError) as exc:
+        why = exc.why if isinstance(exc, runtime_state.Damaged) else "not UTF-8"
+        raise RuntimeFailure(f"{path}: not a readable patch record: {why}") from None
     return parse(path, text)
 
 

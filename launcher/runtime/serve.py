@@ -29,8 +29,7 @@ def initial_plan(paths: StatePaths, profile: str | None, spec: str | None) -> Pl
     overlay_now = settings.MODEL_OVERLAY.get() or ""
     request = {"profile": profile or settings.PROFILE.default, "spec": spec or settings.default_spec(),
                "model_overlay": overlay_now}
-    boot = runtime_state.read_json(paths.boot)
-    boot = boot if isinstance(boot, dict) else {}
+    boot = runtime_state.read_json(paths.boot, then="taken as a fresh start") or {}
     overlay_kept = boot.get("model_overlay", overlay_now) == overlay_now  # a boot file from before it was kept: kept
     unchanged = overlay_kept and all(boot.get(k) == request[k] for k in ("profile", "spec"))
     committed = runtime_state.committed(paths.root)
@@ -48,7 +47,7 @@ def initial_plan(paths: StatePaths, profile: str | None, spec: str | None) -> Pl
             print("serve: committed plan no longer valid, starting the requested one", file=sys.stderr)
     if plan is None:
         plan = validated_plan(request["profile"], request["spec"], model_overlay=overlay_now)
-    atomic.write_json(paths.boot, request)
+    atomic.write_json(paths.boot, request, mode=runtime_state.STATE_FILE_MODE)
     return plan
 
 

@@ -14,7 +14,6 @@ with exit 1 and a line naming the backend and the element, as any failed start.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from launcher import settings, state_layout
 from launcher.profiles.plan import Plan
 from launcher.resources import sitecustomize_dir
 from launcher.runtime import allreduce_check, parent_death
+from launcher.runtime import state as runtime_state
 from launcher.runtime.containment import Containment
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -123,9 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     parent_death.tie_to_parent()  # supervisord gone: end the server's tree (no server left holding the port)
     path = state_layout.StatePaths(Path(args.state_dir)).profile_json
     try:
-        plan = Plan.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
-        print(f"server_exec: cannot read the rendered plan {path}: {exc}", file=sys.stderr)
+        plan = runtime_state.load(path, Plan)  # a regular file of bounded size, as its model (state.py)
+        if plan is None:
+            raise runtime_state.Damaged(path, "absent")
+    except runtime_state.Damaged as exc:
+        print(f"server_exec: cannot read the rendered plan {exc}", file=sys.stderr)
         return 1
     cmd = plan.argv
     if settings.KIT_ACTIVE_PROFILE.raw() != plan.name:

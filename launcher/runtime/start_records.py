@@ -7,12 +7,12 @@ start line (server_exec.START_MARKER) through start_lines.Scanner and keeps one 
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from pathlib import Path
 
 from launcher import atomic
+from launcher.runtime import state as runtime_state
 from launcher.runtime.start_lines import Scanner, cause_text
 
 RECORD_MODE = 0o600
@@ -20,6 +20,8 @@ KEEP_RECORDS = 32  # start records kept in the state dir
 POLL_BUDGET = 32 << 20  # bytes one poll reads at most; the next poll goes on
 MAX_LINE = 1 << 20  # a longer line is cut (counted as whole lines never are)
 BACKUPS = 5  # supervisor_conf: stdout_logfile_backups
+MAX_LOG_FILE = 64 << 20  # a log file read whole at start: supervisord rotates at 50 MB; a larger one is skipped
+RECORD_CAP = 4 << 20  # a start record's cap (state.load): its activation lines and causes are KiBs
 
 
 class Follower:
@@ -63,8 +65,8 @@ class Follower:
         files = self._files()
         for i, path in enumerate(files):
             try:
-                data = path.read_bytes()
-            except OSError:
+                data = atomic.read_capped(path, MAX_LOG_FILE)
+            except OSError:  # absent, no regular file (never followed, never blocking), or too large
                 continue
             at = data.rfind(marker)
             if at < 0:
@@ -72,7 +74,7 @@ class Follower:
             at = data.rfind(b"\n", 0, at) + 1
             for j in range(i, 0, -1):  # this backup from the start line on, then the newer ones
                 try:
-                    chunk = data[at:] if j == i else files[j].read_bytes()
+                    chunk = data[at:] if j == i else atomic.read_capped(files[j], MAX_LOG_FILE)
                 except OSError:
                     continue
                 self._feed(chunk)
@@ -108,9 +110,11 @@ class Follower:
         if st.st_size == self._offset:
             return False
         try:
-            with open(self.log, "rb") as fh:
-                fh.seek(self._offset)
-                data = fh.read(budget)
+            fd = atomic.open_regular(self.log)
+            try:
+                data = os.pread(fd, budget, self._offset)
+            finally:
+                os.close(fd)
         except OSError:
             return False
         self._offset += len(data)
@@ -123,7 +127,7 @@ class Follower:
             try:
                 if os.stat(path).st_ino != inode:
                     continue
-                with open(path, "rb") as fh:
+                with os.fdopen(atomic.open_regular(path), "rb") as fh:
                     fh.seek(self._offset)
                     while chunk := fh.read(POLL_BUDGET):
                         self._feed(chunk)
@@ -161,11 +165,8 @@ class Follower:
 
     def _load_latest(self) -> None:
         for path in sorted(self.dir.glob("*.json"), reverse=True)[:1]:
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if isinstance(record, dict) and isinstance(record.get("seen"), dict):
+            record = runtime_state.read_json(path, RECORD_CAP, then="no start record kept")
+            if record is not None and isinstance(record.get("seen"), dict):
                 self.records = [record]
                 self.scanner.record = record
 
@@ -178,10 +179,9 @@ class Follower:
             if mine:
                 return mine[-1]
         for path in sorted(self.dir.glob(f"*-{int(pid)}.json"), reverse=True):
-            try:
-                return json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
+            record = runtime_state.read_json(path, RECORD_CAP, then="no start record kept")
+            if record is not None:
+                return record
         return None
 
     def cause_since(self, starts_before: int) -> str | None:

@@ -70,6 +70,7 @@ STATE_AFTER = {  # the state a finished switch leaves the server in
     Outcome.ROLLED_BACK: State.ROLLED_BACK,
     Outcome.ABORTED: State.SERVING,
     Outcome.FAILED: State.FAILED,
+    Outcome.INTERRUPTED: State.FAILED,  # supervisord stopped answering midway: nothing starts the server any more
 }
 
 SWITCH_TIMEOUT_MAX_S = 3600.0  # the largest timeout_s a switch accepts

@@ -28,7 +28,14 @@ from launcher.profiles.render import write_plan
 from launcher.runtime import activation, journal, start_records
 from launcher.runtime import state as runtime_state
 from launcher.runtime.exits import ExitWatch
-from launcher.runtime.failures import DrainCutShort, GateFailed, HealthTimeout, ServerExited, describe
+from launcher.runtime.failures import (
+    DrainCutShort,
+    GateFailed,
+    HealthTimeout,
+    ServerExited,
+    SupervisorGone,
+    describe,
+)
 from launcher.runtime.metrics_text import running_requests
 from launcher.runtime.records import Entry, Rollback
 from launcher.runtime.states import Outcome, Phase
@@ -212,7 +219,8 @@ class Switcher:
         await self.health_gate(plan.server_url, timeout_s)
 
     async def run(self, current: Plan | None, new: Plan, timeout_s: float | None) -> Entry:
-        """Full switch; returns the history entry (outcome switched / degraded / rolled_back / failed / aborted).
+        """Full switch; returns the history entry (outcome switched / degraded / rolled_back / failed / aborted, or
+        interrupted when supervisord stopped answering: _cut_short).
 
         OSError from writing the journal means nothing was changed; it propagates."""
         t0 = time.monotonic()
@@ -263,6 +271,8 @@ class Switcher:
             return self._finish(entry, j, t0)
         except Exception as exc:  # the gate, a full disk, a supervisord fault: all take the rollback path
             lap(step, t)
+            if isinstance(exc, SupervisorGone):  # nothing can stop or start the server: no rollback either
+                return self._cut_short(entry, j, describe(exc), t0)
             entry.error = describe(exc)
             if isinstance(exc, ServerExited):
                 cause = await self.death_cause(starts_before)
@@ -274,10 +284,13 @@ class Switcher:
             entry.outcome = Outcome.FAILED
             return self._finish(entry, j, t0)
         entry.rolled_back(await self.roll_back(current, j))
+        if entry.outcome == Outcome.INTERRUPTED:  # supervisord stopped answering during the rollback
+            return self._cut_short(entry, j, entry.rollback_error or "supervisord stopped answering", t0)
         return self._finish(entry, j, t0)
 
     async def roll_back(self, plan: Plan, j: journal.Journal | None) -> Rollback:
-        """Stop whatever runs and bring `plan` back; the outcome and its time, never an exception."""
+        """Stop whatever runs and bring `plan` back; the outcome (rolled_back; failed; interrupted when supervisord
+        stopped answering) and its time, never an exception."""
         self.enter(Phase.ROLLING_BACK)
         t = time.monotonic()
         try:
@@ -288,9 +301,30 @@ class Switcher:
                     pass  # the journal still says a switch is open, which is what recovery needs
             await self.stop()
             await self.bring_up(plan, self.timeouts.rollback_s)
+        except SupervisorGone as exc:  # cut short, not failed: nothing could be done without supervisord
+            return Rollback(Outcome.INTERRUPTED, time.monotonic() - t, describe(exc))
         except Exception as exc:
             return Rollback(Outcome.FAILED, time.monotonic() - t, describe(exc))
         return Rollback(Outcome.ROLLED_BACK, time.monotonic() - t)
+
+    def _cut_short(self, entry: Entry, j: journal.Journal, why: str, t0: float) -> Entry:
+        """supervisord stopped answering (SupervisorGone): the switch cannot go on, nor roll back. Outcome
+        `interrupted`, as for a control API killed midway: the journal stays, in the phase reached and with `why`,
+        and the next start on this state dir (a new `launcher serve`) resolves it and writes the history entry, with
+        its resolution. Nothing is appended now: one entry per switch, the one that says how it ended."""
+        phase = j.phase_text()
+        before = f" (before that: {entry.error})" if entry.error else ""
+        entry.outcome, entry.interrupted_phase = Outcome.INTERRUPTED, phase
+        entry.error = (f"the switch was cut short in phase '{phase}': {why}{before}; without supervisord nothing can "
+                       "stop or start the server: the next `launcher serve` on this state dir resolves the switch "
+                       "and records it in the history")
+        entry.lap("total", time.monotonic() - t0)
+        self.enter(None)
+        try:
+            journal.cut_short(self.sd, j, why)
+        except OSError as exc:  # the journal as it stands still says a switch was cut short
+            entry.history_error = describe(exc)
+        return entry
 
     def _finish(self, entry: Entry, j: journal.Journal, t0: float) -> Entry:
         """History first, then the journal goes: a crash in between leaves a journal, never a lost outcome."""

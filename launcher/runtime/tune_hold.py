@@ -7,6 +7,10 @@ keeps nobody out for longer than that, and a tune on the same host that finds th
 same command run again after a kill) takes it over at once. It is kept in the state dir (written atomically, read
 defensively: a damaged file holds nothing), so a control API restart does not let a second tune in.
 
+Every number is bounded where it comes in: `ttl_s` in [TTL_MIN_S, TTL_MAX_S], a pid in [1, PID_MAX] (the
+kernel's largest pid), and a file whose times are not finite, or whose hold would run longer than any grant
+could make it (past TTL_MAX_S from now), is damaged: it holds nothing.
+
 The hold keeps tunes apart; it does not lock production: a switch by an operator still runs (the tune
 sees it and measures the disturbed cell again).
 """
@@ -16,25 +20,34 @@ from __future__ import annotations
 import secrets
 import time
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from launcher import atomic
 from launcher.runtime import state as runtime_state
 from launcher.state_layout import StatePaths
 
+TTL_MIN_S = 1.0
 TTL_MAX_S = 3600.0
 HOLDER_MAX = 500
+HOST_MAX = 255
+ID_MAX = 64
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT (4194304): no pid is larger on any Linux host
+CLOCK_SLACK_S = 60.0  # a kept hold may look this much further off than a grant makes it (the clock stepped back)
+HOLD_FILE_CAP = 16 << 10  # tune-hold.json's cap: a holder, a host and four numbers
+Pid = Annotated[int, Field(strict=True, ge=1, le=PID_MAX)]
+Seconds = Annotated[float, Field(allow_inf_nan=False)]
 
 
 class Hold(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    id: str
-    holder: str
-    since: float
-    expires_at: float
-    host: str | None = None  # where the holder runs, and its pid there: what a take-over names
-    pid: int | None = None
+    model_config = ConfigDict(extra="forbid", strict=True)
+    id: Annotated[str, Field(max_length=ID_MAX)]
+    holder: Annotated[str, Field(max_length=HOLDER_MAX)]
+    since: Seconds
+    expires_at: Seconds
+    host: Annotated[str | None, Field(max_length=HOST_MAX)] = None  # where the holder runs, and its pid there:
+    pid: Pid | None = None  # what a take-over names
 
     def view(self, now: float) -> dict:
         """What /status and a refusal show: never the id (it is what lets a holder renew and release)."""
@@ -54,10 +67,15 @@ class Held(Exception):
 def current(sd: Path, now: float | None = None) -> Hold | None:
     """The hold in force: None when there is none, it lapsed, or its file is damaged."""
     now = time.time() if now is None else now
-    try:
-        hold = runtime_state.read_record(StatePaths(sd).tune_hold, Hold)
-    except ValidationError:
+
+    def granted(hold: Hold) -> str | None:
+        if hold.expires_at > now + TTL_MAX_S + CLOCK_SLACK_S:
+            return f"expires_at {hold.expires_at:.6g} is more than the longest grant ({TTL_MAX_S:.0f} s) from now"
+        if hold.since > now + CLOCK_SLACK_S:
+            return f"since {hold.since:.6g} is in the future"
         return None
+
+    hold = runtime_state.read_record(StatePaths(sd).tune_hold, Hold, HOLD_FILE_CAP, "no tune hold is in force", granted)
     return hold if hold is not None and hold.expires_at > now else None
 
 
@@ -78,7 +96,7 @@ def take(sd: Path, holder: str, ttl_s: float, hold_id: str | None = None, now: f
         raise Held(Hold(id="", holder="nobody (the hold lapsed; take a new one)", since=now, expires_at=now), now)
     hold = Hold(id=hold_id or secrets.token_hex(16), holder=holder, since=held.since if held else now,
                 expires_at=now + ttl_s, host=host, pid=pid)
-    atomic.write_json(StatePaths(sd).tune_hold, hold.model_dump(), mode=0o600)
+    atomic.write_json(StatePaths(sd).tune_hold, hold.model_dump(), mode=runtime_state.STATE_FILE_MODE)
     return hold
 
 

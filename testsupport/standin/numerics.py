@@ -188,7 +188,8 @@ class Decoder:
         self.pos += 1
         if chosen != token:  # greedy took the other token: the reply continues on another branch
             self.branch = f"{branch}/{pos}:{chosen}"
-        return Position(chosen, min(lp, 0.0), tuple(top))
+        # a log-softmax is never above 0 (SGLang's neither); a broken reduction's jump may push one here
+        return Position(chosen, min(lp, 0.0), tuple((t, min(v, 0.0)) for t, v in top))
 
     def _moe(self, top: list[tuple[int, float]], numerics: Numerics, bucket: int) -> list[tuple[int, float]]:
         key = (self.prompt, self.pos, self.branch, bucket)

@@ -4,7 +4,7 @@ Levels: error (refuse), warning (run, but say so), ineligible (cannot run on thi
 requires (depends on host facts that were not given; shown under the plan's `requires`).
 
 The rules live in topic modules (`nccl_env`, `parent_env`, `allreduce`, `expert_parallel`,
-`parser`, `speculation`, `host`, `metrics`); `RULES` below is the one registry. Its order is the order
+`parser`, `speculation`, `host`, `metrics`, `env_file`); `RULES` below is the one registry. Its order is the order
 findings come out in, which plans, warnings and the golden files show, so a new rule is
 appended rather than slotted in by topic.
 """
@@ -24,6 +24,7 @@ from launcher.profiles.rules.allreduce import (
     symm_mem_eligibility,
 )
 from launcher.profiles.rules.context import Context, Finding, Level
+from launcher.profiles.rules.env_file import env_file_size
 from launcher.profiles.rules.expert_parallel import deepep_low_latency_transport, deepep_normal_mode
 from launcher.profiles.rules.host import gpu_count, host_requirements
 from launcher.profiles.rules.metrics import metrics_needed_by_drain
@@ -81,6 +82,7 @@ RULES: list[tuple[Rule, bool]] = [
     (adaptive_fallback, False),
     (adaptive_config, False),
     (deterministic_env_conflict, False),
+    (env_file_size, False),
 ]
 
 
