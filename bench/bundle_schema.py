@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StringConstra
 from pydantic_core import PydanticCustomError
 
 from bench import bundle_names
+from launcher import strict_json
 from launcher.errors import UserError, schema_error
 from launcher.profiles import policy
 from launcher.profiles.spec_params import SpecParams
@@ -185,21 +186,10 @@ class RequestRow(_Part):
     tpot_s: Num = None
 
 
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:40]} is out of range")
-    return value
-
-
 def _bounded_int(text: str) -> int:
     if len(text.lstrip("-")) > 18:
         raise ValueError(f"number {text[:40]} is out of range")
     return int(text)
-
-
-def _constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def parse(path: Path, text: str | None = None) -> Any:
@@ -211,7 +201,8 @@ def parse(path: Path, text: str | None = None) -> Any:
     except OSError as exc:
         raise UserError(f"{path}: cannot read it ({exc.strerror}); {FIX}") from exc
     try:
-        return json.loads(raw, parse_float=_finite, parse_int=_bounded_int, parse_constant=_constant)
+        return json.loads(raw, parse_float=strict_json.finite, parse_int=_bounded_int,
+                          parse_constant=strict_json.refuse_constant)
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); {FIX}") from exc
     except (ValueError, RecursionError) as exc:

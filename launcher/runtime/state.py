@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from launcher import atomic, settings
+from launcher import atomic, settings, strict_json
 from launcher.profiles.plan import ADAPTIVE_CONFIG_FLAG, Plan
 from launcher.runtime import log
 from launcher.state_layout import StatePaths
@@ -48,21 +48,11 @@ class Damaged(ValueError):
         self.path, self.why = Path(path), why
 
 
-def _refuse_constant(name: str) -> object:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:40]} overflows")
-    return value
-
-
 def parse_json(data: bytes) -> object:
     """Strict JSON from bytes: UTF-8, no NaN/Infinity, every number finite; ValueError saying what is wrong."""
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite)
+        return json.loads(data.decode("utf-8"), parse_constant=strict_json.refuse_constant,
+                          parse_float=strict_json.finite)
     except UnicodeDecodeError:
         raise ValueError("not UTF-8") from None
     except RecursionError:
