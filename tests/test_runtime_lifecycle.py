@@ -17,6 +17,7 @@ from launcher.profiles.render import write_plan
 from launcher.runtime import journal, metrics
 from launcher.runtime import switch as switch_mod
 from launcher.runtime.lifecycle import Busy, Lifecycle
+from launcher.runtime.server_exec import START_MARKER
 from launcher.runtime.states import Outcome, Phase, State
 from launcher.runtime.transitions import IllegalTransition
 from launcher.state_layout import StatePaths
@@ -39,10 +40,10 @@ class Clock:
 
 
 class Rig:
-    def __init__(self, sd, committed: bool = True, profile: str = "baseline"):
+    def __init__(self, sd, committed: bool = True, profile: str = "baseline", spec: str = "off"):
         self.sd, self.sup, self.clock = sd, FakeSupervisor(), Clock()
         self.server = FakeServer(self.sup)
-        self.plan = plan(profile)
+        self.plan = plan(profile, spec)
         serving(sd, self.plan, self.sup, commit=committed)
         self.lc = self.make()
 
@@ -90,6 +91,34 @@ def test_status_never_shows_a_new_health_reading_beside_the_old_state(tmp_path):
     assert seen and seen[0] == ("unknown", "starting"), seen
     st = rig.lc.status()
     assert (st["health"], st["state"]) == ("ok", "serving")
+
+
+def test_a_start_that_answers_before_supervisord_wrote_its_lines_is_judged_on_them(tmp_path, monkeypatch):
+    """The server logs its activation lines before it answers, but supervisord writes them to the log on its own
+    time: the tick read the log first, so the line arrives between that read and the healthy answer. The first
+    healthy start is judged after the log caught up (the switch's grace), never called inactive."""
+    monkeypatch.setattr(switch_mod, "LOG_GRACE_S", 5.0)
+    rig = Rig(tmp_path, committed=False, spec="eagle3-adaptive")
+    log_path = StatePaths(tmp_path).server_log
+    p = rig.plan
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text(f"{START_MARKER}{p.name} spec {p.spec} digest {p.digest()} pid {rig.sup.info()['pid']} start 1: x\n")
+    poll = rig.lc.follower.poll
+    late = ["[2026-12-03 10:00:01 TP0] AdaptiveSpeculativeParams initialized: steps=3, candidate_steps=[1, 3, 5, 7]\n"]
+
+    def poll_then_line_lands(*args):
+        more = poll(*args)
+        if late:  # written by supervisord just after the tick's read
+            with log_path.open("a") as f:
+                f.write(late.pop())
+        return more
+
+    monkeypatch.setattr(rig.lc.follower, "poll", poll_then_line_lands)
+    run(rig.tick())
+    assert rig.lc.state == State.SERVING
+    [entry] = rig.history()
+    [adaptive] = [b for b in entry["backends"] if b["name"] == "spec-adaptive"]
+    assert (adaptive["verdict"], adaptive["candidate_steps"], entry["error"]) == ("active", [1, 3, 5, 7], None), entry
 
 
 def test_a_dead_server_reads_down_and_comes_back_counted(tmp_path):

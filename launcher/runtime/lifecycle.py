@@ -37,7 +37,7 @@ from launcher.runtime.failures import GateFailed, describe
 from launcher.runtime.records import Entry
 from launcher.runtime.states import ANSWERING, Outcome, Phase, Resolution, State
 from launcher.runtime.supervisor_rpc import LIVE_STATES, Supervisor
-from launcher.runtime.switch import Switcher, label
+from launcher.runtime.switch import Switcher, label, settled_activation
 from launcher.runtime.transitions import HEALTH_DOWN, HEALTH_OK, Act, Reading, Retry
 
 
@@ -80,6 +80,7 @@ class Lifecycle:
         self.backends: list[dict] = []  # activation of the running plan's expected backends
         self.decode_allreduce: dict | None = None  # {"backend", "why"}: what carries the decode all-reduce
         self.backends_of: tuple | None = None  # (pid, digest, follower version) they were read for
+        self.settled_for: tuple | None = None  # (pid, digest) of the start whose lines had their grace
         # Switches by outcome (/status `switches`, /metrics kit_switch_*): switch-counts.json plus what
         # history.jsonl gained since (also lines another process appended while this one was down), kept at
         # once; then each entry this process appends. None while the history cannot be read (unknown, not 0).
@@ -235,6 +236,7 @@ class Lifecycle:
             self.health, self.health_at = probed
             self.last_error = f"supervisord does not answer: {describe(exc)}"
             return
+        await self._settle_lines(probed[0], int(info.get("pid") or 0), busy)
         # From here to the state move nothing awaits: /status never shows this reading's health beside the
         # state of the reading before (health "ok" while still "starting").
         self.health, self.health_at = probed
@@ -272,6 +274,22 @@ class Lifecycle:
             self._first_healthy(cur, info)
             return
         self.set_state(step.to)
+
+    async def _settle_lines(self, health: str, pid: int, busy: bool) -> None:
+        """A start that answers before its backends were read (serve's, or supervisord's restart after a crash)
+        logged its activation lines before it answered; give supervisord the switch's grace to write them, so
+        the verdicts and the STARTED entry never call a running backend inactive. A switch judges its own."""
+        cur = self.current
+        if busy or self.lock.locked() or health != HEALTH_OK or cur is None or not pid:
+            return
+        if self.settled_for == (pid, cur.digest()):
+            return  # once a start: a backend that stays inactive costs one grace, not one per log change
+
+        async def running() -> int:
+            return pid
+
+        await settled_activation(self.follower, cur, running)
+        self.settled_for = (pid, cur.digest())
 
     def _first_healthy(self, cur: Plan, info: dict | None = None) -> None:
         """The plan answers: serving; commit it (and say so in history) unless it is the committed one. The entry

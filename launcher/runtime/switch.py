@@ -70,6 +70,21 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+async def settled_activation(follower: start_records.Follower, plan: Plan, pid) -> tuple[list[dict], dict]:
+    """activation.assess of the running start once its lines are in: a server logs them before it answers, but
+    supervisord may not have written them to the log yet, so an inactive verdict is read again (the log caught
+    up) until LOG_GRACE_S has passed. `pid`: an async callable, supervisord's pid of the server now."""
+    facts, note = await asyncio.to_thread(activation.load_facts)
+    deadline = time.monotonic() + LOG_GRACE_S
+    while True:
+        running = await pid()
+        await asyncio.to_thread(follower.catch_up)
+        statuses, decode = activation.assess(plan, follower.record_for(running), facts, note)
+        if not activation.inactive(statuses) or time.monotonic() > deadline:
+            return statuses, decode
+        await asyncio.sleep(0.25)
+
+
 class Switcher:
     """The switch phases. `phase` is what /status shows while one runs; every phase move goes through
     transitions.change_phase."""
@@ -193,15 +208,11 @@ class Switcher:
         """The expected backends of the healthy new server and the decode all-reduce's carrier, from what
         its start logged on every rank (activation.py), SGLang's precedence and the host facts."""
         self.enter(Phase.ACTIVATION)
-        facts, note = await self._call(activation.load_facts)
-        deadline = time.monotonic() + LOG_GRACE_S
-        while True:
-            pid = int((await self._call(self.sup.info)).get("pid") or 0)
-            await self._call(self.follower.catch_up)
-            statuses, decode = activation.assess(plan, self.follower.record_for(pid), facts, note)
-            if not activation.inactive(statuses) or time.monotonic() > deadline:
-                return statuses, decode
-            await asyncio.sleep(0.25)
+
+        async def pid() -> int:
+            return int((await self._call(self.sup.info)).get("pid") or 0)
+
+        return await settled_activation(self.follower, plan, pid)
 
     async def death_cause(self, starts_before: int) -> str | None:
         """The log's word on why a server started after `starts_before` start lines died (its cause line
