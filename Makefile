@@ -139,7 +139,7 @@ BASE_CHECK = @$(DOCKER) image inspect $(call shquote,$(BASE_IMAGE)) >/dev/null 2
 # -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
 EXEC_T = $(shell [ -t 0 ] || echo -T)
 
-.PHONY: help build up switch status down logs bench tune gate allreduce doctor demo demo-tune test test-fast e2e lint check show profiles venv docs fleet-up fleet-status fleet-switch monitor
+.PHONY: help build up switch status down logs bench tune gate allreduce doctor demo demo-tune test test-fast e2e lint check show profiles venv aic docs fleet-up fleet-status fleet-switch monitor
 
 help: ## list the verbs (this text)
 	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>] [MODEL_OVERLAY=<model overlay>]\n\nVerbs:\n'
@@ -272,6 +272,17 @@ $(VENV)/.test-installed: $(VENV)/.kit-installed $(VENV)/.compose-installed
 	touch $@
 
 venv: $(VENV_TEST_STAMP) ## create .venv with the kit, the test tools and SGLang's CPU-only parser
+
+# AIConfigurator (NVIDIA's performance model, with an rtx_pro_6000_server system) in a venv of its own: an
+# optional second opinion for `bench predict --aic`, never a dependency of the kit (its pins: pandas,
+# pyarrow, bokeh, ...). `bench predict --aic` finds .venv-aic/bin/python here, or KIT_AIC_PYTHON.
+AIC_VENV ?= .venv-aic
+AIC_SPEC ?= aiconfigurator==0.12.0
+aic: ## install AIConfigurator into .venv-aic for `bench predict --aic` (optional; KIT_AIC_PYTHON picks another)
+	$(PYTHON) -m venv $(AIC_VENV)
+	$(AIC_VENV)/bin/pip install -q --upgrade pip
+	$(AIC_VENV)/bin/pip install -q '$(AIC_SPEC)'
+	@$(AIC_VENV)/bin/python -c "import aiconfigurator; print('aiconfigurator', aiconfigurator.__version__, 'in $(AIC_VENV); bench predict --aic uses it from this folder, or set KIT_AIC_PYTHON=$(AIC_VENV)/bin/python')"
 
 demo: $(VENV_KIT_STAMP) ## the whole flow against a simulated server (no GPU, no docker)
 	$(PY) -m testsupport.demo

@@ -156,6 +156,16 @@ class Cell(bundle_names.CellNames, BaseModel):
     requests_file: str | None = None
     by_concurrency: dict[LevelKey, Level] = {}
     correctness: Correctness = Correctness()
+    # the most requests the server ran at once (its /server_info, bench/server_client.py running_cap): a level
+    # above it queued the rest (bench/compare.py load_note). None: not reported, or a bundle written before
+    # the field existed, which still loads
+    max_running_requests: Annotated[int, Field(ge=1)] | None = None
+
+    def ran_at_once(self, concurrency: str | int) -> int | None:
+        """How many requests ran at once at this level: the level, or the server's cap below it; None when
+        the cap is unknown (then the level is what was sent, and may have queued)."""
+        level = int(concurrency)
+        return None if self.max_running_requests is None else min(level, self.max_running_requests)
 
     def level(self, concurrency: str | int) -> Level:
         """The aggregate at one concurrency level (empty when the cell has none there)."""

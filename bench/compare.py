@@ -12,7 +12,9 @@ for a bundle written before setup digests existed). Otherwise the command refuse
 lists the differences; --force prints them and compares anyway. Host-local values that differ
 (model path, port, ...) are listed as information, never refused, and so is the correctness gate: each
 cell's verdict and statistics on both hosts (bench/run/logprob_gate.py), and the thresholds where the two
-bundles were gated differently.
+bundles were gated differently. A row whose two sides ran different loads (each side runs at most its
+server's max_running_requests at once, `Cell.max_running_requests`, and queues the rest) says so in its
+`load_note`, and the table prints a warning for it (`load_note`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from bench.args import CliArgs, entry_point
 from bench.bundle_schema import Cell
 from bench.stats import benjamini_hochberg, welch
 from launcher.errors import UserError
+from launcher.profiles.running_requests import SPEC_RUNNING_REQUESTS
 
 METRICS = (
     ("tok/s", "output_throughput"),
@@ -139,6 +142,43 @@ def _few_repeats(na: int, nb: int) -> str:
     return f"no p-value: fewer than {MIN_REPEATS} repeats in {sides}"
 
 
+
+
+def _ran(cell: Cell, level: int) -> str:
+    cap = cell.max_running_requests
+    return f"at most {min(level, cap)} at once (max_running_requests {cap})" if cap is not None else "cap unknown"
+
+
+def load_note(ca: Cell, cb: Cell, level: int) -> str | None:
+    """Why the two sides of a row ran different loads at `level`, None when they ran the same. A side runs
+    min(level, its server's max_running_requests) requests at once and queues the rest (their wait is in its
+    TTFT): sides whose numbers differ ran different loads, and a side above its cap queued. A side without
+    a cap (a bundle written before the bench recorded it) is named when the level is above the cap SGLang
+    sets under speculation, where it may have queued."""
+    ran_a, ran_b = ca.ran_at_once(level), cb.ran_at_once(level)
+    if ran_a is not None and ran_b is not None:
+        if ran_a != ran_b:
+            return f"different loads: A ran {_ran(ca, level)}, B {_ran(cb, level)}"
+        queued = [side for side, ran in (("A", ran_a), ("B", ran_b)) if ran < level]
+        if queued:
+            return (f"both ran {ran_a} at once, not {level}: above max_running_requests the rest queued "
+                    f"(in TTFT) on {' and '.join(queued)}")
+        return None
+    if ran_a is None and ran_b is None:
+        if ca.spec != "off" and level > SPEC_RUNNING_REQUESTS:
+            return (f"running cap unknown on A and B (bundles older than the field): under speculation SGLang "
+                    f"0.5.23 runs at most {SPEC_RUNNING_REQUESTS} at once unless --max-running-requests is given")
+        return None
+    known, unknown = ("A", "B") if ran_a is not None else ("B", "A")
+    ran = ran_a if ran_a is not None else ran_b
+    assert ran is not None
+    if ran < level or (ca.spec != "off" and level > SPEC_RUNNING_REQUESTS):
+        return (f"loads may differ: {known} ran {_ran(ca if known == 'A' else cb, level)}, {unknown}'s running cap "
+                f"is unknown (a bundle older than the field; under speculation SGLang 0.5.23 runs at most "
+                f"{SPEC_RUNNING_REQUESTS} at once unless --max-running-requests is given)")
+    return None
+
+
 def deltas(cells_a: list[Cell], cells_b: list[Cell], fdr: float = FDR) -> list[dict[str, Any]]:
     """One entry per (profile, spec, EAGLE-3 point, concurrency, metric) present in both bundles: cells
     match by (profile, spec, spec_params), a cell without a point (older bundles too) only one without.
@@ -159,6 +199,7 @@ def deltas(cells_a: list[Cell], cells_b: list[Cell], fdr: float = FDR) -> list[d
                     "concurrency": int(level), "metric": label,
                     "a": ma, "a_sd": sa, "a_n": na, "b": mb, "b_sd": sb, "b_n": nb, "delta": None, "delta_pct": None,
                     "t": None, "df": None, "p_value": None, "p_adjusted": None, "significant": False, "note": None,
+                    "load_note": load_note(ca, cb, int(level)),
                 }
                 if not ca.valid or not cb.valid:
                     row["note"] = "invalid in " + ("A" if not ca.valid else "B")
@@ -236,6 +277,8 @@ def render(rows: list[dict[str, Any]], console: Console, title: str) -> None:
         verdict = "YES" if r["significant"] else "no"
         if r["note"]:
             verdict += f" — {r['note']}"
+        if r.get("load_note"):
+            verdict += f" — {r['load_note']}"
         table.add_row(
             r["profile"], r["spec"], str(r["concurrency"]), r["metric"],
             f"{_fmt(r['a'], r['a_sd'])}, {r['a_n']}", f"{_fmt(r['b'], r['b_sd'])}, {r['b_n']}",
@@ -246,7 +289,7 @@ def render(rows: list[dict[str, Any]], console: Console, title: str) -> None:
 
 
 CSV_FIELDS = ("profile", "spec", "concurrency", "metric", "a", "a_sd", "a_n", "b", "b_sd", "b_n", "delta", "delta_pct",
-              "t", "df", "p_value", "p_adjusted", "significant", "note")
+              "t", "df", "p_value", "p_adjusted", "significant", "note", "load_note")
 
 
 def csv_text(rows: list[dict[str, Any]]) -> str:
@@ -317,6 +360,9 @@ def compare(*, dir_a: str, dir_b: str, force: bool = False, as_json: bool = Fals
         for d in local:
             print(f"  - {d}")
     render(rows, Console(width=160), f"{label}B ({mb.get('run_id')}) vs A ({ma.get('run_id')})")
+    loads = sorted({(r["profile"], r["spec"], r["concurrency"], r["load_note"]) for r in rows if r.get("load_note")})
+    for profile, spec, level, note in loads:
+        print(f"{label}WARNING: {profile}+{spec} at concurrency {level}: {note}")
     summary = significance_summary(rows)
     print(f"{label}p = Welch's t-test (two-sided) of B's mean against A's over their repeats; significant = "
           f"Benjamini-Hochberg at {FDR:.0%} false discovery rate across the {summary['rows_tested']} rows with a "

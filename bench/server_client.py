@@ -83,6 +83,7 @@ class ServerClient:
         self.error_body_cap = error_body_cap
         self.model = "default"
         self.incremental_text = False
+        self.running_cap: int | None = None  # the server's max_running_requests (`running_cap`), once read
         self._session: aiohttp.ClientSession | None = None
         self._inflight: dict[asyncio.Task[Any], StreamState] = {}
         self._watchdog: asyncio.Task[None] | None = None
@@ -204,9 +205,11 @@ class ServerClient:
             return None
 
     def configure_from_server_info(self, info: dict[str, Any]) -> None:
-        """Model name for the chat API; whether /generate streams incremental or cumulative text."""
+        """Model name for the chat API; whether /generate streams incremental or cumulative text; the most
+        requests the server runs at once (`running_cap`)."""
         self.model = str(info.get("served_model_name") or info.get("model_path") or "default")
         self.incremental_text = bool(info.get("incremental_streaming_output"))  # the 0.5.23 field (tokenizer_manager.py 543)
+        self.running_cap = running_cap(info)
 
     # ----- one request -------------------------------------------------------------------------
     def _payload(self, prompt: Prompt, temperature: float) -> tuple[str, dict[str, Any]]:
@@ -368,6 +371,30 @@ class ServerClient:
 
         records = await asyncio.gather(*(one(p) for p in prompts))
         return list(records), time.perf_counter() - t0
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def running_cap(info: dict[str, Any]) -> int | None:
+    """The most requests the server runs at once, from its /server_info; None when it does not say.
+
+    SGLang 0.5.23 reports two values. `internal_states[i].effective_max_running_requests_per_dp` is the
+    scheduler's own limit on DP rank i (scheduler_components/internal_state.py:73; the scheduler takes it
+    from the memory pool, mem_cache/kv_cache_configurator.py:3119-3132: --max-running-requests, or 48 under
+    speculation, capped by the KV cache's token capacity); their sum is what the server runs at once. The
+    top-level `max_running_requests` is the resolved server argument (server_args.py:316-333; 48 under
+    EAGLE/EAGLE3/NGRAM without --max-running-requests, srt/arg_groups/speculative_hook.py:1086-1093 and
+    :1294-1298; null without speculation): the fallback when no internal state gives the limit. Requests
+    above the limit wait in SGLang's queue, and their wait is part of their TTFT."""
+    states = info.get("internal_states")
+    if isinstance(states, list) and states:
+        per_rank = [_count(s.get("effective_max_running_requests_per_dp")) if isinstance(s, dict) else None
+                    for s in states]
+        if all(n is not None for n in per_rank):
+            return sum(n for n in per_rank if n is not None)
+    return _count(info.get("max_running_requests"))
 
 
 def _send_time_trace() -> aiohttp.TraceConfig:

@@ -259,6 +259,7 @@ class BenchAndDiagnostics(Section, title='bench and diagnostics'):
     KIT_GIT_SHA = Setting(STR, None, "Kit revision recorded in bench bundles when git cannot tell (an image).", "client")
     KIT_IMAGE_ID = Setting(STR, None, "Image id recorded in bench bundles.", "client")
     KIT_NCCL_TESTS_BIN = Setting(PATH, None, "nccl-tests' all_reduce_perf for `bench allreduce --with-nccl-tests` (the server image sets it; elsewhere all_reduce_perf on PATH).", "client")
+    KIT_AIC_PYTHON = Setting(PATH, None, "Python of the environment that has AIConfigurator (`make aic` creates .venv-aic) for `bench predict --aic`; unset: .venv-aic/bin/python in the current folder, else the kit's own Python. An optional extra, never a dependency.", "client")
     KIT_DOCTOR_ROOT = Setting(PATH, Path("/"), "Prefix of every /proc, /sys and /dev path the doctor reads (a saved copy of another host).", "client")
     # The correctness gate (bench/run/logprob_gate.py): docs/bench.md "The correctness gate" says how the null and
     # the calibrated limits come from docs/evidence/logprob-gate/ (dense and mixture-of-experts models on one H200).

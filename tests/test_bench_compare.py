@@ -213,3 +213,25 @@ def test_gate_statistics_of_two_hosts_are_reported_never_refused():
                                                                                                      "min_tokens": 200}}
     assert compare.gate_setting_differences(ma, mb) == ["gate max_delta: A=0.33 B=0.5"]
     assert compare.differences(compare.fingerprint(ma, []), compare.fingerprint(mb, [])) == []  # no refusal
+
+
+def _capped(spec: str, cap: int | None, level: str = "64") -> Cell:
+    data = cell("fused", spec, 80.0, 1.0)
+    data["by_concurrency"] = {level: data["by_concurrency"]["1"]}
+    return Cell.model_validate({**data, "max_running_requests": cap} if cap is not None else data)
+
+
+def test_rows_that_ran_different_loads_say_so():
+    """Each side runs min(level, its server's max_running_requests) at once and queues the rest."""
+    same = compare.deltas([_capped("eagle3", 64)], [_capped("eagle3", 2048)])
+    assert all(r["load_note"] is None for r in same)
+    rows = compare.deltas([_capped("eagle3", 48)], [_capped("eagle3", 64)])
+    note = _row(rows)["load_note"]
+    assert note.startswith("different loads") and "A ran at most 48 at once (max_running_requests 48)" in note
+    both = _row(compare.deltas([_capped("eagle3", 48)], [_capped("eagle3", 48)]))["load_note"]
+    assert "both ran 48 at once, not 64" in both and "on A and B" in both
+    older = _row(compare.deltas([_capped("eagle3", None)], [_capped("eagle3", 64)]))["load_note"]
+    assert "loads may differ" in older and "A's running cap is unknown" in older
+    assert _row(compare.deltas([_capped("off", None, "1")], [_capped("off", 2048, "1")]))["load_note"] is None
+    lines = list(csv.DictReader(io.StringIO(compare.csv_text(rows))))
+    assert lines[0]["load_note"] == note

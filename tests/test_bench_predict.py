@@ -232,3 +232,47 @@ def test_bundle_with_missing_keys_names_the_file(tmp_path, capsys):
     rc = predict_cli.main(["--verify-ms", "30", "--bundle", str(d)])
     err = capsys.readouterr().err
     assert rc == 2 and "x__eagle3.json" in err and "output_throughput" in err
+
+
+def test_temperature_adds_exactly_three_broadcasts_to_the_verify(capsys):
+    base = ["--compute-ms", "5", "--allreduce-us", "200", "--accept-len", "2", "--baseline-tokps", "82"]
+    _, greedy, _ = run(base, capsys)
+    _, hot, _ = run([*base, "--temperature", "0.7"], capsys)
+    assert greedy["collectives"]["verify"] == 0 and hot["collectives"]["broadcasts"] == 3
+    assert hot["verify_ms"] - greedy["verify_ms"] == pytest.approx(3 * 200 / 1000)  # at the all-reduce latency
+    assert hot["decode_collectives_ms"] == greedy["decode_collectives_ms"] == pytest.approx(124 * 200 / 1000)
+    assert (greedy["verify_collectives_ms"], hot["verify_collectives_ms"]) == (0.0, pytest.approx(0.6))
+    _, priced, _ = run([*base, "--temperature", "0.7", "--broadcast-us", "350"], capsys)
+    assert priced["verify_ms"] - greedy["verify_ms"] == pytest.approx(3 * 350 / 1000)
+    assert priced["verify_collectives_ms"] == pytest.approx(3 * 350 / 1000)
+    assert predict_cli.main([*base, "--temperature", "0.7"]) == 0  # the table prints both parts
+    out = " ".join(capsys.readouterr().out.split())
+    assert "124 decode, 3 verify" in out and "0.60" in out  # the verify collectives' ms in the table
+    # the target latency leaves room for the broadcasts too
+    _, target, _ = run([*base, "--temperature", "0.7", "--target-tokps", "167"], capsys)
+    needed = target["target"]["allreduce_us_needed"]
+    assert model.verify_ms(5, 124, needed, broadcasts=3) == pytest.approx(2000 / 167, rel=1e-4)
+
+
+def test_the_collective_count_follows_the_models_layers(tmp_path, capsys):
+    base = ["--compute-ms", "5", "--allreduce-us", "100", "--accept-len", "2"]
+    _, default, _ = run(base, capsys)
+    assert default["collectives"]["layers"] == 61 and default["collectives"]["decode"] == 1 + 2 * 61 + 1
+    _, small, _ = run([*base, "--layers", "27"], capsys)
+    assert small["collectives"]["allreduces"] == 1 + 2 * 27 and small["collectives"]["allgathers"] == 1
+    assert small["verify_ms"] == pytest.approx(5 + (1 + 2 * 27 + 1) * 100 / 1000)
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 40}}))
+    _, path, _ = run([*base, "--model-path", str(tmp_path), "--model-overlay", "kimi-k2"], capsys)
+    assert path["collectives"]["layers"] == 40 and "config.json" in path["collectives"]["layers_source"]
+    _, overlay, _ = run([*base, "--model-overlay", "deepseek-v3"], capsys)
+    assert overlay["collectives"]["layers_source"] == "model overlay deepseek-v3"
+    _, given, _ = run([*base, "--allreduces", "122"], capsys)  # an explicit count still wins
+    assert given["collectives"]["decode_used"] == 122 and given["verify_ms"] == pytest.approx(5 + 12.2)
+    c = model.step_collectives(10, 0.0)
+    assert (c.decode, c.verify) == (22, 0) and model.step_collectives(10, 1.0, tp=1).decode == 0
+
+
+@pytest.mark.parametrize("argv", [["--temperature", "-0.5"], ["--layers", "0"], ["--broadcast-us", "-1"]])
+def test_bad_collective_inputs_exit_2(argv, capsys):
+    assert predict_cli.main(["--compute-ms", "5", "--allreduce-us", "100", "--accept-len", "2", *argv]) == 2
+    assert "Traceback" not in capsys.readouterr().err

@@ -153,6 +153,18 @@ def test_a_workload_too_small_for_the_gate_is_refused_before_anything_is_switche
     assert list(tmp_path.iterdir()) == [] and len(stack.history()) == before
 
 
+def test_a_level_above_eagles_running_cap_is_refused_before_anything_is_switched(stack, tmp_path):
+    """EAGLE runs at most 48 requests at once unless the plan says otherwise (speculative_hook.py:1086-1093): at 64
+    the row would time 48 running and 16 queued beside `off` running 64. Exit 2 from the plans' flags, no switch."""
+    before = len(stack.history())
+    r = bench(stack, "--profiles", "baseline", "--spec", "off,eagle3", "--concurrency", "1,64", "--repeats", "1",
+              "--num-prompts", "2", "--max-tokens", "16", "--warmup", "0", "--out", str(tmp_path), env=TINY_WORKLOAD_GATE)
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "baseline+eagle3: --concurrency 64 is above the server's max_running_requests 48" in r.stderr
+    assert "--max-running-requests 64" in r.stderr and "(nothing was switched)" in r.stderr
+    assert list(tmp_path.iterdir()) == [] and len(stack.history()) == before
+
+
 def test_plans_come_from_the_server_and_no_switch_labels_from_its_status(stack, tmp_path):
     r = bench(stack, "--no-switch", "--repeats", "1", "--num-prompts", "2", "--max-tokens", "8", "--warmup", "0",
               "--out", str(tmp_path / "a"))

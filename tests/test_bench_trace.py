@@ -40,6 +40,9 @@ COMM = [
     ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "nccl", "all_reduce"),
     ("ncclKernel_AllReduce_RING_LL_Sum_half(ncclWorkElem)", "nccl", "all_reduce"),
     ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "nccl", "all_gather"),
+    ("ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "nccl", "broadcast"),
+    ("_all_gather_kernel_inner", "symm-mem", "all_gather"),  # SGLang's Triton multimem logits gather
+    ("void c10d::symmetric_memory::multimem_all_gather_kernel<16>(...)", "symm-mem", "all_gather"),
     ("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "nccl", "reduce_scatter"),
     ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "nccl", "send_recv"),
     ("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", "nccl", "collective"),
@@ -248,6 +251,41 @@ def test_kernels_without_correlation_fall_back_to_gpu_annotations(linked):
     assert result["steps"]["verify"]["steps"] == 1  # never counted twice
     assert result["steps"]["verify"]["allreduces_per_step"] == 1
     assert result["steps"]["verify"]["comm_share"] == pytest.approx(30 / (end - start), abs=1e-3)
+
+
+BCAST = "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+GATHER = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def test_broadcasts_and_allgathers_are_counted_beside_allreduces():
+    layers = 4
+    forward = [(NCCL, 20.0)] + [(GEMM, 40.0), (NCCL, 20.0), (GEMM, 40.0), (NCCL, 20.0)] * layers + [(GEMM, 10.0),
+                                                                                                   (GATHER, 30.0)]
+    verify = forward + [(BCAST, 50.0)] * 3  # temperature > 0: the sampling broadcasts after the forward
+    events = _synthetic([("step[VERIFY bs=1]", verify)] * 2 + [("step[DECODE bs=1]", forward)])
+    result = analyse_events(events)
+    v, d = result["steps"]["verify"], result["steps"]["decode"]
+    assert (v["allreduces_per_step"], v["broadcasts_per_step"], v["allgathers_per_step"]) == (1 + 2 * layers, 3, 1)
+    assert (d["allreduces_per_step"], d["broadcasts_per_step"], d["allgathers_per_step"]) == (1 + 2 * layers, 0, 1)
+    assert result["broadcast"]["count"] == 6 and result["broadcast"]["mean_us"] == pytest.approx(50.0)
+    assert result["allgather"]["count"] == 3 and result["allreduce"]["count"] == 3 * (1 + 2 * layers)
+    assert set(result["comm_by_op"]) == {"all_reduce", "all_gather", "broadcast"}
+    assert "; 9 all-reduces/step; 3 broadcasts/step; 1 all-gathers/step; mean 20 µs" in result["verdict"]
+
+
+def test_broadcast_report_and_json(tmp_path):
+    events = _synthetic([("step[VERIFY bs=1]", [(GEMM, 40.0), (NCCL, 20.0), (GATHER, 30.0)] + [(BCAST, 50.0)] * 3)])
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    proc = run_trace(str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["steps"]["verify"]["broadcasts_per_step"] == 3 and data["allgather"]["count"] == 1
+    proc = run_trace(str(path))
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "communication by collective" in out and "│ broadcast │ 3 │ 50.0 │" in out
+    assert "│ verify │ 1 │" in out and "│ 1.0 │ 3.0 │ 1.0 │" in out  # AR, BC, AG per step
 
 
 def test_no_steps_reports_share_of_busy_time():

@@ -18,6 +18,7 @@ from bench.tune.order import (
     next_batch,
     parse_budget,
     predict,
+    priors_for,
     rank,
     screen_mean,
 )
@@ -37,8 +38,25 @@ def _row(backend, profile, size, us):
 
 def test_defaults_reproduce_the_target_hosts_decode_rate():
     off = predict(Candidate("baseline", "off"))
-    assert off.tokps == pytest.approx(1000 / (6.0 + 122 * 50 / 1000))  # 82.6 tok/s, README's 82
+    # 1 embedding + 2 x 61 layers all-reduces + 1 logits all-gather = 124 collectives
+    assert off.tokps == pytest.approx(1000 / (6.0 + 124 * 50 / 1000))  # 82.0 tok/s, README's 82
     assert "default 50" in off.allreduce_source
+
+
+def test_collectives_follow_the_plans_model_and_the_temperature(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 27}))
+    plan = {"flags": ["--model-path", str(tmp_path), "--tp-size", "8"], "model_overlay": "kimi-k2"}
+    priors = priors_for(plan, 0.7)
+    assert (priors.layers, priors.temperature) == (27, 0.7)  # config.json beats the overlay
+    assert priors.collectives(speculative=True).decode == 1 + 2 * 27 + 1
+    assert priors.collectives(speculative=True).verify == 3 and priors.collectives(speculative=False).verify == 0
+    assert priors_for({"flags": ["--model-path", "/nowhere"], "model_overlay": "deepseek-v3"}).layers == 61
+    assert priors_for({"flags": ["--tp-size", "1"]}).collectives(speculative=True).decode == 0
+    eagle = rank([Candidate("baseline", "eagle3", DEFAULT_POINTS[0])])[0]
+    hot = rank([Candidate("baseline", "eagle3", DEFAULT_POINTS[0])], priors=priors_for({}, 0.7))[0]
+    assert hot.verify_ms - eagle.verify_ms == pytest.approx(3 * eagle.allreduce_us / 1000)
+    off = rank([Candidate("baseline", "off")], priors=priors_for({}, 0.7))[0]
+    assert off.verify_ms == pytest.approx(predict(Candidate("baseline", "off")).verify_ms)  # no verify, no broadcast
 
 
 def test_rank_uses_each_profiles_measured_allreduce(tmp_path):

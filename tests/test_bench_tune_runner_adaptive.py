@@ -1,5 +1,5 @@
 """`bench tune --adaptive` end to end on the stand-in (SIMULATED): when the concurrency levels prefer different
-EAGLE-3 steps, the tune writes SGLang's adaptive config from each level's winner, measures it as an
+EAGLE-3 steps, the tune writes SGLang's adaptive config from each level's fastest EAGLE-3 point, measures it as an
 eagle3-adaptive plan beside the best static one and the running plan, the rule picks it, and the written profile
 carries its tiers.
 
@@ -49,12 +49,14 @@ def test_the_adaptive_plan_from_the_levels_winners_beats_every_static_point(tune
     assert ad["label"] is not None, said(proc)
     winners = {w["concurrency"]: w for w in ad["per_level_winners"]}
     assert sorted(winners) == [1, 2, 4]
-    assert winners[1]["steps"] > 0 and winners[1]["label"].startswith("baseline+eagle3(")  # speculation pays at 1
-    assert winners[2]["label"] == winners[4]["label"] == "baseline+off"  # and costs above it
-    assert ad["tiers"] == {"1": [winners[1]["steps"]], "2": [0], "4": [0]}
+    assert winners[1]["label"] == "baseline+eagle3(3,1,4)"  # more steps pay at 1
+    assert winners[2]["label"] == winners[4]["label"] == "baseline+eagle3(1,1,2)"  # fewer above it
+    assert all(w["label"] != "baseline+off" and w["steps"] > 0 for w in winners.values())  # off never fills a tier
+    assert ad["tiers"] == {"1": [3], "2": [1], "4": [1]}  # no capture list: SGLang routes the batch itself
+    assert ad["routing"] == {"capture": None, "running": 48}
     assert ad["config"] == {k: {"candidate_steps": v} for k, v in ad["tiers"].items()}  # SGLang's file
     label = ad["label"]
-    assert label == f"baseline+eagle3-adaptive[1:{winners[1]['steps']},2:0,4:0]"
+    assert label == "baseline+eagle3-adaptive[1:3,2:1,4:1]"
     d = res["decision"]
     assert d["outcome"] == "winner" and d["chosen"] == label, said(proc)
     start = winners[1]["steps"]  # the server starts from the lowest tier's step
@@ -96,7 +98,7 @@ def test_the_summary_and_profile_carry_the_tiers_and_production_is_back(tuned, s
     assert "won: the written profile carries it" in said and "production back on baseline+off" in said
     res = result(out)
     text = Path(res["profile_file"]).read_text()
-    assert "[adaptive_tiers]" in text and "2 = [0]" in text and "--spec eagle3-adaptive" in text
+    assert "[adaptive_tiers]" in text and "2 = [1]" in text and "--spec eagle3-adaptive" in text
     check = stack.cli("check", "tuned", "--spec", "eagle3-adaptive",
                       env={"KIT_PROFILES_DIR": str(Path(res["profile_file"]).parent)})
     assert check.returncode == 0, check.stdout + check.stderr

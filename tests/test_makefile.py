@@ -43,6 +43,7 @@ VERBS = (
     "show",
     "profiles",
     "venv",
+    "aic",
     "docs",
     "e2e",
     "fleet-up",

@@ -332,3 +332,35 @@ def test_bug_5_launcher_check_refuses_a_bad_key_with_exit_2_naming_the_flag(valu
     err = capsys.readouterr().err
     assert err.startswith("error: --adaptive-tiers '") and "give tiers as B:S" in err and "Traceback" not in err
     assert len(err.splitlines()) == 1 and len(err) < 400
+
+
+@pytest.mark.parametrize("capture", [None, (1, 2, 4, 8, 16, 32, 48), (1, 3, 8, 64), (2, 4)])
+def test_routing_pads_as_sglangs_router_and_each_key_serves_its_level(capture, tmp_path):
+    """`Routing` against SGLang 0.5.23's own router given the same capture list (adaptive_spec_params.py:342-358):
+    the same steps for every batch; and a tier keyed at `Routing.key(level)` serves that level's batches."""
+    from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
+
+    routing = at.Routing(capture, 48)
+    levels = {1: 3, 5: 2, 24: 1, 40: 0}
+    keys = {routing.key(level) for level in levels}
+    tiers = at.from_levels({lv: s for lv, s in levels.items() if routing.key(lv) not in
+                            [routing.key(o) for o in levels if o > lv]}, routing)
+    params = AdaptiveSpeculativeParams(initial_steps=tiers.start_point().steps, cfg_path=str(tiers.write(tmp_path)))
+    params.set_cuda_graph_bs(list(capture) if capture else None)
+    for batch in range(1, 49):
+        assert (params.get_steps_for_batch(batch),) == routing.steps_for(tiers, batch), batch
+    assert all(k <= 48 for k in keys)  # never keyed above EAGLE's request cap
+    for level, steps in levels.items():
+        if routing.key(level) not in [routing.key(o) for o in levels if o > level]:
+            assert routing.steps_for(tiers, level) == (steps,), level
+
+
+def test_routing_from_a_plans_flags():
+    r = at.Routing.from_flags(["--speculative-algorithm", "EAGLE3", "--cuda-graph-bs-decode", "8", "1", "4"])
+    assert r == at.Routing((1, 4, 8), 48)  # unset --max-running-requests: SGLang's 48 under EAGLE
+    assert at.Routing.from_flags(["--max-running-requests", "64", "--cuda-graph-bs-decode=1 2"]) == at.Routing((1, 2), 64)
+    assert at.Routing.from_flags(["--cuda-graph-max-bs-decode", "16"]) == at.Routing(None, None)  # pads nothing
+    assert at.Routing.from_flags(["--cuda-graph-bs-decode", "1", "2", "--disable-decode-cuda-graph"]).capture is None
+    assert at.Routing((1, 2, 4, 8, 16, 32, 64), 48).key(40) == 33  # pads to 64, above the cap: routed the same
+    with pytest.raises(UserError, match="levels routed to one tier hold different steps"):
+        at.from_levels({3: 2, 4: 1}, at.Routing((1, 2, 4), 48))

@@ -4,11 +4,14 @@ failing case each, with level and message."""
 
 from __future__ import annotations
 
+import json
+
 import helpers_rules
 import pytest
-from helpers_profiles import ENV, facts
+from helpers_profiles import ENV, facts, profile_toml
 from helpers_rules import NVLINK, PCIE, by_rule
 
+from launcher.errors import UserError
 from launcher.profiles.plan import build_plan, evaluate
 
 # Fixtures shared by the rule tests: pytest looks them up by name in the test module.
@@ -332,3 +335,92 @@ def test_every_interconnect_rule_is_a_condition_without_host_facts():
             f.rule for f in without if f.level in ("warning", "error", "ineligible")}
         conditioned = {f.rule for f in without if f.level == "requires"}
         assert host_rules - {"host_requirements", "gpu_count"} <= conditioned, name
+
+
+# ---- PCIe-IPC workspace against the widest adaptive tier ------------------------------------------------------------
+
+
+def test_custom_ar_adaptive_from_a_low_start_is_an_error_naming_the_tier_and_the_fixes():
+    """--spec-params 1,1,2 under eagle3-adaptive: SGLang builds the workspace for 48 requests x 2 tokens = 96 rows
+    and never rebuilds it, while the overlay's tier 8 runs 3 steps on batches 8-31, the widest verifying in the graph
+    captured at 32 (32 x 4 = 128 rows): those verify all-reduces would run on NCCL without a word
+    (pcie_ipc_ar.py:402-403)."""
+    plan, findings = evaluate("custom-ar", "eagle3-adaptive", PCIE, environ=ENV, spec_params="1,1,2")
+    [f] = by_rule(findings, "pcie_ipc_adaptive_tiers", "error")
+    assert f.option == "--spec-params 1,1,2" and f.render().startswith("--spec-params 1,1,2: adaptive tier 8 ")
+    for words in ("runs up to 3 steps on batches 8-31, padded to the captured batch 32:", "32 x 4 = 128 rows",
+                  "96-row PCIe-IPC workspace",
+                  "48 requests x 2 tokens at 1 starting step", "pcie_ipc_ar.py:253-254, 316-317",
+                  "pcie_ipc_ar.py:402-403", "start from 3 steps (--spec-params 3,1,4: 48 x 4 = 192 rows)",
+                  "give tier 8 at most 2 steps", "SGLANG_PCIE_IPC_MAX_NUMEL under [env] to 128 x"):
+        assert words in f.message, (words, f.message)
+    with pytest.raises(UserError, match="adaptive tier 8"):
+        build_plan("custom-ar", "eagle3-adaptive", PCIE, environ=ENV, spec_params="1,1,2")
+
+
+def test_custom_ar_adaptive_tuned_tiers_start_from_the_widest_tier_so_the_workspace_holds_it():
+    """Under PCIe-IPC, tuned tiers start from the most steps any tier runs (AdaptiveTiers.start_point(widest)):
+    1:1,25:3,31:1 starts at 3 (48 x 4 = 192 rows), where starting at the lowest tier's 1 (96 rows) would leave the
+    tier at 3 steps on batches 25-30 (120 rows) to NCCL. Given a low start by hand, the same tiers are refused;
+    a request-pool cap is not offered: it would leave tiers above it unused."""
+    plan, findings = evaluate("custom-ar", "eagle3-adaptive", PCIE, environ=ENV, adaptive_tiers="1:1,25:3,31:1")
+    assert by_rule(findings, "pcie_ipc_adaptive_tiers") == []
+    assert plan.spec_params.steps == 3
+    plan, _ = evaluate("baseline", "eagle3-adaptive", PCIE, environ=ENV, adaptive_tiers="1:1,25:3,31:1")
+    assert plan.spec_params.steps == 1  # no PCIe-IPC: the lowest tier's step
+    _, findings = evaluate("custom-ar", "eagle3-adaptive", PCIE, environ=ENV, adaptive_tiers="1:1,25:3,31:1",
+                           spec_params="1,1,2")
+    [f] = by_rule(findings, "pcie_ipc_adaptive_tiers", "error")
+    assert "adaptive tier 25 (the tuned tiers) runs up to 3 steps on batches 25-30:" in f.message
+    assert "30 x 4 = 120 rows" in f.message and "96-row" in f.message and "give tier 25 at most 2 steps" in f.message
+    assert "max-running-requests =" not in f.message
+    # the top tier serves every batch up to the 48-request pool: 48 x 4 = 192 rows
+    _, findings = evaluate("custom-ar", "eagle3-adaptive", PCIE, environ=ENV, adaptive_tiers="1:1,25:3",
+                           spec_params="1,1,2")
+    [f] = by_rule(findings, "pcie_ipc_adaptive_tiers", "error")
+    assert "batches 25-48:" in f.message and "48 x 4 = 192 rows" in f.message
+
+
+@pytest.mark.parametrize("options", [{}, {"spec_params": "3,1,4"}, {"adaptive_tiers": "1:3,25:3,31:1"},
+                                     {"adaptive_tiers": "1:1,25:1/0,31:0"}, {"spec_params": "7,1,8"}])
+def test_custom_ar_adaptive_that_fits_passes(options):
+    """The overlay's start 3 builds 48 x 4 = 192 rows, above its widest tier (tier 8: 32 x 4 = 128)."""
+    _, findings = evaluate("custom-ar", "eagle3-adaptive", PCIE, environ=ENV, **options)
+    assert by_rule(findings, "pcie_ipc_adaptive_tiers") == []
+    assert [f for f in findings if f.level == "error"] == []
+
+
+@pytest.mark.parametrize("profile", ["baseline", "nccl-tuned", "fused", "mscclpp"])
+def test_profiles_without_pcie_ipc_are_left_alone(profile):
+    _, findings = evaluate(profile, "eagle3-adaptive", PCIE, environ=ENV, spec_params="1,1,2")
+    assert by_rule(findings, "pcie_ipc_adaptive_tiers") == []
+
+
+@pytest.mark.parametrize("env, server", [
+    ({"SGLANG_PCIE_IPC_MAX_NUMEL": 917504}, {}),  # the user sized the workspace (elements, not rows)
+    ({}, {"disable-cuda-graph": True}),  # no captured batches to route
+    ({}, {"speculative-adaptive": False}),  # static EAGLE: one width, the one the workspace is built for
+])
+def test_pcie_ipc_adaptive_rule_leaves_fixed_workspaces_graphless_and_static_plans_alone(make, env, server):
+    _, findings = make(extends="custom-ar", spec="eagle3-adaptive", env=env, server=server)
+    assert by_rule(findings, "pcie_ipc_adaptive_tiers") == []
+
+
+def test_pcie_ipc_adaptive_rule_follows_the_request_pool_and_offers_a_cap_where_one_fits(make):
+    """A pool of 16 shrinks both sides (16 x 2 = 32 rows against tier 8's 16 x 4 = 64), and no cap fits the overlay's
+    tiers (tier 1 runs 7 steps on batches up to 7). A user overlay whose wide tier is the top one gets the cap below
+    that tier: max-running-requests 24 keeps every batch in tier 1 at 1 step."""
+    make(extends="custom-ar", server={"max-running-requests": 16})
+    _, findings = evaluate("t", "eagle3-adaptive", PCIE, environ=ENV, spec_params="1,1,2")
+    [f] = by_rule(findings, "pcie_ipc_adaptive_tiers", "error")
+    assert "batches 8-16:" in f.message and "16 x 4 = 64 rows" in f.message and "32-row" in f.message
+    assert "max-running-requests =" not in f.message
+    overlay = profile_toml("adaptive, user tiers", server={
+        "speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "/d", "speculative-num-steps": 1,
+        "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 2, "speculative-adaptive": True,
+        "speculative-adaptive-config": "wide.json"})
+    tiers = json.dumps({"1": {"candidate_steps": [1]}, "25": {"candidate_steps": [3]}})
+    _, findings = make(extends="custom-ar", spec="wide", extra={"spec/wide.toml": overlay, "spec/wide.json": tiers})
+    [f] = by_rule(findings, "pcie_ipc_adaptive_tiers", "error")
+    assert "adaptive tier 25 (the adaptive config " in f.message and "batches 25-48:" in f.message
+    assert "cap the batches with max-running-requests = 24 under [server]" in f.message

@@ -34,6 +34,7 @@ ROWS = {
     "a profile's `[requires]`": ["host_requirements", "gpu_count"],
     "`speculative-*` keys": ["speculation_in_profile"],
     "PCIe-IPC workspace above": ["pcie_ipc_prefill_rows"],
+    "an adaptive tier whose widest verify": ["pcie_ipc_adaptive_tiers"],
     "`NCCL_GRAPH_MIXING_SUPPORT=0`": ["graph_mixing_off_with_eager_nccl"],
     "`NCCL_P2P_LEVEL=SYS`": ["p2p_level_across_sockets"],
     "EAGLE (steps, top-k, draft tokens)": ["eagle_spec_params"],
@@ -42,6 +43,7 @@ ROWS = {
     "would fall back to static speculation": ["adaptive_fallback"],
     "`speculative-adaptive` config SGLang cannot load": ["adaptive_config"],
     "An `[env]` too large for the server": ["env_file_size"],
+    "keyed above the running cap": ["tiers_above_cap"],
 }
 
 

@@ -59,7 +59,10 @@ def test_adaptive_runs_the_tiers_steps_for_the_batch(tmp_path):
     # each tier starts as SGLang's slot does: the starting steps (3) where a candidate, else the middle one
     assert [engine.steps_for_batch(b) for b in (1, 3, 4, 15, 16, 64)] == [2, 2, 3, 3, 0, 0]
     spec, accept, interval = engine.pass_figures(16)
-    assert (spec, accept, interval) == (False, 1.0, StandinSettings().decode_ms)  # 0 steps: a decode step
+    # 0 steps: a 1-token verify pass (1-node verify plus the draft extend, eagle_worker_v2.py:1469-1504), not a decode
+    settings = StandinSettings()
+    assert (spec, accept, interval) == (True, 1.0, settings.verify_ms * 1.25 / 1.75)
+    assert interval != settings.decode_ms
     spec, accept, _ = engine.pass_figures(1)
     assert spec and accept == simulation.effective_accept_length(StandinSettings(), True, (2, 1, 3))
 

@@ -1,6 +1,9 @@
 """`bench predict`: verify time and speculative tok/s from compute time, all-reduce count and latency.
 
-verify ms  = compute ms + n_allreduce x all-reduce us / 1000 + overhead ms
+verify ms  = compute ms + decode collectives x all-reduce us / 1000 + verify collectives x broadcast us / 1000
+             + overhead ms
+decode collectives = 1 embedding all-reduce + 2 all-reduces per layer + 1 logits all-gather (--layers)
+verify collectives = 3 sampling broadcasts at --temperature > 0, else 0 (un-graphed)
 spec tok/s = accept_len / (draft ms + verify ms) x 1000
 baseline   = 1000 / decode ms   (or --baseline-tokps, or the bundle's baseline__off.json)
 break-even accept length = baseline tok/s x (draft + verify ms) / 1000
@@ -14,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bench.args import CliArgs, entry_point, print_result
+from bench.args import CliArgs, entry_point, print_result, temperature
 from bench.predict import model
 from launcher.errors import UserError
 
@@ -37,6 +40,11 @@ class PredictArgs(CliArgs):
     compute_ms: float | None = None
     allreduces: int | None = None
     allreduce_us: float | None = None
+    temperature: float = 0.0
+    layers: int | None = None
+    model_overlay: str | None = None
+    model_path: str | None = None
+    broadcast_us: float | None = None
     overhead_ms: float = 0.0
     draft_ms: float = 0.0
     accept_len: float | None = None
@@ -48,6 +56,8 @@ class PredictArgs(CliArgs):
     hidden: int = 7168
     bundle: str | None = None
     json: bool = False
+    aic: bool = False
+    aic_model: str | None = None
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -55,8 +65,18 @@ class PredictArgs(CliArgs):
         verify = p.add_mutually_exclusive_group()
         verify.add_argument("--verify-ms", type=float, help="measured verify time per step (ms)")
         verify.add_argument("--compute-ms", type=float, help="verify compute time without communication (ms)")
-        p.add_argument("--allreduces", type=int, help="all-reduces per verify step (2 per layer: 122 for 61 layers)")
+        p.add_argument("--allreduces", type=int,
+                       help="collectives of the target forward per step, priced at the all-reduce latency "
+                            "(default: from the model: 1 + 2 per layer + 1, 124 for 61 layers)")
         p.add_argument("--allreduce-us", type=float, help="latency of one all-reduce (us)")
+        p.add_argument("--temperature", type=float, default=0.0,
+                       help="sampling temperature; above 0 each verify adds 3 un-graphed broadcasts (default 0)")
+        p.add_argument("--layers", type=int, help="transformer layers of the target (default: --model-path's "
+                                                  "config.json, else --model-overlay's model, else 61)")
+        p.add_argument("--model-overlay", help="model overlay whose model to count layers of (kimi-k2, deepseek-v3)")
+        p.add_argument("--model-path", help="target model directory: num_hidden_layers of its config.json")
+        p.add_argument("--broadcast-us", type=float,
+                       help="latency of one un-graphed broadcast (us; default: the all-reduce latency)")
         p.add_argument("--overhead-ms", type=float, default=0.0, help="other per-step cost: launch, sampling (ms)")
         p.add_argument("--draft-ms", type=float, default=0.0, help="draft model time per step (ms)")
         p.add_argument("--accept-len", type=float, help="mean tokens emitted per speculative step")
@@ -69,12 +89,29 @@ class PredictArgs(CliArgs):
         p.add_argument("--hidden", type=int, default=7168, help="hidden size, for --allreduce-json (default 7168)")
         p.add_argument("--bundle", help="`bench run` output directory: compare predictions with measurements")
         p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+        p.add_argument("--aic", action="store_true",
+                       help="a second opinion: AIConfigurator's decode and verify estimate and all-reduce tables "
+                            "beside the kit's (optional extra: `make aic`, KIT_AIC_PYTHON)")
+        p.add_argument("--aic-model", help="the model AIConfigurator is asked about (default: --model-path, "
+                                            "else the model overlay's, e.g. moonshotai/Kimi-K2.5 for kimi-k2)")
         return p
 
     @property
+    def collectives(self) -> model.Collectives:
+        """The step's collectives from the model's layer count (model.step_collectives, as the tune counts)."""
+        if self.layers is not None:
+            layers, source = self.layers, "--layers"
+        else:
+            layers, source = model.model_layers(overlay=self.model_overlay, model_path=self.model_path)
+        return model.step_collectives(layers, self.temperature, layers_source=source)
+
+    @property
     def step(self) -> model.Step:
+        coll = self.collectives
         return model.Step(draft_ms=self.draft_ms, overhead_ms=self.overhead_ms, accept_len=self.accept_len,
-                          compute_ms=self.compute_ms, allreduces=self.allreduces)
+                          compute_ms=self.compute_ms,
+                          allreduces=self.allreduces if self.allreduces is not None else coll.decode,
+                          broadcasts=coll.verify, broadcast_us=self.broadcast_us)
 
     def inputs(self) -> dict[str, Any]:
         """The flags given (or defaulted), as the JSON output echoes them."""
@@ -82,33 +119,33 @@ class PredictArgs(CliArgs):
 
     def check(self) -> None:
         """Every input problem, before anything is read (exit 2)."""
+        temperature("--temperature", self.temperature)
         for name in ("verify_ms", "compute_ms", "allreduce_us", "accept_len", "baseline_tokps", "decode_ms",
-                     "target_tokps"):
+                     "target_tokps", "broadcast_us"):
             value = getattr(self, name)
-            if value is not None and value <= 0 and not (name in ("allreduce_us", "compute_ms") and value == 0):
+            if value is not None and value <= 0 and not (
+                    name in ("allreduce_us", "compute_ms", "broadcast_us") and value == 0):
                 raise UserError(f"--{name.replace('_', '-')} must be positive, got {value}")
         for name in ("overhead_ms", "draft_ms"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
-        for name in ("allreduces", "tokens", "hidden"):
+        for name in ("allreduces", "tokens", "hidden", "layers"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UserError(f"--{name} must be at least 1, got {value}")
-        if self.accept_len is None and not self.bundle:
+        if self.accept_len is None and not self.bundle and not self.aic:
             raise UserError(
                 "--accept-len is required (mean tokens per speculative step, e.g. 2.3), unless --bundle gives it"
             )
         if self.allreduce_json:
-            if self.compute_ms is None or self.allreduces is None:
-                raise UserError(
-                    "--allreduce-json needs --compute-ms and --allreduces (verify compute time and all-reduce count)"
-                )
+            if self.compute_ms is None:
+                raise UserError("--allreduce-json needs --compute-ms (verify compute time without communication)")
             if self.tokens is None:
                 raise UserError("--allreduce-json needs --tokens (tokens per verify pass, e.g. 4 for 3 draft tokens)")
-        elif self.compute_ms is not None and (self.allreduces is None or self.allreduce_us is None):
-            raise UserError("--compute-ms needs --allreduces and --allreduce-us (or --allreduce-json with --tokens)")
-        if self.verify_ms is None and self.compute_ms is None and not self.bundle:
-            raise UserError("give --verify-ms, or --compute-ms with --allreduces and --allreduce-us")
+        elif self.compute_ms is not None and self.allreduce_us is None:
+            raise UserError("--compute-ms needs --allreduce-us (or --allreduce-json with --tokens)")
+        if self.verify_ms is None and self.compute_ms is None and not self.bundle and not self.aic:
+            raise UserError("give --verify-ms, or --compute-ms with --allreduce-us")
         if self.verify_ms is not None and (self.allreduce_json or self.allreduce_us is not None):
             raise UserError(
                 "--verify-ms already includes the all-reduces; drop --allreduce-us/--allreduce-json or use --compute-ms"
@@ -225,13 +262,32 @@ def predict(args: PredictArgs) -> dict[str, Any]:
         else {"verify_ms": None, "spec_tokps": None, "baseline_tokps": baseline, "breakeven_accept_len": None}
     )
     result["inputs"] = args.inputs()
+    result["collectives"] = {**args.collectives.to_json(), "decode_used": step.allreduces,
+                             "decode_from": "--allreduces" if args.allreduces is not None else "the model"}
     result["scenarios"] = scenarios
+    if args.aic:
+        result["aic"] = _second_opinion(args, result, curves)
     if args.bundle:
         result["bundle"] = _compare_bundle(bundle_dir=args.bundle, step=step, scenarios=scenarios, curves=curves,
                                            size=size)
         result["bundle_baseline_tokps"] = bundle_baseline
         result["simulated"] = bundle_simulated(Path(args.bundle))
     return result
+
+
+def _second_opinion(args: PredictArgs, result: dict[str, Any], curves: list[Any]) -> dict[str, Any]:
+    """AIConfigurator's estimate beside the kit's first scenario (bench/predict/aic.py)."""
+    from bench.predict import aic
+
+    model_name, source = aic.resolve_model(aic_model=args.aic_model, model_path=args.model_path,
+                                           overlay=args.model_overlay)
+    tokens = args.tokens or 4
+    est = aic.ask(aic.request(model_name, tokens=tokens, hidden=args.hidden))
+    decode = args.decode_ms if args.decode_ms is not None else (
+        1000.0 / result["baseline_tokps"] if result.get("baseline_tokps") else None)
+    return aic.second_opinion(est, model_source=source, tokens=tokens, hidden=args.hidden, kit_decode_ms=decode,
+                              kit_verify_ms=result.get("verify_ms"), kit_cycle_ms=result.get("cycle_ms"),
+                              kit_allreduce_us=args.allreduce_us, curves=curves)
 
 
 def bundle_simulated(directory: Path) -> bool:
@@ -256,9 +312,15 @@ def _print(result: dict[str, Any]) -> None:
         console.print("SIMULATED: the bundle was measured on the stand-in server; these predictions and break-even "
                       "values say nothing about a GPU host", style="bold red", markup=False)
     if result["scenarios"]:
-        cols = ("scenario", "all-reduce µs", "verify ms", "cycle ms", "spec tok/s", "baseline tok/s", "speed-up",
-                "break-even accept")
-        rows = [(s["label"], fmt(s["allreduce_us"], 1), fmt(s["verify_ms"]), fmt(s["cycle_ms"]), fmt(s["spec_tokps"], 1),
+        c = result["collectives"]
+        console.print(f"collectives per step: {c['decode_used']} decode, {c['verify']} verify (3 sampling broadcasts "
+                      f"when temperature > 0; here {c['temperature']:g}). Decode from {c['decode_from']}; the model: "
+                      f"{c['allreduces']} all-reduces + {c['allgathers']} all-gather for {c['layers']} layers "
+                      f"({c['layers_source']})", markup=False)
+        cols = ("scenario", "all-reduce µs", "decode coll. ms", "verify coll. ms", "verify ms", "cycle ms",
+                "spec tok/s", "baseline tok/s", "speed-up", "break-even accept")
+        rows = [(s["label"], fmt(s["allreduce_us"], 1), fmt(s.get("decode_collectives_ms")),
+                 fmt(s.get("verify_collectives_ms")), fmt(s["verify_ms"]), fmt(s["cycle_ms"]), fmt(s["spec_tokps"], 1),
                  fmt(s["baseline_tokps"], 1), fmt(s["speedup"], 2, "x"), fmt(s["breakeven_accept_len"]))
                 for s in result["scenarios"]]
         console.print(table("predicted verify and speculative throughput", cols, rows))
@@ -267,6 +329,10 @@ def _print(result: dict[str, Any]) -> None:
                 console.print(
                     f"target {s['target']['target_tokps']:g} tok/s ({s['label']}): {s['target']['answer']}"
                 )
+    if "aic" in result:
+        from bench.predict import aic
+
+        aic.render(console, result["aic"])
     if "bundle" in result:
         cols = ("profile", "spec", "accept", "measured tok/s", "predicted tok/s", "error %", "measured cycle ms",
                 "predicted cycle ms", "note")
@@ -276,7 +342,7 @@ def _print(result: dict[str, Any]) -> None:
                 for b in result["bundle"]]
         console.print(table("predicted vs measured (bundle)", cols, rows, left=0))
     console.print(
-        "[dim]verify = compute + n·all-reduce + overhead; spec tok/s = accept/(draft+verify)·1000; "
+        "[dim]verify = compute + decode collectives·all-reduce + verify collectives·broadcast + overhead; spec tok/s = accept/(draft+verify)·1000; "
         "break-even accept = baseline tok/s·(draft+verify)/1000[/dim]"
     )
 

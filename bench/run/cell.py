@@ -27,7 +27,8 @@ from launcher.profiles.spec_params import SpecParams, coerce
 
 PENDING = {"status": "pending"}  # a record's verdict until the gate has judged it
 # what an earlier measurement of the same cell tells a draft (`adopt`): bench tune joins its journal's cells
-ADOPTED = ("plan_digest", "setup_digest", "local", "plan_spec_params", "server", "backends", "switch", "simulated")
+ADOPTED = ("plan_digest", "setup_digest", "local", "plan_spec_params", "server", "backends", "switch", "simulated",
+           "max_running_requests")
 
 
 @dataclass
@@ -55,6 +56,9 @@ class CellDraft(bundle_names.CellNames):
     invalid_reason: str | None = None  # why the cell stopped before its repeats were done
     per_repeat: list[dict[str, Any]] = field(default_factory=list)  # bench/run/repeat.py's summaries
     adaptive_tiers: dict[str, list[int]] | None = None
+    # the most requests the server ran at once, from its /server_info (bench/server_client.py running_cap);
+    # None when it did not say. No level above it is measured (bench/run/measure.py over_cap)
+    max_running_requests: int | None = None
 
     def adopt(self, earlier: Mapping[str, Any]) -> None:
         """What an earlier measurement of this cell (its record as JSON) says of its switch, plan and server."""
@@ -114,6 +118,7 @@ def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int) -> Cell
             server=cell.server, backends=cell.backends, api=s.api, workload=s.workload,
             num_prompts=cell.num_prompts, max_tokens=s.max_tokens, repeats=s.repeats,
             concurrency_levels=list(s.concurrency), warmup=s.warmup, per_repeat=list(reps),
+            max_running_requests=cell.max_running_requests,
             requests_file=bundle_names.requests_file(cell.profile, cell.spec, cell.spec_params),
             by_concurrency=by_c, correctness=PENDING,
         )

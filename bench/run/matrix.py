@@ -40,13 +40,15 @@ from bench.hold import MeasureHold
 from bench.request_record import RequestRecord
 from bench.run import correctness, logprob_gate, passes
 from bench.run.cell import CellDraft, apply_gate, close_cell, new_cell
-from bench.run.measure import CellMeasurer
+from bench.run.measure import CellMeasurer, over_cap
 from bench.run.selection import no_switch_label, resolve_profiles, resolve_specs
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.run.settings import RunSettings
 from bench.server_client import ServerClient
 from bench.workload import Prompt, build_workload
 from launcher.errors import RuntimeFailure, UserError
+from launcher.profiles import running_requests
+from launcher.runtime.activation import flag_map
 from launcher.runtime.control_client import ControlClient
 
 EAGLE3 = "eagle3"  # the spec mode `--eagle3` points are switched under
@@ -227,7 +229,25 @@ class MatrixRun:
         if s.leave_on is not None and s.leave_on not in labels:
             raise UserError(f"--leave-on {s.leave_on} is not a cell of this run; its cells: {', '.join(labels)} "
                             "(nothing was switched)")
+        await self._refuse_over_cap(control, cells)
         return cells
+
+    async def _refuse_over_cap(self, control: ControlClient, cells: list[tuple[str, str, dict[str, int] | None]]) -> None:
+        """A --concurrency level above a cell's running cap, as its plan's flags resolve it (POST /check's plan;
+        launcher/profiles/running_requests.py: 48 under EAGLE unless --max-running-requests), is exit 2 before
+        anything is switched. The server's own figure (/server_info, which the KV cache may hold lower) is
+        checked again as each cell starts (measure.over_cap). A plan /check refuses is the switch's to report."""
+        top = max(self.s.concurrency)
+        for profile, spec, point in cells:
+            code, body = await control.check(profile, spec, point)
+            plan = body.get("plan") if code == 200 else None
+            if not isinstance(plan, dict) or not isinstance(plan.get("flags"), list):
+                continue
+            cap, _ = running_requests.resolve(flag_map([str(f) for f in plan["flags"]]))
+            if cap is not None and top > cap:
+                refused = over_cap(self.s.concurrency, cap, bundle_names.cell_label(profile, spec, point),
+                                   "as its plan's flags resolve it")
+                raise UserError(f"{refused} (nothing was switched)")
 
     def _advance(self, _: RequestRecord) -> None:
         if self._progress is not None:

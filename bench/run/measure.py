@@ -139,6 +139,11 @@ class CellMeasurer:
             cell.invalid_reason = f"server not healthy: {exc}"
             return {}
         server.configure_from_server_info(info)
+        cell.max_running_requests = server.running_cap
+        refused = over_cap(s.concurrency, server.running_cap, name)
+        if refused:
+            cell.invalid_reason = refused
+            raise UserError(refused)
         sim = is_simulated(info)
         cell.simulated = sim
         cell.server = {"version": info.get("version"), **identity_of(info), "simulated": sim}
@@ -180,6 +185,24 @@ class CellMeasurer:
                 # its reason, never the run's (which would leave a partial bundle)
                 cell.invalid_reason = f"correctness pass failed: a reply the bench could not read ({_short(exc)})"
         return info
+
+
+def over_cap(levels: Sequence[int], cap: int | None, name: str, source: str = "its /server_info") -> str | None:
+    """Why a cell is refused when a concurrency level is above the most requests its server runs at once
+    (`ServerClient.running_cap`, from /server_info); None when every level fits or the server does not say.
+
+    Above the cap SGLang runs `cap` requests and queues the rest; their wait is timed as TTFT and the level's
+    numbers are those of `cap` running requests. Labelled "concurrency N" they would sit beside `off` at N,
+    which runs all N: a different load under the same label, so the bench measures no such level."""
+    over = [c for c in levels if cap is not None and c > cap]
+    if not over:
+        return None
+    shown = ",".join(str(c) for c in over)
+    return (f"{name}: --concurrency {shown} is above the server's max_running_requests {cap} (the most requests it "
+            f"runs at once, {source}; SGLang 0.5.23 sets 48 under EAGLE/EAGLE3/NGRAM unless the plan gives "
+            f"--max-running-requests): above {cap} requests wait in its queue, timed as TTFT, a different load than "
+            f"a server that runs them all. Lower --concurrency to at most {cap}, or give the plan "
+            f"--max-running-requests {max(over)} (or more; the KV cache may still hold it lower)")
 
 
 def _short(exc: BaseException) -> str:

@@ -1,4 +1,9 @@
-"""What a torch-profiler trace says about communication: share of each step, all-reduces per step, latency.
+"""What a torch-profiler trace says about communication: share of each step, collectives per step, latency.
+
+Collectives are counted by op: all-reduces (the target forward's: 1 embedding + 2 per layer), and beside
+them broadcasts (SGLang 0.5.23's 3 un-graphed sampling broadcasts of a verify that is not all greedy,
+speculative/eagle_utils.py:803-805) and all-gathers (the logits gather, layers/logits_processor.py:1024-1036):
+`bench predict --temperature` counts the same (bench/predict/model.py, step_collectives).
 
 Step markers recognised (CPU `user_annotation` ranges, or their `gpu_user_annotation` mirrors), in
 order of preference; only the most specific tier present in the trace is used, so steps never nest:
@@ -32,8 +37,10 @@ from typing import Any
 import numpy as np
 
 from bench.trace.classify import (
+    HOST_ALLGATHER_OPS,
     HOST_ALLREDUCE_ANNOTATIONS,
     HOST_ALLREDUCE_OPS,
+    HOST_BROADCAST_OPS,
     KernelClass,
     classify_copy,
     classify_kernel,
@@ -260,6 +267,8 @@ def _step_record(span: Span) -> dict[str, Any]:
         "gpu_busy_ms": 0.0,
         "comm_ms": 0.0,
         "allreduces": sum(1 for k in ks if k.cls.is_allreduce),
+        "broadcasts": sum(1 for k in ks if k.cls.is_broadcast),
+        "allgathers": sum(1 for k in ks if k.cls.is_allgather),
         "comm_kernels": sum(1 for k in ks if k.cls.is_comm),
         "host_allreduces": len(span.host_ops),
         "host_comm_ms": round(union_length(span.host_ops) / 1000, 4),
@@ -300,6 +309,8 @@ def _summarise_steps(records: list[dict[str, Any]], source: str) -> dict[str, di
             "mean_comm_ms": round(comm / n, 4),
             "comm_share": round(comm / denom, 4) if denom > 0 else None,
             "allreduces_per_step": round(ars / n, 3),
+            "broadcasts_per_step": round(sum(r.get("broadcasts", 0) for r in rs) / n, 3),
+            "allgathers_per_step": round(sum(r.get("allgathers", 0) for r in rs) / n, 3),
             "host_allreduces_per_step": round(sum(r["host_allreduces"] for r in rs) / n, 3),
             "steps_left_out": len(all_rs) - n,
         }
@@ -337,14 +348,23 @@ def analyse_events(events: list[dict[str, Any]]) -> dict[str, Any]:
     for k in comm_kernels:
         families.setdefault(k.cls.family, []).append(k.dur)
     ar_durations = [k.dur for k in comm_kernels if k.cls.is_allreduce]
+    ops: dict[str, list[float]] = {}
+    for k in comm_kernels:
+        ops.setdefault(k.cls.op, []).append(k.dur)
+    host_other = [e for e in cpu if e["cat"] == "cpu_op"]
     result: dict[str, Any] = {
         "source": source,
         "step_marker_tier": tier,
         "kernels": len(kernels),
         "comm_kernels": len(comm_kernels),
         "allreduce": _stats(ar_durations),
+        "broadcast": _stats([k.dur for k in comm_kernels if k.cls.is_broadcast]),
+        "allgather": _stats([k.dur for k in comm_kernels if k.cls.is_allgather]),
+        "comm_by_op": {op: _stats(d) for op, d in sorted(ops.items())},
         "comm_by_family": {f: _stats(d) for f, d in sorted(families.items())},
         "host_allreduce": _stats([op["dur"] for op in host_ar]),
+        "host_broadcast": _stats([e["dur"] for e in host_other if e.get("name") in HOST_BROADCAST_OPS]),
+        "host_allgather": _stats([e["dur"] for e in host_other if e.get("name") in HOST_ALLGATHER_OPS]),
         "devices": _device_timelines(kernels) if kernels else [],
         "steps": _summarise_steps(records, "host" if source == "host" else "gpu"),
         "step_records": records,
@@ -361,7 +381,8 @@ def _main_kind(steps: dict[str, dict[str, Any]]) -> str | None:
 
 
 def verdict(result: dict[str, Any]) -> str:
-    """One line: 'communication 70% of verify; 122 all-reduces/step; mean 205 µs'."""
+    """One line: 'communication 70% of verify; 123 all-reduces/step; 3 broadcasts/step; 1 all-gathers/step;
+    mean 205 µs' (the mean is the all-reduces'; broadcasts and all-gathers only when the step has them)."""
     source = result["source"]
     if source == "none":
         return f"no communication found: no communication kernels and no host all-reduce ops in {result['kernels']} GPU events"
@@ -383,6 +404,12 @@ def verdict(result: dict[str, Any]) -> str:
         return f"communication {share} (no step markers); {stats['count']} all-reduces; {mean}{note}"
     s = result["steps"][kind]
     share = f"{s['comm_share']:.0%}" if s["comm_share"] is not None else "?"
-    per_step = s["allreduces_per_step"]
-    per_step_text = f"{per_step:.0f}" if per_step == int(per_step) else f"{per_step:.1f}"
-    return f"communication {share} of {kind}; {per_step_text} all-reduces/step; {mean}{note}"
+    others = "".join(f"; {_count_text(s.get(key, 0))} {what}/step"
+                     for key, what in (("broadcasts_per_step", "broadcasts"), ("allgathers_per_step", "all-gathers"))
+                     if s.get(key))
+    return (f"communication {share} of {kind}; {_count_text(s['allreduces_per_step'])} all-reduces/step{others}; "
+            f"{mean}{note}")
+
+
+def _count_text(per_step: float) -> str:
+    return f"{per_step:.0f}" if per_step == int(per_step) else f"{per_step:.1f}"

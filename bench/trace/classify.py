@@ -4,6 +4,13 @@ Rules are tried in order; the first match wins; anything unmatched is compute. F
 nccl, pcie-ipc (FlashInfer PCIe IPC), fused-ar (TensorRT-LLM/FlashInfer all-reduce + norm fusion),
 custom-ar (SGLang/vLLM one-/two-stage IPC kernels), symm-mem (torch symmetric memory), mscclpp,
 deepep (dispatch/combine all-to-all), other-ar (any other kernel named like an all-reduce).
+
+Beside all-reduces, the collectives a verify step runs are told apart by their op: NCCL's
+`ncclDevKernel_Broadcast_*` (SGLang 0.5.23's three sampling broadcasts when a verify is not all greedy,
+speculative/eagle_utils.py:803-805, through pynccl or torch.distributed) and `ncclDevKernel_AllGather_*`
+(the logits gather, layers/logits_processor.py:1024-1036); SGLang's symmetric-memory Triton all-gather
+(`_all_gather_kernel_inner`, distributed/device_communicators/triton_symm_mem_ag.py:250) and torch symmetric
+memory / MSCCL++ kernels take their op from their name.
 """
 
 from __future__ import annotations
@@ -27,6 +34,14 @@ class KernelClass:
     @property
     def is_allreduce(self) -> bool:
         return self.op == "all_reduce"
+
+    @property
+    def is_broadcast(self) -> bool:
+        return self.op == "broadcast"
+
+    @property
+    def is_allgather(self) -> bool:
+        return self.op == "all_gather"
 
 
 COMPUTE = KernelClass("compute", "compute", "")
@@ -67,12 +82,23 @@ _RULES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
         (_FUSED_AR, "fused-ar", "all_reduce"),
         (r"mscclpp", "mscclpp", "all_reduce?"),
         (r"\ballreduce(?:allpairs|packet|nvls\w*|rsag\w*|\d+)\b", "mscclpp", "all_reduce"),
-        (r"symmetric_memory|multimem\w*all_?reduce", "symm-mem", "all_reduce"),
+        (r"\ballgather(?:allpairs|packet|\d+)\b", "mscclpp", "all_gather"),
+        (r"_all_gather_kernel_inner|multimem\w*all_?gather", "symm-mem", "all_gather"),
+        (r"symmetric_memory", "symm-mem", "all_reduce?"),
+        (r"multimem\w*all_?reduce", "symm-mem", "all_reduce"),
         (_CUSTOM_AR, "custom-ar", "all_reduce"),
         (r"\bnccl(?:dev)?kernel|^\s*(?:void\s+)?nccl", "nccl", "nccl"),
         (r"all_?reduce", "other-ar", "all_reduce"),
     )
 )
+
+
+def _op_by_name(name: str) -> str:
+    for pattern, op in ((r"all_?reduce", "all_reduce"), (r"all_?gather", "all_gather"),
+                        (r"broadcast", "broadcast"), (r"reduce_?scatter", "reduce_scatter")):
+        if re.search(pattern, name, re.IGNORECASE):
+            return op
+    return "collective"
 
 
 @lru_cache(maxsize=4096)
@@ -83,7 +109,7 @@ def classify_kernel(name: str) -> KernelClass:
             if op == "nccl":
                 op = _nccl_op(name)
             elif op == "all_reduce?":
-                op = "all_reduce" if re.search(r"all_?reduce", name, re.IGNORECASE) else "collective"
+                op = _op_by_name(name)
             return KernelClass("comm", family, op)
     return COMPUTE
 
@@ -99,3 +125,7 @@ HOST_ALLREDUCE_OPS = ("c10d::allreduce_", "c10d::allreduce_coalesced_")
 """torch.distributed's dispatcher ops for an all-reduce, one per call on the calling thread."""
 HOST_ALLREDUCE_ANNOTATIONS = re.compile(r"^(?:nccl|gloo|ucc|mpi):all_reduce", re.IGNORECASE)
 """ProcessGroup record_function ranges; used only when the c10d ops are absent (no double count)."""
+HOST_BROADCAST_OPS = ("c10d::broadcast_",)
+"""torch.distributed.broadcast; pynccl's broadcast (SGLang's tp_group.broadcast when pynccl is up) has none."""
+HOST_ALLGATHER_OPS = ("c10d::_allgather_base_", "c10d::allgather_", "c10d::allgather_into_tensor_coalesced_")
+"""torch.distributed's all-gather ops (all_gather_into_tensor, all_gather)."""

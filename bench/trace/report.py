@@ -24,12 +24,15 @@ def print_report(result: dict[str, Any], console: Console | None = None) -> None
 
     if result["steps"]:
         denom = "GPU window" if result["source"] != "host" else "CPU step time"
-        cols = ("kind", "steps", "cpu ms", "GPU window ms", "GPU busy ms", "comm ms", "comm share", "all-reduces/step")
+        cols = ("kind", "steps", "cpu ms", "GPU window ms", "GPU busy ms", "comm ms", "comm share", "AR/step",
+                "BC/step", "AG/step")
         rows = [(kind, s["steps"], fmt(s["mean_cpu_ms"], 3), fmt(s["mean_gpu_window_ms"], 3),
                  fmt(s["mean_gpu_busy_ms"], 3), fmt(s["mean_comm_ms"], 3),
-                 "-" if s["comm_share"] is None else f"{s['comm_share']:.0%}", fmt(s["allreduces_per_step"], 1))
+                 "-" if s["comm_share"] is None else f"{s['comm_share']:.0%}", fmt(s["allreduces_per_step"], 1),
+                 fmt(s.get("broadcasts_per_step", 0.0), 1), fmt(s.get("allgathers_per_step", 0.0), 1))
                 for kind, s in result["steps"].items()]
-        console.print(table(f"per step kind (means per step; comm share = communication / {denom})", cols, rows, left=0))
+        console.print(table(f"per step kind (means per step; comm share = communication / {denom}; AR all-reduces, "
+                            "BC broadcasts, AG all-gathers)", cols, rows, left=0))
     else:
         console.print("[dim]no step markers recognised (see `bench trace --help` for the names)[/dim]")
 
@@ -41,6 +44,15 @@ def print_report(result: dict[str, Any], console: Console | None = None) -> None
         rows = [(name, s["count"], fmt(s["mean_us"], 1), fmt(s["p50_us"], 1), fmt(s["p99_us"], 1), fmt(s["total_us"], 0))
                 for name, s in stats]
         console.print(table("communication (µs per call)", ("kind", "calls", "mean", "p50", "p99", "total"), rows, left=0))
+    by_op = [(op.replace("_", "-"), s) for op, s in result.get("comm_by_op", {}).items()]
+    by_op += [(f"host {name} ops", result[key]) for key, name in (("host_broadcast", "broadcast"),
+                                                                  ("host_allgather", "all-gather"))
+              if result.get(key, {}).get("count")]
+    if by_op:
+        rows = [(name, s["count"], fmt(s["mean_us"], 1), fmt(s["p50_us"], 1), fmt(s["p99_us"], 1), fmt(s["total_us"], 0))
+                for name, s in by_op]
+        console.print(table("communication by collective (µs per call)", ("op", "calls", "mean", "p50", "p99", "total"),
+                            rows, left=0))
 
     if result["devices"]:
         cols = ("device", "span ms", "busy ms", "comm ms", "idle ms", "gaps", "largest gap µs", "streams")

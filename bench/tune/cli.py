@@ -127,8 +127,9 @@ class TuneArgs(CliArgs, TargetArgs, TuneKnobs):
         p.add_argument("--adaptive", action="store_true",
                        help="also write SGLang's --speculative-adaptive-config from the static points: measure every "
                             "point at each --concurrency level (1 and at least two higher, e.g. 1,4,16), take the "
-                            "fastest correct one at each level, write one tier per level with its EAGLE-3 steps (0 "
-                            "where off wins), and put that eagle3-adaptive plan in the final beside the best static "
+                            "fastest correct EAGLE-3 point at each level, write one tier per level with its steps "
+                            "(keyed where SGLang routes the level's batches; never 0 from off: a 0-step tier is still "
+                            "an EAGLE pass), and put that eagle3-adaptive plan in the final beside the best static "
                             "ones and the running plan; judged on the geometric mean of tok/s over the levels; "
                             "needs --spec with off and eagle3 (docs/tune.md)")
         return p
@@ -209,8 +210,9 @@ def check_adaptive(concurrency: list[int], specs: tuple[str, ...], objective: st
                         f"(e.g. --concurrency 1,4,16), not {','.join(map(str, concurrency))}")
     missing = [m for m in ("off", "eagle3") if m not in specs]
     if missing:
-        raise UserError(f"--adaptive fills tiers with EAGLE-3 points and with off (0 steps where speculation does not "
-                        f"pay): add {' and '.join(missing)} to --spec")
+        raise UserError(f"--adaptive fills tiers with EAGLE-3 points and measures off beside them (where off is "
+                        f"faster the summary says so; a 0-step tier is still an EAGLE pass, never off): add "
+                        f"{' and '.join(missing)} to --spec")
     if objective != "tokps":
         raise UserError("--adaptive judges output tok/s across the --concurrency levels; drop --objective goodput")
 

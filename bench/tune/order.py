@@ -8,8 +8,13 @@ else the profile-less NCCL curve, else the first one: `bench predict --bundle`'s
 `Priors.allreduce_us` when there is no such file:
 
     off:    1000 / verify_ms(compute, n, us(1))                                  (one token per step)
-    ngram:  accept(a_ngram, D - 1) / verify_ms(compute·(1 + g·(D-1)), n, us(D)) × 1000
-    eagle3: accept(a_eagle, S)     / (S·draft_step + verify_ms(compute·(1 + g·(D-1)), n, us(D))) × 1000
+    ngram:  accept(a_ngram, D - 1) / verify_ms(compute·(1 + g·(D-1)), n, us(D), b) × 1000
+    eagle3: accept(a_eagle, S)     / (S·draft_step + verify_ms(compute·(1 + g·(D-1)), n, us(D), b)) × 1000
+    n: the target forward's collectives and b: the verify's broadcasts, both from
+       bench.predict.model.step_collectives (the count `bench predict` uses): n = 1 + 2 × layers + 1
+       (layers from the checked plan: its --model-path's config.json when readable here, else its model
+       overlay's model, else 61; 124 for 61), b = 3 when the tune's --temperature > 0 (0 for off, and at
+       temperature 0); a broadcast is priced at us(D) unless Priors.broadcast_us says otherwise.
     accept(a, L) = (1 - a^(L+1)) / (1 - a)   (the root plus a chain of L proposals, each kept with
                                               probability a while all before it were)
 
@@ -40,7 +45,7 @@ import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench.predict import model
@@ -53,14 +58,19 @@ from launcher.errors import UserError
 class Priors:
     """What the model assumes where nothing was measured.
 
-    compute_ms 6.0 and allreduce_us 50 over 122 all-reduces (2 per layer, 61 layers) give a 12.1 ms
-    decode step, the 82 tok/s measured without speculation on the target host (README). draft_step_ms
+    compute_ms 6.0 and allreduce_us 50 over the 124 collectives of a 61-layer forward (1 embedding
+    all-reduce, 2 per layer, 1 logits all-gather: model.step_collectives) give a 12.2 ms decode step, the
+    82 tok/s measured without speculation on the target host (README). draft_step_ms
     1.0: one draft-model layer per step. Acceptance 0.7 (EAGLE-3) and 0.4 (n-gram) are rough figures for
     chat output; g = 0.02: each extra verified token adds 2% to verify compute at batch 1."""
 
     compute_ms: float = 6.0
-    allreduces: int = 122
+    layers: int = model.DEFAULT_LAYERS
+    layers_source: str = f"default {model.DEFAULT_LAYERS}"
+    temperature: float = 0.0  # the tune's --temperature: above 0 a verify adds the sampling broadcasts
+    tp: int = 8
     allreduce_us: float = 50.0
+    broadcast_us: float | None = None  # None: what an all-reduce costs at the verify size
     draft_step_ms: float = 1.0
     accept_eagle3: float = 0.7
     accept_ngram: float = 0.4
@@ -68,6 +78,32 @@ class Priors:
     token_compute_growth: float = 0.02
     hidden: int = 7168
     elem_bytes: int = 2  # bf16
+
+    def collectives(self, speculative: bool) -> model.Collectives:
+        """The step's collectives: the same count `bench predict` uses (model.step_collectives)."""
+        return model.step_collectives(self.layers, self.temperature, layers_source=self.layers_source, tp=self.tp,
+                                      speculative=speculative)
+
+
+def priors_for(plan: Mapping | None, temperature: float = 0.0, base: Priors = Priors()) -> Priors:
+    """The priors with the model and the TP size of a checked plan (POST /check's `plan`), and the tune's
+    temperature: the layers from the plan's --model-path config.json when readable here, else from its model
+    overlay's model, else 61."""
+    flags = plan.get("flags") if isinstance(plan, Mapping) else None
+    flags = [str(f) for f in flags] if isinstance(flags, list) else []
+
+    def flag(name: str) -> str | None:
+        return flags[flags.index(name) + 1] if name in flags and flags.index(name) + 1 < len(flags) else None
+
+    overlay = plan.get("model_overlay") if isinstance(plan, Mapping) else None
+    layers, source = model.model_layers(overlay=overlay if isinstance(overlay, str) else None,
+                                        model_path=flag("--model-path"))
+    tp = base.tp
+    try:
+        tp = int(flag("--tp-size") or flag("--tp") or tp)
+    except ValueError:
+        pass
+    return replace(base, layers=layers, layers_source=source, temperature=temperature, tp=tp)
 
 
 def expected_accept(rate: float, proposals: int) -> float:
@@ -109,7 +145,8 @@ def predict(candidate: Candidate, curves: Sequence = (), priors: Priors = Priors
         tokens, proposals, draft_ms, rate = 1, 0, 0.0, 0.0
     us, source = _allreduce_at(candidate.profile, tokens, curves, priors)
     compute = priors.compute_ms * (1.0 + priors.token_compute_growth * (tokens - 1))
-    verify = model.verify_ms(compute, priors.allreduces, us)
+    coll = priors.collectives(speculative=candidate.spec != "off")
+    verify = model.verify_ms(compute, coll.decode, us, broadcasts=coll.verify, broadcast_us=priors.broadcast_us)
     accept = expected_accept(rate, proposals) if candidate.spec != "off" else 1.0
     return Prediction(candidate, model.spec_tokps(accept, draft_ms, verify), verify, accept, us, source)
 

@@ -32,6 +32,7 @@ class TuneSpace:
     ordered: list[Candidate] = field(default_factory=list)
     predictions: dict[str, float] = field(default_factory=dict)  # label -> predicted tok/s
     plan_digests: dict[str, str] = field(default_factory=dict)  # label -> the digest the server would run
+    model_plan: dict = field(default_factory=dict)  # a checked plan: its model is what the order counts collectives of
 
 
 async def plan_space(s: TuneSettings, control: ControlClient, say: Callable[[str], None]) -> TuneSpace:
@@ -57,7 +58,7 @@ async def plan_space(s: TuneSettings, control: ControlClient, say: Callable[[str
     if not sp.candidates:
         raise UserError("no candidate is left to measure (every profile was left out: see above); name others "
                         "with --profiles or check the host facts")
-    preds = order.rank(sp.candidates, order.load_curves(s.allreduce))
+    preds = order.rank(sp.candidates, order.load_curves(s.allreduce), order.priors_for(sp.model_plan, s.temperature))
     sp.ordered = [p.candidate for p in preds]
     sp.predictions = {p.candidate.label: p.tokps for p in preds}
     return sp
@@ -77,6 +78,8 @@ async def server_check(s: TuneSettings, control: ControlClient, sp: TuneSpace) -
                             "set KIT_CONTROL_TOKEN")
         if code == 200 and isinstance(body.get("digest"), str):
             sp.plan_digests[c.label] = body["digest"]
+            if not sp.model_plan and isinstance(body.get("plan"), dict):
+                sp.model_plan = body["plan"]
         elif code == 400:
             refused[c.label] = str(body.get("error") or "refused")
         else:

@@ -81,7 +81,7 @@ def render(name: str, winner: Candidate, evidence: Evidence) -> str:
         lines += [f"{k} = {v}" for k, v in winner.point.model_dump().items()]
     if winner.tiers:
         lines += ["", "[adaptive_tiers]", "# batch size = EAGLE-3 steps SGLang runs at that size and up to the next "
-                  "(0: no speculation); written to the --speculative-adaptive-config file under --spec eagle3-adaptive"]
+                  "(0: a 0-step EAGLE pass, not plain decoding); written to the --speculative-adaptive-config file under --spec eagle3-adaptive"]
         lines += [f"{b} = {list(steps)}" for b, steps in winner.tiers.tiers]
     return "\n".join(lines) + "\n"
 

@@ -1,5 +1,5 @@
 """A tuned `--speculative-adaptive-config` as one typed record of a plan: per batch-size tier, the EAGLE-3
-steps SGLang 0.5.23 may run there (0: decode that tier without speculation).
+steps SGLang 0.5.23 may run there (0: a 0-step EAGLE pass, which is not plain decoding; below).
 
 This module is the one definition of such a record for the kit: its type (`AdaptiveTiers`), its checks
 (SGLang 0.5.23's own, plus the kit's: a starting step must exist), its text form `B:S,B:S` (several steps
@@ -11,10 +11,18 @@ How SGLang 0.5.23 uses the file (srt/speculative/adaptive_spec_params.py):
 * each integer-string key is a tier holding `candidate_steps`, a non-empty list of non-negative ints
   (`_load_adaptive_config`, :103-139); other keys are skipped;
 * a batch is padded to the CUDA-graph batch size at or above it, then served by the largest tier at or
-  below that size, the lowest tier when none is (`_route`, `_find_closest_bs`, :342-358);
+  below that size, the lowest tier when none is (`_route`, `_pad_to_cuda_graph_bs`, `_find_closest_bs`,
+  :342-358). The sizes it pads to are `--cuda-graph-bs-decode` exactly as given, and none when that flag is
+  unset (eagle_worker_v2.py:1408-1414 hands `get_exec().graph.cuda_graph_bs_decode`, the raw flag, to
+  `init_states`, adaptive_runtime_state.py:103-105): the default capture list (cuda_graph_hook.py:500-532)
+  and `--cuda-graph-max-bs-decode` pad nothing there. `Routing` is that path, and where a tier must be keyed;
 * within a tier SGLang moves between its candidate steps from a moving average of the accept length
-  (:153-272); a tier of one candidate never moves, so its steps are the tier's decision; 0 steps there
-  decodes without drafting (:219-234);
+  (:153-272); a tier of one candidate never moves, so its steps are the tier's decision;
+* 0 steps is no plain decode: the batch still runs a 1-node verify through the target-verify graph
+  (eagle_worker_v2.py:1469-1472, 1678-1686) and the draft model's extend forward every step, unless
+  SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND is set (:1491-1504; srt/environ.py:1574-1577), and the server keeps
+  EAGLE's request cap (48 when --max-running-requests is unset, srt/arg_groups/speculative_hook.py:1086-1094).
+  Speculation cannot be turned off inside one EAGLE server; `off` is another server (--spec off);
 * the starting `--speculative-num-steps` must be among the union of every tier's candidates or SGLang
   refuses to start (srt/arg_groups/speculative_hook.py:1416-1421); draft tokens become steps + 1
   (:1423-1427), and only top-k 1 adapts (adaptive_spec_params.py:75-79).
@@ -26,6 +34,7 @@ two plans with the same tiers have the same digest wherever the file lies.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from collections.abc import Mapping
@@ -37,6 +46,7 @@ from pydantic import PlainValidator
 
 from launcher import atomic
 from launcher.errors import UserError
+from launcher.profiles import running_requests
 from launcher.profiles.spec_params import MAX_VALUE, SpecParams
 
 FLAG = "--adaptive-tiers"
@@ -48,10 +58,11 @@ FIELD = "adaptive_tiers"  # the control API's body key and the profile's table
 # decode default is at most 512 (srt/arg_groups/memory_hook.py:100-188) and otherwise --max-running-requests. 65536
 # is far above any decode batch the kit's hosts reach, and keeps every key 5 digits at most.
 MAX_BATCH = 65536
-FLAG_HELP = ("under --spec eagle3-adaptive: per batch-size tier B the EAGLE-3 steps S (0: no speculation), "
-             "replacing the overlay's config (e.g. 1:3,4:1,16:0; launcher/profiles/adaptive_tiers.py)")
+FLAG_HELP = ("under --spec eagle3-adaptive: per batch-size tier B the EAGLE-3 steps S (0: a 0-step EAGLE pass, "
+             "still a 1-node verify and a draft extend, not plain decoding), replacing the overlay's config "
+             "(e.g. 1:3,4:1,16:0; launcher/profiles/adaptive_tiers.py)")
 FORM = (f"give tiers as B:S,B:S (batch size B from 1 to {MAX_BATCH}, EAGLE-3 steps S from 0 to {MAX_VALUE}, "
-        "0 = no speculation; several steps of one tier as B:S/S), e.g. 1:3,4:1,16:0")
+        "0 = a 0-step EAGLE pass, not plain decoding; several steps of one tier as B:S/S), e.g. 1:3,4:1,16:0")
 
 
 @dataclass(frozen=True)
@@ -96,18 +107,27 @@ class AdaptiveTiers:
 
     def steps_for(self, batch: int) -> tuple[int, ...]:
         """The candidate steps of the tier a batch of this size runs in: the largest tier at or below it, else
-        the lowest (adaptive_spec_params.py:356-358; CUDA-graph padding, :348-354, left to the caller)."""
+        the lowest (adaptive_spec_params.py:356-358; CUDA-graph padding, :348-354, is `Routing.steps_for`)."""
         chosen = self.tiers[0][1]
         for b, steps in self.tiers:
             if b <= batch:
                 chosen = steps
         return chosen
 
-    def start_point(self) -> SpecParams:
+    def start_point(self, widest: bool = False) -> SpecParams:
         """The point the server starts from: the lowest tier's smallest positive step, else the smallest positive
-        step of any tier; top-k 1 and draft tokens steps + 1, as SGLang sets them (speculative_hook.py:1423-1427)."""
-        lowest = [s for s in self.tiers[0][1] if s > 0]
-        steps = min(lowest) if lowest else min(s for s in self.union() if s > 0)
+        step of any tier; top-k 1 and draft tokens steps + 1, as SGLang sets them (speculative_hook.py:1423-1427).
+
+        `widest` (a plan that runs the PCIe-IPC all-reduce): the most steps any tier runs. SGLang sizes that
+        all-reduce's workspace once, from the largest captured batch x the starting point's tokens
+        (base_runner.py:350-390), and sends a wider verify to NCCL without a word (pcie_ipc_ar.py:402-403);
+        starting from the widest tier's steps makes the workspace hold every tier's verify (rule
+        `pcie_ipc_adaptive_tiers` checks it)."""
+        if widest:
+            steps = max(self.union())
+        else:
+            lowest = [s for s in self.tiers[0][1] if s > 0]
+            steps = min(lowest) if lowest else min(s for s in self.union() if s > 0)
         return SpecParams(steps=steps, topk=1, draft_tokens=steps + 1)
 
     def path(self, folder: Path) -> Path:
@@ -140,7 +160,7 @@ def tier_problems(tiers: object) -> list[str]:
         if not _steps_ok(steps):
             out.append(f"tier {_shown(b)}: {STEPS_WORDS}")
     if not out and not any(s > 0 for _, steps in tiers for s in steps):
-        out.append("every tier has 0 steps (no speculation anywhere): SGLang needs a starting step among "
+        out.append("every tier has 0 steps (0-step EAGLE passes everywhere): SGLang needs a starting step among "
                    "the candidates (speculative_hook.py:1416-1421), and no speculation at all is --spec off")
     return out
 
@@ -154,9 +174,9 @@ def tier_problems(tiers: object) -> list[str]:
 STEPS_WORDS = f"candidate steps must be whole numbers from 0 to {MAX_VALUE}, at least one"
 TEXT_FORM = FORM
 JSON_FORM = (f'give tiers as {{"B": [S, ...]}} (batch size B an integer string from "1" to "{MAX_BATCH}", EAGLE-3 '
-             f'steps S whole numbers from 0 to {MAX_VALUE}, 0 = no speculation), e.g. {{"1": [3], "4": [1], "16": [0]}}')
+             f'steps S whole numbers from 0 to {MAX_VALUE}, 0 = a 0-step EAGLE pass), e.g. {{"1": [3], "4": [1], "16": [0]}}')
 TOML_FORM = (f"give [adaptive_tiers] lines such as 1 = [3] (batch size from 1 to {MAX_BATCH}, EAGLE-3 steps whole "
-             f"numbers from 0 to {MAX_VALUE}, 0 = no speculation)")
+             f"numbers from 0 to {MAX_VALUE}, 0 = a 0-step EAGLE pass)")
 PROBLEMS_SHOWN = 3  # the problems one refusal lists; the rest are counted, so a refusal stays one short line
 _DIGITS = len(str(MAX_BATCH))
 
@@ -277,8 +297,112 @@ def api_value(value: object) -> AdaptiveTiers | None:
 ApiTiers = Annotated[AdaptiveTiers | None, PlainValidator(api_value)]
 
 
-def from_levels(steps_by_level: Mapping[int, int]) -> AdaptiveTiers:
-    """One tier per measured concurrency level, keyed at the level, holding the steps that won there (0: `off`
-    won). A batch runs the tier of the largest level at or below its size, so the batches between two levels run
-    the lower level's winner; the lowest level should be 1, which every single request's batch reaches."""
-    return _make([(level, [steps]) for level, steps in steps_by_level.items()], "tiers from the levels' winners")
+# ----- where SGLang routes a batch: the key a tier must have to serve a measured level ---------------------------
+CAPTURE_FLAG = "--cuda-graph-bs-decode"
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How SGLang 0.5.23 takes a decode batch to a tier (`AdaptiveSpeculativeParams._route`,
+    adaptive_spec_params.py:342-358): the batch is padded to the smallest size of `capture` at or above it (none
+    above: the batch itself), then served by the largest tier key at or below that.
+
+    `capture` is `--cuda-graph-bs-decode` exactly as the plan gives it, None when unset or when decode CUDA
+    graphs are off: SGLang hands the adaptive router that raw flag (eagle_worker_v2.py:1408-1414), never the
+    default capture list (cuda_graph_hook.py:500-532) nor the one the graph runner clamps to the request pool
+    (base_cuda_graph_runner.py:94-102). `running`: the running-request cap the server resolves (the flag, else
+    48 under EAGLE), None when not known; a level above it never runs a batch wider than it."""
+
+    capture: tuple[int, ...] | None = None
+    running: int | None = None
+
+    def batch(self, level: int) -> int:
+        """The widest decode batch `level` concurrent requests make: the level, capped by the request pool."""
+        return min(level, self.running) if self.running else level
+
+    def padded(self, batch: int) -> int:
+        """`_pad_to_cuda_graph_bs` (adaptive_spec_params.py:348-354)."""
+        if not self.capture:
+            return batch
+        i = bisect.bisect_left(self.capture, batch)
+        return self.capture[i] if i < len(self.capture) else batch
+
+    def key(self, level: int) -> int:
+        """The tier key that serves `level`'s batches and no other capture size: the padded size SGLang routes
+        them to; where that lies above the request cap (a capture list wider than the pool), the smallest batch
+        padded to it, which routes the same (every routed size is a capture size or above the last) and stays
+        within the cap."""
+        batch = self.batch(level)
+        padded = self.padded(batch)
+        if self.running is not None and padded > self.running and self.capture:
+            below = [c for c in self.capture if c < padded]
+            return (max(below) + 1) if below else 1
+        return padded
+
+    def steps_for(self, tiers: AdaptiveTiers, level: int) -> tuple[int, ...]:
+        """The candidate steps `level` concurrent requests run under `tiers`, as SGLang routes them."""
+        return tiers.steps_for(self.padded(self.batch(level)))
+
+    def to_json(self) -> dict[str, object]:
+        return {"capture": list(self.capture) if self.capture is not None else None, "running": self.running}
+
+    @classmethod
+    def from_flags(cls, flags: list[str]) -> Routing:
+        """The routing of a plan's SGLang flags (`Plan.flags`): its explicit capture list, unless decode CUDA
+        graphs are off (the router gets None then, eagle_worker_v2.py:1410-1412), and its request cap."""
+        values: dict[str, list[str]] = {}
+        key = None
+        for tok in flags:
+            if tok.startswith("--"):
+                key, _, inline = tok.partition("=")
+                values[key] = [inline] if inline else []
+            elif key is not None:
+                values[key].append(tok)
+        off = ("--disable-cuda-graph" in values or "--disable-decode-cuda-graph" in values
+               or (values.get("--cuda-graph-backend-decode") or [""])[0] == "disabled")
+        sizes = [int(t) for v in values.get(CAPTURE_FLAG, []) for t in v.split() if t.isascii() and t.isdigit()]
+        capture = None if off or not sizes else tuple(sorted(sizes))
+        named = {k[2:]: (v[0] if v else True) for k, v in values.items()}
+        return cls(capture, running_requests.resolve(named)[0])
+
+
+def from_levels(steps_by_level: Mapping[int, int], routing: Routing | None = None) -> AdaptiveTiers:
+    """One tier per measured concurrency level, holding the steps measured best there, keyed where SGLang
+    routes that level's batches (`Routing.key`; without a routing, at the level: no capture list, no cap).
+    Levels that route to one key must hold the same steps (bench/tune/adaptive.py picks them), or UserError.
+    A batch runs the tier of the largest key at or below its padded size, so the batches between two levels
+    run the lower level's steps; the lowest level should be 1, which every single request's batch reaches."""
+    routing = routing or Routing()
+    by_key: dict[int, set[int]] = {}
+    for level, steps in steps_by_level.items():
+        by_key.setdefault(routing.key(level), set()).add(steps)
+    clash = {k: sorted(v) for k, v in by_key.items() if len(v) > 1}
+    if clash:
+        raise UserError(f"tiers from the levels' winners: levels routed to one tier hold different steps {clash}")
+    return _make([(key, sorted(steps)) for key, steps in by_key.items()], "tiers from the levels' winners")
+
+
+def read_config(path: str) -> tuple[dict[int, list[int]] | None, str]:
+    """SGLang's reading of an adaptive config (_load_adaptive_config, adaptive_spec_params.py:103-139):
+    ({batch size: candidate steps}, "") or (None, why it fails)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            cfg = json.load(fh)
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    except ValueError as exc:
+        return None, f"is not JSON ({exc})"
+    if not isinstance(cfg, dict):
+        return None, "is not a JSON object of batch-size tiers"
+    tiers: dict[int, list[int]] = {}
+    for key, entry in cfg.items():
+        if not key.isdigit():
+            continue  # SGLang skips keys that are not digits (adaptive_spec_params.py:118-119)
+        steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
+        if (not isinstance(steps, list) or not steps
+                or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)):
+            return None, f"tier {key}: candidate_steps must be a non-empty list of non-negative ints, got {steps!r}"
+        tiers[int(key)] = steps
+    if not tiers:
+        return None, f"holds no batch-size tier (an integer-string key such as \"1\"); keys: {list(cfg)[:8]}"
+    return tiers, ""

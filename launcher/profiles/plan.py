@@ -286,8 +286,8 @@ def evaluate(
     other spec mode); it wins over the profile's [adaptive_tiers] table, which applies only under
     --speculative-adaptive. Either is named by --speculative-adaptive-config as KIT_STATE_DIR/adaptive/<sha>.json,
     written there when the plan is rendered (render.write_plan), not here; the starting point is then the tiers'
-    (`AdaptiveTiers.start_point`) unless `spec_params` gives one (its steps must be among the candidates: the
-    `adaptive_config` rule)."""
+    (`AdaptiveTiers.start_point`, the widest tier's steps under PCIe-IPC) unless `spec_params` gives one (its
+    steps must be among the candidates: the `adaptive_config` rule)."""
     from launcher.profiles import rules
 
     env_src = dict(os.environ) if environ is None else environ
@@ -301,8 +301,8 @@ def evaluate(
     tiers, tiers_from = _adaptive_tiers(adaptive_tiers, res, server, spec)
     if tiers is not None:
         server["speculative-adaptive-config"] = str(tiers.path(StatePaths(settings.KIT_STATE_DIR.get(env_src)).adaptive))
-        if point is None:
-            point = tiers.start_point()
+        if point is None:  # under PCIe-IPC the workspace is sized from the start: the widest tier's steps
+            point = tiers.start_point(widest=str(env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")) == "1")
     if point is not None:
         apply_spec_params(server, point, spec)
     flags = compose_flags(server)

@@ -374,7 +374,7 @@ class KitCollector(Collector):
         if isinstance(steps, int) and not isinstance(steps, bool):
             g = GaugeMetricFamily("kit_spec_adaptive_steps", "EAGLE draft steps SGLang's adaptive controller last "
                                   "moved to (its change line names no batch-size tier); before any change, the "
-                                  "first tier's starting steps. 0: that tier decodes without speculation.")
+                                  "first tier's starting steps. 0: a 0-step EAGLE pass (a 1-node verify), not plain decoding.")
             g.add_metric([], steps)
             out.append(g)
         c = CounterMetricFamily("kit_spec_adaptive_step_changes", "Changes of the EAGLE draft steps SGLang's "

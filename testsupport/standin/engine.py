@@ -78,6 +78,27 @@ class Stats:
         return self.spec_tokens / self.spec_passes if self.spec_passes else None
 
 
+def capture_sizes(argv: list[str]) -> list[int]:
+    """The `--cuda-graph-bs-decode` sizes of an argv (the values after the flag up to the next flag), none when decode
+    CUDA graphs are off (`--disable-cuda-graph`, `--disable-decode-cuda-graph`, `--cuda-graph-backend-decode
+    disabled`): what SGLang 0.5.23's adaptive router pads to (eagle_worker_v2.py:1408-1414)."""
+    sizes: list[int] = []
+    flag = None
+    for tok in argv:
+        if tok.startswith("--"):
+            flag, _, inline = tok.partition("=")
+            if flag in ("--disable-cuda-graph", "--disable-decode-cuda-graph"):
+                return []
+            if flag == "--cuda-graph-backend-decode" and inline == "disabled":
+                return []
+            tok = inline
+        if flag == "--cuda-graph-backend-decode" and tok == "disabled":
+            return []
+        if flag == "--cuda-graph-bs-decode":
+            sizes += [int(t) for t in tok.split() if t.isascii() and t.isdigit()]
+    return sorted(set(sizes))
+
+
 class Engine:
     """Owns the settings, the parsed server args, the request schedule and all live state."""
 
@@ -91,6 +112,7 @@ class Engine:
         self.startup_time = {"scheduler_e2e": round(time.time() - psutil.Process().create_time(), 6)}
         self.args_random_seed = int.from_bytes(os.urandom(4), "big") % (2**30)
         self.stats = Stats()
+        self.slots = asyncio.Semaphore(args.running_cap)  # SGLang's max_running_requests (server_args.py running_cap)
         self.profile: ProfileSession | None = None
         # adaptive EAGLE (activation.py, its adaptive section): on unless SGLang would fall back to static
         self.adaptive_reason = activation.adaptive_disabled_reason(args, settings.adaptive_disabled) if activation.adaptive_requested(args) else None
@@ -120,20 +142,33 @@ class Engine:
         return simulation.verify_interval_ms(self.settings, self.args.eagle_point)
 
     def steps_for_batch(self, batch: int) -> int | None:
-        """Under adaptive EAGLE, the steps of the tier a batch of this size runs in: the largest tier at or below
-        it, else the lowest (adaptive_spec_params.py:356-358; no CUDA-graph padding); None otherwise."""
+        """Under adaptive EAGLE, the steps of the tier a batch of this size runs in, routed as SGLang 0.5.23's
+        `AdaptiveSpeculativeParams._route` (adaptive_spec_params.py:342-358): padded first to the smallest
+        `--cuda-graph-bs-decode` size at or above it (none above: the batch itself), then the largest tier at or
+        below that, else the lowest; None otherwise. Only that explicit flag pads here, as in the wheel, which hands
+        the router the raw flag (eagle_worker_v2.py:1408-1414): without it, or with decode graphs off, no padding."""
         if not self.tier_steps:
             return None
-        below = [b for b in self.tier_steps if b <= batch]
+        padded = self.routed_batch(batch)
+        below = [b for b in self.tier_steps if b <= padded]
         return self.tier_steps[max(below) if below else min(self.tier_steps)]
+
+    def routed_batch(self, batch: int) -> int:
+        """`_pad_to_cuda_graph_bs` (adaptive_spec_params.py:348-354) over the explicit capture list."""
+        sizes = capture_sizes(self.args.ignored_args)
+        return min((c for c in sizes if c >= batch), default=batch)
 
     def pass_figures(self, batch: int) -> tuple[bool, float, float]:
         """``(speculative, accept_length, interval_ms)`` of the next pass with ``batch`` requests running: under
-        adaptive EAGLE at the tier's steps (0: a decode step), slowed by the batching model (``batch_cost``)."""
+        adaptive EAGLE at the tier's steps (0: a verify pass of 1 token, ``simulation.zero_step_interval_ms``), slowed
+        by the batching model (``batch_cost``)."""
         speculative, point = self.args.speculative, self.args.eagle_point
         steps = self.steps_for_batch(batch)
+        if steps == 0:
+            return True, 1.0, simulation.zero_step_interval_ms(self.settings) * simulation.batch_factor(
+                self.settings.batch_cost, batch, 1)
         if steps is not None:
-            speculative, point = steps > 0, (steps, 1, steps + 1) if steps > 0 else None
+            point = (steps, 1, steps + 1)
         accept = simulation.effective_accept_length(self.settings, speculative, point)
         interval = simulation.verify_interval_ms(self.settings, point) if speculative else self.settings.decode_ms
         tokens = (point[2] if point else self.args.speculative_num_draft_tokens or 1) if speculative else 1
@@ -158,6 +193,8 @@ class Engine:
     async def generate(self, prompt: str, max_new_tokens: int, stream: bool = True) -> AsyncIterator[Chunk]:
         """Yield the chunks of one request at their due times (sleeping against a fixed schedule)."""
         loop = asyncio.get_running_loop()
+        arrived = loop.time()
+        await self.slots.acquire()  # at most args.running_cap run at once; the rest wait here, as in SGLang's queue
         t0 = loop.time()
         self.stats.generation_requests += 1
         request_number = self.stats.generation_requests
@@ -184,7 +221,7 @@ class Engine:
                 now = loop.time()
                 if count and first_at is None:
                     first_at = now
-                    self.stats.ttft_s.setdefault(streaming, []).append(now - t0)
+                    self.stats.ttft_s.setdefault(streaming, []).append(now - arrived)  # the queue wait included
                 elif count:
                     self.stats.inter_token_s.extend([(now - last_at) / count] * count)
                 last_at = now
@@ -213,6 +250,7 @@ class Engine:
         finally:
             self.stats.running -= 1
             self.stats.running_gauge -= gauged
+            self.slots.release()
 
     def decode_pass(self, decoder: numerics.Decoder, decoded: list[numerics.Position], upto: int) -> int:
         """Decode a request's positions up to `upto` in the pass running now, and return its batch: the
@@ -342,7 +380,9 @@ class Engine:
     # ----- reports ---------------------------------------------------------------------------
     def internal_state(self) -> dict[str, object]:
         """One DP rank's internal state; ``avg_spec_accept_length`` only with speculation, as SGLang."""
-        state: dict[str, object] = {"simulated": True}
+        state: dict[str, object] = {"simulated": True,
+                                    # scheduler_components/internal_state.py:73 (one DP rank: all of it)
+                                    "effective_max_running_requests_per_dp": self.args.running_cap}
         avg = self.stats.avg_spec_accept_length
         if self.args.speculative and avg is not None:
             state["avg_spec_accept_length"] = avg

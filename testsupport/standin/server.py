@@ -264,6 +264,7 @@ async def server_info(request: web.Request) -> web.Response:
     info = engine.args.as_dict()
     info.update(
         {
+            "max_running_requests": engine.args.resolved_max_running_requests,  # the resolved argument, as SGLang's
             "launch_command": shlex.join([sys.executable, "-m", "testsupport.standin", *sys.argv[1:]]),
             "version": VERSION,
             "simulated": True,

@@ -21,6 +21,7 @@ class ServerArgs:
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
+    max_running_requests: int | None = None
     ignored_args: list[str] = field(default_factory=list)
 
     @property
@@ -36,8 +37,39 @@ class ServerArgs:
             return None
         return values  # type: ignore[return-value]
 
+    @property
+    def resolved_max_running_requests(self) -> int | None:
+        """/server_info's `max_running_requests`, as SGLang 0.5.23 resolves it: the flag when given, else 48 under
+        a speculative algorithm that sets it (srt/arg_groups/speculative_hook.py:1086-1093 EAGLE/EAGLE3/
+        STANDALONE/FROZEN_KV_MTP, :438-442 DFLASH, :852-856 DSPARK, :1294-1298 NGRAM; UNO sets none), else None."""
+        if self.max_running_requests is not None:
+            return self.max_running_requests
+        algo = (self.speculative_algorithm or "").upper()
+        return SPEC_RUNNING_CAP if algo in CAPPED_ALGORITHMS else None
+
+    @property
+    def running_cap(self) -> int:
+        """The most requests the stand-in runs at once (SGLang's scheduler limit, reported per DP rank as
+        internal_states' `effective_max_running_requests_per_dp`); the rest wait. Without the flag or speculation
+        SGLang sizes it from the KV cache (kv_cache_configurator.py:3119-3132: 2048 to 4096, at most half the token
+        capacity); the stand-in has no KV cache and takes 2048."""
+        resolved = self.resolved_max_running_requests
+        return resolved if resolved is not None else UNCAPPED_RUNNING
+
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+SPEC_RUNNING_CAP = 48
+CAPPED_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE", "FROZEN_KV_MTP", "DFLASH", "DSPARK", "NGRAM")
+UNCAPPED_RUNNING = 2048
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: give a whole number of at least 1")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-steps", type=int, default=None)
     p.add_argument("--speculative-eagle-topk", type=int, default=None)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--max-running-requests", type=_positive, default=None)
     return p
 
 
@@ -78,5 +111,6 @@ def parse_server_argv(argv: list[str]) -> ServerArgs:
         speculative_num_steps=ns.speculative_num_steps,
         speculative_eagle_topk=ns.speculative_eagle_topk,
         speculative_num_draft_tokens=ns.speculative_num_draft_tokens,
+        max_running_requests=ns.max_running_requests,
         ignored_args=list(unknown),
     )

@@ -20,7 +20,8 @@ How a request of ``N = max_new_tokens`` tokens is served (N is always reached: t
   Requests do not slow each other down (no batching model) unless ``batch_cost`` is above 0: then
   every chunk's interval is taken when the chunk before it is sent, from the requests running then
   (``batch_factor``), and under ``--speculative-adaptive`` from the steps the config's tier for that
-  batch size gives (0 steps: a pass of 1 token at the decode interval; engine.py ``Engine.pass_figures``).
+  batch size gives (0 steps: a pass of 1 token at ``zero_step_interval_ms``, a 1-node verify plus the draft
+  extend, not a decode step; engine.py ``Engine.pass_figures``).
   As in SGLang 0.5.23 such a pass still counts in ``spec_verify_ct``: at 0 steps the EAGLE worker verifies
   a 1-node tree rooted at the last token (``eagle_worker_v2.py:1469-1472, 1678-1685``) and the result is
   committed like any verify (``batch_result_processor.py:829-832``), so it lowers the accept length.
@@ -133,6 +134,14 @@ def effective_accept_length(settings: StandinSettings, speculative: bool,
 def verify_interval_ms(settings: StandinSettings, point: tuple[int, int, int] | None = None) -> float:
     """One verify pass's interval: the settings' ``verify_ms``, scaled at an EAGLE ``point``."""
     return eagle_point_figures(settings.verify_ms, settings.accept_length, point)[0]
+
+
+def zero_step_interval_ms(settings: StandinSettings) -> float:
+    """A 0-step adaptive pass: no drafting, but one 1-node verify forward through the target-verify graph and the
+    draft model's extend forward (SGLang 0.5.23, eagle_worker_v2.py:1469-1504): the verify model above at S = 0
+    plus one draft forward, ``verify_ms * (1 + 0.25) / (1 + 0.25 * 3)``; not the decode step of ``off``."""
+    ref_steps = REFERENCE_POINT[0]
+    return settings.verify_ms * (1 + DRAFT_STEP_SHARE) / (1 + DRAFT_STEP_SHARE * ref_steps)
 
 
 def chunk_token_counts(max_new_tokens: int, accept_length: float, speculative: bool) -> list[int]:

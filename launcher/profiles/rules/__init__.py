@@ -4,7 +4,7 @@ Levels: error (refuse), warning (run, but say so), ineligible (cannot run on thi
 requires (depends on host facts that were not given; shown under the plan's `requires`).
 
 The rules live in topic modules (`nccl_env`, `parent_env`, `allreduce`, `expert_parallel`,
-`parser`, `speculation`, `host`, `metrics`, `env_file`); `RULES` below is the one registry. Its order is the order
+`parser`, `speculation`, `host`, `metrics`, `env_file`, `request_cap`); `RULES` below is the one registry. Its order is the order
 findings come out in, which plans, warnings and the golden files show, so a new rule is
 appended rather than slotted in by topic.
 """
@@ -19,6 +19,7 @@ from launcher.profiles.rules.allreduce import (
     fusion_disabled_by_enforce,
     fusion_needs_sm120_patch,
     fusion_over_pcie,
+    pcie_ipc_adaptive_tiers,
     pcie_ipc_fallback,
     pcie_ipc_prefill_rows,
     symm_mem_eligibility,
@@ -43,6 +44,7 @@ from launcher.profiles.rules.parent_env import (
     parent_set_env_conflict,
 )
 from launcher.profiles.rules.parser import sglang_flags
+from launcher.profiles.rules.request_cap import tiers_above_cap
 from launcher.profiles.rules.server_log import startup_lines_need_info_logging
 from launcher.profiles.rules.speculation import (
     adaptive_config,
@@ -83,6 +85,8 @@ RULES: list[tuple[Rule, bool]] = [
     (adaptive_config, False),
     (deterministic_env_conflict, False),
     (env_file_size, False),
+    (tiers_above_cap, False),
+    (pcie_ipc_adaptive_tiers, False),
 ]
 
 

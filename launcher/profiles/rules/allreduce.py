@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+from launcher.profiles import running_requests
 from launcher.profiles.rules.context import Context, Finding, _as_int
 
 FUSION_PATCH = "sm120-allreduce-fusion"
@@ -132,13 +133,6 @@ PCIE_IPC_DECODE_ROWS = 512
 # Default decode CUDA-graph max batch at TP >= 4 on GPUs of 60 GB and more (memory_hook.py:132-170):
 # 512 (H100/A100 class, H200/RTX PRO 6000 96 GB class, B200). TP < 4 gets 256 below 160 GB.
 _DEFAULT_MAX_BS = {True: 512, False: 256}
-# Algorithms whose hook sets --max-running-requests to 48 when the user leaves it unset:
-# EAGLE/EAGLE3/NEXTN/STANDALONE (speculative_hook.py:1086-1094), NGRAM (:1293-1302), DFLASH (:438-446),
-# DSPARK (:852-860), FROZEN_KV_MTP (:992-1000); dispatched in speculative/spec_info.py:255-266.
-SPEC_RUNNING_REQUESTS = 48
-_RESETS_RUNNING_REQUESTS = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "FROZEN_KV_MTP"}
-
-
 def _graph_max_bs(ctx: Context) -> tuple[int, str]:
     """The decode CUDA-graph max batch the flags set, or SGLang's default for a large GPU, and where from."""
     explicit = _as_int(ctx.server.get("cuda-graph-max-bs-decode"))
@@ -163,23 +157,11 @@ def _graph_max_bs(ctx: Context) -> tuple[int, str]:
     return default, f"SGLang's default for GPUs of 60 GB or more at TP {tp if tp is not None else '?'} (memory_hook.py:132-170)"
 
 
-def _running_requests(ctx: Context) -> tuple[int | None, str]:
-    """--max-running-requests as the server will resolve it from the flags: the user's value, 48 under
-    speculation when unset, else None (sized from memory, not known from the flags)."""
-    explicit = _as_int(ctx.server.get("max-running-requests"))
-    if explicit is not None:
-        return explicit, "--max-running-requests"
-    algo = str(ctx.server.get("speculative-algorithm") or "").upper()
-    if algo in _RESETS_RUNNING_REQUESTS:
-        return SPEC_RUNNING_REQUESTS, f"SGLang's reset to {SPEC_RUNNING_REQUESTS} under {algo} (speculative_hook.py:1086-1094, 1293-1302)"
-    return None, ""
-
-
 def _decode_max_bs(ctx: Context) -> tuple[int, str]:
     """The widest captured decode batch in requests: the graph's max batch clamped to the request pool,
     which is --max-running-requests (base_cuda_graph_runner.py:77-101 via base_runner.py:367-390)."""
     max_bs, source = _graph_max_bs(ctx)
-    running, why = _running_requests(ctx)
+    running, why = running_requests.resolve(ctx.server)
     if running is not None and running < max_bs:
         return running, f"the request pool of {why}, which clamps the captured batches (base_cuda_graph_runner.py:92-101)"
     return max_bs, source
@@ -235,4 +217,46 @@ def pcie_ipc_prefill_rows(ctx: Context) -> Iterator[Finding]:
         "SGLang measured a decode-sized workspace level with NCCL on TTFT and a prefill-sized one at +66% "
         "(pcie_ipc_ar.py:36-48), and nothing measured one in between; lower max-running-requests or "
         f"cuda-graph-max-bs-decode under [server] to {PCIE_IPC_DECODE_ROWS // per_request} or less",
+    )
+
+
+def pcie_ipc_adaptive_tiers(ctx: Context) -> Iterator[Finding]:
+    """Under --speculative-adaptive SGLang builds the PCIe-IPC workspace once, for the widest captured batch x the
+    starting point's steps + 1 (base_runner.py:350-390, speculative_hook.py:1423-1427), never rebuilds it
+    (pcie_ipc_ar.py:253-254, 316-317) and sends a wider reduction to NCCL without a word (pcie_ipc_ar.py:402-403):
+    a tier running more steps on batches as wide is refused (launcher/profiles/pcie_workspace.py)."""
+    from launcher.profiles.pcie_workspace import plan_fit
+
+    found = plan_fit(ctx)
+    if found is None or not found.fit.overflows:
+        return
+    fit, fix = found.fit, found.fixes
+    tier = fit.overflows[0]
+    start = fit.start_steps
+    batches = f"batch {tier.first}" if tier.first == tier.last else f"batches {tier.first}-{tier.last}"
+    padded = f", padded to the captured batch {tier.graph}" if tier.graph != tier.last else ""
+    ways = []
+    if fix.start_steps is not None:
+        s = fix.start_steps
+        ways.append(f"start from {s} steps (--spec-params {s},1,{s + 1}: {fit.max_batch} x {s + 1} = "
+                    f"{fit.max_batch * (s + 1)} rows)")
+    ways.append("give " + ", ".join(f"tier {t.tier} at most {fit.workspace_rows // t.graph - 1} steps"
+                                    for t in fit.overflows))
+    tuned_keys = ctx.adaptive_tiers or {}
+    if fix.max_requests is not None and all(b <= fix.max_requests for b in tuned_keys):
+        ways.append(f"cap the batches with max-running-requests = {fix.max_requests} under [server] (the request "
+                    "pool clamps the captured batches; cuda-graph-max-bs-decode alone leaves wider batches to eager "
+                    "decode, whose reductions are as wide)")
+    ways.append(f"set SGLANG_PCIE_IPC_MAX_NUMEL under [env] to {fix.numel_rows} x the model's hidden size "
+                "(pcie_ipc_ar.py:259-261)")
+    yield ctx.finding(
+        "error", "pcie_ipc_adaptive_tiers", "server.speculative-num-steps",
+        f"adaptive tier {tier.tier} ({found.tiers_source}) runs up to {tier.steps} steps on {batches}{padded}: "
+        f"its widest verify all-reduce is {tier.graph} x {tier.steps + 1} = {tier.rows} rows, wider than the "
+        f"{fit.workspace_rows}-row PCIe-IPC workspace SGLang builds once from the starting point: "
+        f"{fit.max_batch} requests x {start + 1} tokens at {start} starting step{'s' if start != 1 else ''} "
+        f"(base_runner.py:350-390, speculative_hook.py:1423-1427; {fit.max_batch}: {found.batches_source}), "
+        "never rebuilt (pcie_ipc_ar.py:253-254, 316-317), so those reductions "
+        "run on NCCL without a word (pcie_ipc_ar.py:402-403) while the plan reports PCIe-IPC"
+        + "; " + ", or ".join(ways),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from launcher.profiles.adaptive_tiers import read_config
 from launcher.profiles.rules.context import Context, Finding
 
 
@@ -99,34 +100,6 @@ def adaptive_fallback(ctx: Context) -> Iterator[Finding]:
                               "choose spec mode eagle3 (static)")
 
 
-def _adaptive_tiers(path: str) -> tuple[dict[int, list[int]] | None, str]:
-    """SGLang's reading of an adaptive config (_load_adaptive_config, adaptive_spec_params.py:103-139):
-    ({batch size: candidate steps}, "") or (None, why it fails)."""
-    import json
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            cfg = json.load(fh)
-    except OSError as exc:
-        return None, f"cannot be read ({exc.strerror or exc})"
-    except ValueError as exc:
-        return None, f"is not JSON ({exc})"
-    if not isinstance(cfg, dict):
-        return None, "is not a JSON object of batch-size tiers"
-    tiers: dict[int, list[int]] = {}
-    for key, entry in cfg.items():
-        if not key.isdigit():
-            continue  # SGLang skips keys that are not digits (adaptive_spec_params.py:118-119)
-        steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
-        if (not isinstance(steps, list) or not steps
-                or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)):
-            return None, f"tier {key}: candidate_steps must be a non-empty list of non-negative ints, got {steps!r}"
-        tiers[int(key)] = steps
-    if not tiers:
-        return None, f"holds no batch-size tier (an integer-string key such as \"1\"); keys: {list(cfg)[:8]}"
-    return tiers, ""
-
-
 def adaptive_config(ctx: Context) -> Iterator[Finding]:
     """The adaptive config SGLang 0.5.23 reads at start-up: a file it can load (adaptive_spec_params.py:103-139),
     whose candidate steps hold the starting steps (speculative_hook.py:1416-1421), and a log level that keeps
@@ -141,7 +114,7 @@ def adaptive_config(ctx: Context) -> Iterator[Finding]:
     elif ctx.adaptive_tiers is not None:
         tiers = ctx.adaptive_tiers  # a tuned record, checked when it was made (launcher/profiles/adaptive_tiers.py)
     elif isinstance(path, str) and path:
-        tiers, why = _adaptive_tiers(path)
+        tiers, why = read_config(path)
         if tiers is None:
             yield ctx.finding("error", "adaptive_config", "server.speculative-adaptive-config",
                               f"adaptive config {path} {why}: SGLang would refuse to start "
