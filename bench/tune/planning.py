@@ -13,11 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.run import correctness
+from bench.run.measure import over_cap
 from bench.tune import order, space
 from bench.tune.settings import TuneSettings
 from bench.tune.space import Candidate
 from launcher.errors import RuntimeFailure, UserError
+from launcher.profiles import running_requests
 from launcher.profiles.hostfacts import load_host_facts
+from launcher.runtime.activation import flag_map
 from launcher.runtime.control_client import ControlClient
 
 REFERENCE_PROFILE = correctness.BASELINE
@@ -64,6 +67,20 @@ async def plan_space(s: TuneSettings, control: ControlClient, say: Callable[[str
     return sp
 
 
+def _refuse_over_cap(s: TuneSettings, label: str, plan: object) -> None:
+    """A --concurrency level above the most requests the plan's server runs at once (its flags: 48 under EAGLE
+    unless --max-running-requests, launcher/profiles/running_requests.py) is exit 2 before anything is switched:
+    the level would time the cap running and the rest queued, beside `off` running them all (bench.run.measure
+    over_cap, which also checks each server's own /server_info as its cell starts)."""
+    flags = plan.get("flags") if isinstance(plan, dict) else None
+    if not isinstance(flags, list):
+        return
+    cap, _ = running_requests.resolve(flag_map([str(f) for f in flags]))
+    refused = over_cap(s.concurrency, cap, label, "as its plan's flags resolve it")
+    if refused:
+        raise UserError(f"{refused} (nothing was switched)")
+
+
 async def server_check(s: TuneSettings, control: ControlClient, sp: TuneSpace) -> None:
     """Every candidate and reference as the server would run it (POST /check: the rules with its host
     facts, SGLang's parser, the patch check), before the first switch. An EAGLE-3 point the server
@@ -78,6 +95,7 @@ async def server_check(s: TuneSettings, control: ControlClient, sp: TuneSpace) -
                             "set KIT_CONTROL_TOKEN")
         if code == 200 and isinstance(body.get("digest"), str):
             sp.plan_digests[c.label] = body["digest"]
+            _refuse_over_cap(s, c.label, body.get("plan"))
             if not sp.model_plan and isinstance(body.get("plan"), dict):
                 sp.model_plan = body["plan"]
         elif code == 400:
