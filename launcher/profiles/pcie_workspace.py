@@ -37,13 +37,12 @@ not fit, naming the tier and each fix `fixes` finds.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from launcher.profiles import running_requests
 from launcher.profiles.rules.allreduce import _decode_max_bs
-from launcher.profiles.rules.context import Context, _as_int
+from launcher.profiles.rules.context import Context, _as_int, graph_config
 
 # SGLang's tiers without a --speculative-adaptive-config file (adaptive_spec_params.py:28-53).
 DEFAULT_TIERS: dict[int, list[int]] = {1: [1, 3, 5, 7], 8: [0, 1, 3], 32: [0, 1], 64: [0]}
@@ -112,15 +111,9 @@ def router_batches(ctx: Context) -> list[int] | None:
 def _explicit_sizes(ctx: Context) -> list[int] | None:
     """The decode capture list the flags give: --cuda-graph-config's decode.bs wins over --cuda-graph-bs-decode
     (cuda_graph_hook.py:66-95)."""
-    raw = ctx.server.get("cuda-graph-config")
-    if isinstance(raw, str):
-        try:
-            decode = json.loads(raw).get("decode") or {}
-        except (ValueError, AttributeError):
-            decode = {}
-        sizes = decode.get("bs") if isinstance(decode, dict) else None
-        if isinstance(sizes, list) and sizes and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in sizes):
-            return sorted(set(sizes))
+    sizes = graph_config(ctx.server.get("cuda-graph-config"), "decode").get("bs")
+    if isinstance(sizes, list) and sizes and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in sizes):
+        return sorted(set(sizes))
     return router_batches(ctx)
 
 

@@ -3,11 +3,10 @@ falls back, fails to start, or is slower than NCCL on a PCIe host."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 from launcher.profiles import running_requests
-from launcher.profiles.rules.context import Context, Finding, _as_int
+from launcher.profiles.rules.context import Context, Finding, _as_int, graph_config
 
 FUSION_PATCH = "sm120-allreduce-fusion"
 
@@ -142,16 +141,12 @@ def _graph_max_bs(ctx: Context) -> tuple[int, str]:
     sizes = [_as_int(b) for b in (bs if isinstance(bs, list) else str(bs).split())] if bs else []
     if sizes and all(s is not None for s in sizes):
         return max(s for s in sizes if s is not None), "--cuda-graph-bs-decode"
-    raw = ctx.server.get("cuda-graph-config")
-    if isinstance(raw, str):
-        try:
-            decode = json.loads(raw).get("decode") or {}
-        except (ValueError, AttributeError):
-            decode = {}
-        if isinstance(decode, dict) and isinstance(decode.get("max_bs"), int):
-            return decode["max_bs"], "--cuda-graph-config decode.max_bs"
-        if isinstance(decode, dict) and isinstance(decode.get("bs"), list) and decode["bs"]:
-            return max(decode["bs"]), "--cuda-graph-config decode.bs"
+    decode = graph_config(ctx.server.get("cuda-graph-config"), "decode")
+    if isinstance(decode.get("max_bs"), int):
+        return decode["max_bs"], "--cuda-graph-config decode.max_bs"
+    sizes = decode.get("bs")
+    if isinstance(sizes, list) and sizes and all(isinstance(b, int) and not isinstance(b, bool) for b in sizes):
+        return max(sizes), "--cuda-graph-config decode.bs"
     tp = ctx.tp_size()
     default = _DEFAULT_MAX_BS[tp is None or tp >= 4]
     return default, f"SGLang's default for GPUs of 60 GB or more at TP {tp if tp is not None else '?'} (memory_hook.py:132-170)"

@@ -80,15 +80,20 @@ def _as_int(value: object) -> int | None:
     return int(value) if isinstance(value, str) and value.strip().isdigit() else None
 
 
-def _graph_config_backend(raw: object, phase: str) -> str | None:
-    """`backend` of one phase in --cuda-graph-config's JSON; None when absent or not parseable
+def graph_config(raw: object, phase: str) -> dict:
+    """One phase's table (`decode`, `prefill`) of --cuda-graph-config's JSON; {} when absent or not parseable
     (the parser rule reports a malformed value)."""
     if not isinstance(raw, str):
-        return None
+        return {}
     try:
         parsed = json.loads(raw)
     except ValueError:
-        return None
+        return {}
     settings = parsed.get(phase) if isinstance(parsed, dict) else None
-    backend = settings.get("backend") if isinstance(settings, dict) else None
+    return settings if isinstance(settings, dict) else {}
+
+
+def _graph_config_backend(raw: object, phase: str) -> str | None:
+    """`backend` of one phase in --cuda-graph-config's JSON; None when absent or not parseable."""
+    backend = graph_config(raw, phase).get("backend")
     return backend if isinstance(backend, str) else None
