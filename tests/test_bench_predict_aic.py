@@ -16,7 +16,7 @@ import pytest
 from bench.predict import aic
 from bench.predict.cli import main as predict_main
 from bench.predict.measured import AllreduceCurve
-from launcher.errors import UserError
+from launcher.errors import RuntimeFailure, UserError
 
 FAKE = Path(__file__).parent / "fixtures" / "fake_aic"
 ENV = {"KIT_AIC_PYTHON": sys.executable, "PYTHONPATH": str(FAKE)}
@@ -137,10 +137,12 @@ def test_estimate_failure_is_named() -> None:
 
 
 def test_answer_without_a_figure_is_refused() -> None:
-    with pytest.raises(UserError, match="no positive decode_ms"):
+    with pytest.raises(RuntimeFailure, match="no positive decode_ms"):
         aic.parse({"decode_ms": 0, "spec_step_ms": 1.0, "allreduce": {"tables": []}})
-    with pytest.raises(UserError, match="no all-reduce tables"):
+    with pytest.raises(RuntimeFailure, match="no all-reduce tables"):
         aic.parse({"decode_ms": 1.0, "spec_step_ms": 1.0})
+    with pytest.raises(RuntimeFailure, match="no draft count"):
+        aic.parse({"decode_ms": 1.0, "spec_step_ms": 1.0, "nextn": "three", "allreduce": {"tables": []}})
 
 
 def test_model_mapping() -> None:

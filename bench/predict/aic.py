@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher import settings
-from launcher.errors import UserError
+from launcher.errors import RuntimeFailure, UserError
 
 PROBE = Path(__file__).with_name("aic_probe.py")
 VENV = ".venv-aic"
@@ -127,7 +127,7 @@ def ask(req: dict[str, Any], *, environ: dict[str, str] | None = None, cwd: Path
             tried.append(f"{python} ({exc.strerror or type(exc).__name__})")
             continue
         except subprocess.TimeoutExpired:
-            raise UserError(f"--aic: AIConfigurator ({python}) gave no answer in {timeout_s:g} s") from None
+            raise RuntimeFailure(f"--aic: AIConfigurator ({python}) gave no answer in {timeout_s:g} s") from None
         answer = _decode(proc, python)
         if answer.get("error") == "missing":
             tried.append(f"{python} (no aiconfigurator)")
@@ -148,26 +148,29 @@ def _decode(proc: subprocess.CompletedProcess[str], python: str) -> dict[str, An
         answer = None
     if proc.returncode != 0 or not isinstance(answer, dict):
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"--aic: {python} {PROBE.name} exited {proc.returncode} without an answer: {tail}")
+        raise RuntimeFailure(f"--aic: {python} {PROBE.name} exited {proc.returncode} without an answer: {tail}")
     return answer
 
 
 def _positive(d: dict[str, Any], key: str) -> float:
     value = d.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or value != value:
-        raise UserError(f"--aic: AIConfigurator's answer has no positive {key} (got {value!r})")
+        raise RuntimeFailure(f"--aic: AIConfigurator's answer has no positive {key} (got {value!r})")
     return float(value)
 
 
 def parse(answer: dict[str, Any]) -> Estimate:
-    """The probe's JSON as an Estimate; exit 2 on an answer missing a figure."""
+    """The probe's JSON as an Estimate; RuntimeFailure (exit 1) on an answer missing a figure."""
     ar = answer.get("allreduce")
     if not isinstance(ar, dict) or not isinstance(ar.get("tables"), list):
-        raise UserError("--aic: AIConfigurator's answer has no all-reduce tables")
+        raise RuntimeFailure("--aic: AIConfigurator's answer has no all-reduce tables")
+    nextn = answer.get("nextn", 0)
+    if isinstance(nextn, bool) or not isinstance(nextn, int) or nextn < 0:
+        raise RuntimeFailure(f"--aic: AIConfigurator's answer has no draft count (nextn {nextn!r})")
     return Estimate(
         version=str(answer.get("aiconfigurator_version", "?")), model=str(answer.get("model", "?")),
         system=str(answer.get("system", "?")), backend=str(answer.get("backend", "?")),
-        backend_version=str(answer.get("backend_version", "?")), nextn=int(answer.get("nextn", 0)),
+        backend_version=str(answer.get("backend_version", "?")), nextn=nextn,
         decode_ms=_positive(answer, "decode_ms"), spec_step_ms=_positive(answer, "spec_step_ms"),
         allreduce=ar, raw=answer,
     )
