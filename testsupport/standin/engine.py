@@ -194,8 +194,6 @@ class Engine:
         """Yield the chunks of one request at their due times (sleeping against a fixed schedule)."""
         loop = asyncio.get_running_loop()
         arrived = loop.time()
-        await self.slots.acquire()  # at most args.running_cap run at once; the rest wait here, as in SGLang's queue
-        t0 = loop.time()
         self.stats.generation_requests += 1
         request_number = self.stats.generation_requests
         total = max(0, max_new_tokens)
@@ -208,7 +206,8 @@ class Engine:
         verify_ct = 0
         streaming = "true" if stream else "false"
         first_at: float | None = None
-        last_at = t0
+        await self.slots.acquire()  # at most args.running_cap run at once; the rest wait here, as in SGLang's queue
+        t0 = last_at = loop.time()  # nothing from here to `try` can raise: the slot is released in its `finally`
         self.stats.running += 1
         gauged = self.settings.running_gauge_after_tokens == 0
         self.stats.running_gauge += gauged
