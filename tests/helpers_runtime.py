@@ -166,3 +166,36 @@ def env(monkeypatch) -> None:
     monkeypatch.setenv("MODEL_PATH", "/models/target")
     monkeypatch.setenv("DRAFT_MODEL_PATH", "/models/draft")
     monkeypatch.setenv("KIT_PATCH_CHECK", "skip")
+
+
+TOKEN = "t0ken"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def control_app(sd: Path, token: str, body):
+    """Run `body(client, lifecycle, sup, server)` against the control API app over a state dir serving baseline,
+    its monitor running on the fakes, once it reads serving."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from launcher.runtime import control_api
+    from launcher.runtime.lifecycle import Lifecycle
+    from launcher.runtime.transitions import HEALTH_OK
+
+    sup = FakeSupervisor()
+    server = FakeServer(sup)
+    serving(sd, plan("baseline"), sup)
+    sw = switcher(sd, sup, server)
+    lc = Lifecycle(sd, supervisor=sup, switcher=sw, transport=server.transport())
+    sw.follower = lc.follower
+
+    async def go():
+        async with TestClient(TestServer(control_api.make_app(sd, token, lifecycle=lc))) as client:
+            for _ in range(400):  # the monitor's first ticks: serving
+                if lc.state == "serving" and lc.health == HEALTH_OK:
+                    break
+                await asyncio.sleep(0.01)
+            return await body(client, lc, sup, server)
+
+    return asyncio.run(go())

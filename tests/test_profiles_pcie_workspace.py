@@ -5,19 +5,14 @@ The rule's level and message cases are in tests/test_profiles_rules_allreduce.py
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 from helpers_profiles import ENV, child_env, run_launcher
 from helpers_rules import PCIE
-from helpers_runtime import FakeServer, FakeSupervisor, env, plan, serving, switcher
+from helpers_runtime import AUTH, TOKEN, control_app, env
 
 from launcher.profiles import pcie_workspace as pw
 from launcher.profiles import sglang_args
 from launcher.profiles.plan import evaluate
-from launcher.runtime import control_api
-from launcher.runtime.lifecycle import Lifecycle
 
 # SGLang's speculative capture list up to 48 (cuda_graph_hook.py:519-525)
 SPEC_48 = [*range(1, 9), *range(10, 33, 2), 40, 44, 48]
@@ -106,37 +101,26 @@ def test_launcher_check_and_show_refuse_an_overflowing_adaptive_plan_with_exit_2
     assert other.returncode == 0 and "adaptive tier" not in other.stdout, other.stdout + other.stderr
 
 
-TOKEN = "t0ken"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
 def test_check_and_switch_answer_400_for_an_overflowing_adaptive_plan(tmp_path, monkeypatch):
     env(monkeypatch)
     monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path))
     monkeypatch.setattr(sglang_args, "available", lambda: False)  # SGLang's parser takes seconds to build
-    sup = FakeSupervisor()
-    server = FakeServer(sup)
-    serving(tmp_path, plan("baseline"), sup)
-    sw = switcher(tmp_path, sup, server)
-    lc = Lifecycle(tmp_path, supervisor=sup, switcher=sw, transport=server.transport())
-    sw.follower = lc.follower
     low = {"steps": 1, "topk": 1, "draft_tokens": 2}
 
-    async def go():
-        async with TestClient(TestServer(control_api.make_app(tmp_path, TOKEN, lifecycle=lc))) as client:
-            for route in ("/check", "/switch"):
-                for body in ({"spec_params": low}, {"adaptive_tiers": {"1": [1], "25": [3], "31": [1]}, "spec_params": low}):
-                    r = await client.post(route, json={"profile": "custom-ar", "spec": "eagle3-adaptive", **body},
-                                          headers=AUTH)
-                    error = (await r.json())["error"]
-                    assert r.status == 400 and "adaptive tier" in error and "PCIe-IPC workspace" in error, (route, error)
-            r = await client.post("/check", json={"profile": "custom-ar", "spec": "eagle3-adaptive",
-                                                  "spec_params": {"steps": 3, "topk": 1, "draft_tokens": 4}},
-                                  headers=AUTH)
-            assert r.status == 200, await r.text()
-            assert sup.stops == 0 and lc.current.name == "baseline"
+    async def body(client, lc, sup, _server):
+        for route in ("/check", "/switch"):
+            for extra in ({"spec_params": low}, {"adaptive_tiers": {"1": [1], "25": [3], "31": [1]}, "spec_params": low}):
+                r = await client.post(route, json={"profile": "custom-ar", "spec": "eagle3-adaptive", **extra},
+                                      headers=AUTH)
+                error = (await r.json())["error"]
+                assert r.status == 400 and "adaptive tier" in error and "PCIe-IPC workspace" in error, (route, error)
+        r = await client.post("/check", json={"profile": "custom-ar", "spec": "eagle3-adaptive",
+                                              "spec_params": {"steps": 3, "topk": 1, "draft_tokens": 4}},
+                              headers=AUTH)
+        assert r.status == 200, await r.text()
+        assert sup.stops == 0 and lc.current.name == "baseline"
 
-    asyncio.run(go())
+    control_app(tmp_path, TOKEN, body)
 
 
 @pytest.mark.parametrize("profile", ["baseline", "nccl-tuned"])

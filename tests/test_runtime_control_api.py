@@ -7,17 +7,10 @@ import asyncio
 import json
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
-from helpers_runtime import FakeServer, FakeSupervisor, env, plan, serving, switcher
+from helpers_runtime import AUTH, TOKEN, control_app, env
 
 from launcher.profiles import sglang_args
-from launcher.runtime import control_api
 from launcher.runtime import switch as switch_mod
-from launcher.runtime.lifecycle import Lifecycle
-from launcher.runtime.transitions import HEALTH_OK
-
-TOKEN = "t0ken"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(autouse=True)
@@ -29,22 +22,7 @@ def _env(monkeypatch):
 
 def api(tmp_path, body):
     """Run `body(client, lifecycle, sup, server)` against the app, its monitor running on the fakes."""
-    sup = FakeSupervisor()
-    server = FakeServer(sup)
-    serving(tmp_path, plan("baseline"), sup)
-    sw = switcher(tmp_path, sup, server)
-    lc = Lifecycle(tmp_path, supervisor=sup, switcher=sw, transport=server.transport())
-    sw.follower = lc.follower
-
-    async def go():
-        async with TestClient(TestServer(control_api.make_app(tmp_path, TOKEN, lifecycle=lc))) as client:
-            for _ in range(400):  # the monitor's first ticks: serving
-                if lc.state == "serving" and lc.health == HEALTH_OK:
-                    break
-                await asyncio.sleep(0.01)
-            return await body(client, lc, sup, server)
-
-    return asyncio.run(go())
+    return control_app(tmp_path, TOKEN, body)
 
 
 def test_a_switch_answers_the_history_entry_and_the_status(tmp_path):
