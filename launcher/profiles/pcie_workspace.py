@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from launcher.profiles import running_requests
+from launcher.profiles.adaptive_tiers import Routing, read_config
 from launcher.profiles.rules.allreduce import _decode_max_bs
 from launcher.profiles.rules.context import Context, _as_int, graph_config
 
@@ -131,8 +132,8 @@ def captured_batches(ctx: Context) -> tuple[list[int], str]:
 
 
 def _pad(sizes: Sequence[int], batch: int) -> int:
-    """The size at or above `batch` in sorted `sizes`, else the batch itself (adaptive_spec_params.py:348-354;
-    the graph runner pads the same way)."""
+    """The captured size at or above `batch` in sorted `sizes`, else the batch itself: how the graph runner pads
+    a verify (base_cuda_graph_runner.py:166-180)."""
     return next((s for s in sizes if s >= batch), batch)
 
 
@@ -145,10 +146,10 @@ def fit(tiers: Mapping[int, Sequence[int]], start_steps: int, batches: Sequence[
     342-358); it verifies padded to the captured size at or above it. A tier no batch reaches is left out."""
     keys = sorted(tiers)
     captured = sorted(set(batches))
-    routes = sorted(set(router)) if router else None
+    routing = Routing(capture=tuple(sorted(set(router))) if router else None)  # SGLang's router, one copy
     served: dict[int, list[int]] = {}
     for b in range(1, captured[-1] + 1):
-        key = _pad(routes, b) if routes else b
+        key = routing.padded(b)
         tier = max((k for k in keys if k <= key), default=keys[0])
         served.setdefault(tier, []).append(b)
     rows = []
@@ -195,8 +196,6 @@ def plan_fit(ctx: Context) -> PlanFit | None:
     """The fit for a plan that runs PCIe-IPC (SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1, SGLang's derivation: no
     SGLANG_PCIE_IPC_MAX_NUMEL) under --speculative-adaptive EAGLE/EAGLE3 with decode CUDA graphs; None otherwise,
     or when the tiers cannot be read or the start is not among them (rule `adaptive_config` refuses those)."""
-    from launcher.profiles.adaptive_tiers import read_config
-
     env, server = ctx.env, ctx.server
     if str(env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")) != "1" or env.get("SGLANG_PCIE_IPC_MAX_NUMEL"):
         return None
