@@ -7,7 +7,7 @@ they can be called from Python (tools/, tests) without going through argparse.
 The flags `bench run` and `bench tune` both take are declared once here, each a `Flag` (name, how
 argparse reads it, its help); a command adds one with its own default (`Flag.add`), and with its own
 help only where the flag means something else there. `http_url`, `positive_ints` and `temperature` check
-three of them; bench/workload.py `choose_prompts` checks `--prompts` with `--num-prompts`.
+three of them; bench/client/workload.py `choose_prompts` checks `--prompts` with `--num-prompts`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, ClassVar, TypeVar
 
-from bench.server_client import APIS
-from bench.workload import WORKLOADS
+from bench.client.server_client import APIS
+from bench.client.workload import WORKLOADS
 from launcher import settings
 from launcher.errors import UserError, run_cli
 

@@ -9,12 +9,12 @@ from launcher import __version__
 
 COMMANDS = {
     "run": ("bench.run.cli", "every profile x spec mode end to end, into a results bundle"),
-    "report": ("bench.report", "rebuild summary and plots of a bundle"),
-    "compare": ("bench.compare", "deltas between two bundles, against run-to-run spread"),
+    "report": ("bench.report.render", "rebuild summary and plots of a bundle"),
+    "compare": ("bench.report.compare", "deltas between two bundles, against run-to-run spread"),
     "allreduce": ("bench.allreduce.cli", "nccl-tests-style all-reduce microbench over local ranks"),
     "trace": ("bench.trace", "where GPU time goes in a torch-profiler trace"),
     "predict": ("bench.predict", "verify cost model: predicted tok/s and break-even accept length"),
-    "gate": ("bench.gate", "the correctness gate alone: two servers, or a bundle judged again"),
+    "gate": ("bench.gate.cli", "the correctness gate alone: two servers, or a bundle judged again"),
     "tune": ("bench.tune.cli", "the fastest correct setup for this host within a budget, decided beyond noise"),
 }
 

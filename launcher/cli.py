@@ -328,8 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
 # Commands whose own module parses the rest of the command line.
 DISPATCHED = {
     "serve": ("launcher.runtime.serve", "container entry point: supervisord + SGLang + control API"),
-    "switch": ("launcher.runtime.control_cli", "switch the running server to another profile"),
-    "status": ("launcher.runtime.control_cli", "show the running server's state"),
+    "switch": ("launcher.runtime.api.control_cli", "switch the running server to another profile"),
+    "status": ("launcher.runtime.api.control_cli", "show the running server's state"),
     "doctor": ("launcher.doctor.cli", "check this host and which profiles can run on it"),
     "fleet": ("launcher.fleet.cli", "several hosts behind sglang-router: router, status, rolling switch"),
     "settings": ("launcher.settings_docs", "every environment setting the kit reads (--write regenerates the docs)"),

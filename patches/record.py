@@ -27,7 +27,7 @@ class PatchRecord:
 
 
 def record_path(target: Path) -> Path:
-    """Inside the sglang package it describes, where the launcher reads it (launcher/runtime/patch_record.py)."""
+    """Inside the sglang package it describes, where the launcher reads it (launcher/runtime/records/patch_record.py)."""
     return target / "sglang" / RECORD_NAME
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.request_record import RequestRecord
+from bench.client.request_record import RequestRecord
 
 
 def rec(pid: str, ttft: float, e2e: float, tokens: int, verify: int | None, gaps: list[float], ok: bool = True) -> RequestRecord:

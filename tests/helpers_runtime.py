@@ -12,7 +12,7 @@ import httpx
 
 from launcher.profiles.plan import Plan, build_plan
 from launcher.profiles.render import write_plan
-from launcher.runtime import state as runtime_state
+from launcher.runtime.records import state as runtime_state
 from launcher.runtime.switch import Switcher, Timeouts
 
 
@@ -179,9 +179,9 @@ def control_app(sd: Path, token: str, body):
 
     from aiohttp.test_utils import TestClient, TestServer
 
-    from launcher.runtime import control_api
+    from launcher.runtime.api import control_api
+    from launcher.runtime.core.transitions import HEALTH_OK
     from launcher.runtime.lifecycle import Lifecycle
-    from launcher.runtime.transitions import HEALTH_OK
 
     sup = FakeSupervisor()
     server = FakeServer(sup)

@@ -1,4 +1,4 @@
-"""bench.bundle: bundles already written still load, the same summaries come out of them, and load keeps its order.
+"""bench.bundle.store: bundles already written still load, the same summaries come out of them, and load keeps its order.
 
 The bundles read here are committed: any under docs/evidence/, and tests/fixtures/bundles/, a SIMULATED
 `bench run` (baseline, a wrong all-reduce, a server that dies mid-stream, a failed switch; eagle3, off
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import bundle, report
-from bench.bundle_schema import Cell
+from bench.bundle import store as bundle
+from bench.bundle.schema import Cell
+from bench.report import render as report
 from launcher.errors import UserError
 from testsupport.stack import REPO
 

@@ -1,4 +1,4 @@
-"""bench.bundle_aggregate: per-repeat numbers and their aggregate across repeats."""
+"""bench.bundle.aggregate: per-repeat numbers and their aggregate across repeats."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from helpers_bench import rec
 
-from bench import bundle_aggregate, stats
+from bench.bundle import aggregate as bundle_aggregate
+from bench.report import stats
 
 
 # ----- per-repeat and per-cell numbers -----------------------------------------------------------

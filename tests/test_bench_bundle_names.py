@@ -1,4 +1,4 @@
-"""bench.bundle_names: a cell's name, label and files, from the model of a point or its JSON alike."""
+"""bench.bundle.names: a cell's name, label and files, from the model of a point or its JSON alike."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from bench import bundle_names
+from bench.bundle import names as bundle_names
 from launcher.errors import RuntimeFailure
 from launcher.profiles.spec_params import SpecParams
 

@@ -1,10 +1,10 @@
-"""bench.bundle_provenance: the host fingerprint a bundle carries (the doctor's probes and parsers)."""
+"""bench.bundle.provenance: the host fingerprint a bundle carries (the doctor's probes and parsers)."""
 
 from __future__ import annotations
 
 import os
 
-from bench import bundle_provenance
+from bench.bundle import provenance as bundle_provenance
 
 # ----- host fingerprint from nvidia-smi (the doctor's probes and parsers) --------------------------
 # Answers the doctor's three queries: the GPU list as CSV with a header, the topology matrix and the

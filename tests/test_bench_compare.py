@@ -1,4 +1,4 @@
-"""bench.compare: what differs between two runs' fingerprints (setups, not host-local values), and per-cell deltas."""
+"""bench.report.compare: what differs between two runs' fingerprints (setups, not host-local values), and per-cell deltas."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from helpers_bench import cell, manifest
 
-from bench import compare, stats
-from bench.bundle_schema import Cell
+from bench.bundle.schema import Cell
+from bench.report import compare, stats
 from testsupport.stack import REPO
 
 

@@ -1,4 +1,4 @@
-"""bench/hold.py: a second tune exits 2 naming the first, the hold is renewed and given back, a lost
+"""bench/control/hold.py: a second tune exits 2 naming the first, the hold is renewed and given back, a lost
 hold stops the tune before its next cell."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from bench import hold as hold_mod
-from bench.hold import MeasureHold
+from bench.control import hold as hold_mod
+from bench.control.hold import MeasureHold
 from launcher.errors import RuntimeFailure, UserError
 
 

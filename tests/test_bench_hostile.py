@@ -19,11 +19,13 @@ from aiohttp import web
 from helpers_bench import cell as make_cell
 from helpers_bench import manifest as make_manifest
 
-from bench import bundle, compare, report
-from bench.bundle_schema import Cell
+from bench.bundle import store as bundle
+from bench.bundle.schema import Cell
+from bench.client.server_client import ServerClient, token_limit
+from bench.client.workload import build_workload
+from bench.report import compare
+from bench.report import render as report
 from bench.run import selection
-from bench.server_client import ServerClient, token_limit
-from bench.workload import build_workload
 from launcher.errors import RuntimeFailure, UserError
 from testsupport.hostile import DONE, HostileServer, forever, generate_events, repeat, sse, stream
 from testsupport.net import free_port
@@ -317,7 +319,7 @@ def run_against(reply: bytes, out: Path) -> tuple[subprocess.CompletedProcess, P
 
 @pytest.mark.parametrize("case", sorted(HOSTILE_REPLIES))
 def test_a_malformed_logprob_reply_is_not_enough_evidence_naming_the_field(case, tmp_path, capsys):
-    from bench import gate
+    from bench.gate import cli as gate
 
     reply, reason = HOSTILE_REPLIES[case]
     _, run_dir, _, cell = run_against(reply, tmp_path / "out")
@@ -377,7 +379,7 @@ DAMAGE_LOGPROBS = [  # a change to the first line of a cell's logprobs.jsonl, an
 def test_bench_gate_on_a_damaged_logprobs_file_exits_2_naming_the_file_and_line(tmp_path, capsys):
     import shutil
 
-    from bench import gate
+    from bench.gate import cli as gate
 
     _, run_dir, _, _ = run_against(logprob_reply(), tmp_path / "out")
     for n, (damage, expected) in enumerate(DAMAGE_LOGPROBS):

@@ -1,4 +1,4 @@
-"""bench/plots.py: the bundle's PNGs; axes start at 0 so a 2% difference does not look like 2x."""
+"""bench/report/plots.py: the bundle's PNGs; axes start at 0 so a 2% difference does not look like 2x."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import json
 import pytest
 from matplotlib.colors import to_rgba
 
-from bench import bundle_names, plots
-from bench.bundle_schema import Cell
+from bench.bundle import names as bundle_names
+from bench.bundle.schema import Cell
+from bench.report import plots
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""bench/production.py: a plan's label and the command that restores it by hand, /status read as "runs this
+"""bench/control/production.py: a plan's label and the command that restores it by hand, /status read as "runs this
 plan", and `put_on` against a fake control client whose answers are the input (the stack tests in
 test_bench_run_production.py and test_bench_tune_runner_wrong.py run it against the real control API)."""
 
@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from bench import production
+from bench.control import production
 from bench.tune.space import Candidate
 
 EAGLE = {"name": "fused", "spec": "eagle3", "spec_params": {"steps": 1, "topk": 1, "draft_tokens": 2}, "digest": "d1"}

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from bench.client.server_client import GREEDY, ServerClient
+from bench.client.workload import FILE_PREFIX, build_workload, choose_prompts, prompts_file
 from bench.run.cell import new_cell
 from bench.run.cli import RunArgs
 from bench.run.measure import CellMeasurer
 from bench.run.settings import RunSettings
-from bench.server_client import GREEDY, ServerClient
 from bench.tune.cli import TuneArgs
-from bench.workload import FILE_PREFIX, build_workload, choose_prompts, prompts_file
 from launcher.errors import UserError
 from testsupport.net import free_port
 from testsupport.standin.engine import Engine

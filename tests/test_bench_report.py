@@ -1,4 +1,4 @@
-"""bench.report: the markdown summary marks simulated runs, invalid cells and failed correctness gates."""
+"""bench.report.render: the markdown summary marks simulated runs, invalid cells and failed correctness gates."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import json
 import pytest
 from helpers_bench import cell, manifest
 
-from bench import report
-from bench.bundle_schema import Cell
+from bench.bundle.schema import Cell
+from bench.report import render as report
 
 
 def test_markdown_marks_invalid_and_fail_and_simulated():

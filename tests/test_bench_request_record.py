@@ -1,4 +1,4 @@
-"""bench.request_record: the numbers derived from one measured request (TPOT, tok/s, accept length)."""
+"""bench.client.request_record: the numbers derived from one measured request (TPOT, tok/s, accept length)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bench/run/cli.py and bench/server_client.py against a bare SIMULATED stand-in server (real HTTP, real subprocesses, --no-switch)."""
+"""bench/run/cli.py and bench/client/server_client.py against a bare SIMULATED stand-in server (real HTTP, real subprocesses, --no-switch)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.server_client import ServerClient
-from bench.workload import build_workload
+from bench.client.server_client import ServerClient
+from bench.client.workload import build_workload
 from testsupport.net import free_port, wait_healthy
 from testsupport.standin import expected_counts
 
@@ -179,7 +179,7 @@ def test_run_writes_bundle_and_report_rebuilds_identical_summary(standin, tmp_pa
     before_csv = (run_dir / "summary.csv").read_text()
     for f in ("summary.md", "summary.csv", "throughput.png", "tpot.png"):
         (run_dir / f).unlink()
-    rep = subprocess.run([sys.executable, "-m", "bench.report", str(run_dir)], cwd=REPO, env=clean_env(),
+    rep = subprocess.run([sys.executable, "-m", "bench.report.render", str(run_dir)], cwd=REPO, env=clean_env(),
                          capture_output=True, text=True, timeout=60)
     assert rep.returncode == 0, rep.stderr
     assert (run_dir / "summary.md").read_text() == summary
@@ -303,7 +303,7 @@ def test_compare_refuses_mismatched_fingerprints_and_force_compares(standin, tmp
     shutil.copytree(a, b)
 
     def cmp(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "bench.compare", *args], cwd=REPO, env=clean_env(),
+        return subprocess.run([sys.executable, "-m", "bench.report.compare", *args], cwd=REPO, env=clean_env(),
                               capture_output=True, text=True, timeout=60)
 
     same = cmp(str(a), str(b), "--json")

@@ -3,7 +3,7 @@ test_bench_run_production.py put it there through the real control API)."""
 
 from __future__ import annotations
 
-from bench.bundle_schema import Cell, Correctness
+from bench.bundle.schema import Cell, Correctness
 from bench.run import landing
 
 START = {"name": "fast", "spec": "eagle3", "spec_params": {"steps": 3, "topk": 1, "draft_tokens": 4}, "digest": "d-fast",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import bundle
+from bench.bundle import store as bundle
 from bench.run import passes
 from bench.run.logprob_gate import TokenLogprob
 from bench.run.passes import Reply
@@ -34,8 +34,8 @@ def test_a_level_above_the_prompts_is_filled_with_copies_and_one_reply_per_promp
     """One prompt at level 8: 8 requests in flight (a real batch of 8 for the null), one reply kept."""
     import asyncio
 
-    from bench.server_client import ServerClient
-    from bench.workload import build_workload
+    from bench.client.server_client import ServerClient
+    from bench.client.workload import build_workload
 
     seen: list[tuple[str, int]] = []
     in_flight, most = 0, 0

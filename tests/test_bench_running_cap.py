@@ -9,12 +9,12 @@ import pytest
 from aiohttp import web
 from helpers_bench import cell as cell_file
 
-from bench.bundle_schema import Cell
+from bench.bundle.schema import Cell
+from bench.client.server_client import ServerClient, running_cap
+from bench.client.workload import build_workload
 from bench.run.cell import close_cell, new_cell
 from bench.run.measure import CellMeasurer, over_cap
 from bench.run.settings import RunSettings
-from bench.server_client import ServerClient, running_cap
-from bench.workload import build_workload
 from launcher.errors import UserError
 from testsupport.net import free_port
 from testsupport.standin.engine import Engine

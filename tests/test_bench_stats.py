@@ -1,4 +1,4 @@
-"""bench.stats: percentiles, distributions, mean and sample sd across repeats; the incomplete beta function,
+"""bench.report.stats: percentiles, distributions, mean and sample sd across repeats; the incomplete beta function,
 Student's t, Welch's t-test and Benjamini-Hochberg against known values."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from bench import stats
+from bench.report import stats
 
 
 def test_percentile_matches_linear_interpolation():

@@ -1,11 +1,11 @@
-"""bench/tables.py: the one CSV shape that `bench report` and `bench compare --csv` write."""
+"""bench/report/tables.py: the one CSV shape that `bench report` and `bench compare --csv` write."""
 
 from __future__ import annotations
 
 import csv
 import io
 
-from bench import tables
+from bench.report import tables
 
 
 def test_csv_text_keeps_the_named_fields_in_order_and_writes_none_as_empty():

@@ -1,10 +1,10 @@
-"""bench.workload: the bundled chat prompts, the seeded random workload, and prompt-file errors."""
+"""bench.client.workload: the bundled chat prompts, the seeded random workload, and prompt-file errors."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.workload import build_workload, load_prompts, render_chat_template
+from bench.client.workload import build_workload, load_prompts, render_chat_template
 from launcher.errors import UserError
 
 

@@ -214,7 +214,7 @@ NOT_SETTINGS = {
     "FROZEN_KV_MTP": "an SGLang speculative algorithm's name (docs/evidence.md)",
     "SYNC_TOKEN_IDS_ACROSS_TP": "a constant in SGLang's sampler (docs/evidence.md)",
     "TIME_WAIT": "a TCP connection state (docs/fleet.md)",
-    "PR_SET_PDEATHSIG": "a Linux prctl option (launcher/runtime/parent_death.py, docs/evidence.md)",
+    "PR_SET_PDEATHSIG": "a Linux prctl option (launcher/runtime/process/parent_death.py, docs/evidence.md)",
     "NO_NULL": "a constant of the correctness gate (bench/run/logprob_gate.py, docs/evidence.md)",
     "DETECTION_LIMIT": "a constant of the correctness gate (bench/run/logprob_gate.py, docs/evidence.md)",
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -229,3 +230,51 @@ def test_text_report_loses_nothing_at_80_columns(tmp_path):
     assert max(len(line) for line in proc.stdout.splitlines()) <= 80
     joined = "".join(line.strip("│ ") for line in proc.stdout.splitlines())
     assert "p2p" in proc.stdout and "Resizable BAR" in joined.replace("│", "")
+
+
+# --- where the facts went, and the one recipe for them ----------------------------------------------
+
+
+def test_out_says_where_it_wrote_and_asks_for_no_other_file(tmp_path, capsys):
+    """`--out f.json` names f.json and the command that reads it; it never asks the user to run the doctor again."""
+    out = tmp_path / "my facts.json"
+    main([*file_args("pcie8"), "--out", str(out), "--root", str(healthy_root(tmp_path)), "--nccl-version", "2.31.2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert out.is_file()
+    assert lines[-3:] == [f"host facts written to {out}", "use them with `launcher show/check --host-facts`:",
+                          f"  launcher check --all --host-facts '{out}'"]
+    assert not any("launcher doctor --out" in line for line in lines)
+
+
+def test_json_out_names_the_file_on_stderr_and_keeps_stdout_json(tmp_path, capsys):
+    out = tmp_path / "facts.json"
+    main([*file_args("pcie8"), "--json", "--out", str(out), "--root", str(healthy_root(tmp_path)), "--nccl-version", "2.31.2"])
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == json.loads(out.read_text())
+    assert captured.err == f"launcher doctor: host facts written to {out}\n"
+
+
+def test_without_out_the_report_gives_the_one_recipe(tmp_path, capsys):
+    main([*file_args("pcie8"), "--root", str(healthy_root(tmp_path)), "--nccl-version", "2.31.2"])
+    assert capsys.readouterr().out.splitlines()[-1] == "  launcher doctor --out host-facts.json"
+
+
+def test_a_missing_or_broken_facts_file_names_the_same_recipe(tmp_path):
+    from launcher.errors import UserError
+
+    missing = tmp_path / "gone.json"
+    with pytest.raises(UserError, match=re.escape(f"create it on the GPU host with `launcher doctor --out {missing}`")):
+        load_host_facts(missing)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(UserError, match=re.escape(f"regenerate it with `launcher doctor --out {broken}`")):
+        load_host_facts(broken)
+
+
+def test_no_hint_gives_another_recipe_for_a_facts_file():
+    """Every message and document that tells the user how to make a host-facts file gives `launcher doctor --out`,
+    never a redirect of `--json`."""
+    files_ = [*(REPO / "launcher").rglob("*.py"), *(REPO / "bench").rglob("*.py"), *(REPO / "docs").glob("*.md"), REPO / "README.md"]
+    offenders = [f"{p.relative_to(REPO)}:{n}" for p in files_
+                 for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if re.search(r"doctor --json\s*>", line)]
+    assert offenders == []

@@ -25,8 +25,8 @@ from helpers_profiles import REPO, run_launcher
 from launcher.errors import UserError
 from launcher.fleet import cli as fleet_cli
 from launcher.fleet import fleetfile
-from launcher.runtime import control_client
-from launcher.runtime.control_client import SyncControlClient, switch_deadline_s
+from launcher.runtime.api import control_client
+from launcher.runtime.api.control_client import SyncControlClient, switch_deadline_s
 from testsupport.net import LoopbackHost, free_port
 from testsupport.stack import FleetStack, stop_group
 

@@ -89,7 +89,7 @@ def test_bug_6_a_damaged_user_profile_is_listed_invalid_and_the_others_list_chec
 def test_bug_5_the_apis_steps_are_as_strict_as_the_clis(steps):
     """Defect 5: `["3"]`, `[true]`, `[1.0]` were coerced to ints by the body's schema before the parser saw them.
     The body's field is launcher.profiles.adaptive_tiers.ApiTiers: the raw JSON goes to the one parser."""
-    from launcher.runtime import control_api
+    from launcher.runtime.api import control_api
 
     for model in (control_api.CheckRequest, control_api.SwitchRequest):
         with pytest.raises(UserError, match="^adaptive_tiers: tier 1: candidate steps must be whole numbers"):

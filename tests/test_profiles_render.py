@@ -16,8 +16,8 @@ from helpers_profiles import ENV, clean_env
 from launcher.profiles.plan import Plan, build_plan
 from launcher.profiles.render import env_file_text, write_plan
 from launcher.resources import sitecustomize_dir
-from launcher.runtime import supervisor_conf
-from launcher.runtime.state import read_json
+from launcher.runtime.process import supervisor_conf
+from launcher.runtime.records.state import read_json
 from launcher.state_layout import CMDLINE_FILE, StatePaths
 from launcher.state_layout import PROFILE_ENV_FILE as ENV_FILE
 from launcher.state_layout import PROFILE_JSON as PROFILE_FILE

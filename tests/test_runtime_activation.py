@@ -19,7 +19,7 @@ from launcher.profiles import loader
 from launcher.profiles import plan as plans
 from launcher.profiles.hostfacts import HostFacts
 from launcher.runtime import activation, start_lines
-from launcher.runtime.server_exec import START_MARKER
+from launcher.runtime.process.server_exec import START_MARKER
 from testsupport.net import until
 from testsupport.standin.activation import GAVE_UP, startup_lines, switched_on
 from testsupport.standin.server_args import parse_server_argv

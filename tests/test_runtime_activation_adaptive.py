@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from launcher.profiles import plan as plans
 from launcher.runtime import activation, start_lines
-from launcher.runtime.metrics import KitCollector
-from launcher.runtime.server_exec import START_MARKER
+from launcher.runtime.api.metrics import KitCollector
+from launcher.runtime.process.server_exec import START_MARKER
 from testsupport.standin import activation as standin
 from testsupport.standin.server_args import parse_server_argv
 

@@ -14,7 +14,7 @@ from helpers_profiles import ENV
 from launcher.profiles import plan as plans
 from launcher.profiles.hostfacts import HostFacts
 from launcher.runtime import activation, start_lines
-from launcher.runtime.server_exec import START_MARKER
+from launcher.runtime.process.server_exec import START_MARKER
 from testsupport.standin.activation import startup_lines
 from testsupport.standin.server_args import parse_server_argv
 

@@ -216,7 +216,8 @@ def test_the_check_log_is_never_written_through_a_link(tmp_path):
 # cannot run here, and the rest (bench subprocess, verdict, exit status, the log lines) is the real path.
 DRIVER = """
 import sys
-from launcher.runtime import allreduce_check, server_exec
+from launcher.runtime import allreduce_check
+from launcher.runtime.process import server_exec
 real = allreduce_check.decide
 def forced(plan, *, enabled, count_gpus):
     d = real(plan, enabled=enabled, count_gpus=lambda: (2, "test: 2 CPU ranks stand in for GPUs"))
@@ -269,7 +270,7 @@ def test_a_wrong_sum_stops_the_start_and_a_right_one_starts_the_server(tmp_path)
 
 def test_without_gpus_the_start_says_so_and_goes_on(tmp_path):
     state, env = _state(tmp_path, "custom-ar")
-    proc = subprocess.run([sys.executable, "-m", "launcher.runtime.server_exec", "--state-dir", str(state)], env=env,
+    proc = subprocess.run([sys.executable, "-m", "launcher.runtime.process.server_exec", "--state-dir", str(state)], env=env,
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if "all-reduce check" in ln)

@@ -18,8 +18,8 @@ import httpx
 import psutil
 import pytest
 
-from launcher.runtime.server_exec import MIN_SERVER_GRACE_S, MIN_STOP_WAIT_S, server_grace_s
-from launcher.runtime.supervisor_rpc import Supervisor
+from launcher.runtime.process.server_exec import MIN_SERVER_GRACE_S, MIN_STOP_WAIT_S, server_grace_s
+from launcher.runtime.process.supervisor_rpc import Supervisor
 from launcher.state_layout import StatePaths
 from testsupport.net import ignore_http_errors, until
 from testsupport.stack import REPO, KitStack

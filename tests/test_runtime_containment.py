@@ -1,4 +1,4 @@
-"""launcher.runtime.containment and server_exec: a process that left the group is still ended."""
+"""launcher.runtime.process.containment and server_exec: a process that left the group is still ended."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 
 import psutil
 
-from launcher.runtime.containment import Containment
+from launcher.runtime.process.containment import Containment
 
 
 def orphan_then(last: str) -> str:
@@ -38,7 +38,7 @@ def _gone(pid: int, timeout: float = 10) -> bool:
 def _supervise(tmp_path, code: str) -> subprocess.Popen:
     """server_exec's supervise() in a child process (it becomes a subreaper), running `code`."""
     driver = (
-        "import sys; from launcher.runtime.server_exec import supervise; "
+        "import sys; from launcher.runtime.process.server_exec import supervise; "
         f"sys.exit(supervise([sys.executable, '-c', {code!r}], 2.0))"
     )
     return subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True,
@@ -65,7 +65,7 @@ def test_a_server_that_exits_leaves_nothing_behind_and_its_status_is_kept(tmp_pa
 
 def test_containment_kind_and_members():
     code = (
-        "import json; from launcher.runtime.containment import Containment; import subprocess, sys; "
+        "import json; from launcher.runtime.process.containment import Containment; import subprocess, sys; "
         "box = Containment.enter(); p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
         "members = [m.pid for m in box.members()]; n = box.end_all(1.0); "
         "print(json.dumps({'kind': box.kind, 'child_seen': p.pid in members, 'ended': n, 'left': len(box.members())}))"

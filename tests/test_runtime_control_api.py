@@ -1,4 +1,4 @@
-"""launcher.runtime.control_api in-process (aiohttp's test client) over a Lifecycle whose supervisord and
+"""launcher.runtime.api.control_api in-process (aiohttp's test client) over a Lifecycle whose supervisord and
 server are fakes: the switch answers the typed entry as JSON, bad input is 400, a busy server 409."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""launcher/runtime/control_client.py against the real control API app (aiohttp on loopback, no supervisord)."""
+"""launcher/runtime/api/control_client.py against the real control API app (aiohttp on loopback, no supervisord)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from helpers_profiles import ENV
 from launcher.errors import RuntimeFailure
 from launcher.profiles import render
 from launcher.profiles.plan import build_plan
-from launcher.runtime.control_api import make_app
-from launcher.runtime.control_client import ControlClient, SyncControlClient
+from launcher.runtime.api.control_api import make_app
+from launcher.runtime.api.control_client import ControlClient, SyncControlClient
 from testsupport.net import free_port
 
 

@@ -1,10 +1,10 @@
-"""launcher.runtime.journal: the switch intent, durable and readable even when damaged."""
+"""launcher.runtime.records.journal: the switch intent, durable and readable even when damaged."""
 
 from __future__ import annotations
 
 import json
 
-from launcher.runtime import journal
+from launcher.runtime.records import journal
 from launcher.state_layout import StatePaths
 
 FROM = {"profile": "baseline", "spec": "off", "digest": "a" * 16}

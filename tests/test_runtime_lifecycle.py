@@ -14,12 +14,13 @@ from helpers_runtime import FakeServer, FakeSupervisor, env, plan, serving, swit
 
 from launcher.errors import RuntimeFailure
 from launcher.profiles.render import write_plan
-from launcher.runtime import journal, metrics
 from launcher.runtime import switch as switch_mod
+from launcher.runtime.api import metrics
+from launcher.runtime.core.states import Outcome, Phase, State
+from launcher.runtime.core.transitions import IllegalTransition
 from launcher.runtime.lifecycle import Busy, Lifecycle
-from launcher.runtime.server_exec import START_MARKER
-from launcher.runtime.states import Outcome, Phase, State
-from launcher.runtime.transitions import IllegalTransition
+from launcher.runtime.process.server_exec import START_MARKER
+from launcher.runtime.records import journal
 from launcher.state_layout import StatePaths
 
 

@@ -1,4 +1,4 @@
-"""launcher.runtime.metrics and the control API's GET /metrics: names and types, one source with
+"""launcher.runtime.api.metrics and the control API's GET /metrics: names and types, one source with
 /status, counters that survive a control API restart, absent (never made-up) series, no secrets, 200
 on damaged state, and promtool's verdict on real output. Real supervisord, control API and stand-in."""
 
@@ -19,10 +19,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from launcher.runtime import metrics
-from launcher.runtime.metrics import KitCollector, SwitchCounts
-from launcher.runtime.states import State
-from launcher.runtime.supervisor_rpc import Supervisor
+from launcher.runtime.api import metrics
+from launcher.runtime.api.metrics import KitCollector, SwitchCounts
+from launcher.runtime.core.states import State
+from launcher.runtime.process.supervisor_rpc import Supervisor
 from launcher.state_layout import StatePaths
 from testsupport.net import until
 from testsupport.stack import KitStack

@@ -1,10 +1,10 @@
-"""launcher.runtime.metrics_text: SGLang's /metrics summed over label sets, and text that is not Prometheus format."""
+"""launcher.runtime.api.metrics_text: SGLang's /metrics summed over label sets, and text that is not Prometheus format."""
 
 from __future__ import annotations
 
 import pytest
 
-from launcher.runtime.metrics_text import RUNNING_REQS, running_requests, sample_sums
+from launcher.runtime.api.metrics_text import RUNNING_REQS, running_requests, sample_sums
 
 
 def test_sample_sums_sums_label_sets():

@@ -1,4 +1,4 @@
-"""launcher.runtime.owner: one serve per state dir, refused before anything is written."""
+"""launcher.runtime.process.owner: one serve per state dir, refused before anything is written."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import pytest
 
 from launcher.errors import UserError
-from launcher.runtime import owner
+from launcher.runtime.process import owner
 from launcher.state_layout import StatePaths
 
 

@@ -1,4 +1,4 @@
-"""launcher/runtime/parent_death.py: a process tied to its parent ends when the parent is SIGKILLed."""
+"""launcher/runtime/process/parent_death.py: a process tied to its parent ends when the parent is SIGKILLed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import psutil
 
 from testsupport.stack import REPO
 
-CHILD = "from launcher.runtime import parent_death; import time; parent_death.tie_to_parent(); print('tied', flush=True); time.sleep(600)"
+CHILD = "from launcher.runtime.process import parent_death; import time; parent_death.tie_to_parent(); print('tied', flush=True); time.sleep(600)"
 UNTIED = "import time; print('tied', flush=True); time.sleep(600)"
 
 

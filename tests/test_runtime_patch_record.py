@@ -1,4 +1,4 @@
-"""launcher/runtime/patch_record.py and admission.py: the launcher's reader of patches/apply.py's record."""
+"""launcher/runtime/records/patch_record.py and admission.py: the launcher's reader of patches/apply.py's record."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import RuntimeFailure, UserError
-from launcher.runtime import admission, patch_record
+from launcher.runtime import admission
+from launcher.runtime.records import patch_record
 
 REPO = Path(__file__).resolve().parent.parent
 GOOD = {"sglang_version": "0.5.23", "patches": {"sm120-allreduce-fusion": "ab" * 32}}

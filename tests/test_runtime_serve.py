@@ -10,8 +10,8 @@ from helpers_runtime import env
 from launcher.errors import UserError
 from launcher.profiles import sglang_args
 from launcher.profiles.spec_params import SpecParams
-from launcher.runtime import state as runtime_state
 from launcher.runtime.admission import validated_plan
+from launcher.runtime.records import state as runtime_state
 from launcher.runtime.serve import initial_plan
 from launcher.state_layout import StatePaths
 

@@ -6,7 +6,7 @@ from helpers_profiles import ENV
 
 from launcher.profiles import plan as plans
 from launcher.runtime import start_lines
-from launcher.runtime.server_exec import START_MARKER
+from launcher.runtime.process.server_exec import START_MARKER
 from testsupport.standin.activation import mscclpp_failure_lines
 from testsupport.standin.server_args import parse_server_argv
 

@@ -1,4 +1,4 @@
-"""launcher/runtime/start_records.py: the follower keeps each server start's record across log rotation
+"""launcher/runtime/records/start_records.py: the follower keeps each server start's record across log rotation
 and control API restarts."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import json
 from helpers_profiles import ENV
 
 from launcher.profiles import plan as plans
-from launcher.runtime import activation, start_records
-from launcher.runtime.server_exec import START_MARKER
+from launcher.runtime import activation
+from launcher.runtime.process.server_exec import START_MARKER
+from launcher.runtime.records import start_records
 from testsupport.standin.activation import startup_lines
 from testsupport.standin.server_args import parse_server_argv
 

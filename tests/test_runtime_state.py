@@ -1,4 +1,4 @@
-"""launcher.runtime.state: the committed plan, the switch history, JSON state files, server URL and log tail."""
+"""launcher.runtime.records.state: the committed plan, the switch history, JSON state files, server URL and log tail."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from helpers_profiles import ENV
 
 from launcher.profiles.plan import Plan, build_plan
-from launcher.runtime import state as runtime_state
+from launcher.runtime.records import state as runtime_state
 from launcher.state_layout import COMMITTED_FILE, HISTORY_FILE, StatePaths
 
 

@@ -1,8 +1,8 @@
-"""launcher.runtime.states: every ending of a switch leaves a named state; only answering states are kept in a router."""
+"""launcher.runtime.core.states: every ending of a switch leaves a named state; only answering states are kept in a router."""
 
 from __future__ import annotations
 
-from launcher.runtime.states import ANSWERING, OK_OUTCOMES, STATE_AFTER, Outcome, State
+from launcher.runtime.core.states import ANSWERING, OK_OUTCOMES, STATE_AFTER, Outcome, State
 
 
 def test_every_outcome_a_switch_can_end_with_has_a_state():

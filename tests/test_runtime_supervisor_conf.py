@@ -1,4 +1,4 @@
-"""launcher.runtime.supervisor_conf: supervisord.conf for the state dir, timings from the KIT_* settings."""
+"""launcher.runtime.process.supervisor_conf: supervisord.conf for the state dir, timings from the KIT_* settings."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from launcher.runtime import supervisor_conf
+from launcher.runtime.process import supervisor_conf
 from launcher.settings import SettingError
 from launcher.state_layout import StatePaths
 
@@ -32,9 +32,9 @@ def test_supervisord_conf(tmp_path, monkeypatch):
     for line in ("stopasgroup=true", "killasgroup=true", "stopwaitsecs=7", "startsecs=2", "startretries=4",
                  "autorestart=true", f"stdout_logfile={paths.server_log}", "stdout_logfile_backups=5"):
         assert line in sglang, line
-    assert "launcher.runtime.server_exec" in sglang and f"KIT_STATE_DIR=\"{tmp_path}\"" in sglang
+    assert "launcher.runtime.process.server_exec" in sglang and f"KIT_STATE_DIR=\"{tmp_path}\"" in sglang
     assert "/a%%b" in sglang  # supervisord %-expansion escaped
-    assert "[program:control]" in text and "launcher.runtime.control_api" in text
+    assert "[program:control]" in text and "launcher.runtime.api.control_api" in text
 
 
 def test_timings_default_when_unset(tmp_path, monkeypatch):

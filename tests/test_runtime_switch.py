@@ -10,13 +10,13 @@ import httpx
 import pytest
 from helpers_runtime import FakeServer, FakeSupervisor, env, plan, serving, switcher
 
-from launcher.runtime import journal
 from launcher.runtime import switch as switch_mod
-from launcher.runtime.exits import ExitWatch
-from launcher.runtime.failures import DrainCutShort, HealthTimeout, ServerExited
-from launcher.runtime.states import Outcome, Phase
+from launcher.runtime.core.failures import DrainCutShort, HealthTimeout, ServerExited
+from launcher.runtime.core.states import Outcome, Phase
+from launcher.runtime.core.transitions import IllegalTransition
+from launcher.runtime.process.exits import ExitWatch
+from launcher.runtime.records import journal
 from launcher.runtime.switch import Timeouts
-from launcher.runtime.transitions import IllegalTransition
 from launcher.state_layout import StatePaths
 
 
@@ -319,7 +319,7 @@ def test_supervisord_gone_mid_switch_is_interrupted_and_left_to_the_next_start(r
 
 
 def test_supervisor_calls_tell_a_dead_supervisord_from_a_fault(tmp_path):
-    from launcher.runtime.supervisor_rpc import Supervisor
+    from launcher.runtime.process.supervisor_rpc import Supervisor
 
     sup = Supervisor(tmp_path / "supervisor.sock")
     with pytest.raises(switch_mod.SupervisorGone, match="its socket is gone"):

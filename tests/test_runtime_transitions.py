@@ -1,4 +1,4 @@
-"""launcher.runtime.transitions: the table of moves, the one gate every move goes through, and the pure
+"""launcher.runtime.core.transitions: the table of moves, the one gate every move goes through, and the pure
 decisions (monitor readings, crash-loop retries, a switch's ends, a recovery's resolution)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 
-from launcher.runtime import transitions as t
-from launcher.runtime.states import ANSWERING, STATE_AFTER, Outcome, Phase, Resolution, State
-from launcher.runtime.transitions import Act, Reading, Retry
+from launcher.runtime.core import transitions as t
+from launcher.runtime.core.states import ANSWERING, STATE_AFTER, Outcome, Phase, Resolution, State
+from launcher.runtime.core.transitions import Act, Reading, Retry
 
 ALLOWED = [(a, b) for a, targets in t.MOVES.items() for b in targets]
 REFUSED = [(a, b) for a, b in itertools.product(State, State) if a != b and b not in t.MOVES[a]]

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from launcher.runtime import control_api, tune_hold
+from launcher.runtime.api import control_api, tune_hold
 from launcher.state_layout import StatePaths
 
 TOKEN = "t0ken"

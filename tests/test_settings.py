@@ -253,7 +253,7 @@ def test_serve_refuses_to_start_on_a_bad_setting_and_writes_nothing(tmp_path):
 
 
 def test_control_api_refuses_to_start_on_a_bad_setting(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "launcher.runtime.control_api", "--state-dir", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "launcher.runtime.api.control_api", "--state-dir", str(tmp_path)],
                        cwd=REPO, env=_clean_env(KIT_CONTROL_PORT="http"), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "KIT_CONTROL_PORT='http'" in r.stderr and "Traceback" not in r.stderr
 

@@ -10,7 +10,9 @@ import sys
 import pytest
 from helpers_profiles import ENV, clean_env
 
-from bench import bundle, compare, report
+from bench.bundle import store as bundle
+from bench.report import compare
+from bench.report import render as report
 from launcher.cli import main as launcher_main
 from launcher.errors import UserError
 from launcher.profiles import spec_params

@@ -15,7 +15,7 @@ from testsupport.stack import REPO
 
 # Where the kit names SGLang's metrics: Grafana and Prometheus files, the bench (predict included) and
 # the runtime's metrics reader.
-USERS = ("docker/monitoring", "bench", "launcher/runtime/metrics_text.py")
+USERS = ("docker/monitoring", "bench", "launcher/runtime/api/metrics_text.py")
 NAME = re.compile(r"sglang:[A-Za-z_][A-Za-z0-9_:]*")
 # Families that exist in SGLang 0.5.23 but get their first sample only under speculation, which this CPU
 # cannot run (the tier serves spec off): name -> why.
@@ -71,7 +71,7 @@ def scrape(serving_stack) -> str:
 
 def test_the_kit_names_metrics_at_all():
     names = kit_metric_names()
-    assert "sglang:num_running_reqs" in names  # the drain's: launcher/runtime/metrics_text.py
+    assert "sglang:num_running_reqs" in names  # the drain's: launcher/runtime/api/metrics_text.py
     assert len(names) >= 8, names
 
 

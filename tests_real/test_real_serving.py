@@ -39,9 +39,9 @@ def test_serve_runs_the_command_line_the_kit_composed(serving_stack):
     info = httpx.get(f"{serving_stack.server_url}/server_info", timeout=30).json()
     assert shlex.split(info["launch_command"]) == composed[3:]
     assert info["tp_size"] == 2 and info["device"] == "cpu" and info["version"] == "0.5.23"
-    # the running cap the bench reads (bench/server_client.py running_cap): the scheduler's own, per DP rank
+    # the running cap the bench reads (bench/client/server_client.py running_cap): the scheduler's own, per DP rank
     # (internal_state.py:73); under `off` SGLang sizes it from the KV cache (kv_cache_configurator.py:3119-3132)
-    from bench.server_client import running_cap
+    from bench.client.server_client import running_cap
 
     caps = [s["effective_max_running_requests_per_dp"] for s in info["internal_states"]]
     assert all(isinstance(c, int) and c >= 1 for c in caps) and running_cap(info) == sum(caps)

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from bench.run.server_identity import identity_of, restart_reasons
-from launcher.runtime.supervisor_rpc import Supervisor
+from launcher.runtime.process.supervisor_rpc import Supervisor
 from launcher.state_layout import StatePaths
 from testsupport.net import until
 from testsupport.real.realstack import START_TIMEOUT_S, RealStack

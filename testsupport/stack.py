@@ -189,7 +189,7 @@ class KitStack(LoopbackHost):
         assert self.proc is not None
         for p in psutil.Process(self.proc.pid).children(recursive=True):
             try:
-                if "launcher.runtime.control_api" in " ".join(p.cmdline()):
+                if "launcher.runtime.api.control_api" in " ".join(p.cmdline()):
                     return p.pid
             except psutil.NoSuchProcess:  # gone, or a zombie not yet reaped (ZombieProcess is one)
                 continue

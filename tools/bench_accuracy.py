@@ -39,8 +39,8 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.server_client import ServerClient  # noqa: E402
-from bench.workload import build_workload  # noqa: E402
+from bench.client.server_client import ServerClient  # noqa: E402
+from bench.client.workload import build_workload  # noqa: E402
 from testsupport.net import free_port  # noqa: E402
 from testsupport.standin import simulation  # noqa: E402
 

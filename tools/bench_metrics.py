@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from launcher.runtime.states import Outcome  # noqa: E402
+from launcher.runtime.core.states import Outcome  # noqa: E402
 from testsupport.stack import KitStack  # noqa: E402
 
 PROFILES = ("baseline", "nccl-tuned", "custom-ar", "fused", "mscclpp")

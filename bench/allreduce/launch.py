@@ -90,7 +90,7 @@ def worker_environ(
     """The environment a rank process is started with: what a TP worker inherits from SGLang's launcher.
 
     The server program runs with sitecustomize on PYTHONPATH and KIT_PROFILE_ENV naming the rendered
-    profile.env (launcher/runtime/supervisor_conf.py); sitecustomize applies that file in SGLang's
+    profile.env (launcher/runtime/process/supervisor_conf.py); sitecustomize applies that file in SGLang's
     launcher, which then sets its own variables (`sglang_parent_env`) and spawns the workers, where
     sitecustomize applies the file again. Without a profile no KIT_PROFILE_ENV is passed on, and
     the ranks get SGLang's variables over `base` alone.

@@ -14,7 +14,7 @@ from rich.table import Table
 from bench.allreduce.floor import Link, floor_us
 from bench.allreduce.results import COLUMNS
 from bench.allreduce.sizes import format_size
-from bench.tables import fmt, table
+from bench.report.tables import fmt, table
 from launcher.atomic import write_json, write_text
 
 CSV_COLUMNS = ("backend", "profile", "nranks", "graph", "status", *COLUMNS, "floor_us", "nccl_tests_time_us",

@@ -248,7 +248,7 @@ def second_opinion(est: Estimate, *, model_source: str, tokens: int, hidden: int
 
 def render(console: Any, op: dict[str, Any]) -> None:
     """The second opinion as two tables and one line of verdict."""
-    from bench.tables import fmt, table
+    from bench.report.tables import fmt, table
 
     console.print(f"second opinion: AIConfigurator {op['aiconfigurator_version']}, {op['model']} "
                   f"({op['model_source']}) on {op['system']}, {op['backend']}, TP {op['tp']}, batch 1, "

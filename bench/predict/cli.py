@@ -303,7 +303,7 @@ def bundle_simulated(directory: Path) -> bool:
 def _print(result: dict[str, Any]) -> None:
     from rich.console import Console
 
-    from bench.tables import fmt, table
+    from bench.report.tables import fmt, table
 
     console = Console()
     if not console.is_terminal:

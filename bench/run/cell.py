@@ -17,8 +17,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bench import bundle, bundle_aggregate, bundle_names
-from bench.bundle_schema import Cell
+from bench.bundle import aggregate as bundle_aggregate
+from bench.bundle import names as bundle_names
+from bench.bundle import store as bundle
+from bench.bundle.schema import Cell
 from bench.run import correctness, passes
 from bench.run.logprob_gate import Thresholds
 from bench.run.settings import RunSettings
@@ -56,7 +58,7 @@ class CellDraft(bundle_names.CellNames):
     invalid_reason: str | None = None  # why the cell stopped before its repeats were done
     per_repeat: list[dict[str, Any]] = field(default_factory=list)  # bench/run/repeat.py's summaries
     adaptive_tiers: dict[str, list[int]] | None = None
-    # the most requests the server ran at once, from its /server_info (bench/server_client.py running_cap);
+    # the most requests the server ran at once, from its /server_info (bench/client/server_client.py running_cap);
     # None when it did not say. No level above it is measured (bench/run/measure.py over_cap)
     max_running_requests: int | None = None
 

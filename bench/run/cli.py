@@ -1,6 +1,6 @@
 """`bench run`: measure every (profile, spec) end to end through the control API.
 
-A run that switches takes the measuring hold (bench/hold.py: a second bench run or tune is refused) and reads the
+A run that switches takes the measuring hold (bench/control/hold.py: a second bench run or tune is refused) and reads the
 plan running before its first switch; whatever happens, production then ends where bench/run/landing.py says:
 back on that plan, or on the `--leave-on` cell if it passed the gate, never on a plan the gate called WRONG.
 
@@ -23,17 +23,17 @@ from rich.console import Console
 
 from bench import args as flags
 from bench.args import CliArgs, TargetArgs, http_url, positive_ints, stop_on_interrupt, temperature
-from bench.hold import MeasureHold, holder_of
+from bench.client.workload import choose_prompts
+from bench.control.hold import MeasureHold, holder_of
 from bench.run import correctness, logprob_gate
 from bench.run.landing import Landing
 from bench.run.matrix import MatrixRun
 from bench.run.selection import KEYWORDS, csv, given_name, single_name
 from bench.run.settings import RunKnobs, RunSettings
-from bench.workload import choose_prompts
 from launcher import settings
 from launcher.errors import KitError, RuntimeFailure, UserError, run_cli
 from launcher.profiles.spec_params import parse_list
-from launcher.runtime.control_client import SyncControlClient
+from launcher.runtime.api.control_client import SyncControlClient
 
 DEFAULT_OUT = "results"
 

@@ -11,7 +11,7 @@ and under eagle3-adaptive at a level in each tier the levels reach):
   the chosen token's log-probability moved, and at the first divergence whether the two tokens were a near-tie.
   The limits scale with the null: the reference against itself at its lowest and highest level. PASS, FAIL, or
   "not enough evidence" when too few tokens could be compared, the server sent no log-probabilities, or a prompt's
-  reply at that level has none that can be used (malformed: bench/logprob_rows.py; the reason names the prompt and
+  reply at that level has none that can be used (malformed: bench/gate/logprob_rows.py; the reason names the prompt and
   the field), since that prompt could be the one that fails (never a PASS then). A FAIL at any level is a FAIL;
 * accept length under speculation: FAIL when it collapses, at most `min_accept` (about 1.0 means every draft
   token is rejected, the signature of a wrong all-reduce), or below `collapse_ratio` x the reference's at the

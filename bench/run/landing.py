@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bench import production
-from bench.bundle_schema import Cell
+from bench.bundle.schema import Cell
+from bench.control import production
 from bench.run import correctness, logprob_gate
 from bench.run.cell import reference_key
 from bench.run.settings import RunSettings

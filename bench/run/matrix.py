@@ -34,22 +34,24 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from bench import bundle, bundle_names, bundle_provenance
-from bench.bundle_schema import Cell
-from bench.hold import MeasureHold
-from bench.request_record import RequestRecord
+from bench.bundle import names as bundle_names
+from bench.bundle import provenance as bundle_provenance
+from bench.bundle import store as bundle
+from bench.bundle.schema import Cell
+from bench.client.request_record import RequestRecord
+from bench.client.server_client import ServerClient
+from bench.client.workload import Prompt, build_workload
+from bench.control.hold import MeasureHold
 from bench.run import correctness, logprob_gate, passes
 from bench.run.cell import CellDraft, apply_gate, close_cell, new_cell
 from bench.run.measure import CellMeasurer, over_cap
 from bench.run.selection import no_switch_label, resolve_profiles, resolve_specs
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.run.settings import RunSettings
-from bench.server_client import ServerClient
-from bench.workload import Prompt, build_workload
 from launcher.errors import RuntimeFailure, UserError
 from launcher.profiles import running_requests
 from launcher.runtime.activation import flag_map
-from launcher.runtime.control_client import ControlClient
+from launcher.runtime.api.control_client import ControlClient
 
 EAGLE3 = "eagle3"  # the spec mode `--eagle3` points are switched under
 class MatrixRun:
@@ -73,7 +75,7 @@ class MatrixRun:
         self.started = False
         self.simulated = False
         self.switched = False  # a switch was sent: production may have left the plan found running
-        self.hold: MeasureHold | None = None  # the measuring hold (bench/hold.py), checked before each cell
+        self.hold: MeasureHold | None = None  # the measuring hold (bench/control/hold.py), checked before each cell
         self._progress: Progress | None = None
         self._task: Any = None
 
@@ -127,7 +129,7 @@ class MatrixRun:
         )
         self.manifest["server"]["simulated"] = self.simulated
         bundle.write_manifest(self.work_dir, self.manifest)
-        from bench import report
+        from bench.report import render as report
 
         if extra is not None:
             extra(self.work_dir)

@@ -13,18 +13,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.request_record import RequestRecord
+from bench.client.request_record import RequestRecord
+from bench.client.server_client import ServerClient
+from bench.client.workload import Prompt
 from bench.run.cell import CellDraft, record_plan
 from bench.run.passes import Reply
 from bench.run.repeat import measure_repeat, server_identity
 from bench.run.server_identity import PROBE_ERRORS, identity_of, is_simulated
 from bench.run.settings import RunSettings
-from bench.server_client import ServerClient
-from bench.workload import Prompt
 from launcher.errors import RuntimeFailure, UserError
 from launcher.runtime import activation
-from launcher.runtime.control_client import ControlClient
-from launcher.runtime.states import OK_OUTCOMES
+from launcher.runtime.api.control_client import ControlClient
+from launcher.runtime.core.states import OK_OUTCOMES
 
 
 @dataclass

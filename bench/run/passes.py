@@ -1,13 +1,13 @@
 """The correctness pass: one untimed greedy reply per prompt, with every token's log-probability and its top
 alternatives, at each of a few concurrency levels. One record type (`Reply`) for it everywhere: measured
-(bench/run/measure.py), kept in a bundle (bench/bundle.py) and a tune's journal, judged (bench/run/correctness.py)
+(bench/run/measure.py), kept in a bundle (bench/bundle/store.py) and a tune's journal, judged (bench/run/correctness.py)
 and re-judged offline (`bench gate --bundle`).
 
 A reply keeps the raw request the bench sent and the raw JSON body the server answered, so a bundle can be
 re-judged from what the server said, not from what the kit made of it; `logprobs` is parsed from that body by
-bench/logprob_rows.py, and `problem` says why there are none when the body has them malformed. The body is kept
+bench/gate/logprob_rows.py, and `problem` says why there are none when the body has them malformed. The body is kept
 as a bundle file can hold it (`storable`): numbers JSON does not allow (NaN, Infinity) and integers of 19 digits
-or more, which bundle files refuse (bench/bundle_schema.py), are kept as strings, so the reply reads back the
+or more, which bundle files refuse (bench/bundle/schema.py), are kept as strings, so the reply reads back the
 same (no evidence either way); a body nested deeper than MAX_DEPTH is not kept at all (the cell is invalid).
 
 Which levels (`levels`): 1 and the highest measured, so the gate sees a request alone and requests sharing a
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench import logprob_rows
+from bench.gate import logprob_rows
 from bench.run.logprob_gate import TokenLogprob
 
 NULL_LEVEL = 8  # the reference's second batch size when only concurrency 1 was measured
@@ -34,7 +34,7 @@ DEFAULT_TIER_KEYS = (1, 8, 32, 64)
 # How deep a kept reply may nest: SGLang's /generate reply with log-probabilities nests 5 deep (the body, meta_info,
 # output_top_logprobs, a position, a row); far deeper and reading it back could reach Python's recursion limit.
 MAX_DEPTH = 32
-BIG_INT = 10**18  # integers from here on are refused in bundle files (bench/bundle_schema.py: 19 digits or more)
+BIG_INT = 10**18  # integers from here on are refused in bundle files (bench/bundle/schema.py: 19 digits or more)
 NO_ROWS = "the reply has no log-probabilities"
 
 

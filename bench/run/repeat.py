@@ -11,13 +11,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench import bundle_aggregate
-from bench.request_record import RequestRecord
+from bench.bundle import aggregate as bundle_aggregate
+from bench.client.request_record import RequestRecord
+from bench.client.server_client import ServerClient
+from bench.client.workload import Prompt
 from bench.run.server_identity import PROBE_ERRORS, identity_of, restart_reasons
-from bench.server_client import ServerClient
-from bench.workload import Prompt
 from launcher.errors import RuntimeFailure
-from launcher.runtime.control_client import ControlClient
+from launcher.runtime.api.control_client import ControlClient
 
 METRIC_KEYS_KEPT_WHEN_INVALID = {"completed", "failed", "chunks"}
 

@@ -14,7 +14,7 @@ class RunKnobs:
     repeats: int = 3
     num_prompts: int = 16
     max_tokens: int = 256
-    workload: str = "chat"  # or "file:PATH", the --prompts file (bench/workload.py)
+    workload: str = "chat"  # or "file:PATH", the --prompts file (bench/client/workload.py)
     prompts: str | None = None  # --prompts FILE as given
     temperature: float = 0.0  # the timed requests' sampling temperature; the correctness pass is always greedy
     api: str = "generate"

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bench.tables import fmt, table
+from bench.report.tables import fmt, table
 
 
 def print_report(result: dict[str, Any], console: Console | None = None) -> None:

@@ -40,13 +40,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bench import bundle_names
+from bench.bundle import names as bundle_names
 from bench.tune.ledger import Ledger
 from bench.tune.levels import geomean, level_means
 from bench.tune.space import ADAPTIVE_SPEC, Candidate
 from launcher.errors import UserError
 from launcher.profiles.adaptive_tiers import AdaptiveTiers, Routing, from_levels
-from launcher.runtime.control_client import ControlClient
+from launcher.runtime.api.control_client import ControlClient
 
 # the phases whose repeats pick each level's steps: the same on a resumed run, which may have final repeats too
 SCREENED = ("screen", "reference")
@@ -206,7 +206,7 @@ def summary_lines(data: dict[str, Any], chosen: str | None) -> list[str]:
 
 def sharing_a_cell(plan: AdaptivePlan, others: Sequence[Candidate]) -> AdaptivePlan:
     """The plan, or the plan with no candidate when its bundle cell would be another candidate's. A bundle names
-    a cell by profile, spec and point (bench/bundle_names.py), not by tiers, so an adaptive candidate with the
+    a cell by profile, spec and point (bench/bundle/names.py), not by tiers, so an adaptive candidate with the
     same starting point as the running plan's own tiers (a tune after an --apply of an adaptive winner, say)
     would write over that cell's files; it is left out, and the reason names the cell."""
     cand = plan.candidate

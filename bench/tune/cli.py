@@ -23,7 +23,8 @@ from rich.console import Console
 
 from bench import args as flags
 from bench.args import CliArgs, TargetArgs, http_url, positive_ints, stop_on_interrupt, temperature
-from bench.hold import MeasureHold, holder_of
+from bench.client.workload import choose_prompts
+from bench.control.hold import MeasureHold, holder_of
 from bench.run import correctness, logprob_gate
 from bench.tune import decision, order, production, result, space
 from bench.tune.decision import Objective
@@ -31,13 +32,13 @@ from bench.tune.journal import JOURNAL
 from bench.tune.profile_out import check_profile_target
 from bench.tune.runner import TuneRun
 from bench.tune.settings import DEFAULT_BUDGET, DEFAULT_OUT, DEFAULT_SPECS, TuneKnobs, TuneSettings
-from bench.workload import choose_prompts
 from launcher import settings
 from launcher.errors import UserError, run_cli
 from launcher.profiles.catalog import BASE_NAME, check_name
+from launcher.profiles.hostfacts import recipe
 from launcher.profiles.spec_params import parse_list
 from launcher.resources import builtin_profiles_dir
-from launcher.runtime.control_client import SyncControlClient
+from launcher.runtime.api.control_client import SyncControlClient
 
 
 @dataclass(kw_only=True)
@@ -163,10 +164,10 @@ class TuneArgs(CliArgs, TargetArgs, TuneKnobs):
             profiles = names
         facts = self.facts or settings.KIT_HOST_FACTS.get()
         if profiles == space.ELIGIBLE and not facts:
-            raise UserError(f"--profiles eligible needs the host facts: give --facts FILE (`launcher doctor --json > "
-                            f"FILE`) or set {settings.KIT_HOST_FACTS.name}; or name the profiles (--profiles a,b)")
+            raise UserError(f"--profiles eligible needs the host facts: give --facts FILE (`{recipe('FILE')}`) "
+                            f"or set {settings.KIT_HOST_FACTS.name}; or name the profiles (--profiles a,b)")
         if facts and not Path(facts).is_file():
-            raise UserError(f"--facts {facts}: no such file; write it with `launcher doctor --json > {facts}`")
+            raise UserError(f"--facts {facts}: no such file; write it with `{recipe(facts)}`")
         if self.allreduce and not Path(self.allreduce).exists():
             raise UserError(f"--allreduce {self.allreduce}: no such file or folder (a `bench allreduce --out` result)")
         concurrency = positive_ints("--concurrency", self.concurrency)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from launcher.errors import RuntimeFailure
-from launcher.runtime.control_client import ControlClient
+from launcher.runtime.api.control_client import ControlClient
 
 REMEASURE_MAX = 3  # then the tune stops (exit 1) and asks for the other party to stop; resuming measures it
 

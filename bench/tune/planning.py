@@ -21,7 +21,7 @@ from launcher.errors import RuntimeFailure, UserError
 from launcher.profiles import running_requests
 from launcher.profiles.hostfacts import load_host_facts
 from launcher.runtime.activation import flag_map
-from launcher.runtime.control_client import ControlClient
+from launcher.runtime.api.control_client import ControlClient
 
 REFERENCE_PROFILE = correctness.BASELINE
 

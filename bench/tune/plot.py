@@ -6,7 +6,7 @@ bar's text says which. The winner is green with "WINNER", the plan that was runn
 started is grey with "running plan", a cell that failed the correctness gate is red and hatched with
 "WRONG: <reason>" (never a candidate, however fast), one the gate could not vouch for ("not enough
 evidence") is dotted with "NOT VERIFIED: <reason>" (never a candidate either), a failed cell has no bar and "failed: <reason>",
-a skipped one "skipped". Cells without numbers sit at the bottom. SIMULATED as in bench/plots.py.
+a skipped one "skipped". Cells without numbers sit at the bottom. SIMULATED as in bench/report/plots.py.
 Reads tune.json defensively: a missing or null field never raises.
 """
 
@@ -25,7 +25,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from bench.plots import SIM_TITLE, _mark_simulated  # noqa: E402
+from bench.report.plots import SIM_TITLE, _mark_simulated  # noqa: E402
 
 WINNER_COLOR = "tab:green"
 INCUMBENT_COLOR = "tab:gray"

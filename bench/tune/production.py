@@ -4,7 +4,7 @@
 Never on a plan the tune measured WRONG: when the running plan FAILed the gate, the decision is
 `running_plan_wrong` and production goes to the plan it chose (the fastest correct finalist, else baseline),
 with or without --apply (exit 3); a tune stopped before deciding goes to the gate's reference (baseline under
-the running plan's spec mode) rather than back. Putting a plan on is bench/production.py's `put_on`, checked on
+the running plan's spec mode) rather than back. Putting a plan on is bench/control/production.py's `put_on`, checked on
 /status.
 """
 
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import production
+from bench.control import production
 from bench.tune import adaptive
 from bench.tune.decision import RUNNING_PLAN_WRONG
 from bench.tune.ledger import reference_label
@@ -24,8 +24,8 @@ from bench.tune.space import Candidate
 from launcher.errors import KitError
 from launcher.fleet import fleetfile, rolling
 from launcher.profiles.spec_params import coerce
-from launcher.runtime.control_client import SyncControlClient
-from launcher.runtime.states import OK_OUTCOMES
+from launcher.runtime.api.control_client import SyncControlClient
+from launcher.runtime.core.states import OK_OUTCOMES
 
 START_WRONG = 3  # the exit code of a tune whose running plan FAILed the gate, production moved off it
 

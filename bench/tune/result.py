@@ -15,7 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench import bundle, bundle_provenance
+from bench.bundle import provenance as bundle_provenance
+from bench.bundle import store as bundle
 from bench.run.cell import close_cell, new_cell
 from bench.run.matrix import MatrixRun
 from bench.tune import decision as rule

@@ -33,13 +33,14 @@ from typing import Any
 
 from rich.console import Console
 
-from bench.hold import MeasureHold
+from bench.client.server_client import ServerClient
+from bench.client.workload import build_workload
+from bench.control.hold import MeasureHold
 from bench.run import logprob_gate, passes
 from bench.run.cell import close_cell, new_cell
 from bench.run.measure import CellMeasurer
 from bench.run.passes import Reply
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
-from bench.server_client import ServerClient
 from bench.tune import adaptive, journal, ledger, levels, order, outside, schedule, space, tune_state
 from bench.tune.decision import Decision, decide
 from bench.tune.ledger import Ledger, reference_label
@@ -48,11 +49,10 @@ from bench.tune.progress import TuneProgress
 from bench.tune.settings import TuneSettings
 from bench.tune.space import Candidate
 from bench.tune.timing import Timing
-from bench.workload import build_workload
 from launcher.errors import KitError, RuntimeFailure, UserError
 from launcher.profiles import loader
-from launcher.runtime.control_client import ControlClient
-from launcher.runtime.states import ANSWERING, Outcome
+from launcher.runtime.api.control_client import ControlClient
+from launcher.runtime.core.states import ANSWERING, Outcome
 
 SERVER_ONLY = "server-only"  # the profile hash of a profile this machine has no file of
 
@@ -100,7 +100,7 @@ class TuneRun:
         self.thresholds = logprob_gate.thresholds()  # a bad KIT_GATE_* setting is exit 2 before anything is switched
         self.cells = Ledger(self.thresholds, self.s.api)  # the journal entries, reused and new, and their verdicts
         self.switched = False  # production left its starting plan at least once
-        self.hold: MeasureHold | None = None  # the measuring hold (bench/hold.py), checked before each cell
+        self.hold: MeasureHold | None = None  # the measuring hold (bench/control/hold.py), checked before each cell
         self.adaptive: adaptive.AdaptivePlan | None = None  # --adaptive: the tiers and the candidate built from them
 
     # ----- small helpers ---------------------------------------------------------------------------

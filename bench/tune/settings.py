@@ -31,7 +31,7 @@ class TuneKnobs:
     allreduce: str | None = None
     num_prompts: int = 8
     max_tokens: int = RunKnobs.max_tokens
-    workload: str = RunKnobs.workload  # or "file:PATH", the --prompts file (bench/workload.py)
+    workload: str = RunKnobs.workload  # or "file:PATH", the --prompts file (bench/client/workload.py)
     prompts: str | None = None  # --prompts FILE as given
     temperature: float = RunKnobs.temperature  # the timed requests'; the correctness pass is always greedy
     api: str = RunKnobs.api

@@ -64,7 +64,7 @@ class Candidate:
     def point_json(self) -> dict[str, int] | None:
         """The point as the control API's `spec_params` takes it, or None (the spec mode's own flags). With tiers, the
         point the server starts from (AdaptiveTiers.start_point, the plan's own choice made explicit), which also
-        keeps its bundle cell apart from the reference's (bench/bundle_names.py names a cell by its point)."""
+        keeps its bundle cell apart from the reference's (bench/bundle/names.py names a cell by its point)."""
         if self.tiers is not None:
             return self.tiers.start_point().model_dump()
         return self.point.model_dump() if self.point else None

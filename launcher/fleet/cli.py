@@ -20,8 +20,8 @@ from launcher.fleet import fleetfile, rolling
 from launcher.fleet import router as router_mod
 from launcher.profiles import adaptive_tiers
 from launcher.profiles import spec_params as spec_params_mod
-from launcher.runtime.control_client import SyncControlClient
-from launcher.runtime.states import SWITCH_TIMEOUT_MAX_S
+from launcher.runtime.api.control_client import SyncControlClient
+from launcher.runtime.core.states import SWITCH_TIMEOUT_MAX_S
 
 
 def cmd_router(args: argparse.Namespace) -> int:

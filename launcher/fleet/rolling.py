@@ -33,8 +33,8 @@ from launcher.profiles import adaptive_tiers as tiers_mod
 from launcher.profiles.adaptive_tiers import AdaptiveTiers
 from launcher.profiles.spec_params import SpecParams, point_problems
 from launcher.profiles.spec_params import label as plan_label
-from launcher.runtime.control_client import SyncControlClient, switch_deadline_s
-from launcher.runtime.states import ANSWERING, OK_OUTCOMES, Outcome, State
+from launcher.runtime.api.control_client import SyncControlClient, switch_deadline_s
+from launcher.runtime.core.states import ANSWERING, OK_OUTCOMES, Outcome, State
 
 
 @dataclass(frozen=True)

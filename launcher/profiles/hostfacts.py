@@ -1,12 +1,13 @@
 """Host facts: what the doctor learns about a host, and what host-dependent rules read.
 
-The doctor writes this shape with `launcher doctor --json`; `launcher show/check --host-facts F`
-reads the same file. Extra keys in the doctor's JSON are ignored here.
+The doctor writes this shape with `launcher doctor --out F` (`--json` prints it); `launcher show/check
+--host-facts F` reads the same file. Extra keys in the doctor's JSON are ignored here.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Literal
 
@@ -48,13 +49,31 @@ class HostFacts(BaseModel):
             return None
         return self.interconnect != "nvlink"
 
+    def gaps(self) -> list[str]:
+        """What host-dependent rules read and these facts lack, in words ("no GPUs", "no SM", ...): a file the
+        doctor wrote on a host without GPUs or nvidia-smi has none of them. Empty: nothing a rule reads is missing."""
+        single = len(self.gpus) == 1  # one GPU has no links: no interconnect or P2P to know
+        out = [] if self.gpus else ["no GPUs"]
+        if not self.sm_versions:
+            out.append("no SM (compute capability)")
+        if self.interconnect is None and not single:
+            out.append("no topology (interconnect)")
+        if self.p2p_ok is None and not single:
+            out.append("no P2P status")
+        return out
+
+
+def recipe(path: str | Path = "host-facts.json") -> str:
+    """The one command every hint gives for a host-facts file: the doctor writes it atomically and says where."""
+    return f"launcher doctor --out {shlex.quote(str(path))}"
+
 
 def load_host_facts(path: str | Path) -> HostFacts:
     p = Path(path)
     try:
         raw = json.loads(p.read_text())
     except FileNotFoundError as exc:
-        raise UserError(f"{p}: host-facts file not found; create it with `launcher doctor --json > {p}`") from exc
+        raise UserError(f"{p}: host-facts file not found; create it on the GPU host with `{recipe(p)}`") from exc
     except json.JSONDecodeError as exc:
-        raise UserError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg}); regenerate it with `launcher doctor --json`") from exc
-    return validated(HostFacts, raw, p, {}, "regenerate it with `launcher doctor --json`")
+        raise UserError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg}); regenerate it with `{recipe(p)}`") from exc
+    return validated(HostFacts, raw, p, {}, f"regenerate it with `{recipe(p)}`")

@@ -32,7 +32,7 @@ def validated_plan(profile: str, spec: str, spec_params: SpecParams | None = Non
     MODEL_OVERLAY setting's, "" none), or UserError (HTTP 400 / exit 2) with nothing changed; a point for a
     spec mode that is not EAGLE is one. `adaptive_tiers`: a tuned adaptive config (launcher/profiles/adaptive_tiers.py),
     refused under any spec mode but eagle3-adaptive."""
-    from launcher.runtime import patch_record
+    from launcher.runtime.records import patch_record
 
     plan = build_plan(profile, spec, host_facts(), use_parser=sglang_args.available(), spec_params=spec_params,
                       model_overlay=model_overlay, adaptive_tiers=adaptive_tiers)

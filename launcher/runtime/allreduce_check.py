@@ -146,7 +146,9 @@ def command(decision: Decision, plan_json: Path, out_dir: Path, hidden: int) -> 
 
 def verdicts(out_dir: Path) -> dict[str, str]:
     """Each backend's exactness verdict text from the check's allreduce.json ({} when it wrote none)."""
-    from launcher.runtime import state as runtime_state  # the one reader: a regular file of bounded size
+    from launcher.runtime.records import (
+        state as runtime_state,  # the one reader: a regular file of bounded size
+    )
 
     try:
         rows = runtime_state.load(out_dir / "allreduce.json", None, VERDICTS_CAP)

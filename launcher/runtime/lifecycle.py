@@ -30,15 +30,18 @@ from launcher.errors import RuntimeFailure
 from launcher.profiles.adaptive_tiers import AdaptiveTiers
 from launcher.profiles.plan import Plan, reach_url
 from launcher.profiles.spec_params import SpecParams
-from launcher.runtime import activation, journal, log, metrics, start_lines, start_records, transitions
-from launcher.runtime import state as runtime_state
+from launcher.runtime import activation, log, start_lines
 from launcher.runtime.admission import patch_check, validated_plan
-from launcher.runtime.failures import GateFailed, describe
-from launcher.runtime.records import Entry
-from launcher.runtime.states import ANSWERING, Outcome, Phase, Resolution, State
-from launcher.runtime.supervisor_rpc import LIVE_STATES, Supervisor
+from launcher.runtime.api import metrics
+from launcher.runtime.core import transitions
+from launcher.runtime.core.failures import GateFailed, describe
+from launcher.runtime.core.states import ANSWERING, Outcome, Phase, Resolution, State
+from launcher.runtime.core.transitions import HEALTH_DOWN, HEALTH_OK, Act, Reading, Retry
+from launcher.runtime.process.supervisor_rpc import LIVE_STATES, Supervisor
+from launcher.runtime.records import journal, start_records
+from launcher.runtime.records import state as runtime_state
+from launcher.runtime.records.history import Entry
 from launcher.runtime.switch import Switcher, label, settled_activation
-from launcher.runtime.transitions import HEALTH_DOWN, HEALTH_OK, Act, Reading, Retry
 
 
 class Busy(Exception):

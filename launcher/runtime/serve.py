@@ -16,9 +16,9 @@ from launcher.errors import UserError, run_cli
 from launcher.profiles import render
 from launcher.profiles.loader import available_names, unknown_profile
 from launcher.profiles.plan import Plan
-from launcher.runtime import owner, supervisor_conf
-from launcher.runtime import state as runtime_state
 from launcher.runtime.admission import validated_plan
+from launcher.runtime.process import owner, supervisor_conf
+from launcher.runtime.records import state as runtime_state
 from launcher.state_layout import StatePaths
 
 

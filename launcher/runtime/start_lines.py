@@ -173,7 +173,7 @@ class Scanner:
 
     def feed(self, text: str) -> None:
         """`text` holds whole lines only."""
-        from launcher.runtime.server_exec import START_MARKER
+        from launcher.runtime.process.server_exec import START_MARKER
 
         hits: set[int] = set()
         for key in (START_MARKER, *KEYS):

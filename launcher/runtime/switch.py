@@ -1,7 +1,7 @@
 """Production profile switch on a host whose GPUs one server holds: drain, stop, start, health gate,
 and roll back to the last plan that worked when the new one fails.
 
-Every switch is journaled (launcher/runtime/journal.py) before the old server is touched, and any
+Every switch is journaled (launcher/runtime/records/journal.py) before the old server is touched, and any
 failure after that point, not only a failed health gate, takes the rollback path: the server is
 never left stopped without an outcome in the history (one records.Entry per switch).
 
@@ -25,10 +25,9 @@ import httpx
 from launcher import settings, state_layout
 from launcher.profiles.plan import Plan
 from launcher.profiles.render import write_plan
-from launcher.runtime import activation, journal, start_records
-from launcher.runtime import state as runtime_state
-from launcher.runtime.exits import ExitWatch
-from launcher.runtime.failures import (
+from launcher.runtime import activation
+from launcher.runtime.api.metrics_text import running_requests
+from launcher.runtime.core.failures import (
     DrainCutShort,
     GateFailed,
     HealthTimeout,
@@ -36,11 +35,13 @@ from launcher.runtime.failures import (
     SupervisorGone,
     describe,
 )
-from launcher.runtime.metrics_text import running_requests
-from launcher.runtime.records import Entry, Rollback
-from launcher.runtime.states import Outcome, Phase
-from launcher.runtime.supervisor_rpc import Supervisor
-from launcher.runtime.transitions import change_phase
+from launcher.runtime.core.states import Outcome, Phase
+from launcher.runtime.core.transitions import change_phase
+from launcher.runtime.process.exits import ExitWatch
+from launcher.runtime.process.supervisor_rpc import Supervisor
+from launcher.runtime.records import journal, start_records
+from launcher.runtime.records import state as runtime_state
+from launcher.runtime.records.history import Entry, Rollback
 
 __all__ = ["GateFailed", "Switcher", "Timeouts", "describe", "label"]
 

@@ -1,0 +1,229 @@
+"""The types of a results bundle's files, and the checks every file passes before anything is read.
+
+`Cell` is the one record of a (profile, spec[, point]) result, the type `bench run` and `bench tune`
+write and `bench report`, `compare` and `plots` read; `Manifest` and `RequestRow` check the fields
+the summaries use of the manifest and of the request rows.
+
+A bundle is a folder of files anyone can edit, copy or damage. Every field the summaries, plots
+and comparisons use is checked here for its type (strict: "12.5" is not a number), numbers must be
+finite (1e999, NaN and Infinity are refused when the JSON is parsed), and names must follow the
+profile name rule, since they become file names. A damaged file is a UserError (exit 2) naming
+the file and the key, never a traceback. Manifest fields nobody reads are left alone, and a cell
+file's keys its record does not hold are not read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StringConstraints, ValidationError
+from pydantic_core import PydanticCustomError
+
+from bench.bundle import names as bundle_names
+from launcher import strict_json
+from launcher.errors import UserError, schema_error
+from launcher.profiles import policy
+from launcher.profiles.spec_params import SpecParams
+
+Name = Annotated[str, StringConstraints(pattern=f"^{policy.NAME_PATTERN}$")]
+
+
+def _number(value: Any) -> int | float | None:
+    """An int or a finite float, kept as it is (a count stays a whole number); never a string or a bool."""
+    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise PydanticCustomError("finite_number", "Input should be a finite number")
+        return value
+    raise PydanticCustomError("float_type", "Input should be a valid number")
+
+
+Num = Annotated[int | float | None, PlainValidator(_number)]
+M = TypeVar("M", bound=BaseModel)
+
+FIX = "rerun `bench run`, or restore the file from the bundle's original copy"
+HINTS = {
+    "float_type": "give a number (not a string) or null; " + FIX,
+    "int_type": "give a whole number (not a string); " + FIX,
+    "string_pattern_mismatch": "names are 1-64 lowercase letters, digits, '.', '_' or '-'; " + FIX,
+}
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+
+class _Gpu(_Part):
+    name: str
+
+
+class _Host(_Part):
+    available: bool | None = None
+    gpus: list[_Gpu] = []
+
+
+class _Kit(_Part):
+    version: str | None = None
+    git_sha: str | None = None
+    image_id: str | None = None
+
+
+class _Settings(_Part):
+    concurrency: list[Annotated[int, Field(ge=1)]] = [1]
+    fleet_host: str | None = None
+
+
+class _Gate(_Part):
+    """The gate's settings (bench/run/correctness.py GateSettings.as_dict: these and the log-probability
+    thresholds); older bundles carry min_exact_match instead of the thresholds."""
+
+    __pydantic_extra__: dict[str, Num]
+    collapse_ratio: float = 0.6
+
+
+class Manifest(_Part):
+    complete: bool | None = None
+    interrupted: bool | None = None
+    simulated: bool | None = None
+    kit: _Kit = _Kit()
+    host: _Host = _Host()
+    server: dict[str, Any] = {}
+    settings: _Settings = _Settings()
+    gate: _Gate = _Gate()
+    matrix: list[str] = []
+
+
+class Level(_Part):
+    """One concurrency level's aggregate (bench/bundle/aggregate.py): every value a number or null, but the
+    accept length's source label."""
+
+    __pydantic_extra__: dict[str, Num]
+    accept_length_source: str | None = None
+
+    def get(self, key: str) -> Any:
+        """The level's value of `key` (`output_throughput_mean`, `repeats_valid`, ...); None when absent."""
+        return self.accept_length_source if key == "accept_length_source" else (self.model_extra or {}).get(key)
+
+
+class Correctness(_Part):
+    """The correctness gate's verdict on a cell (bench/run/correctness.py `gate`); `pending` until judged."""
+
+    status: str | None = None
+    reasons: list[str] = []
+    exact_match_rate: Num = None  # information only (older bundles: the rule)
+    first_divergence: int | None = None
+    # besides, as the gate writes them: rule ("logprob"; absent in bundles gated on exact match), logprobs
+    # (bench/run/logprob_gate.py GateStats, None without a correctness pass), thresholds, note
+
+
+LevelKey = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,5}$")]
+
+
+class Cell(bundle_names.CellNames, BaseModel):
+    """One (profile, spec[, EAGLE-3 point]) result: the one record of a cell, for writing and for reading.
+
+    Built once from its measured repeats (bench/run/cell.py `close`), written whole (`to_json`,
+    bench/bundle/store.py `write_cell`) and read back as the same type (bench/bundle/store.py `load`). On disk
+    the first concurrency level's numbers also stand at the top level (bench predict and older readers
+    take them there): `to_json` derives them from `by_concurrency`; reading does not keep them, nor any
+    other key this record does not hold."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False, frozen=True)
+    profile: Name
+    spec: Name
+    spec_params: SpecParams | None = None  # the point switched to (`bench run --eagle3`); None: the overlay's
+    plan_spec_params: dict[str, Any] | None = None  # the point the running plan reported (/plan)
+    valid: bool = False
+    invalid_reason: str | None = None
+    simulated: bool = False
+    plan_digest: str | None = None
+    setup_digest: str | None = None  # the plan without what is local to a host (bench compare matches it)
+    local: dict[str, Any] | None = None  # those host-local values (model paths, host, port)
+    switch: dict[str, Any] | None = None
+    server: dict[str, Any] | None = None
+    backends: list[Any] | None = None  # /status's backends, None when never asked
+    api: str | None = None
+    workload: str | None = None
+    num_prompts: int | None = None
+    max_tokens: int | None = None
+    repeats: int | None = None
+    concurrency_levels: list[int] = []
+    warmup: int | None = None
+    per_repeat: list[dict[str, Any]] = []
+    requests_file: str | None = None
+    by_concurrency: dict[LevelKey, Level] = {}
+    correctness: Correctness = Correctness()
+    # the most requests the server ran at once (its /server_info, bench/client/server_client.py running_cap): a level
+    # above it queued the rest (bench/report/compare.py load_note). None: not reported, or a bundle written before
+    # the field existed, which still loads
+    max_running_requests: Annotated[int, Field(ge=1)] | None = None
+
+    def ran_at_once(self, concurrency: str | int) -> int | None:
+        """How many requests ran at once at this level: the level, or the server's cap below it; None when
+        the cap is unknown (then the level is what was sent, and may have queued)."""
+        level = int(concurrency)
+        return None if self.max_running_requests is None else min(level, self.max_running_requests)
+
+    def level(self, concurrency: str | int) -> Level:
+        """The aggregate at one concurrency level (empty when the cell has none there)."""
+        return self.by_concurrency.get(str(concurrency)) or Level()
+
+    def first_level(self) -> Level:
+        """The first concurrency level's aggregate: the cell's headline numbers."""
+        return next(iter(self.by_concurrency.values()), Level())
+
+    def with_correctness(self, verdict: Mapping[str, Any]) -> Cell:
+        """The same record judged: `verdict` is the gate's result."""
+        return self.model_copy(update={"correctness": Correctness.model_validate(dict(verdict))})
+
+    def to_json(self) -> dict[str, Any]:
+        """The file's content: every field, plus the first level's numbers at the top level."""
+        data = self.model_dump(mode="json")
+        return {**data, **self.first_level().model_dump(mode="json")}
+
+
+class RequestRow(_Part):
+    """The fields of a request row the summaries and plots read; `repeat` and `ttft_s` may be absent (older
+    rows), and then the row counts toward no TTFT/TPOT percentile."""
+
+    ok: bool | None = None
+    concurrency: int | None = None
+    repeat: int | None = None
+    ttft_s: Num = None
+    tpot_s: Num = None
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 18:
+        raise ValueError(f"number {text[:40]} is out of range")
+    return int(text)
+
+
+def parse(path: Path, text: str | None = None) -> Any:
+    """The JSON in `path` (or `text`, read from it), with every number finite; UserError naming the file."""
+    try:
+        raw = path.read_text(encoding="utf-8") if text is None else text
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}); {FIX}") from exc
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it ({exc.strerror}); {FIX}") from exc
+    try:
+        return json.loads(raw, parse_float=strict_json.finite, parse_int=_bounded_int,
+                          parse_constant=strict_json.refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); {FIX}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise UserError(f"{path}: {exc or 'nested too deep'}; {FIX}") from exc
+
+
+def check(model: type[M], data: Any, source: str) -> M:
+    """`data` as `model`; UserError (exit 2) naming the file and the key when it does not fit."""
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: a JSON object was expected, found {type(data).__name__}; {FIX}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise schema_error(source, exc, HINTS, FIX) from None
