@@ -230,12 +230,27 @@ allreduce: ## all-reduce latency for PROFILE's environment beside nccl-tests, in
 	$(MODEL_OVERLAY_ARG)$(COMPOSE_CMD) run --rm --no-deps --entrypoint bench server allreduce --profile $(PROFILE) \
 		--out /results/allreduce/$$(date -u +%Y%m%dT%H%M%SZ)-$(PROFILE) $(ALLREDUCE_ARGS)
 
+# `make doctor` runs in the server container when a Docker engine answers. Without one (Docker not installed
+# or not started yet, the first thing a new host may lack) it checks the host itself with the kit's venv,
+# created on first use as for `make demo`: the driver, links, kernel and limits are the host's either way;
+# only the NCCL judged is the host's instead of the image's, and the docker check says why Docker failed.
+ifneq ($(filter doctor,$(MAKECMDGOALS)),)
+DOCKER_UP := $(shell $(DOCKER) info >/dev/null 2>&1 && echo yes)
+endif
+DOCTOR_ON_HOST = $(strip $(PY) -m launcher doctor $(DOCTOR_ARGS))
+
 doctor: $(PROFILES_OVERRIDE_DEP)
-doctor: ## check this host (driver, toolkit, P2P, IOMMU/ACS, /dev/shm, NCCL) in the server container
-	$(ENGINE_CHECK)
+doctor: ## check this host (driver, toolkit, P2P, IOMMU/ACS, /dev/shm, NCCL) in the server container, or from .venv without Docker
+ifneq ($(DOCKER_UP),)
 	$(BASE_CHECK)
 	$(BUILD_ENV) $(COMPOSE_ANY) build $(BUILD_ARGS) server
 	$(COMPOSE_ANY) run --rm --no-deps --entrypoint launcher server doctor $(DOCTOR_ARGS)
+else
+	@echo "make doctor: no Docker engine answers ($(DOCKER) info failed): checking this host with $(DOCTOR_ON_HOST) instead; start Docker (sudo systemctl start docker) to check inside the server image, with its NCCL" >&2
+	$(if $(VENV_KIT_STAMP),@$(MAKE) --no-print-directory $(VENV_KIT_STAMP))
+	@$(PY) -c 'import launcher.doctor.cli' >/dev/null 2>&1 || { echo "make doctor: no Docker engine, and $(PY) cannot import the kit to check the host: create its venv (python3 -m venv .venv && .venv/bin/pip install -e .), then run .venv/bin/python -m launcher doctor; or start Docker" >&2; exit 1; }
+	$(DOCTOR_ON_HOST)
+endif
 
 $(PROFILES_OVERRIDE): FORCE
 	$(CATALOG) compose-override --out $@
@@ -245,9 +260,11 @@ FORCE:
 ifeq ($(origin PY),command line)
 VENV_KIT_STAMP :=
 VENV_TEST_STAMP :=
+VENV_COMPOSE_STAMP :=
 else
 VENV_KIT_STAMP := $(VENV)/.kit-installed
 VENV_TEST_STAMP := $(VENV)/.test-installed
+VENV_COMPOSE_STAMP := $(VENV)/.compose-installed
 endif
 
 $(VENV)/.kit-installed: pyproject.toml
@@ -314,14 +331,20 @@ test-real: $(REAL_VENV)/.real-installed ## real SGLang 0.5.23 on the CPU under l
 demo-real: $(REAL_VENV)/.real-installed ## the demo's flow (up, switch, bench, report) on REAL SGLang 0.5.23 on the CPU with a tiny random model: timings mean nothing about a GPU host
 	$(REAL_VENV)/bin/python -m testsupport.real.demo
 
-lint: $(VENV_KIT_STAMP)
-lint: ## ruff, hadolint, shellcheck (if installed), compose file check (if compose is installed)
+# shellcheck is a system package (Debian: shellcheck); without it `make lint` says, on one line, that it
+# checked no shell script. The compose file is checked by the docker-compose `make test` installs in
+# .venv/compose (created here too unless PY is given), else by PATH's docker compose or docker-compose.
+SHELLCHECK ?= shellcheck
+LINT_COMPOSE = $(if $(or $(VENV_COMPOSE_STAMP),$(wildcard $(VENV)/compose/bin/docker-compose)),$(VENV)/compose/bin/docker-compose,$(COMPOSE))
+lint: $(VENV_KIT_STAMP) $(VENV_COMPOSE_STAMP)
+lint: ## ruff, hadolint, shellcheck (one line says so when it is missing), docker-compose config (.venv/compose's)
 	$(PY) -m ruff check .
 	$(HADOLINT) Dockerfile
-	@if command -v shellcheck >/dev/null 2>&1; then shellcheck docker/*.sh; else echo "shellcheck not installed: docker/*.sh not checked"; fi
-	@if command -v docker-compose >/dev/null 2>&1 || $(DOCKER) compose version >/dev/null 2>&1; then \
-		$(COMPOSE_ANY) config -q && echo "docker-compose.yml ok"; \
-	else echo "neither docker compose nor docker-compose installed: docker-compose.yml not checked"; fi
+	@if command -v $(SHELLCHECK) >/dev/null 2>&1; then $(SHELLCHECK) docker/*.sh && echo "docker/*.sh ok (shellcheck)"; \
+	else echo "make lint: shellcheck not installed, docker/*.sh NOT checked: apt-get install shellcheck (Debian)" >&2; fi
+	@if [ -x $(VENV)/compose/bin/docker-compose ] || command -v docker-compose >/dev/null 2>&1 || $(DOCKER) compose version >/dev/null 2>&1; then \
+		$(if $(ENV_MODEL_PATH),,MODEL_PATH=/nonexistent )$(LINT_COMPOSE) -f docker-compose.yml config -q && echo "docker-compose.yml ok"; \
+	else echo "make lint: no docker-compose, docker-compose.yml NOT checked: make venv puts one in $(VENV)/compose" >&2; fi
 
 check: $(VENV_TEST_STAMP)
 check: ## validate every profile: schema, rules, SGLang's own argument parser when importable
@@ -359,8 +382,9 @@ monitor: ## Prometheus (9090) and Grafana (3000) on KIT_BIND_ADDR; FLEET=<fleet 
 	@echo "Prometheus http://$(or $(call dotenv,KIT_BIND_ADDR),127.0.0.1):9090, Grafana http://$(or $(call dotenv,KIT_BIND_ADDR),127.0.0.1):3000 (dashboard pcie-spec-kit)"
 
 docs: $(VENV_KIT_STAMP)
-docs: ## regenerate .env.example and docs/settings.md from the settings registry (launcher/settings.py)
+docs: ## regenerate .env.example and docs/settings.md from the settings registry (launcher/settings.py), and the bench run/tune option tables of docs/bench.md and docs/tune.md from their flags
 	$(PY) -m launcher settings --write
+	$(PY) -m bench.flag_docs --write
 
 profiles: ## list profiles with their status and description
 	@if $(PY) -c 'import launcher' >/dev/null 2>&1; then $(PY) -m launcher profiles; \

@@ -44,8 +44,9 @@ def _spec(args: argparse.Namespace) -> str:
 
 
 def _spec_params_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--spec-params", default=None, metavar="S,K,D",
-                   help="EAGLE-3 point: steps, top-k, draft tokens (replaces the eagle3 overlay's; e.g. 1,1,2)")
+    from launcher.profiles.spec_params import add_argument
+
+    add_argument(p)
 
 
 def _spec_params(args: argparse.Namespace):
@@ -83,7 +84,8 @@ def _combo_label(spec: str, overlay: str | None) -> str:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    from launcher.profiles.loader import describe_all, search_dirs
+    from launcher.profiles.listing import describe_all
+    from launcher.profiles.loader import search_dirs
 
     rows = describe_all()
     if not rows:
@@ -93,11 +95,11 @@ def cmd_profiles(args: argparse.Namespace) -> int:
             f"the kit's profiles/, or add folders with {settings.KIT_PROFILES_DIR.name}"
         )
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([r.wire() for r in rows], indent=2))
         return 0
-    width = max((len(r["name"]) for r in rows), default=4)
+    width = max((len(r.name) for r in rows), default=4)
     for r in rows:  # an invalid file shows why in place of its description
-        print(f"{r['name']:<{width}}  {r['status']:<12}  {r.get('error') or r['description']}")
+        print(f"{r.name:<{width}}  {r.status:<12}  {r.error or r.description}")
     return 0
 
 
@@ -111,7 +113,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     # takes a placeholder path as it takes any path (it never opens one), so every flag is still checked.
     env = check_environ()
     # The real parser as `check` and `render` use it: show never prints flags SGLang would refuse.
-    plan = build_plan(args.profile, _spec(args), _facts(args.host_facts), use_parser=sglang_args.available(),
+    facts = _facts(args.host_facts)
+    plan = build_plan(args.profile, _spec(args), facts, use_parser=sglang_args.available(),
                       model_overlay=args.model_overlay, spec_params=_spec_params(args),
                       adaptive_tiers=_adaptive_tiers(args), environ=env)
     placeholders = sorted(env.used)
@@ -137,8 +140,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     if declared:
         print(f"# requires: {json.dumps(declared)}")
     # What the rules could not settle without host facts: each one a warning or a refusal on some hosts.
-    for condition in plan.requires.get("conditions", []):
-        print(f"# requires (host unknown; pass --host-facts): {condition}")
+    # With a facts file, what it lacks (a GPU-less host's file has no GPUs, SM or topology) instead.
+    conditions = plan.requires.get("conditions", [])
+    if conditions and facts is not None and facts.gaps():
+        from launcher.profiles.hostfacts import recipe
+
+        why = " (written where nvidia-smi saw no GPU)" if not facts.gpus else ""
+        print(f"# host facts {args.host_facts}: {', '.join(facts.gaps())}{why}; "
+              f"run `{recipe(args.host_facts)}` on the GPU host to settle the conditions below")
+    for condition in conditions:
+        where = f"not settled by {args.host_facts}" if args.host_facts else "host unknown; pass --host-facts"
+        print(f"# requires ({where}): {condition}")
     for w in plan.warnings:
         print(f"# warning: {w}")
     for k, v in plan.env.items():
@@ -294,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     _spec_arg(s)
     _spec_params_arg(s)
     _adaptive_tiers_arg(s)
-    s.add_argument("--host-facts", help="JSON from `launcher doctor --json`")
+    s.add_argument("--host-facts", help="the file `launcher doctor --out FILE` writes")
     s.add_argument("--env-file", help="docker-compose style .env whose values fill unset variables")
     _model_overlay_arg(s)
     s.add_argument("--json", action="store_true")

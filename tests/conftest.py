@@ -1,4 +1,6 @@
 import json
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -11,6 +13,48 @@ from helpers_marks import starts_processes  # noqa: E402
 from testsupport.stack import KitStack, stop_all  # noqa: E402
 
 WEIGHTS = Path(__file__).resolve().parent / "file_seconds.json"
+
+# Programs the tests run that pip does not install: tool -> (its Debian package, what a test file that runs it
+# says: the tool in a subprocess call, or the kit code that calls it). .ci/run installs them.
+PREREQUISITES = {
+    "make": ("make", r'\["make"'),
+    "patch": ("patch", r"patches/apply\.py|apply_series|from patches"),  # patches/gnu_patch.py runs GNU patch
+    "promtool": ("prometheus", r"promtool"),
+    "prometheus": ("prometheus", r'which\("prometheus"\)'),
+    "bash": ("bash", r'\["bash"'),
+}
+
+
+def selected_files(args: list[str], start: Path) -> list[Path]:
+    """The test files a pytest command line selects (`tests/x.py::test_y` counts as its file; a folder, its test
+    files); the test folder when it names none."""
+    out: list[Path] = []
+    for arg in args:
+        path = (start / arg.split("::", 1)[0]).resolve()
+        if path.is_dir():
+            out.extend(sorted(path.rglob("test_*.py")))
+        elif path.suffix == ".py" and path.is_file():
+            out.append(path)
+    return out or sorted(Path(__file__).resolve().parent.glob("test_*.py"))
+
+
+def missing_prerequisites(files: list[Path], which=shutil.which) -> list[str]:
+    """`tool (Debian: apt-get install package)` for each tool the files run that is not on PATH."""
+    text = "\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
+    return [f"{tool} (Debian: apt-get install {package})" for tool, (package, used) in PREREQUISITES.items()
+            if re.search(used, text) and which(tool) is None]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """Before any test runs (and before xdist starts its workers): every tool the selected tests run is installed,
+    or one line names each missing one and how to install it, and pytest stops (exit 4, a usage error)."""
+    config = session.config
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller has checked
+        return
+    missing = missing_prerequisites(selected_files(list(config.args), Path(config.invocation_params.dir)))
+    if missing:
+        raise pytest.UsageError(f"the tests need programs that are not installed: {', '.join(missing)}")
 
 
 @pytest.fixture(scope="session")

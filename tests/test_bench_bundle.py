@@ -32,7 +32,7 @@ def test_a_committed_bundle_loads_and_every_key_it_holds_is_written_back_the_sam
     manifest, cells = bundle.load(run_dir)
     files = sorted(p for p in run_dir.glob("*.json") if p.name != "manifest.json")
     assert len(cells) == len(files) > 0
-    assert [c.key for c in cells] == [k for k in manifest["matrix"] if (run_dir / f"{k}.json").is_file()]
+    assert [c.key for c in cells] == [k for k in manifest.matrix if (run_dir / f"{k}.json").is_file()]
     for cell in cells:
         old = json.loads((run_dir / f"{cell.key}.json").read_text())
         new = cell.to_json()
@@ -54,7 +54,7 @@ def test_the_fixture_holds_every_kind_of_cell():
     by = {c.label: c for c in cells}
     assert by["baseline+eagle3(1,1,2)"].spec_params is not None and by["baseline+off"].valid
     assert by["fused+eagle3"].correctness.status == "FAIL"
-    assert not by["nccl-tuned+off"].valid and by["nccl-tuned+off"].first_level().get("output_throughput") is None
+    assert not by["nccl-tuned+off"].valid and by["nccl-tuned+off"].first_level().value("output_throughput") is None
     assert by["crashy+off"].switch["outcome"] == "rolled_back" and by["crashy+off"].backends is None
     assert set(by["baseline+off"].by_concurrency) == {"1", "2"}
 

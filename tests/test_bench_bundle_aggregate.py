@@ -9,13 +9,15 @@ import pytest
 from helpers_bench import rec
 
 from bench.bundle import aggregate as bundle_aggregate
-from bench.report import stats
+from bench.bundle import summary_stats as stats
+from bench.bundle.schema import Level, RepeatSummary
+from bench.client.request_record import RequestRecord
 
 
 # ----- per-repeat and per-cell numbers -----------------------------------------------------------
 def test_repeat_summary_uses_bench_serving_keys_and_raw_gaps():
     recs = [rec("a", 0.1, 1.1, 100, 50, [0.02, 0.04]), rec("b", 0.3, 1.3, 100, 25, [0.06])]
-    s = bundle_aggregate.repeat_summary(recs, duration=2.0)
+    s = bundle_aggregate.repeat_summary(recs, duration=2.0).to_json()  # as written in a cell's per_repeat
     assert s["completed"] == 2 and s["failed"] == 0
     assert s["total_output_tokens"] == 200
     assert s["output_throughput"] == 100.0
@@ -31,29 +33,32 @@ def test_repeat_summary_uses_bench_serving_keys_and_raw_gaps():
 
 def test_aggregate_mean_sd_and_invalid_gives_no_numbers():
     reps = [
-        {"repeat": 0, "valid": True, "output_throughput": 80.0, "completed": 4, "accept_length_source": "meta_info"},
-        {"repeat": 1, "valid": True, "output_throughput": 84.0, "completed": 4, "accept_length_source": "meta_info"},
+        RepeatSummary(repeat=0, valid=True, output_throughput=80.0, completed=4, accept_length_source="meta_info"),
+        RepeatSummary(repeat=1, valid=True, output_throughput=84.0, completed=4, accept_length_source="meta_info"),
     ]
     agg = bundle_aggregate.aggregate(reps, valid=True)
-    assert agg["output_throughput"] == 82.0
-    assert agg["output_throughput_mean"] == 82.0
-    assert agg["output_throughput_sd"] == pytest.approx(math.sqrt(8))
-    assert agg["completed"] == 8
-    assert agg["repeats_valid"] == 2
+    assert agg.value("output_throughput") == 82.0
+    assert agg.mean("output_throughput") == 82.0
+    assert agg.sd("output_throughput") == pytest.approx(math.sqrt(8))
+    assert agg.value("completed") == 8
+    assert agg.repeats_valid == 2
+    flat = agg.to_json()  # on disk: the bare key, <key>_mean and <key>_sd
+    assert (flat["output_throughput"], flat["output_throughput_mean"], flat["completed"]) == (82.0, 82.0, 8)
+    assert Level.model_validate(flat) == agg
     bad = bundle_aggregate.aggregate(reps, valid=False)
-    assert bad["output_throughput"] is None and bad["output_throughput_sd"] is None
-    assert bad["completed"] is None
+    assert bad.value("output_throughput") is None and bad.sd("output_throughput") is None
+    assert bad.value("completed") is None
 
 
 # ----- TTFT/TPOT percentiles over the requests of the valid repeats, pooled -----------------------
 def _req(repeat, ttft_ms, tpot_ms, concurrency=1, ok=True):
-    return {"ok": ok, "concurrency": concurrency, "repeat": repeat, "ttft_s": ttft_ms / 1000,
-            "tpot_s": None if tpot_ms is None else tpot_ms / 1000}
+    return RequestRecord.model_validate({"ok": ok, "concurrency": concurrency, "repeat": repeat,
+                                         "ttft_s": ttft_ms / 1000, "tpot_s": None if tpot_ms is None else tpot_ms / 1000})
 
 
 def test_request_percentiles_pool_the_valid_repeats_with_linear_interpolation():
-    reps = [{"concurrency": 1, "repeat": 0, "valid": True}, {"concurrency": 1, "repeat": 1, "valid": True},
-            {"concurrency": 1, "repeat": 2, "valid": False}, {"concurrency": 2, "repeat": 0, "valid": True}]
+    reps = [RepeatSummary(concurrency=1, repeat=0, valid=True), RepeatSummary(concurrency=1, repeat=1, valid=True),
+            RepeatSummary(concurrency=1, repeat=2, valid=False), RepeatSummary(concurrency=2, repeat=0, valid=True)]
     rows = [_req(0, 10, 2), _req(0, 20, 4), _req(0, 30, 6), _req(1, 40, 8), _req(1, 50, 10),
             _req(1, 60, None),  # one token: no TPOT, its TTFT counts
             _req(1, 900, 900, ok=False),  # a failed request
@@ -75,9 +80,22 @@ def test_request_percentiles_pool_the_valid_repeats_with_linear_interpolation():
 
 
 def test_request_percentiles_are_none_for_rows_without_repeat_or_values():
-    reps = [{"concurrency": 1, "repeat": 0, "valid": True}]
-    old = [{"ok": True, "concurrency": 1, "tpot_s": 0.002}]  # no repeat index, no ttft_s
+    reps = [RepeatSummary(concurrency=1, repeat=0, valid=True)]
+    old = [RequestRecord.model_validate({"ok": True, "concurrency": 1, "tpot_s": 0.002})]  # no repeat, no ttft_s
     assert set(bundle_aggregate.request_percentiles(old, reps, 1).values()) == {None}
-    no_values = [{"ok": True, "concurrency": 1, "repeat": 0}]
+    no_values = [RequestRecord.model_validate({"ok": True, "concurrency": 1, "repeat": 0})]
     assert set(bundle_aggregate.request_percentiles(no_values, reps, 1).values()) == {None}
     assert set(bundle_aggregate.request_percentiles([_req(0, 10, 2)], [], 1).values()) == {None}
+
+
+def test_a_repeat_is_written_flat_and_read_back_the_same():
+    rep = bundle_aggregate.repeat_summary([rec("a", 0.1, 1.1, 100, 50, [0.02, 0.04])], duration=2.0)
+    rep = rep.model_copy(update={"repeat": 0, "concurrency": 4, "valid": True, "pid_before": 7})
+    flat = rep.to_json()
+    assert flat["mean_ttft_ms"] == pytest.approx(100.0) and "ttft" not in flat and flat["pid_before"] == 7
+    assert "tune_phase" not in flat  # only a tune bundle's repeats carry it
+    back = RepeatSummary.model_validate(flat)
+    assert back == rep and back.ttft.mean == pytest.approx(100.0) and back.to_json() == flat
+    gone = back.nulled()  # invalid: counts and identity kept, no measurement
+    assert (gone.completed, gone.concurrency, gone.repeat) == (1, 4, 0)
+    assert gone.output_throughput is None and gone.ttft.mean is None and gone.accept_length_source is None

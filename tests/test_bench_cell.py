@@ -9,7 +9,7 @@ from helpers_bench import rec
 
 from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle import store as bundle
-from bench.bundle.schema import Cell
+from bench.bundle.schema import Cell, RepeatSummary
 from bench.run import logprob_gate
 from bench.run.cell import apply_gate, close_cell, new_cell, record_plan
 from bench.run.logprob_gate import TokenLogprob
@@ -25,13 +25,12 @@ def settings(**kw) -> RunSettings:
     return RunSettings(url="http://127.0.0.1:1", out="unused", repeats=2, concurrency=[1, 4], num_prompts=2, **kw)
 
 
-def repeat(c: int, r: int, duration: float, valid: bool = True, reason: str | None = None) -> dict:
+def repeat(c: int, r: int, duration: float, valid: bool = True, reason: str | None = None) -> RepeatSummary:
     """One repeat's summary as bench/run/repeat.py makes it, two requests of 100 tokens."""
     rep = bundle_aggregate.repeat_summary([rec("a", 0.1, 1.1, 100, 50, [0.02]), rec("b", 0.2, 1.2, 100, 40, [0.03])],
                                           duration)
-    rep.update(repeat=r, concurrency=c, valid=valid, invalid_reason=reason, server_start_time=1.0,
-               restarts_before=0, restarts_after=0, client_cpu_us_per_chunk=12.0)
-    return rep
+    return rep.model_copy(update=dict(repeat=r, concurrency=c, valid=valid, invalid_reason=reason, server_start_time=1.0,
+                                      restarts_before=0, restarts_after=0, client_cpu_us_per_chunk=12.0))
 
 
 def measured(s: RunSettings, durations: dict[int, list[float]], spec_params=None):
@@ -49,10 +48,10 @@ def test_a_cell_is_built_from_its_repeats():
     assert cell.valid is True and cell.invalid_reason is None
     assert list(cell.by_concurrency) == ["1", "4"]
     one, four = cell.level(1), cell.level("4")
-    assert one.get("output_throughput_mean") == pytest.approx((100.0 + 50.0) / 2)  # 200 tokens in 2 s, then 4 s
-    assert one.get("completed") == 4 and one.get("repeats_valid") == 2 and one.get("concurrency") == 1
-    assert four.get("output_throughput_mean") == pytest.approx(200.0)
-    assert one.get("accept_length_source") == "meta_info"
+    assert one.mean("output_throughput") == pytest.approx((100.0 + 50.0) / 2)  # 200 tokens in 2 s, then 4 s
+    assert one.value("completed") == 4 and one.repeats_valid == 2 and one.to_json()["concurrency"] == 1
+    assert four.mean("output_throughput") == pytest.approx(200.0)
+    assert one.accept_length_source == "meta_info"
     assert cell.correctness.status == "pending"
     assert (cell.plan_digest, cell.setup_digest, cell.local) == ("d1", "s1", {"port": "30000"})
     assert (cell.repeats, cell.concurrency_levels, cell.num_prompts, cell.warmup) == (2, [1, 4], 2, 2)
@@ -82,13 +81,13 @@ def test_missing_repeats_and_a_stopped_cell_are_invalid():
     draft.invalid_reason = "switch rolled_back: server exited during start-up"
     stopped = close_cell(draft, concurrency=[1, 4], repeats=2)
     assert stopped.valid is False and stopped.invalid_reason == draft.invalid_reason
-    assert stopped.level(1).get("output_throughput") is None and stopped.level(1).get("repeats_valid") == 0
+    assert stopped.level(1).value("output_throughput") is None and stopped.level(1).repeats_valid == 0
 
 
 def test_no_switch_is_recorded_and_a_point_names_the_cell():
     cell = close_cell(measured(settings(no_switch=True), {1: [1.0, 1.0], 4: [1.0, 1.0]}, POINT),
                       concurrency=[1, 4], repeats=2)
-    assert cell.spec_params == SpecParams(**POINT) and cell.plan_spec_params == POINT
+    assert cell.spec_params == SpecParams(**POINT) and cell.plan_spec_params == SpecParams(**POINT)
     assert cell.key == "fused__eagle3__1-1-2" and cell.label == "fused+eagle3(1,1,2)"
     assert cell.requests_file == "fused__eagle3__1-1-2.requests.jsonl"
     assert new_cell(profile="p", spec="off", settings=settings(no_switch=True), num_prompts=1).switch == {
@@ -149,6 +148,6 @@ def test_what_a_server_reports_that_cannot_be_recorded_is_a_runtime_failure_nami
 def test_a_draft_adopts_an_earlier_measurement_of_the_same_cell():
     earlier = close_cell(measured(settings(), {1: [1.0, 1.0], 4: [1.0, 1.0]}), concurrency=[1, 4], repeats=2)
     draft = new_cell(profile="fused", spec="eagle3", settings=settings(), num_prompts=2)
-    draft.adopt({**earlier.to_json(), "server": None})
+    draft.adopt(earlier.model_copy(update={"server": None}))
     assert (draft.plan_digest, draft.setup_digest, draft.switch["outcome"]) == ("d1", "s1", "switched")
     assert draft.simulated is True and draft.server is None and draft.per_repeat == []

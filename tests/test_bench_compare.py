@@ -6,21 +6,24 @@ import csv
 import io
 import json
 import math
+import re
 import subprocess
 import sys
+from dataclasses import asdict
 
 import numpy as np
 import pytest
 from helpers_bench import cell, manifest
 
-from bench.bundle.schema import Cell
+from bench.bundle import summary_stats
+from bench.bundle.schema import Cell, Manifest
 from bench.report import compare, stats
 from testsupport.stack import REPO
 
 
 def test_fingerprint_differences_list_every_mismatch():
-    a = compare.fingerprint(manifest(), [Cell.model_validate(cell("fused", "eagle3", 80, 1))])
-    b = compare.fingerprint(manifest(gpu="H200", driver="590.0"), [Cell.model_validate(cell("fused", "eagle3", 80, 1, digest="d2"))])
+    a = compare.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(cell("fused", "eagle3", 80, 1))])
+    b = compare.fingerprint(Manifest.model_validate(manifest(gpu="H200", driver="590.0")), [Cell.model_validate(cell("fused", "eagle3", 80, 1, digest="d2"))])
     diffs = compare.differences(a, b)
     assert any(d.startswith("GPU names") for d in diffs)
     assert any(d.startswith("driver") for d in diffs)
@@ -29,31 +32,31 @@ def test_fingerprint_differences_list_every_mismatch():
 
 
 def _row(rows, metric="tok/s", profile=None):
-    return next(r for r in rows if r["metric"] == metric and (profile is None or r["profile"] == profile))
+    return next(r for r in rows if r.metric == metric and (profile is None or r.profile == profile))
 
 
 def test_deltas_carry_welchs_p_value_and_benjamini_hochberg_significance():
     rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 1.0))], [Cell.model_validate(cell("fused", "eagle3", 90.0, 1.0))])
     tps = _row(rows)
-    assert tps["delta"] == 10.0 and tps["a_n"] == tps["b_n"] == 3
-    assert tps["t"] == pytest.approx(10.0 / math.sqrt(2 / 3)) and tps["df"] == pytest.approx(4.0)
-    assert tps["p_value"] == pytest.approx(stats.t_two_sided_p(tps["t"], 4.0)) and tps["p_value"] < 1e-3
+    assert tps.delta == 10.0 and tps.a_n == tps.b_n == 3
+    assert tps.t == pytest.approx(10.0 / math.sqrt(2 / 3)) and tps.df == pytest.approx(4.0)
+    assert tps.p_value == pytest.approx(stats.t_two_sided_p(tps.t, 4.0)) and tps.p_value < 1e-3
     # four rows tested (TPOT, TTFT equal: p 1; accept length has no spread and is equal: p 1, noted)
-    assert tps["p_adjusted"] == pytest.approx(tps["p_value"] * 4) and tps["significant"] is True
-    assert _row(rows, "TPOT ms")["p_value"] == 1.0 and _row(rows, "TPOT ms")["significant"] is False
+    assert tps.p_adjusted == pytest.approx(tps.p_value * 4) and tps.significant is True
+    assert _row(rows, "TPOT ms").p_value == 1.0 and _row(rows, "TPOT ms").significant is False
     accept = _row(rows, "accept length")
-    assert accept["p_value"] == 1.0 and accept["t"] is None and accept["note"] == "no spread on either side"
-    assert "beyond_spread" not in tps  # the rule before the t-test (|B - A| > 2 sd) is gone
+    assert accept.p_value == 1.0 and accept.t is None and accept.note == "no spread on either side"
+    assert "beyond_spread" not in tps.to_json()  # the rule before the t-test (|B - A| > 2 sd) is gone
 
     rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 3.0))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 3.0))])
-    assert 0.4 < _row(rows)["p_value"] < 0.5 and _row(rows)["significant"] is False
+    assert 0.4 < _row(rows).p_value < 0.5 and _row(rows).significant is False
 
     rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 0.0, repeats=1))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 0.0))])
     one = _row(rows)
-    assert one["p_value"] is None and one["significant"] is False and one["p_adjusted"] is None
-    assert one["note"] == "no p-value: fewer than 2 repeats in A (1)"
+    assert one.p_value is None and one.significant is False and one.p_adjusted is None
+    assert one.note == "no p-value: fewer than 2 repeats in A (1)"
     rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 1.0))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 1.0, valid=False))])
-    assert _row(rows)["note"] == "invalid in B" and _row(rows)["significant"] is False
+    assert _row(rows).note == "invalid in B" and _row(rows).significant is False
 
 
 def _sampled_cell(rng, profile: str, means: dict[str, float], repeats: int, noise: float = 0.02) -> dict:
@@ -64,7 +67,7 @@ def _sampled_cell(rng, profile: str, means: dict[str, float], repeats: int, nois
         agg = {"repeats_valid": repeats}
         for key, mu in means.items():
             mu = mu * (1.0 if level == "1" else 3.0)
-            agg[f"{key}_mean"], agg[f"{key}_sd"] = stats.mean_sd(rng.normal(mu, noise * mu, repeats).tolist())
+            agg[f"{key}_mean"], agg[f"{key}_sd"] = summary_stats.mean_sd(rng.normal(mu, noise * mu, repeats).tolist())
         levels[level] = agg
     return {"profile": profile, "spec": "eagle3", "valid": True, "plan_digest": "d1", "by_concurrency": levels,
             "correctness": {"status": "PASS"}}
@@ -91,7 +94,7 @@ def _bundles(seed: int, repeats: int = 2, noise: float = 0.02, shifted: str | No
 
 
 def _flagged(rows) -> set[tuple[str, int, str]]:
-    return {(r["profile"], r["concurrency"], r["metric"]) for r in rows if r["significant"]}
+    return {(r.profile, r.concurrency, r.metric) for r in rows if r.significant}
 
 
 SHIFTED = {("custom-ar", level, metric) for level in (1, 8) for metric in ("tok/s", "TPOT ms")}
@@ -99,11 +102,11 @@ SHIFTED = {("custom-ar", level, metric) for level in (1, 8) for metric in ("tok/
 
 def test_two_runs_of_one_distribution_with_2_repeats_flag_nothing_and_a_clear_shift_is_flagged():
     rows = compare.deltas(*_bundles(seed=20261203))
-    assert len(rows) == len(PROFILES) * 2 * 4 and all(r["p_value"] is not None for r in rows)
+    assert len(rows) == len(PROFILES) * 2 * 4 and all(r.p_value is not None for r in rows)
     assert _flagged(rows) == set()
     # the rule this replaced (|delta| > 2·sqrt(sdA² + sdB²)) flags some of these same rows: with 2 repeats
     # an sd is one difference, often far below the true spread
-    assert any(abs(r["delta"]) > 2 * math.hypot(r["a_sd"], r["b_sd"]) for r in rows)
+    assert any(abs(r.delta) > 2 * math.hypot(r.a_sd, r.b_sd) for r in rows)
 
     # 2 repeats a side leave Welch's t 1 to 2 degrees of freedom: a shift is clear to it only when it is
     # large against the run-to-run spread (here 50% against 0.1%) ...
@@ -128,7 +131,7 @@ def test_csv_and_summary_carry_the_test():
     assert len(lines) == len(rows) and list(lines[0]) == list(compare.CSV_FIELDS)
     assert {(x["profile"], x["metric"], x["significant"]) for x in lines if x["significant"] == "True"} == {
         ("fused", "tok/s", "True"), ("fused", "TPOT ms", "True")}
-    assert float(lines[0]["p_value"]) == pytest.approx(rows[0]["p_value"])
+    assert float(lines[0]["p_value"]) == pytest.approx(rows[0].p_value)
     summary = compare.significance_summary(rows)
     assert summary["rows"] == summary["rows_tested"] == len(rows) and summary["rows_significant"] == 4
     assert summary["fdr"] == 0.05
@@ -139,19 +142,40 @@ def test_same_setup_with_other_local_values_is_comparable_and_the_local_values_a
     b = cell("fused", "eagle3", 80, 1, digest="d2")  # another model path or port: another plan digest
     a.update(setup_digest="s1", local={"model-path": "/models/k2", "port": "30000"})
     b.update(setup_digest="s1", local={"model-path": "/data/k2", "port": "31000"})
-    fa, fb = compare.fingerprint(manifest(), [Cell.model_validate(a)]), compare.fingerprint(manifest(), [Cell.model_validate(b)])
+    fa, fb = compare.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(a)]), compare.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(b)])
     assert compare.differences(fa, fb) == []
     assert compare.local_differences(fa, fb) == [
         "model-path of fused__eagle3: A=/models/k2 B=/data/k2", "port of fused__eagle3: A=30000 B=31000"]
     b["setup_digest"] = "s2"
-    assert compare.differences(fa, compare.fingerprint(manifest(), [Cell.model_validate(b)])) == [
+    assert compare.differences(fa, compare.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(b)])) == [
         "setup digest of fused__eagle3: A=s1 B=s2"]
+
+
+def test_host_local_values_shared_by_every_cell_are_one_line_on_stderr(tmp_path, capsys):
+    """Two `make demo` runs: each of 10 cells ran on another port. `bench compare` prints its table, not 10
+    lines of ports: one line on stderr says the port differs in every cell."""
+    def bundle(side: str, port: str):
+        d = tmp_path / side
+        d.mkdir()
+        (d / "manifest.json").write_text(json.dumps(manifest()))
+        for p in ("baseline", "nccl-tuned", "fused", "custom-ar", "ep"):
+            for spec in ("eagle3", "off"):
+                body = {**cell(p, spec, 80, 1, digest=f"{p}-{spec}-{port}"), "setup_digest": f"{p}-{spec}",
+                        "local": {"port": port}}
+                (d / f"{p}__{spec}.json").write_text(json.dumps(body))
+        return d
+
+    a, b = bundle("a", "18572"), bundle("b", "17376")
+    assert compare.compare(dir_a=str(a), dir_b=str(b)) == 0
+    out, err = capsys.readouterr()
+    assert "18572" not in out and not re.search(r"\bport\b", out)
+    assert err.splitlines() == ["host-local values differ, compared without them: port A=18572 B=17376 (every cell)"]
 
 
 def test_a_bundle_without_setup_digests_falls_back_to_plan_digests():
     old = cell("fused", "eagle3", 80, 1, digest="d1")
     new = {**cell("fused", "eagle3", 80, 1, digest="d2"), "setup_digest": "s1"}
-    diffs = compare.differences(compare.fingerprint(manifest(), [Cell.model_validate(old)]), compare.fingerprint(manifest(), [Cell.model_validate(new)]))
+    diffs = compare.differences(compare.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(old)]), compare.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(new)]))
     assert diffs == ["plan digest of fused__eagle3: A=d1 B=d2"]
 
 
@@ -184,7 +208,10 @@ def test_two_real_runs_of_one_setup_on_other_ports_and_model_paths_compare_witho
 
     shown = cmp()
     assert shown.returncode == 0, shown.stderr
-    assert "port of baseline__off" in shown.stdout and "model-path of baseline__off" in shown.stdout
+    # the host-local values are one line on stderr, never a line per cell on stdout
+    assert not re.search(r"\b(port|model-path)\b", shown.stdout), shown.stdout
+    [local] = [line for line in shown.stderr.splitlines() if "host-local" in line]
+    assert f"port A={cell_a['local']['port']} B={cell_b['local']['port']} (every cell)" in local and "model-path A=" in local
     assert "fewer than 2 repeats" in shown.stdout and "Benjamini-Hochberg" in shown.stdout
     data = json.loads(cmp("--json").stdout)
     assert data["differences"] == [] and len(data["local_differences"]) == 2
@@ -202,15 +229,15 @@ def test_gate_statistics_of_two_hosts_are_reported_never_refused():
     b["correctness"] = {"status": "FAIL", "exact_match_rate": 0.5, "reasons": ["max delta 1.2 > 0.33"],
                         "logprobs": {"tokens": 180, "p99_delta": 0.9, "max_delta": 1.2, "max_flip_gap": None}}
     rows = compare.gate_rows([Cell.model_validate(a)], [Cell.model_validate(b)])
-    assert rows == [{"profile": "fused", "spec": "off", "same_verdict": False,
+    assert [asdict(r) for r in rows] == [{"profile": "fused", "spec": "off", "same_verdict": False,
                      "a": {"status": "PASS", "exact_match_rate": 0.75, "tokens": 255, "mean_delta": None, "p99_delta": 0.012,
                            "max_delta": 0.02, "max_flip_gap": 0.004},
                      "b": {"status": "FAIL", "exact_match_rate": 0.5, "tokens": 180, "mean_delta": None, "p99_delta": 0.9,
                            "max_delta": 1.2, "max_flip_gap": None}}]
     old = Cell.model_validate(cell("fused", "off", 90.0, 1.0))  # an older bundle: a verdict, no statistics
-    assert compare.gate_rows([old], [old])[0]["a"]["tokens"] is None
-    ma, mb = {**manifest(), "gate": {"max_delta": 0.33, "min_tokens": 200}}, {**manifest(), "gate": {"max_delta": 0.5,
-                                                                                                     "min_tokens": 200}}
+    assert compare.gate_rows([old], [old])[0].a.tokens is None
+    ma, mb = (Manifest.model_validate({**manifest(), "gate": {"max_delta": 0.33, "min_tokens": 200}}),
+              Manifest.model_validate({**manifest(), "gate": {"max_delta": 0.5, "min_tokens": 200}}))
     assert compare.gate_setting_differences(ma, mb) == ["gate max_delta: A=0.33 B=0.5"]
     assert compare.differences(compare.fingerprint(ma, []), compare.fingerprint(mb, [])) == []  # no refusal
 
@@ -224,14 +251,14 @@ def _capped(spec: str, cap: int | None, level: str = "64") -> Cell:
 def test_rows_that_ran_different_loads_say_so():
     """Each side runs min(level, its server's max_running_requests) at once and queues the rest."""
     same = compare.deltas([_capped("eagle3", 64)], [_capped("eagle3", 2048)])
-    assert all(r["load_note"] is None for r in same)
+    assert all(r.load_note is None for r in same)
     rows = compare.deltas([_capped("eagle3", 48)], [_capped("eagle3", 64)])
-    note = _row(rows)["load_note"]
+    note = _row(rows).load_note
     assert note.startswith("different loads") and "A ran at most 48 at once (max_running_requests 48)" in note
-    both = _row(compare.deltas([_capped("eagle3", 48)], [_capped("eagle3", 48)]))["load_note"]
+    both = _row(compare.deltas([_capped("eagle3", 48)], [_capped("eagle3", 48)])).load_note
     assert "both ran 48 at once, not 64" in both and "on A and B" in both
-    older = _row(compare.deltas([_capped("eagle3", None)], [_capped("eagle3", 64)]))["load_note"]
+    older = _row(compare.deltas([_capped("eagle3", None)], [_capped("eagle3", 64)])).load_note
     assert "loads may differ" in older and "A's running cap is unknown" in older
-    assert _row(compare.deltas([_capped("off", None, "1")], [_capped("off", 2048, "1")]))["load_note"] is None
+    assert _row(compare.deltas([_capped("off", None, "1")], [_capped("off", 2048, "1")])).load_note is None
     lines = list(csv.DictReader(io.StringIO(compare.csv_text(rows))))
     assert lines[0]["load_note"] == note

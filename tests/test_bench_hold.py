@@ -10,6 +10,7 @@ import pytest
 from bench.control import hold as hold_mod
 from bench.control.hold import MeasureHold
 from launcher.errors import RuntimeFailure, UserError
+from launcher.runtime.api.bodies import HoldAnswer, ReleaseAnswer
 
 
 class FakeControl:
@@ -29,11 +30,11 @@ class FakeControl:
         answer = self.answers.pop(0) if self.answers else (200, {"id": hold_id})
         if isinstance(answer, Exception):
             raise answer
-        return answer
+        return HoldAnswer.of(*answer)  # as the control client parses (HTTP status, body)
 
     def release(self, hold_id):
         self.calls.append(("release", hold_id))
-        return 200, {"released": True}
+        return ReleaseAnswer.of(200, {"released": True})
 
 
 def said():

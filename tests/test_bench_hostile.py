@@ -346,7 +346,8 @@ def test_an_error_reading_a_reply_makes_the_cell_invalid_never_an_interrupted_pa
     is whole (in process, so that reading can be broken on purpose)."""
     from rich.console import Console
 
-    from bench.run import cli, passes
+    from bench.client import reply as replies
+    from bench.run import cli
 
     for k in [k for k in os.environ if k.startswith(("KIT_", "NCCL_", "SGLANG_"))]:
         monkeypatch.delenv(k)
@@ -355,7 +356,7 @@ def test_an_error_reading_a_reply_makes_the_cell_invalid_never_an_interrupted_pa
     def defect(body, api):
         raise TypeError("a defect")
 
-    monkeypatch.setattr(passes, "read", defect)
+    monkeypatch.setattr(replies, "read", defect)
     out = tmp_path / "out"
     with logprob_server(logprob_reply()) as s:
         argv = ["--url", s.url, "--no-switch", "--profiles", "baseline", "--repeats", "1", "--num-prompts", "1",

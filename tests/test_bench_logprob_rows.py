@@ -1,4 +1,4 @@
-"""bench/gate/logprob_rows.py against malformed replies: reading never raises, a malformed field is no evidence (None)
+"""bench/client/logprob_rows.py against malformed replies: reading never raises, a malformed field is no evidence (None)
 and the reason names it; a reply without log-probabilities is None without a reason."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from bench.gate import logprob_rows
+from bench.client import logprob_rows
 from bench.run.logprob_gate import TokenLogprob
 
 OK_ROW = [-0.1, 7, None]

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 import pytest
 from matplotlib.colors import to_rgba
 
 from bench.bundle import names as bundle_names
-from bench.bundle.schema import Cell
+from bench.bundle.schema import Cell, Manifest
 from bench.report import plots
+from bench.report.render import SummaryRow
 
 
 @pytest.fixture
@@ -23,9 +25,14 @@ def figures(monkeypatch):
         real_close(fig)
 
 
-def _row(profile: str, tok_s: float) -> dict:
-    return {"profile": profile, "spec": "eagle3", "concurrency": 1, "valid": True, "status": "PASS",
-            "output_throughput_mean": tok_s, "output_throughput_sd": 0.4}
+def summary_row(**kw) -> SummaryRow:
+    """A summary row with the given fields, every other one None."""
+    return SummaryRow(**{**{f.name: None for f in fields(SummaryRow)}, "correctness_reasons": [], **kw})
+
+
+def _row(profile: str, tok_s: float, status: str = "PASS") -> SummaryRow:
+    return summary_row(profile=profile, spec="eagle3", concurrency=1, valid=True, status=status,
+                       output_throughput_mean=tok_s, output_throughput_sd=0.4)
 
 
 def test_throughput_axis_starts_at_zero_even_for_close_values(tmp_path, figures):
@@ -46,8 +53,7 @@ def test_tpot_axis_starts_at_zero(tmp_path, figures):
 
 
 def test_only_a_fail_is_hatched_red_and_not_enough_evidence_is_marked_apart(tmp_path, figures):
-    rows = [_row("baseline", 80.0), {**_row("fused", 90.0), "status": "FAIL"},
-            {**_row("quiet", 85.0), "status": "UNVERIFIED"}]
+    rows = [_row("baseline", 80.0), _row("fused", 90.0, status="FAIL"), _row("quiet", 85.0, status="UNVERIFIED")]
     plots.throughput(tmp_path / "t.png", rows, False, 1)
     (ax,) = figures[0].axes
     base, fail, unverified = ax.patches[:3]
@@ -58,9 +64,9 @@ def test_only_a_fail_is_hatched_red_and_not_enough_evidence_is_marked_apart(tmp_
     assert words == {"FAIL": "red", "not enough evidence": "dimgray"}
 
 
-def _level(profile: str, spec: str, concurrency: int, tok_s: float, tpot_p50: float | None, **kw) -> dict:
-    return {"profile": profile, "spec": spec, "concurrency": concurrency, "valid": True, "status": "OK",
-            "output_throughput_mean": tok_s, "output_throughput_sd": 0.4, "tpot_p50_ms": tpot_p50, **kw}
+def _level(profile: str, spec: str, concurrency: int, tok_s: float, tpot_p50: float | None, **kw) -> SummaryRow:
+    return summary_row(**{"profile": profile, "spec": spec, "concurrency": concurrency, "valid": True, "status": "OK",
+                          "output_throughput_mean": tok_s, "output_throughput_sd": 0.4, "tpot_p50_ms": tpot_p50, **kw})
 
 
 def test_throughput_latency_draws_one_line_per_cell_and_one_point_per_level(tmp_path, figures):
@@ -89,9 +95,9 @@ def test_no_throughput_latency_plot_without_a_point(tmp_path, figures):
 def test_write_all_plots_throughput_latency_only_with_two_levels(tmp_path, figures):
     cells = [Cell(profile="baseline", spec="off", valid=True)]
     one = [_level("baseline", "off", 1, 80.0, 12.0)]
-    written = plots.write_all(tmp_path, {"settings": {"concurrency": [1]}}, cells, one)
+    written = plots.write_all(tmp_path, Manifest.model_validate({"settings": {"concurrency": [1]}}), cells, one)
     assert not (tmp_path / "throughput_latency.png").exists()
     assert [p.name for p in written] == ["throughput.png", "tpot.png"]
     two = [*one, _level("baseline", "off", 4, 250.0, 15.0)]
-    written = plots.write_all(tmp_path, {"settings": {"concurrency": [1, 4]}}, cells, two)
+    written = plots.write_all(tmp_path, Manifest.model_validate({"settings": {"concurrency": [1, 4]}}), cells, two)
     assert (tmp_path / "throughput_latency.png").is_file() and written[-1].name == "throughput_latency.png"

@@ -207,6 +207,25 @@ def test_bundle_prediction_vs_measurement(tmp_path, capsys):
     assert data["spec_tokps"] is None
 
 
+def test_a_note_shared_by_the_rows_is_printed_once(tmp_path, capsys, monkeypatch):
+    """Without a latency every row has the same "no verify model" note: a number in each row, the note once under
+    the table, so 5 rows take 5 lines of table, not 8 wrapped lines each."""
+    monkeypatch.setenv("COLUMNS", "120")
+    cells = {f"{p}__eagle3": _cell(p, "eagle3", 60.0 + i, 2.37, 20.0) for i, p in
+             enumerate(("baseline", "custom-ar", "ep", "fused", "nccl-tuned"))}
+    d = _bundle(tmp_path, {"baseline__off": _cell("baseline", "off", 82.0, None, 12.2),
+                           "broken__eagle3": _cell("broken", "eagle3", None, None, None, valid=False), **cells})
+    assert predict_cli.main(["--bundle", str(d)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.startswith("│")]
+    assert len(rows) == 6, "\n".join(lines)  # one line per row: nothing wraps
+    assert sum(line.rstrip().endswith("│  [1] │") for line in rows) == 5 and rows[1].rstrip().endswith("│  [2] │")
+    notes = [line for line in lines if line.startswith("[")]
+    assert notes == ["[1] no verify model: give --verify-ms, or --compute-ms with --allreduces and latency",
+                     "[2] invalid run: not compared"]
+    assert len(lines) <= 18, "\n".join(lines)
+
+
 def test_a_simulated_bundle_marks_the_prediction_and_breakeven_refuses_it(tmp_path, capsys):
     d = _bundle(tmp_path, {"baseline__off": _cell("baseline", "off", 82.0, None, 12.2),
                            "baseline__eagle3": _cell("baseline", "eagle3", 60.0, 2.0, 33.0)})

@@ -11,6 +11,7 @@ import pytest
 
 from bench.control import production
 from bench.tune.space import Candidate
+from launcher.runtime.api.bodies import ServerStatus, SwitchAnswer
 
 EAGLE = {"name": "fused", "spec": "eagle3", "spec_params": {"steps": 1, "topk": 1, "draft_tokens": 2}, "digest": "d1"}
 ADAPTIVE = {"name": "fused", "spec": "eagle3-adaptive", "spec_params": {"steps": 3, "topk": 1, "draft_tokens": 4},
@@ -35,11 +36,16 @@ def test_the_restore_command_is_launcher_switch_or_a_post_with_the_tiers():
 
 def test_runs_needs_the_digest_only_when_the_plan_has_one():
     st = {"profile": "baseline", "spec": "off", "digest": "d3", "state": "serving"}
-    assert production.runs(st, OFF)
-    assert not production.runs({**st, "digest": "other"}, OFF)
-    assert production.runs({**st, "digest": "other"}, {**OFF, "digest": None})
-    assert not production.runs({**st, "state": "switching"}, OFF)
-    assert not production.runs({**st, "spec": "eagle3"}, OFF)
+    assert production.runs(_status(st), OFF)
+    assert not production.runs(_status({**st, "digest": "other"}), OFF)
+    assert production.runs(_status({**st, "digest": "other"}), {**OFF, "digest": None})
+    assert not production.runs(_status({**st, "state": "switching"}), OFF)
+    assert not production.runs(_status({**st, "spec": "eagle3"}), OFF)
+
+
+def _status(body: dict) -> ServerStatus:
+    """/status as the control client parses it."""
+    return ServerStatus.model_validate(body)
 
 
 class FakeClient:
@@ -47,11 +53,11 @@ class FakeClient:
         self.statuses, self.answers, self.switches = list(statuses), list(answers), []
 
     async def wait_idle(self, timeout_s):
-        return self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+        return _status(self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0])
 
     async def switch_when_idle(self, profile, spec, timeout_s, spec_params=None, adaptive_tiers=None):
         self.switches.append((profile, spec, spec_params, adaptive_tiers))
-        return self.answers.pop(0)
+        return SwitchAnswer.of(*self.answers.pop(0))
 
 
 SERVING_OFF = {"profile": "baseline", "spec": "off", "digest": "d3", "state": "serving"}
@@ -62,7 +68,7 @@ def test_put_on_switches_only_when_needed_and_checks_the_result():
     already = FakeClient([SERVING_OFF], [])
     assert asyncio.run(production.put_on(already, OFF, 5)) is None and already.switches == []
 
-    moved = FakeClient([ELSEWHERE, SERVING_OFF], [(200, {"outcome": "switched", "to": {"digest": "d3"}})])
+    moved = FakeClient([ELSEWHERE, SERVING_OFF], [(200, {"outcome": "switched", "to": {"profile": "baseline", "spec": "off", "digest": "d3"}})])
     assert asyncio.run(production.put_on(moved, OFF, 5)) is None
     assert moved.switches == [("baseline", "off", None, None)]
 
@@ -77,7 +83,7 @@ def test_put_on_says_why_when_the_switch_fails_or_another_plan_keeps_running():
     assert asyncio.run(production.put_on(failed, OFF, 5)) == "HTTP 200 rolled_back: boom"
 
     edited = FakeClient([ELSEWHERE, {**SERVING_OFF, "digest": "d-new"}],
-                        [(200, {"outcome": "switched", "to": {"digest": "d-new"}})] * production.ATTEMPTS)
+                        [(200, {"outcome": "switched", "to": {"profile": "baseline", "spec": "off", "digest": "d-new"}})] * production.ATTEMPTS)
     why = asyncio.run(production.put_on(edited, OFF, 5))
     assert why is not None and "it runs digest d-new, not d3" in why
     assert len(edited.switches) == production.ATTEMPTS  # a switch still running from before is waited out, retried

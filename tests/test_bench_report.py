@@ -9,14 +9,14 @@ import json
 import pytest
 from helpers_bench import cell, manifest
 
-from bench.bundle.schema import Cell
+from bench.bundle.schema import Cell, Manifest
 from bench.report import render as report
 
 
 def test_markdown_marks_invalid_and_fail_and_simulated():
     cells = [cell("baseline", "off", 80.0, 1.0), cell("fused", "eagle3", 120.0, 1.0), cell("ep", "eagle3", 0, 0, valid=False)]
     cells[1]["correctness"] = {"status": "FAIL", "reasons": ["exact match 0% < 90% of baseline+eagle3"]}
-    md = report.markdown({**manifest(), "simulated": True}, [Cell.model_validate(c) for c in cells])
+    md = report.markdown(Manifest.model_validate({**manifest(), "simulated": True}), [Cell.model_validate(c) for c in cells])
     assert md.startswith("# SIMULATED Bench summary")
     fused = next(line for line in md.splitlines() if line.startswith("| fused"))
     assert "| FAIL |" in fused and "1.50x" in fused and "FAIL: exact match" in fused
@@ -25,7 +25,7 @@ def test_markdown_marks_invalid_and_fail_and_simulated():
 
 
 def test_markdown_of_a_real_run_is_not_marked_simulated():
-    md = report.markdown(manifest(), [Cell.model_validate(cell("baseline", "off", 80.0, 1.0))])
+    md = report.markdown(Manifest.model_validate(manifest()), [Cell.model_validate(cell("baseline", "off", 80.0, 1.0))])
     assert "SIMULATED" not in md.splitlines()[0]
 
 
@@ -33,7 +33,7 @@ def test_a_cell_without_enough_evidence_is_not_shown_as_ok():
     cells = [cell("baseline", "off", 80.0, 1.0), cell("quiet", "off", 90.0, 1.0)]
     cells[1]["correctness"] = {"status": "not enough evidence",
                                "reasons": ["the server returned no log-probabilities for this profile's correctness pass"]}
-    md = report.markdown(manifest(), [Cell.model_validate(c) for c in cells])
+    md = report.markdown(Manifest.model_validate(manifest()), [Cell.model_validate(c) for c in cells])
     quiet = next(line for line in md.splitlines() if line.startswith("| quiet"))
     assert "| UNVERIFIED |" in quiet and "| OK |" not in quiet
     assert "not enough evidence: the server returned no log-probabilities" in quiet
@@ -122,7 +122,7 @@ def test_an_older_bundle_without_the_request_fields_still_reports(tmp_path):
 
 
 def test_markdown_without_the_request_files_shows_no_percentiles():
-    md = report.markdown(manifest(), [Cell.model_validate(cell("baseline", "off", 80.0, 1.0))])
+    md = report.markdown(Manifest.model_validate(manifest()), [Cell.model_validate(cell("baseline", "off", 80.0, 1.0))])
     assert "| 40.0 ± 1.0 | — | 10.00 ± 0.10 | — |" in _line(md, "baseline", 1)
 
 
@@ -144,3 +144,16 @@ def test_a_request_row_with_a_damaged_ttft_is_refused_naming_the_file(tmp_path, 
     path.write_text(path.read_text().replace('"ttft_s": 0.01,', '"ttft_s": "0.01",', 1))
     assert report.main([str(d)]) == 2
     assert "baseline__off.requests.jsonl line 1" in capsys.readouterr().err
+
+
+def test_summary_csv_columns_are_the_row_fields_in_order():
+    from dataclasses import fields
+
+    from bench.bundle import aggregate as bundle_aggregate
+    from bench.report.summary_rows import CSV_FIELDS, SummaryRow
+
+    names = [f.name for f in fields(SummaryRow)]
+    assert CSV_FIELDS == [n for n in names if n != "correctness_reasons"]
+    start = CSV_FIELDS.index(bundle_aggregate.POOLED_KEYS[0])
+    assert CSV_FIELDS[start:start + len(bundle_aggregate.POOLED_KEYS)] == bundle_aggregate.POOLED_KEYS
+    assert CSV_FIELDS[:4] == ["profile", "spec", "spec_params", "concurrency"] and CSV_FIELDS[-1] == "simulated"

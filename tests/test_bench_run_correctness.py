@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bench.client.request_record import RequestRecord
 from bench.run import correctness, logprob_gate
 from bench.run.logprob_gate import TokenLogprob
 from bench.run.passes import Reply
@@ -179,7 +180,7 @@ def test_reference_outputs_take_first_level_first_repeat():
         {"ok": True, "prompt_id": "a", "text": "other level", "concurrency": 4, "repeat": 0},
         {"ok": False, "prompt_id": "b", "text": "", "concurrency": 1, "repeat": 0},
     ]
-    assert correctness.reference_outputs(rows) == {"a": "first"}
+    assert correctness.reference_outputs([RequestRecord.model_validate(r) for r in rows]) == {"a": "first"}
 
 
 def test_under_eagle3_adaptive_the_accept_length_is_reported_not_judged():

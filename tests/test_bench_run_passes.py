@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.bundle import store as bundle
+from bench.client import reply as replies
 from bench.run import passes
 from bench.run.logprob_gate import TokenLogprob
 from bench.run.passes import Reply
@@ -62,7 +63,7 @@ def test_tier_keys_are_the_tuned_records_or_sglangs_defaults_under_adaptive_only
 
 
 def test_a_reply_keeps_the_raw_exchange_and_is_read_back_from_it(tmp_path):
-    rows = passes.parse(GENERATE_BODY, "generate")
+    rows = replies.parse(GENERATE_BODY, "generate")
     assert rows == [TokenLogprob(7, -0.1, {7: -0.1, 9: -2.0}), TokenLogprob(8, -0.2, {8: -0.2, 9: -1.9})]
     reply = Reply("p0", 4, "ab", rows, {"path": "/generate", "body": {"text": "q"}}, GENERATE_BODY)
     on_disk = reply.to_json()
@@ -80,7 +81,7 @@ def test_an_older_row_without_a_level_or_raw_body_still_reads_and_junk_does_not(
     odd = {**GENERATE_BODY, "meta_info": {**GENERATE_BODY["meta_info"], "output_top_logprobs": [5, 5]}}
     # a malformed alternatives list is no traceback, and no evidence: with no alternatives every flip would read
     # as a token outside the top-k
-    assert passes.read(odd, "generate") == (None, "meta_info.output_top_logprobs[0] is 5, not a list")
+    assert replies.read(odd, "generate") == (None, "meta_info.output_top_logprobs[0] is 5, not a list")
 
 
 def test_by_level_and_texts():
@@ -93,12 +94,12 @@ def test_by_level_and_texts():
 def test_a_kept_body_reads_back_from_a_bundle_as_it_was_judged(tmp_path):
     """NaN, the infinities and integers of 19 digits or more (which bundle files refuse) are kept as strings, so
     the bundle reads back, with the same verdict: no evidence, the field named."""
-    body = passes.storable({"text": "ab", "meta_info": {"output_token_logprobs": [[float("nan"), 7, None],
+    body = replies.storable({"text": "ab", "meta_info": {"output_token_logprobs": [[float("nan"), 7, None],
                                                                                   [-0.2, 10**30, None]],
                                                         "e2e_latency": float("inf"), "x": [float("-inf"), True, 3]}})
     assert body["meta_info"]["e2e_latency"] == "Infinity" and body["meta_info"]["x"] == ["-Infinity", True, 3]
     assert body["meta_info"]["output_token_logprobs"][1][1] == str(10**30)
-    rows, problem = passes.read(body, "generate")
+    rows, problem = replies.read(body, "generate")
     assert rows is None and problem == "meta_info.output_token_logprobs[0][0] is 'NaN', not a log-probability (a number)"
     reply = Reply("p0", 1, "ab", rows, {"path": "/generate", "body": {}}, body, problem)
     bundle.write_logprobs(tmp_path, "fused", "off", [reply])
@@ -109,12 +110,12 @@ def test_a_body_nested_past_max_depth_is_refused_without_recursion():
     deep: list = []
     for _ in range(100_000):
         deep = [deep]
-    with pytest.raises(ValueError, match=f"nested more than {passes.MAX_DEPTH} levels deep"):
-        passes.storable({"meta_info": deep})
+    with pytest.raises(ValueError, match=f"nested more than {replies.MAX_DEPTH} levels deep"):
+        replies.storable({"meta_info": deep})
     ok: list = [-0.1]
-    for _ in range(passes.MAX_DEPTH - 1):
+    for _ in range(replies.MAX_DEPTH - 1):
         ok = [ok]
-    assert passes.storable(ok) is ok
+    assert replies.storable(ok) is ok
 
 
 def test_damaged_stored_rows_are_a_damaged_file_naming_its_line(tmp_path):

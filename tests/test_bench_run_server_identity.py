@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from bench.run.server_identity import identity_of, is_simulated, restart_reasons
+from dataclasses import replace
+
+from bench.run.server_identity import ServerIdentity, identity_of, is_simulated, restart_reasons
 
 
 def test_restart_reasons():
-    same = {"start_time": 1.0, "restarts": 0, "pid": 10}
-    assert restart_reasons(same, dict(same)) == []
-    assert "start_time" in restart_reasons(same, {**same, "start_time": 2.0})[0]
-    assert "restart count 0 -> 1" in restart_reasons(same, {**same, "restarts": 1})[0]
-    assert "pid 10 -> 11" in restart_reasons(same, {**same, "pid": 11})[0]
+    same = ServerIdentity(start_time=1.0, restarts=0, pid=10)
+    assert restart_reasons(same, replace(same)) == []
+    assert "start_time" in restart_reasons(same, replace(same, start_time=2.0))[0]
+    assert "restart count 0 -> 1" in restart_reasons(same, replace(same, restarts=1))[0]
+    assert "pid 10 -> 11" in restart_reasons(same, replace(same, pid=11))[0]
     assert "unreachable" in restart_reasons(same, None)[0]
     assert "unknown before" in restart_reasons(None, same)[0]
 
@@ -28,9 +30,9 @@ def test_a_restart_of_a_real_0_5_23_server_is_told_by_its_per_start_signals():
     and, unless --random-seed pins it, a new random_seed."""
     first = {"startup_time": {"scheduler_e2e": 41.2}, "random_seed": 7, "launch_command": "--model-path /m"}
     again = identity_of(dict(first))
-    assert again["start_time"] is None and restart_reasons(again, identity_of(dict(first))) == []
+    assert again.start_time is None and restart_reasons(again, identity_of(dict(first))) == []
     moved = identity_of({**first, "startup_time": {"scheduler_e2e": 44.9}, "random_seed": 8})
     reasons = restart_reasons(again, moved)
     assert any("scheduler_e2e=41.2" in r for r in reasons) and any("random_seed" in r or "seed" in r for r in reasons)
     pinned = {**first, "launch_command": "--model-path /m --random-seed 7", "random_seed": 7}
-    assert identity_of(pinned)["random_seed"] is None  # a pinned seed says nothing about a restart
+    assert identity_of(pinned).random_seed is None  # a pinned seed says nothing about a restart

@@ -207,7 +207,7 @@ def test_synthetic_verify_steps_give_the_verdict():
     verify = [(GEMM, 40.0), (NCCL, 200.0)] * layers
     decode = [(GEMM, 30.0), (NCCL, 150.0)] * layers
     events = _synthetic([("step[VERIFY bs=1]", verify)] * 3 + [("step[DECODE bs=1]", decode)] * 2)
-    result = analyse_events(events)
+    result = analyse_events(events).to_json()  # as `bench trace --json` prints it
     v = result["steps"]["verify"]
     window = layers * (40 + 200) + (2 * layers - 1) * 3.0
     assert v["steps"] == 3 and v["allreduces_per_step"] == layers
@@ -247,7 +247,7 @@ def test_kernels_without_correlation_fall_back_to_gpu_annotations(linked):
         gpu_range["args"]["External id"] = 42
         next(e for e in events if e["cat"] == "user_annotation")["args"] = {"External id": 42}
     events.append(gpu_range)
-    result = analyse_events(events)
+    result = analyse_events(events).to_json()  # as `bench trace --json` prints it
     assert result["steps"]["verify"]["steps"] == 1  # never counted twice
     assert result["steps"]["verify"]["allreduces_per_step"] == 1
     assert result["steps"]["verify"]["comm_share"] == pytest.approx(30 / (end - start), abs=1e-3)
@@ -263,7 +263,7 @@ def test_broadcasts_and_allgathers_are_counted_beside_allreduces():
                                                                                                    (GATHER, 30.0)]
     verify = forward + [(BCAST, 50.0)] * 3  # temperature > 0: the sampling broadcasts after the forward
     events = _synthetic([("step[VERIFY bs=1]", verify)] * 2 + [("step[DECODE bs=1]", forward)])
-    result = analyse_events(events)
+    result = analyse_events(events).to_json()  # as `bench trace --json` prints it
     v, d = result["steps"]["verify"], result["steps"]["decode"]
     assert (v["allreduces_per_step"], v["broadcasts_per_step"], v["allgathers_per_step"]) == (1 + 2 * layers, 3, 1)
     assert (d["allreduces_per_step"], d["broadcasts_per_step"], d["allgathers_per_step"]) == (1 + 2 * layers, 0, 1)
@@ -290,7 +290,7 @@ def test_broadcast_report_and_json(tmp_path):
 
 def test_no_steps_reports_share_of_busy_time():
     events = [e for e in _synthetic([("x", [(GEMM, 100.0), (NCCL, 300.0)])]) if e["cat"] != "user_annotation"]
-    result = analyse_events(events)
+    result = analyse_events(events).to_json()  # as `bench trace --json` prints it
     assert result["steps"] == {}
     assert result["verdict"].startswith("communication 75% of GPU busy time (no step markers); 1 all-reduces")
 
@@ -334,7 +334,7 @@ def test_real_cpu_trace_from_two_gloo_ranks(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    result = analyse_events(load_events(out))
+    result = analyse_events(load_events(out)).to_json()
     summary = {k: result[k] for k in ("source", "kernels", "host_allreduce", "steps", "verdict")}
     assert result["source"] == "host" and result["kernels"] == 0, summary
     assert result["host_allreduce"]["count"] == 6, summary
@@ -347,7 +347,7 @@ def test_h200_cuda_trace_fixture():
     """Captured on one H200 by tools/gpu/capture_trace.py: 2 blocks x 2 all-reduces, NCCL world size 1."""
     path = FIXTURES / "h200_tp1_nccl_step.json.gz"
     assert path.stat().st_size < 200_000
-    result = analyse_events(load_events(path))
+    result = analyse_events(load_events(path)).to_json()
     assert result["kernels"] > 50  # real CUDA kernels: GEMMs, attention, norms
     assert result["comm_kernels"] == 0  # one NCCL rank launches no communication kernel
     assert result["source"] == "host"

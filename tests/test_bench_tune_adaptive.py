@@ -10,7 +10,9 @@ from bench.tune import adaptive
 from bench.tune.journal import Entry
 from bench.tune.ledger import Ledger
 from bench.tune.space import Candidate
-from launcher.profiles import adaptive_tiers as at
+from launcher.profiles import tier_routing as tr
+from launcher.profiles.plan import Plan
+from launcher.runtime.api.bodies import CheckAnswer
 
 LEVELS = (1, 4, 16)
 
@@ -19,7 +21,7 @@ def _entry(label: str, by_level: dict[int, float], status: str = "ok", phase: st
     reps = [{"concurrency": c, "repeat": r, "output_throughput": v} for c, v in by_level.items() for r in (0, 1)]
     return Entry(label=label, profile=label.split("+")[0], status=status, plan_digest="d", profile_hash="h",  # type: ignore[arg-type]
                  settings_digest="s", phase=phase, reason="server failed" if status == "failed" else "",  # type: ignore[arg-type]
-                 spec=Candidate.parse(label).spec, detail={"cell": {"per_repeat": reps}})
+                 spec=Candidate.parse(label).spec, detail={"cell": {"profile": "p", "spec": "off", "per_repeat": reps}})
 
 
 def _ledger(*entries: Entry) -> Ledger:
@@ -85,7 +87,7 @@ def test_a_zero_step_tier_comes_only_from_a_measured_zero_step_eagle_pass():
 def test_levels_routed_to_one_tier_share_the_steps_with_the_best_geometric_mean_over_them():
     """SGLang pads a batch to the --cuda-graph-bs-decode size at or above it before it picks a tier: levels 3 and 4
     both run the tier at 4, so one tier serves both, keyed where SGLang routes them."""
-    routing = at.Routing(capture=(1, 2, 4, 8, 16), running=48)
+    routing = tr.Routing(capture=(1, 2, 4, 8, 16), running=48)
     led = _ledger(_entry("p+eagle3(3,1,4)", {1: 95, 3: 150, 4: 160, 12: 200}),
                   _entry("p+eagle3(1,1,2)", {1: 80, 3: 140, 4: 180, 12: 300}))
     plan = adaptive.build(led, _cands("p+eagle3(3,1,4)", "p+eagle3(1,1,2)"), [1, 3, 4, 12], routing)
@@ -165,9 +167,9 @@ class Control:
 
     async def check(self, profile, spec, spec_params, adaptive_tiers):
         self.asked.append((profile, spec, spec_params, adaptive_tiers))
-        if adaptive_tiers is None:
-            return 200, {"plan": {"flags": self.flags}, "digest": "own"}
-        return (self.code, {"error": self.error}) if self.code != 200 else (200, {"digest": "abc"})
+        if adaptive_tiers is None:  # the parsed answer's plan: only the flags are read
+            return CheckAnswer(code=200, plan=Plan.model_construct(flags=self.flags), digest="own")
+        return CheckAnswer.of(*((self.code, {"error": self.error}) if self.code != 200 else (200, {"digest": "abc"})))
 
 
 def test_the_server_judges_the_candidate_keyed_for_the_plans_own_routing():
@@ -176,7 +178,7 @@ def test_the_server_judges_the_candidate_keyed_for_the_plans_own_routing():
     plan = _two_steps()
     ok = Control(["--speculative-algorithm", "EAGLE3", "--speculative-adaptive"])
     got, digest = asyncio.run(adaptive.checked(plan, ok))
-    assert digest == "abc" and got.tiers == plan.tiers and got.routing == at.Routing(None, 48)
+    assert digest == "abc" and got.tiers == plan.tiers and got.routing == tr.Routing(None, 48)
     start = {"steps": 3, "topk": 1, "draft_tokens": 4}  # the tiers' start, explicit
     assert ok.asked == [("p", "eagle3-adaptive", None, None), ("p", "eagle3-adaptive", start, {"1": [3], "4": [1],
                                                                                              "16": [1]})]
@@ -197,9 +199,9 @@ def test_levels_above_the_request_cap_route_to_the_cap():
     plan = _two_steps()
     led = _ledger(_entry("p+eagle3(3,1,4)", {1: 95, 16: 160, 64: 170}),
                   _entry("p+eagle3(1,1,2)", {1: 80, 16: 180, 64: 190}))
-    plan = adaptive.build(led, _cands("p+eagle3(3,1,4)", "p+eagle3(1,1,2)"), [1, 16, 64], at.Routing(None, 48))
+    plan = adaptive.build(led, _cands("p+eagle3(3,1,4)", "p+eagle3(1,1,2)"), [1, 16, 64], tr.Routing(None, 48))
     assert plan.tiers.to_json() == {"1": [3], "16": [1], "48": [1]}
-    wide = at.Routing((1, 2, 4, 8, 16, 32, 64), 48)  # a capture list wider than the pool: 48 pads to 64
+    wide = tr.Routing((1, 2, 4, 8, 16, 32, 64), 48)  # a capture list wider than the pool: 48 pads to 64
     plan = plan.routed(wide)
     assert plan.tiers.to_json() == {"1": [3], "16": [1], "33": [1]}  # keyed within the cap, routed as 64
     assert wide.steps_for(plan.tiers, 64) == (1,) and wide.steps_for(plan.tiers, 16) == (1,)

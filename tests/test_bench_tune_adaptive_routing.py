@@ -13,6 +13,7 @@ from bench.tune.journal import Entry
 from bench.tune.ledger import Ledger
 from bench.tune.space import Candidate
 from launcher.profiles import adaptive_tiers as at
+from launcher.profiles import tier_routing as tr
 from testsupport.standin.engine import Engine
 from testsupport.standin.server_args import parse_server_argv
 from testsupport.standin.settings import StandinSettings
@@ -31,7 +32,7 @@ def _ledger() -> Ledger:
     led = Ledger(thresholds=None)  # type: ignore[arg-type]
     led.entries = [Entry(label=label, profile="p", status="ok", plan_digest="d", profile_hash="h",  # type: ignore[arg-type]
                          settings_digest="s", phase="screen", reason="", spec=Candidate.parse(label).spec,  # type: ignore[arg-type]
-                         detail={"cell": {"per_repeat": [{"concurrency": c, "repeat": r, "output_throughput": v}
+                         detail={"cell": {"profile": "p", "spec": "off", "per_repeat": [{"concurrency": c, "repeat": r, "output_throughput": v}
                                                          for c, v in by.items() for r in (0, 1)]}})
                    for label, by in MEASURED.items()]
     return led
@@ -39,7 +40,7 @@ def _ledger() -> Ledger:
 
 def _plan() -> adaptive.AdaptivePlan:
     plan = adaptive.build(_ledger(), [Candidate.parse(k) for k in MEASURED], LEVELS)
-    return plan.routed(at.Routing.from_flags(FLAGS))
+    return plan.routed(tr.Routing.from_flags(FLAGS))
 
 
 def _standin(tiers: at.AdaptiveTiers, tmp_path) -> Engine:
@@ -58,7 +59,7 @@ def _sglang(tiers: at.AdaptiveTiers, tmp_path):
 
 def test_every_measured_level_runs_the_steps_measured_there(tmp_path):
     plan = _plan()
-    assert plan.routing == at.Routing((1, 2, 4, 8, 16), 48)
+    assert plan.routing == tr.Routing((1, 2, 4, 8, 16), 48)
     assert plan.tiers.to_json() == {"1": [3], "4": [1], "16": [1]}
     engine, sglang = _standin(plan.tiers, tmp_path), _sglang(plan.tiers, tmp_path)
     for w in plan.winners:
@@ -73,7 +74,7 @@ def test_every_measured_level_runs_the_steps_measured_there(tmp_path):
 def test_tiers_keyed_at_the_levels_would_run_another_levels_steps(tmp_path):
     """The old keying: one tier per level at the level. Batches of 3 pad to 4 and run the tier keyed at 4."""
     plan = _plan()
-    naive = at.from_levels({w.level: s for w, s in zip(plan.winners, (3, 3, 1, 1), strict=True)})
+    naive = tr.from_levels({w.level: s for w, s in zip(plan.winners, (3, 3, 1, 1), strict=True)})
     assert naive.to_json() == {"1": [3], "3": [3], "4": [1], "12": [1]}
     engine, sglang = _standin(naive, tmp_path), _sglang(naive, tmp_path)
     assert engine.steps_for_batch(3) == sglang.get_steps_for_batch(3) == 1  # measured best there: 3 steps
@@ -90,4 +91,4 @@ def test_the_standin_pads_only_to_the_explicit_capture_list(argv, routed, tmp_pa
     engine = Engine(StandinSettings(), parse_server_argv(["--model-path", "/m", *argv]), environ={})
     assert engine.routed_batch(3) == routed
     flags = ["--speculative-algorithm", "EAGLE3", *argv]
-    assert at.Routing.from_flags(flags).padded(3) == routed  # the tune reads the plan's flags the same way
+    assert tr.Routing.from_flags(flags).padded(3) == routed  # the tune reads the plan's flags the same way

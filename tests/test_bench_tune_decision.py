@@ -8,6 +8,7 @@ import random
 import numpy as np
 import pytest
 
+from bench.client.request_record import RequestRecord
 from bench.tune.decision import (
     Decision,
     Objective,
@@ -183,8 +184,8 @@ def _prompt_rows(rng, base_tokps, gain=1.0, repeats=4, noise=0.03, concurrency=1
     for r in range(repeats):
         for pid, speed in base_tokps.items():
             tokps = speed * gain * rng.lognormvariate(0.0, noise)
-            rows.append({"prompt_id": pid, "ok": True, "completion_tokens": 256, "e2e_s": 256 / tokps,
-                         "concurrency": concurrency, "repeat": r})
+            rows.append(RequestRecord(prompt_id=pid, ok=True, completion_tokens=256, e2e_s=256 / tokps,
+                                      concurrency=concurrency, repeat=r))
     return rows
 
 
@@ -224,7 +225,7 @@ def test_per_prompt_tokps_keeps_the_objective_concurrency_and_successful_request
             {"prompt_id": "a", "ok": True, "completion_tokens": 100, "e2e_s": 0.5, "concurrency": 1},
             {"prompt_id": "a", "ok": True, "completion_tokens": 100, "e2e_s": 9.0, "concurrency": 4},
             {"prompt_id": "b", "ok": False, "completion_tokens": None, "e2e_s": None, "concurrency": 1}]
-    assert per_prompt_tokps(rows, 1) == {"a": 150.0}
+    assert per_prompt_tokps([RequestRecord.model_validate(r) for r in rows], 1) == {"a": 150.0}
     assert paired_by_prompt({"a": 1.0}, {"a": 1.0}) is None  # one prompt cannot be resampled
 
 

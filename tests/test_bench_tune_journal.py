@@ -149,7 +149,7 @@ def test_entries_round_trip_with_request_timings_and_final_phase(tmp_path):
 
 
 def test_reference_entries_keep_their_spec_point_and_detail_and_count_toward_screening(tmp_path):
-    detail = {"rows": [{"prompt_id": "p1", "text": " alpha", "ok": True}], "cell": {"per_repeat": []}}
+    detail = {"rows": [{"prompt_id": "p1", "text": " alpha", "ok": True}], "cell": {"profile": "baseline", "spec": "eagle3", "per_repeat": []}}
     ref = journal.Entry(label="baseline+eagle3", profile="baseline", status="ok", plan_digest="d", profile_hash="h",
                         settings_digest="s", phase="reference", spec="eagle3",
                         spec_params={"steps": 3, "topk": 1, "draft_tokens": 4}, detail=detail,
@@ -161,6 +161,7 @@ def test_reference_entries_keep_their_spec_point_and_detail_and_count_toward_scr
     r = journal.resume(tmp_path, profile_hashes={"baseline": "h"}, settings_digest="s")
     assert r.torn == 1 and len(r.entries) == 1
     back = r.entries[0]
-    assert (back.phase, back.spec, back.spec_params, back.detail) == ("reference", "eagle3", ref.spec_params, detail)
+    assert (back.phase, back.spec, back.spec_params, back.detail) == ("reference", "eagle3", ref.spec_params, ref.detail)
+    assert back.detail.rows[0].text == " alpha" and back.detail.cell is not None and back.detail.cell.spec == "eagle3"
     assert r.states() == {"baseline+eagle3": CellState((50.0,))}
     assert r.states(("screen",)) == {}

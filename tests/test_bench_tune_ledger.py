@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from bench.run import logprob_gate
 from bench.tune import journal
 from bench.tune.ledger import LOGPROBS, Ledger, reference_label
+from launcher.profiles.spec_params import SpecParams
 
 
 def _logprobs(text, shift):
@@ -19,7 +18,7 @@ def _entry(label, *, phase="screen", status="ok", reason="", texts=None, accept=
     rows = [{"prompt_id": pid, "text": t, "ok": True, "output_text": t} for pid, t in (texts or {}).items()]
     per_repeat = [{"repeat": 0, "concurrency": 1, "accept_length": accept}] if accept is not None else []
     passed = [{"prompt_id": pid, "text": t, "logprobs": _logprobs(t, shift)} for pid, t in (texts or {}).items()]
-    detail = {"rows": rows, "cell": {"per_repeat": per_repeat}, LOGPROBS: passed} if status == "ok" else {}
+    detail = {"rows": rows, "cell": {"profile": "p", "spec": "off", "per_repeat": per_repeat}, LOGPROBS: passed} if status == "ok" else {}
     return journal.Entry(label=label, profile=profile, status=status, plan_digest="d", profile_hash="h",
                          settings_digest="s", phase=phase, reason=reason, spec=spec, detail=detail)
 
@@ -72,8 +71,10 @@ def _point_entry(label, point, accept, *, phase="screen", plan_point=None):
     texts = {f"p{i}": " ".join(["w"] * 40) for i in range(5)}
     e = _entry(label.split("(")[0], phase=phase, texts=texts, accept=accept)
     if plan_point is not None:
-        e.detail["cell"]["plan_spec_params"] = plan_point
-    return dataclasses.replace(e, label=label, spec_params=point)
+        assert e.detail.cell is not None
+        cell = e.detail.cell.model_copy(update={"plan_spec_params": SpecParams(**plan_point)})
+        e = e.model_copy(update={"detail": e.detail.model_copy(update={"cell": cell})})
+    return e.model_copy(update={"label": label, "spec_params": point})
 
 
 def test_each_eagle3_point_is_judged_against_its_own_points_accept_length():

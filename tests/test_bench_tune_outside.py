@@ -6,6 +6,7 @@ import asyncio
 
 from bench.tune import outside
 from launcher.errors import RuntimeFailure
+from launcher.runtime.api.bodies import ServerStatus
 
 
 class FakeControl:
@@ -19,7 +20,7 @@ class FakeControl:
         h = self.histories.pop(0)
         if isinstance(h, Exception):
             raise h
-        return {"history": h}
+        return ServerStatus.model_validate({"history": h})  # as the control client parses /status
 
 
 def entry(i, outcome="switched", profile="p"):
@@ -34,7 +35,7 @@ def test_only_new_switches_by_others_that_touched_the_server_count():
     known = asyncio.run(outside.switch_ids(control))
     assert known == {"a"}
     moved = asyncio.run(outside.since(control, known, "mine", 60))
-    assert [e["id"] for e in moved] == ["b"]
+    assert [e.id for e in moved] == ["b"]
     assert outside.describe(moved) == "switch b to custom-ar+off: switched"
 
 

@@ -14,6 +14,7 @@ from bench.tune.settings import TuneSettings
 from bench.tune.space import Candidate
 from launcher.errors import UserError
 from launcher.profiles.plan import build_plan
+from launcher.runtime.api.bodies import CheckAnswer
 
 
 class Control:
@@ -25,7 +26,7 @@ class Control:
     async def check(self, profile, spec, spec_params=None, adaptive_tiers=None):
         self.checked.append((profile, spec))
         plan = build_plan(profile, spec, environ=ENV, spec_params=spec_params)
-        return 200, {"digest": plan.digest(), "plan": plan.to_json()}
+        return CheckAnswer.of(200, {"digest": plan.digest(), "plan": plan.to_json()})
 
 
 def _settings(concurrency: list[int]) -> TuneSettings:

@@ -184,3 +184,11 @@ def test_a_cell_measured_once_gets_no_interval(fig_of):
     twice = next(t for t in texts if "95.0" in t)
     assert "[" not in once and "n=1" in once and "[93.0, 97.0]" in twice
     assert tp.shown(tune["cells"][0])[1] is None and tp.shown(tune["cells"][1])[1] == (93.0, 97.0)
+
+
+def test_tune_file_keeps_cells_given_as_records_or_json():
+    from bench.tune.tune_file import TuneCell, TuneFile
+
+    made = TuneFile.model_validate({"cells": [TuneCell(label="a+off", mean=1.0, n=1), {"label": "b+off"}, "junk"]})
+    assert [c.label for c in made.cells] == ["a+off", "b+off"]
+    assert TuneFile.read(made.to_json()).cells == made.cells  # written, read back the same

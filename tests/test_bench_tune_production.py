@@ -13,6 +13,8 @@ from rich.console import Console
 from bench.tune import journal, production
 from bench.tune.ledger import Ledger
 from bench.tune.space import Candidate
+from bench.tune.tune_file import TuneFile
+from launcher.runtime.api.bodies import CheckAnswer, ServerStatus, SwitchAnswer
 
 
 class FakeControl:
@@ -25,16 +27,17 @@ class FakeControl:
         return [{"name": n} for n in self.names]
 
     def check(self, profile, spec, spec_params=None):
-        return self.check_answer
+        return CheckAnswer.of(*self.check_answer)  # as the control client parses (HTTP status, body)
 
     def switch(self, profile, spec, timeout_s, spec_params=None, adaptive_tiers=None):
         assert adaptive_tiers is None  # static winners here: no tiers sent
         self.switches.append((profile, spec, spec_params))
         code, body = self.switch_answer
-        return code, {**body, "to": {"digest": self.running}} if body.get("outcome") == "switched" else body
+        to = {"profile": profile, "spec": spec, "digest": self.running}
+        return SwitchAnswer.of(code, {**body, "to": to} if body.get("outcome") == "switched" else body)
 
     def status(self):
-        return {"digest": self.running}
+        return ServerStatus(digest=self.running)
 
 
 def _run(fake, monkeypatch):
@@ -59,7 +62,7 @@ WINNER = Candidate("fast", "off")
 def test_the_written_profile_is_applied_by_name_when_the_server_runs_the_same_plan_under_it(monkeypatch):
     fake = FakeControl(names=("tuned",))
     run, restored, out = _run(fake, monkeypatch)
-    assert production.apply(run, WINNER, {"profile_file": "/p/tuned.toml"}) == 0
+    assert production.apply(run, WINNER, TuneFile(profile_file="/p/tuned.toml")) == 0
     assert fake.switches == [("tuned", "off", None)] and not restored and run.switched is False
     assert "applied: production runs profile tuned (/p/tuned.toml) + off" in out.getvalue()
 
@@ -67,7 +70,7 @@ def test_the_written_profile_is_applied_by_name_when_the_server_runs_the_same_pl
 def test_an_older_file_under_the_name_is_not_run_the_winner_is(monkeypatch):
     fake = FakeControl(names=("tuned",), check=(200, {"digest": "d-old"}))
     run, restored, out = _run(fake, monkeypatch)
-    assert production.apply(run, WINNER, {"profile_file": "/p/tuned.toml"}) == 0
+    assert production.apply(run, WINNER, TuneFile(profile_file="/p/tuned.toml")) == 0
     assert fake.switches == [("fast", "off", None)] and not restored
     assert "is not the plan the tune chose" in out.getvalue()
 
@@ -77,7 +80,7 @@ def test_an_older_file_under_the_name_is_not_run_the_winner_is(monkeypatch):
 def test_a_failed_or_wrong_apply_puts_production_back_naming_both(monkeypatch, answer, running):
     fake = FakeControl(switch=answer, running=running)
     run, restored, out = _run(fake, monkeypatch)
-    assert production.apply(run, WINNER, {}) == 1
+    assert production.apply(run, WINNER, TuneFile()) == 1
     assert restored == [True] and run.switched is True
     text = out.getvalue()
     assert "the switch to fast+off did not take" in text and "putting production on baseline+off" in text

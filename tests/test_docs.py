@@ -14,6 +14,7 @@ repository, and an anchor to a heading of its target.
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -217,6 +218,7 @@ NOT_SETTINGS = {
     "PR_SET_PDEATHSIG": "a Linux prctl option (launcher/runtime/process/parent_death.py, docs/evidence.md)",
     "NO_NULL": "a constant of the correctness gate (bench/run/logprob_gate.py, docs/evidence.md)",
     "DETECTION_LIMIT": "a constant of the correctness gate (bench/run/logprob_gate.py, docs/evidence.md)",
+    "TYPE_CHECKING": "Python's typing constant (docs/development.md, the import contracts)",
 }
 SETTING_LIKE = re.compile(r"(?<![\w$/.-])([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)(?![\w/(-])")
 
@@ -253,3 +255,82 @@ def test_the_settings_checker_flags_unregistered_names():
 @pytest.mark.parametrize("doc", [README, *DOCS], ids=lambda p: p.name)
 def test_every_setting_the_docs_name_is_registered(doc):
     assert sorted(unknown_settings(doc.read_text(encoding="utf-8"), build_parameters())) == []
+
+
+# ----- the cost model's example: one source, with its commands -------------------------------------------
+def predict_examples() -> list[tuple[str, list[str]]]:
+    """(command, the lines docs/diagnose.md shows under it) for each `$ bench predict` line of step 4's block."""
+    text = (REPO / "docs" / "diagnose.md").read_text(encoding="utf-8")
+    section = text.split("### 4. Predict", 1)[1].split("\n### ", 1)[0]
+    out: list[tuple[str, list[str]]] = []
+    for block in re.findall(r"^```\n(.*?)^```", section, re.S | re.M):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                out.append((line[2:], []))
+            elif out:
+                out[-1][1].append(line)
+    return out
+
+
+def test_the_cost_model_example_is_what_its_commands_print(monkeypatch, capsys):
+    """docs/diagnose.md writes the cost model's figures once, under the commands that print them."""
+    from bench.predict import cli
+
+    examples = predict_examples()
+    assert len(examples) == 3 and all(shown for _, shown in examples)
+    monkeypatch.setenv("COLUMNS", "200")
+    for command, shown in examples:
+        argv = shlex.split(command)
+        assert argv[:2] == ["bench", "predict"], command
+        assert cli.main(argv[2:]) == 0, command
+        printed = {" ".join(line.split()) for line in capsys.readouterr().out.splitlines()}
+        for line in shown:
+            assert " ".join(line.split()) in printed, f"{command}: docs/diagnose.md shows a line it does not print: {line}"
+
+
+def test_the_readme_repeats_no_cost_model_figure():
+    """The README links the example rather than quoting its break-even or verify figures (which drifted once)."""
+    rows = [line for _, shown in predict_examples() for line in shown if line.startswith("│")]
+    numbers = {cell.strip() for row in rows for cell in row.strip("│").split("│")[-4:]}  # tok/s, speed-up, break-even
+    readme = README.read_text(encoding="utf-8")
+    assert numbers and not [n for n in numbers if re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", readme)]
+    assert "docs/diagnose.md#4-predict-what-a-fix-would-buy" in readme
+
+
+# ----- the control API's routes ------------------------------------------------------------------------
+def control_api_routes(tmp_path) -> set[tuple[str, str]]:
+    """(method, path) of every route the control API's app serves (HEAD, which aiohttp adds to GET, left out)."""
+    from launcher.runtime.api.control_api import make_app
+
+    app = make_app(tmp_path, "token")
+    return {(r.method, r.resource.canonical) for r in app.router.routes() if r.method != "HEAD"}
+
+
+def test_docs_switching_lists_every_control_api_route(tmp_path):
+    routes = control_api_routes(tmp_path)
+    assert ("POST", "/switch") in routes and ("DELETE", "/hold") in routes
+    text = (REPO / "docs" / "switching.md").read_text(encoding="utf-8")
+    section = text.split("\n## Control API\n", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("| `")]
+    missing = sorted(f"{m} {path}" for m, path in routes
+                     if not any(re.search(rf"`{m} {re.escape(path)}(?![\w/])", row) for row in table))
+    assert missing == [], f"docs/switching.md's Control API table lacks: {missing}"
+
+
+# ----- the workload's prompt counts ----------------------------------------------------------------------
+def test_the_docs_give_the_default_prompt_count():
+    """docs/bench.md's workload says how many prompts the file holds and how many a repeat sends by default;
+    no document says the bench runs on all of the file's prompts."""
+    from bench.run.settings import RunSettings
+    from bench.tune.settings import TuneSettings
+
+    held = len((REPO / "bench" / "data" / "prompts.jsonl").read_text(encoding="utf-8").splitlines())
+    text = (REPO / "docs" / "bench.md").read_text(encoding="utf-8")
+    workload = text.split("\n### Workload\n", 1)[1].split("\n### ", 1)[0]
+    m = re.search(r"holds (\d+) prompts.*?sends the first (\d+) of them.*?(\d+) for `bench tune`", workload, re.S)
+    assert m, "docs/bench.md's Workload names the file's count, bench run's default and bench tune's"
+    run_default = RunSettings.__dataclass_fields__["num_prompts"].default
+    tune_default = TuneSettings.__dataclass_fields__["num_prompts"].default
+    assert tuple(map(int, m.groups())) == (held, run_default, tune_default)
+    for doc in [README, *DOCS]:
+        assert not re.search(rf"\bon {held} [\w-]* ?prompts", doc.read_text(encoding="utf-8")), doc.name

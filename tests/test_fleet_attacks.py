@@ -201,11 +201,11 @@ def test_the_client_deadline_is_total_and_bounded_by_default(monkeypatch):
     try:
         client = SyncControlClient(f"http://127.0.0.1:{port}", "t")
         t0 = time.monotonic()
-        code, body = client.switch("fused", "off", None, deadline_s=1.5)
-        assert time.monotonic() - t0 < 5 and code == 0 and body["timed_out"] and body["outcome"] == "failed"
+        answer = client.switch("fused", "off", None, deadline_s=1.5)
+        assert time.monotonic() - t0 < 5 and answer.code == 0 and answer.timed_out and answer.outcome == "failed"
         monkeypatch.setattr(control_client, "switch_deadline_s", lambda timeout_s: 1.0 + (timeout_s or 0))
-        code, body = client.switch("fused", "off", None)
-        assert body["timed_out"] and body["deadline_s"] == 1.0
+        answer = client.switch("fused", "off", None)
+        assert answer.timed_out and answer.deadline_s == 1.0
     finally:
         async def down() -> None:
             await runner.cleanup()

@@ -14,6 +14,7 @@ import pytest
 
 from launcher.fleet import rolling
 from launcher.profiles import adaptive_tiers as at
+from launcher.profiles.plan import Plan
 from launcher.profiles.spec_params import SpecParams
 from testsupport.stack import FleetStack, start_all
 
@@ -262,12 +263,17 @@ def test_a_target_with_tiers_is_eagle3_adaptive_only_and_a_plan_runs_it_only_wit
     target = rolling.Target("fused", "eagle3-adaptive", None, tiers)
     assert target.problems() == [] and target.label() == "fused+eagle3-adaptive[1:1,4:0]"
     assert target.record() == {"profile": "fused", "spec": "eagle3-adaptive", "spec_params": None, "adaptive_tiers": TIERS}
-    plan = {"name": "fused", "spec": "eagle3-adaptive", "spec_params": {"steps": 1, "topk": 1, "draft_tokens": 2},
-            "adaptive_tiers": TIERS}
+    plan = Plan.model_construct(name="fused", spec="eagle3-adaptive",  # GET /plan's plan: only what run_by reads
+                                spec_params=SpecParams(steps=1, topk=1, draft_tokens=2), adaptive_tiers=TIERS)
+
+    def but(**change):
+        return plan.model_copy(update=change)
+
     assert target.run_by(plan)
-    assert not target.run_by({**plan, "adaptive_tiers": {"1": [1], "4": [1]}})
-    assert not target.run_by({**plan, "adaptive_tiers": None}) and not target.run_by({**plan, "name": "baseline"})
-    assert rolling.Target("fused", "eagle3-adaptive").run_by({**plan, "adaptive_tiers": None})  # none asked: any
+    assert not target.run_by(but(adaptive_tiers={"1": [1], "4": [1]}))
+    assert not target.run_by(but(adaptive_tiers=None)) and not target.run_by(but(name="baseline"))
+    assert not target.run_by(None)  # no plan rendered yet
+    assert rolling.Target("fused", "eagle3-adaptive").run_by(but(adaptive_tiers=None))  # none asked: any
     wrong = rolling.Target("fused", "eagle3", None, tiers).problems()
     assert wrong and "eagle3-adaptive only" in wrong[0] and "--spec eagle3-adaptive" in wrong[0]
     both = rolling.Target("fused", "eagle3-adaptive", SpecParams(steps=1, topk=1, draft_tokens=2), tiers)

@@ -114,6 +114,44 @@ def test_show_with_host_facts_file(tmp_path):
     assert_user_error(proc, "torch symm-mem needs SM 9.x/10.x")
 
 
+def test_show_with_facts_from_a_gpu_less_host_names_what_they_lack(tmp_path):
+    """Facts written by `launcher doctor --out` where no nvidia-smi answers (this machine, or any, with PATH
+    holding no nvidia-smi) leave fused's conditions open: show names the missing facts, never "host unknown"."""
+    facts = tmp_path / "facts.json"
+    no_smi = tmp_path / "bin"
+    no_smi.mkdir()
+    doctor = run_launcher("doctor", "--out", str(facts), env=child_env(PATH=str(no_smi)))
+    assert doctor.returncode == 1 and facts.is_file(), doctor.stdout + doctor.stderr  # the nvidia-smi check fails
+    proc = run_launcher("show", "fused", "--spec", "eagle3", "--host-facts", str(facts))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert not any("host unknown" in line for line in lines), proc.stdout
+    [gaps] = [line for line in lines if line.startswith(f"# host facts {facts}: ")]
+    for missing in ("no GPUs", "no SM", "no topology", "no P2P status"):
+        assert missing in gaps, gaps
+    assert f"`launcher doctor --out {facts}` on the GPU host" in gaps
+    conditions = [line for line in lines if line.startswith(f"# requires (not settled by {facts}): ")]
+    assert any("sglang#32330" in line for line in conditions), proc.stdout
+
+
+def test_host_facts_gaps_name_only_what_is_missing():
+    from helpers_profiles import facts as host
+
+    assert host(sm=None).gaps() == ["no GPUs", "no SM (compute capability)", "no topology (interconnect)", "no P2P status"]
+    assert host(sm="12.0", n=8).gaps() == ["no topology (interconnect)", "no P2P status"]
+    assert host(sm="12.0", n=8, interconnect="pcie-switch", p2p_ok=True).gaps() == []
+    assert host(sm="12.0", n=1).gaps() == []  # one GPU: no links to know
+
+
+def test_show_with_complete_facts_prints_no_gaps_line(tmp_path):
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps({"interconnect": "pcie-switch", "p2p_ok": True,
+                                 "gpus": [{"index": i, "compute_cap": "12.0"} for i in range(8)]}))
+    proc = run_launcher("show", "fused", "--spec", "eagle3", "--host-facts", str(facts))
+    assert proc.returncode == 0, proc.stderr
+    assert "# host facts" not in proc.stdout and "host unknown" not in proc.stdout
+
+
 def test_show_unknown_profile_lists_names():
     proc = run_launcher("show", "fuzed")
     assert_user_error(proc, "unknown profile 'fuzed'", *PROFILE_NAMES)

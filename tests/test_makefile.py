@@ -235,6 +235,42 @@ def test_host_side_verbs_use_py(kit):
     assert "Dockerfile" in lint and "config -q" in lint
 
 
+def lint_kit(kit: Kit) -> dict[str, str]:
+    """`make lint`'s tools as stand-ins: ruff through PY, hadolint, and .venv/compose's docker-compose."""
+    compose = kit.root / ".venv" / "compose" / "bin" / "docker-compose"
+    compose.parent.mkdir(parents=True)
+    compose.write_text(FAKE_DOCKER)
+    compose.chmod(0o755)
+    return {"PY": str(fake_python(kit)), "HADOLINT": "true"}
+
+
+def test_lint_checks_the_compose_file_with_the_venvs_docker_compose(kit):
+    """Neither `docker compose` nor a docker-compose on PATH: the one `make test` put in .venv/compose checks it."""
+    tools = lint_kit(kit)
+    (kit.root.parent / "bin" / "docker-compose").unlink()
+    proc = kit.make("lint", *(f"{k}={v}" for k, v in tools.items()), FAKE_NO_PLUGIN="1", SHELLCHECK="true")
+    assert proc.returncode == 0, proc.stderr
+    assert "docker-compose.yml ok" in proc.stdout and "NOT checked" not in proc.stderr
+    assert [c.split(" |")[0] for c in kit.compose_calls()] == ["docker-compose -f docker-compose.yml config -q"]
+
+
+def test_lint_says_on_one_line_that_shellcheck_is_missing(kit):
+    proc = kit.make("lint", *(f"{k}={v}" for k, v in lint_kit(kit).items()), "SHELLCHECK=no-such-shellcheck")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "make lint: shellcheck not installed, docker/*.sh NOT checked: apt-get install shellcheck (Debian)"]
+
+
+def test_lint_runs_shellcheck_on_the_scripts_when_installed(kit, tmp_path):
+    log = tmp_path / "shellcheck.log"
+    fake = tmp_path / "bin" / "shellcheck"
+    fake.write_text(f'#!/bin/sh\necho "$*" > {log}\n')
+    fake.chmod(0o755)
+    proc = kit.make("lint", *(f"{k}={v}" for k, v in lint_kit(kit).items()))
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_text().split() == ["docker/patch-set-hash.sh"] and "shellcheck" not in proc.stderr
+
+
 def test_profiles_without_a_python_environment_lists_the_files(kit, tmp_path):
     no_python = tmp_path / "no-python"
     no_python.write_text("#!/bin/sh\necho 'ModuleNotFoundError: launcher' >&2\nexit 1\n")
@@ -400,7 +436,7 @@ def test_show_reads_dotenv_like_up(kit):
     assert "/opt/py/bin/python -m launcher show fused --spec off --env-file .env" in proc.stdout, proc.stdout
 
 
-@pytest.mark.parametrize("verb", ["up", "build", "status", "down", "bench", "doctor"])
+@pytest.mark.parametrize("verb", ["up", "build", "status", "down", "bench"])
 def test_without_an_engine_one_clear_line_and_no_compose(kit, verb):
     proc = kit.make(verb, "SPEC=off", FAKE_NO_ENGINE="1", **kit.with_models())
     assert proc.returncode != 0
@@ -409,6 +445,59 @@ def test_without_an_engine_one_clear_line_and_no_compose(kit, verb):
         "or set DOCKER_HOST"
     ), proc.stderr
     assert kit.compose_calls() == []
+
+
+FAKE_PY = r"""#!/bin/sh
+# A Python that says how it was asked to run the doctor; FAKE_PY_BROKEN: it cannot import the kit.
+[ -n "$FAKE_PY_BROKEN" ] && exit 1
+[ "$1" = -c ] && exit 0
+echo "doctor ran on the host: $*"
+exit "${FAKE_DOCTOR_RC:-0}"
+"""
+
+
+def fake_python(kit: Kit) -> Path:
+    py = kit.root.parent / "bin" / "fake-python"
+    py.write_text(FAKE_PY)
+    py.chmod(0o755)
+    return py
+
+
+@pytest.mark.parametrize("engine", [{"FAKE_NO_ENGINE": "1"}, {"DOCKER": "no-such-docker"}], ids=["daemon-down", "no-docker"])
+def test_doctor_without_an_engine_checks_the_host_from_the_venv(kit, engine):
+    """No Docker engine (not started, or not installed): `make doctor` says so on one line and runs the
+    doctor on the host with PY, passing DOCTOR_ARGS, instead of stopping; it runs no compose command."""
+    py = fake_python(kit)
+    proc = kit.make("doctor", f"PY={py}", "DOCTOR_ARGS=--out facts.json", **engine)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"{py} -m launcher doctor --out facts.json",  # make echoes the command
+                                        "doctor ran on the host: -m launcher doctor --out facts.json"]
+    [note] = proc.stderr.splitlines()
+    assert note.startswith("make doctor: no Docker engine answers (") and f"checking this host with {py} -m launcher " \
+        "doctor --out facts.json instead" in note and "start Docker" in note, note
+    assert kit.compose_calls() == []
+
+
+def test_doctor_on_the_host_keeps_the_doctors_exit_status(kit):
+    proc = kit.make("doctor", f"PY={fake_python(kit)}", FAKE_NO_ENGINE="1", FAKE_DOCTOR_RC="1")
+    assert proc.returncode != 0 and "doctor ran on the host" in proc.stdout
+
+
+def test_doctor_without_an_engine_or_a_kit_python_names_the_command(kit):
+    proc = kit.make("doctor", f"PY={fake_python(kit)}", FAKE_NO_ENGINE="1", FAKE_PY_BROKEN="1")
+    assert proc.returncode != 0
+    last = proc.stderr.splitlines()[1]
+    assert last.startswith("make doctor: no Docker engine, and ") and "cannot import the kit" in last
+    assert ".venv/bin/pip install -e ." in last and "run .venv/bin/python -m launcher doctor" in last
+    assert "doctor ran on the host" not in proc.stdout and kit.compose_calls() == []
+
+
+def test_doctor_without_an_engine_creates_the_venv_first(kit):
+    """Without PY on the command line the host check uses .venv, built first as `make demo` builds it."""
+    (kit.root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    lines = kit.make("-n", "doctor", FAKE_NO_ENGINE="1").stdout.splitlines()
+    assert lines.index("make --no-print-directory .venv/.kit-installed") < lines.index(".venv/bin/python -m launcher doctor")
+    assert not any("compose" in line for line in lines)
 
 
 def test_doctor_needs_no_model(kit):

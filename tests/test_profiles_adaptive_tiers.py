@@ -15,6 +15,7 @@ from helpers_profiles import ENV, REPO, child_env
 from launcher.errors import UserError
 from launcher.profiles import adaptive_tiers as at
 from launcher.profiles import plan as plans
+from launcher.profiles import tier_routing as tr
 from launcher.profiles.render import write_plan
 
 MODE = "eagle3-adaptive"
@@ -76,10 +77,10 @@ def test_a_batch_runs_the_largest_tier_at_or_below_it_and_the_start_is_a_candida
 
 
 def test_from_levels_keys_one_tier_per_level():
-    t = at.from_levels({1: 2, 4: 1, 16: 0})
+    t = tr.from_levels({1: 2, 4: 1, 16: 0})
     assert t.to_json() == {"1": [2], "4": [1], "16": [0]}
     with pytest.raises(UserError, match="every tier has 0 steps"):
-        at.from_levels({1: 0, 4: 0})
+        tr.from_levels({1: 0, 4: 0})
 
 
 def test_sglang_loads_the_file_and_routes_each_batch_to_the_tier_the_kit_names(tmp_path):
@@ -340,10 +341,10 @@ def test_routing_pads_as_sglangs_router_and_each_key_serves_its_level(capture, t
     the same steps for every batch; and a tier keyed at `Routing.key(level)` serves that level's batches."""
     from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
 
-    routing = at.Routing(capture, 48)
+    routing = tr.Routing(capture, 48)
     levels = {1: 3, 5: 2, 24: 1, 40: 0}
     keys = {routing.key(level) for level in levels}
-    tiers = at.from_levels({lv: s for lv, s in levels.items() if routing.key(lv) not in
+    tiers = tr.from_levels({lv: s for lv, s in levels.items() if routing.key(lv) not in
                             [routing.key(o) for o in levels if o > lv]}, routing)
     params = AdaptiveSpeculativeParams(initial_steps=tiers.start_point().steps, cfg_path=str(tiers.write(tmp_path)))
     params.set_cuda_graph_bs(list(capture) if capture else None)
@@ -356,11 +357,11 @@ def test_routing_pads_as_sglangs_router_and_each_key_serves_its_level(capture, t
 
 
 def test_routing_from_a_plans_flags():
-    r = at.Routing.from_flags(["--speculative-algorithm", "EAGLE3", "--cuda-graph-bs-decode", "8", "1", "4"])
-    assert r == at.Routing((1, 4, 8), 48)  # unset --max-running-requests: SGLang's 48 under EAGLE
-    assert at.Routing.from_flags(["--max-running-requests", "64", "--cuda-graph-bs-decode=1 2"]) == at.Routing((1, 2), 64)
-    assert at.Routing.from_flags(["--cuda-graph-max-bs-decode", "16"]) == at.Routing(None, None)  # pads nothing
-    assert at.Routing.from_flags(["--cuda-graph-bs-decode", "1", "2", "--disable-decode-cuda-graph"]).capture is None
-    assert at.Routing((1, 2, 4, 8, 16, 32, 64), 48).key(40) == 33  # pads to 64, above the cap: routed the same
+    r = tr.Routing.from_flags(["--speculative-algorithm", "EAGLE3", "--cuda-graph-bs-decode", "8", "1", "4"])
+    assert r == tr.Routing((1, 4, 8), 48)  # unset --max-running-requests: SGLang's 48 under EAGLE
+    assert tr.Routing.from_flags(["--max-running-requests", "64", "--cuda-graph-bs-decode=1 2"]) == tr.Routing((1, 2), 64)
+    assert tr.Routing.from_flags(["--cuda-graph-max-bs-decode", "16"]) == tr.Routing(None, None)  # pads nothing
+    assert tr.Routing.from_flags(["--cuda-graph-bs-decode", "1", "2", "--disable-decode-cuda-graph"]).capture is None
+    assert tr.Routing((1, 2, 4, 8, 16, 32, 64), 48).key(40) == 33  # pads to 64, above the cap: routed the same
     with pytest.raises(UserError, match="levels routed to one tier hold different steps"):
-        at.from_levels({3: 2, 4: 1}, at.Routing((1, 2, 4), 48))
+        tr.from_levels({3: 2, 4: 1}, tr.Routing((1, 2, 4), 48))

@@ -1,7 +1,7 @@
 """The profiles as the control API serves and checks them, through the real stack (`launcher serve`: real
 supervisord, real control API, the stand-in server): hostile profile files and hostile `adaptive_tiers` are
 refused with 400 naming them, in the words the CLI uses, and never take GET /profiles, /check or /switch down
-(launcher/profiles/loader.py describe_all, launcher/profiles/adaptive_tiers.py: one parser for every form)."""
+(launcher/profiles/listing.py describe_all, launcher/profiles/adaptive_tiers.py: one parser for every form)."""
 
 from __future__ import annotations
 

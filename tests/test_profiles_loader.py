@@ -10,6 +10,7 @@ import pytest
 from helpers_profiles import BUILTIN, clean_env, profile_toml, write_profiles
 
 from launcher.errors import UserError
+from launcher.profiles import listing
 from launcher.profiles import loader as profiles
 
 
@@ -346,7 +347,7 @@ def test_user_base_toml_shadows_builtin_base(tmp_path, monkeypatch):
 
 def test_describe_all_lists_every_profile_with_status(tmp_path, monkeypatch):
     user_dir(tmp_path, monkeypatch, {"new.toml": profile_toml("brand new")})
-    rows = {r["name"]: r for r in profiles.describe_all()}
+    rows = {r.name: r.wire() for r in listing.describe_all()}
     builtin_names = {p.stem for p in BUILTIN.glob("*.toml")} - {"base"}
     assert set(rows) == builtin_names | {"new"}
     assert rows["new"]["status"] == "experimental"  # the default when status is omitted
@@ -530,19 +531,19 @@ def test_bug_6_damaged_user_profiles_are_listed_invalid_with_one_short_reason(tm
     traceback for every listing; a self-extending profile was listed `experimental`, a unicode-named one not at
     all, a 5 MB description printed whole."""
     root = user_dir(tmp_path, monkeypatch, _damaged())
-    rows = {r["name"]: r for r in profiles.describe_all()}
+    rows = {r.name: r.wire() for r in listing.describe_all()}
     invalid = {"bigkey", "deep", "bigint", "self", "orphan", "strstep", "huge", "newline", "Ünï"}
     assert {n for n, r in rows.items() if r["status"] == "invalid"} == invalid
     for name in invalid:
         error = rows[name]["error"]
-        assert len(error) <= profiles.REASON_SHOWN and error.isprintable(), (name, error)
+        assert len(error) <= listing.REASON_SHOWN and error.isprintable(), (name, error)
     assert "no batch size" in rows["bigkey"]["error"] and "nested too deeply" in rows["deep"]["error"]
     assert "cycle self -> self" in rows["self"]["error"] and "self.toml" in rows["orphan"]["error"]
     assert "candidate steps must be whole numbers" in rows["strstep"]["error"]
     assert "larger than 1 MiB" in rows["huge"]["error"] and "not a profile name" in rows["Ünï"]["error"]
     assert rows["Ünï"]["path"] == str(root / "Ünï.toml")
     assert rows["good"] == {"name": "good", "description": "fine", "status": "experimental", "path": str(root / "good.toml")}
-    assert len(rows["wordy"]["description"]) == profiles.DESCRIPTION_SHOWN and rows["wordy"]["description"].endswith("...")
+    assert len(rows["wordy"]["description"]) == listing.DESCRIPTION_SHOWN and rows["wordy"]["description"].endswith("...")
     assert rows["baseline"]["status"] == "stable"  # the built-ins still list
     assert profiles.load("wordy").description == "w" * 900  # the plan keeps it whole
 
@@ -553,9 +554,9 @@ def test_bug_6_nothing_a_file_holds_raises_from_a_listing(tmp_path, monkeypatch)
     def explode(name):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(profiles, "load", explode)
-    row = profiles.describe_one("odd")
-    assert row["status"] == "invalid" and "cannot be read (RuntimeError)" in row["error"]
+    monkeypatch.setattr(listing, "load", explode)
+    row = listing.describe_one("odd")
+    assert row.status == "invalid" and "cannot be read (RuntimeError)" in row.error
 
 
 @pytest.mark.parametrize(("body", "words"), [

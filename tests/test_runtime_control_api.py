@@ -11,6 +11,9 @@ from helpers_runtime import AUTH, TOKEN, control_app, env
 
 from launcher.profiles import sglang_args
 from launcher.runtime import switch as switch_mod
+from launcher.runtime.api.bodies import ServerStatus
+from launcher.runtime.core import transitions
+from launcher.runtime.core.states import Outcome, State
 
 
 @pytest.fixture(autouse=True)
@@ -208,3 +211,56 @@ def test_supervisord_gone_mid_switch_answers_interrupted_as_json(tmp_path):
         assert "supervisord stopped answering" in data["error"] and data["status"]["state"] == "failed"
 
     api(tmp_path, body)
+
+
+STATUS_KEYS = {"profile", "spec", "spec_params", "digest", "state", "phase", "since", "since_iso", "health",
+               "health_age_s", "restarts", "retry", "pid", "server_url", "last_error", "patch_check", "backends",
+               "decode_allreduce", "spec_adaptive", "history", "history_skipped", "switches", "build", "tune_hold",
+               "events"}
+
+
+def test_every_state_move_of_a_switch_is_one_log_line_and_one_event_in_status(tmp_path, capsys):
+    async def body(client, lc, sup, server):
+        r = await client.post("/switch", json={"profile": "nccl-tuned", "spec": "off"}, headers=AUTH)
+        assert r.status == 200 and (await r.json())["outcome"] == "switched"
+        r = await client.get("/status")
+        return await r.json()
+
+    data = api(tmp_path, body)
+    assert set(data) == STATUS_KEYS  # the wire's keys: the ones /status always had, and `events`
+    moves = [(e["from"], e["to"]) for e in data["events"]]
+    assert moves == [("starting", "serving"), ("serving", "switching"), ("switching", "serving")]
+    assert data["events"][1]["why"] == "switch to nccl-tuned + off" and data["events"][2]["why"] == "switch switched"
+    assert all(a["at"] <= b["at"] for a, b in zip(data["events"], data["events"][1:], strict=False))
+    err = capsys.readouterr().err
+    for frm, to in moves:
+        assert err.count(f"state {frm} -> {to}: ") == 1, err
+    # the body parses as the client reads it, and writes back the same JSON
+    st = ServerStatus.model_validate(data)
+    assert st.state == State.SERVING and [e.to for e in st.events] == [State.SERVING, State.SWITCHING, State.SERVING]
+    assert st.history[-1].outcome == Outcome.SWITCHED and st.history[-1].to.profile == "nccl-tuned"
+    assert st.to_json() == data
+
+
+def test_the_events_kept_are_bounded_and_status_reads_what_it_cannot_parse_as_none(tmp_path):
+    async def body(client, lc, sup, server):
+        for _ in range(transitions.EVENTS_KEPT):  # serving <-> down, past the cap
+            lc.set_state(State.DOWN, "test: down")
+            lc.set_state(State.SERVING, "test: up")
+        r = await client.get("/status")
+        return await r.json()
+
+    data = api(tmp_path, body)
+    assert len(data["events"]) == transitions.EVENTS_KEPT and data["events"][-1]["why"] == "test: up"
+    odd = ServerStatus.model_validate({**data, "events": [{"at": "x"}, *data["events"][:1]], "history": ["junk", {"id": 5}]})
+    assert len(odd.events) == 1 and odd.history == []  # what does not read is left out, never a failed status
+    assert ServerStatus.model_validate({"state": "serving"}).events == []  # an older server: no events
+
+
+def test_the_docs_status_row_names_every_key_of_the_status_model():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "switching.md").read_text(encoding="utf-8")
+    (row,) = [line for line in text.splitlines() if line.startswith("| `GET /status` |")]
+    keys = {f.alias or name for name, f in ServerStatus.model_fields.items()}
+    assert keys == STATUS_KEYS and [k for k in sorted(keys) if f"`{k}`" not in row] == []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import threading
 
 import pytest
@@ -14,6 +16,7 @@ from launcher.profiles import render
 from launcher.profiles.plan import build_plan
 from launcher.runtime.api.control_api import make_app
 from launcher.runtime.api.control_client import ControlClient, SyncControlClient
+from launcher.runtime.core.states import State
 from testsupport.net import free_port
 
 
@@ -42,25 +45,29 @@ def test_reads_status_profiles_specs_and_the_running_plan(control):
             return await c.status(), await c.profiles(), await c.spec_modes(), await c.running_plan()
 
     status, profiles, specs, plan = asyncio.run(go())
-    assert status["profile"] == "baseline" and status["patch_check"] in ("enforce", "skip")
+    assert status.profile == "baseline" and status.patch_check in ("enforce", "skip")
+    assert status.state == State.STARTING and status.spec_params is None and status.history == []
     assert {"baseline", "fused", "custom-ar"} <= {p["name"] for p in profiles}
     assert specs == ["eagle3", "eagle3-adaptive", "ngram", "off"]
-    assert plan["name"] == "baseline" and plan["digest"] == status["digest"] and plan["argv"][0]
-    assert SyncControlClient(control).status()["digest"] == status["digest"]
+    assert plan.name == "baseline" and plan.digest() == status.digest and plan.argv[0]
+    assert SyncControlClient(control).status().digest == status.digest
 
 
 def test_switch_answers_carry_the_http_status(control):
-    assert SyncControlClient(control, "wrong").switch("fused", "off", 5)[0] == 401
-    code, body = SyncControlClient(control, "sekrit").switch("warp-drive", "off", 5)
-    assert code == 400 and "unknown profile 'warp-drive'" in body["error"]
+    assert SyncControlClient(control, "wrong").switch("fused", "off", 5).code == 401
+    answer = SyncControlClient(control, "sekrit").switch("warp-drive", "off", 5)
+    assert answer.code == 400 and "unknown profile 'warp-drive'" in answer.error and answer.outcome is None
+    # a body the server would refuse is refused the same way without being sent
+    unsent = SyncControlClient(control, "sekrit").switch("fused", "off", 0)
+    assert unsent.code == 400 and unsent.error.startswith("not sent, the control API refuses it: timeout_s: ")
 
 
 def test_unreachable_api_is_a_runtime_failure_naming_the_url_and_a_failed_switch():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(RuntimeFailure, match=f"control API at {url} is unreachable"):
         SyncControlClient(url, connect_timeout=1).status()
-    code, body = SyncControlClient(url, "t", connect_timeout=1).switch("fused", "off", 1)
-    assert code == 0 and body["outcome"] == "failed" and url in body["error"]
+    answer = SyncControlClient(url, "t", connect_timeout=1).switch("fused", "off", 1)
+    assert answer.code == 0 and answer.outcome == "failed" and url in answer.error and not answer.timed_out
 
 
 @pytest.fixture
@@ -107,9 +114,9 @@ def test_switch_when_idle_waits_out_another_switch(busy_api):
             state["release"].set()
             return await task, await c.wait_idle(0)
 
-    (code, body), status = asyncio.run(go())
-    assert code == 200 and body["outcome"] == "switched" and state["posts"] == 2
-    assert status["state"] == "serving"
+    answer, status = asyncio.run(go())
+    assert answer.code == 200 and answer.outcome == "switched" and state["posts"] == 2
+    assert status.state == "serving"
 
 
 def test_wait_idle_gives_the_last_status_when_time_runs_out(busy_api):
@@ -119,7 +126,7 @@ def test_wait_idle_gives_the_last_status_when_time_runs_out(busy_api):
         async with ControlClient(url) as c:
             return await c.wait_idle(0.3)
 
-    assert asyncio.run(go())["state"] == "switching"
+    assert asyncio.run(go()).state == "switching"
 
 
 def test_check_validates_a_plan_as_a_switch_would_without_switching(control):
@@ -133,10 +140,25 @@ def test_check_validates_a_plan_as_a_switch_would_without_switching(control):
             denied = await c.check("fused", "off")
         return ok, off, unknown, status, denied
 
-    (code, body), off, unknown, status, denied = asyncio.run(go())
+    ok, off, unknown, status, denied = asyncio.run(go())
     want = build_plan("baseline", "eagle3", environ=ENV, spec_params={"steps": 1, "topk": 1, "draft_tokens": 2})
-    assert code == 200 and body["digest"] == want.digest() and body["plan"]["spec_params"]["draft_tokens"] == 2
-    assert off[0] == 400 and "EAGLE-3 only" in off[1]["error"]
-    assert unknown[0] == 400 and "unknown profile 'warp-drive'" in unknown[1]["error"]
-    assert denied[0] == 401
-    assert status["profile"] == "baseline"  # nothing switched
+    assert ok.code == 200 and ok.digest == want.digest() and ok.plan.spec_params.draft_tokens == 2
+    assert ok.plan.digest() == want.digest()  # the plan parsed back is the plan the server built
+    assert off.code == 400 and "EAGLE-3 only" in off.error
+    assert unknown.code == 400 and "unknown profile 'warp-drive'" in unknown.error
+    assert denied.code == 401
+    assert status.profile == "baseline"  # nothing switched
+
+
+def test_launcher_status_and_switch_read_the_typed_answers(control, capsys, monkeypatch):
+    from launcher.runtime.api import control_cli
+
+    assert control_cli.main(["status", "--url", control]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert re.fullmatch(r"baseline \+ off  state=starting  health=\S+  restarts=0  since \d{4}-\d\d-\d\dT\S+Z", line)
+    assert control_cli.main(["status", "--url", control, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["profile"] == "baseline" and shown["history"] == [] and shown["events"] == []
+    monkeypatch.setenv("KIT_CONTROL_TOKEN", "sekrit")
+    assert control_cli.main(["switch", "warp-drive", "--spec", "off", "--url", control]) == 2
+    assert "unknown profile 'warp-drive'" in capsys.readouterr().err

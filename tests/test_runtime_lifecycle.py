@@ -73,7 +73,7 @@ def test_a_first_healthy_start_serves_and_is_committed_once(tmp_path):
     rig = Rig(tmp_path, committed=False)
     assert rig.lc.state == State.STARTING
     run(rig.tick(3))
-    assert rig.lc.state == State.SERVING and rig.lc.status()["health"] == "ok"
+    assert rig.lc.state == State.SERVING and rig.lc.status().to_json()["health"] == "ok"
     [entry] = rig.history()
     assert entry["outcome"] == "started" and entry["to"]["profile"] == "baseline" and "id" not in entry
     assert set(entry) == {"ts", "from", "to", "outcome", "durations", "error", "backends", "decode_allreduce"}
@@ -87,10 +87,10 @@ def test_status_never_shows_a_new_health_reading_beside_the_old_state(tmp_path):
     shows the reading before (a test saw health "ok" beside state "starting" in that window)."""
     rig = Rig(tmp_path, committed=False)
     seen: list[tuple[str, str]] = []
-    rig.sup.on_info = lambda _sup: seen.append((rig.lc.status()["health"], rig.lc.status()["state"]))
+    rig.sup.on_info = lambda _sup: seen.append((rig.lc.status().to_json()["health"], rig.lc.status().to_json()["state"]))
     run(rig.tick())
     assert seen and seen[0] == ("unknown", "starting"), seen
-    st = rig.lc.status()
+    st = rig.lc.status().to_json()
     assert (st["health"], st["state"]) == ("ok", "serving")
 
 
@@ -132,7 +132,7 @@ def test_a_dead_server_reads_down_and_comes_back_counted(tmp_path):
     rig.sup.respawn()
     rig.sup.run()
     run(rig.tick())
-    st = rig.lc.status()
+    st = rig.lc.status().to_json()
     assert (st["state"], st["restarts"], st["last_error"]) == ("serving", 1, None)
 
 
@@ -161,7 +161,7 @@ def test_restarts_without_health_past_the_retries_are_a_crash_loop_the_kit_stops
         _die_after_start_secs(rig)
     assert rig.lc.state == State.STARTING and rig.sup.stops == 0
     _die_after_start_secs(rig)  # the third: given up
-    st = rig.lc.status()
+    st = rig.lc.status().to_json()
     assert st["state"] == "failed" and rig.sup.state == "STOPPED" and rig.sup.stops == 1, st
     assert "crash loop" in st["last_error"] and "restarted 3 times without a healthy answer" in st["last_error"]
     assert "KIT_START_SECS" in st["last_error"] and "restart in 5s" in st["last_error"]
@@ -174,7 +174,7 @@ def test_restarts_without_health_past_the_retries_are_a_crash_loop_the_kit_stops
     assert rig.sup.calls.count("start") == 1 and rig.lc.retries == 1
     rig.sup.run()
     run(rig.tick())
-    st = rig.lc.status()
+    st = rig.lc.status().to_json()
     assert st["state"] == "serving" and st["last_error"] is None and st["retry"]["next_at"] is None
 
 
@@ -194,7 +194,7 @@ def test_a_crash_loop_fails_then_retries_with_a_doubling_backoff(tmp_path):
     run(rig.tick())
     rig.sup.crash("FATAL")
     run(rig.tick())
-    st = rig.lc.status()
+    st = rig.lc.status().to_json()
     assert st["state"] == "failed" and "crash loop" in st["last_error"] and "restart in 5s" in st["last_error"]
     assert st["retry"] == {"attempts": 0, "next_at": 1005.0}
     rig.clock.t = 1004
@@ -210,7 +210,7 @@ def test_a_crash_loop_fails_then_retries_with_a_doubling_backoff(tmp_path):
     run(rig.tick())
     assert rig.sup.calls.count("start") == 1 and rig.lc.retries == 1
     run(rig.tick())  # FATAL again: the next wait is twice as long
-    assert rig.lc.status()["retry"]["next_at"] == 1015.0 and "restart in 10s" in rig.lc.last_error
+    assert rig.lc.status().to_json()["retry"]["next_at"] == 1015.0 and "restart in 10s" in rig.lc.last_error
     rig.clock.t = 1015
     rig.sup.on_start = None
     run(rig.tick())
@@ -238,7 +238,7 @@ def test_the_monitor_moves_nothing_while_a_switch_holds_the_lock(tmp_path):
 def test_every_state_move_goes_through_the_table(tmp_path):
     rig = Rig(tmp_path)
     with pytest.raises(IllegalTransition):
-        rig.lc.set_state(State.ROLLED_BACK)  # STARTING -> ROLLED_BACK is no move the runtime makes
+        rig.lc.set_state(State.ROLLED_BACK, "no such move")  # STARTING -> ROLLED_BACK is no move the runtime makes
     assert rig.lc.state == State.STARTING
 
 
@@ -249,16 +249,16 @@ def test_a_switch_moves_through_switching_and_records_the_entry(tmp_path):
     seen: list[State] = []
     real = rig.lc.set_state
 
-    def spy(s):
-        real(s)
+    def spy(s, why):
+        real(s, why)
         seen.append(s)
 
     rig.lc.set_state = spy
     entry = run(rig.lc.switch("nccl-tuned", "off", None))
     assert entry.outcome == Outcome.SWITCHED and seen == [State.SWITCHING, State.SERVING]
-    assert rig.lc.current.name == "nccl-tuned" and rig.lc.status()["switches"]["outcomes"]["switched"] == 1
+    assert rig.lc.current.name == "nccl-tuned" and rig.lc.status().to_json()["switches"]["outcomes"]["switched"] == 1
     assert rig.history()[-1] == entry.to_json()
-    assert rig.make().status()["switches"]["outcomes"]["switched"] == 1  # kept: a restarted control API counts it
+    assert rig.make().status().to_json()["switches"]["outcomes"]["switched"] == 1  # kept: a restarted control API counts it
     again = run(rig.lc.switch("nccl-tuned", "off", None))
     assert again.to_json() == {"outcome": "unchanged", "error": None, "durations": {}}
 
@@ -284,12 +284,12 @@ def test_a_start_keeps_the_switch_counts_it_read_at_once_and_a_replaced_history_
     kept = _kept(tmp_path)
     assert kept["history_bytes"] == hist.stat().st_size
     assert (kept["totals"]["switched"], kept["totals"]["failed"]) == (1, 1)
-    assert lc.status()["switches"]["outcomes"]["failed"] == 1
+    assert lc.status().to_json()["switches"]["outcomes"]["failed"] == 1
     # Replaced by a shorter history (rotated by hand) before the next switch: what was counted is kept (a counter
     # never goes down), the new file's lines are new and counted once: a second start does not count them again.
     hist.write_text(json.dumps({"outcome": "rolled_back", "durations": {"total_s": 3.0}}) + "\n")
     for _ in range(2):
-        outcomes = rig.make().status()["switches"]["outcomes"]
+        outcomes = rig.make().status().to_json()["switches"]["outcomes"]
         assert (outcomes["switched"], outcomes["failed"], outcomes["rolled_back"]) == (1, 1, 1)
         assert _kept(tmp_path)["history_bytes"] == hist.stat().st_size
 
@@ -301,10 +301,10 @@ def test_a_switch_counts_what_the_history_gained_from_the_file_itself(tmp_path):
     run(rig.tick())
     _append(tmp_path, "aborted")
     run(rig.lc.switch("nccl-tuned", "off", None))
-    outcomes = rig.lc.status()["switches"]["outcomes"]
+    outcomes = rig.lc.status().to_json()["switches"]["outcomes"]
     assert (outcomes["switched"], outcomes["aborted"]) == (1, 1)
     assert _kept(tmp_path)["history_bytes"] == StatePaths(tmp_path).history.stat().st_size
-    assert rig.make().status()["switches"]["outcomes"] == outcomes
+    assert rig.make().status().to_json()["switches"]["outcomes"] == outcomes
 
 
 def test_a_history_read_on_retry_is_kept_at_once(tmp_path):
@@ -418,7 +418,7 @@ def test_a_healthy_plan_left_by_a_cut_short_switch_is_kept(tmp_path, phase, prog
     expected_phase = {"done": "done:switched", "old-done": "done:rolled_back"}.get(phase, str(phase))
     rendered = FROM if phase in (Phase.DRAINING, Phase.STOPPING) else TO
     assert (entry.outcome, entry.resolution, entry.interrupted_phase) == (Outcome.INTERRUPTED, "kept", expected_phase)
-    assert entry.id == j.id and entry.running["profile"] == rendered
+    assert entry.id == j.id and entry.running.profile == rendered
     assert rig.lc.state == State.SERVING and rig.lc.current.name == rendered and not rig.lc.lock.locked()
     assert rig.sup.calls.count("start") == (1 if program == "stopped" else 0)
     assert journal.read(rig.sd) is None and rig.history()[-1]["id"] == j.id

@@ -9,6 +9,7 @@ import pytest
 from helpers_profiles import ENV
 
 from launcher.profiles.plan import Plan, build_plan
+from launcher.profiles.spec_params import SpecParams
 from launcher.runtime.records import state as runtime_state
 from launcher.state_layout import COMMITTED_FILE, HISTORY_FILE, StatePaths
 
@@ -46,30 +47,30 @@ PLAN_JSON = PLAN.to_json()
 def test_history_keeps_last_entries_and_counts_broken_lines(tmp_path):
     assert runtime_state.read_history(tmp_path) == ([], 0)  # no file yet
     for i in range(25):
-        runtime_state.append_history(tmp_path, {"i": i})
+        runtime_state.append_history(tmp_path, {"id": str(i)})
     with open(StatePaths(tmp_path).history, "a") as fh:
         fh.write('{"torn": ')
     hist, skipped = runtime_state.read_history(tmp_path, 20)
-    assert [h["i"] for h in hist] == list(range(5, 25)) and skipped == 1
+    assert [h.id for h in hist] == [str(i) for i in range(5, 25)] and skipped == 1
 
 
 def test_bug_a_torn_last_line_does_not_swallow_the_next_entry(tmp_path):
-    runtime_state.append_history(tmp_path, {"i": 1})
+    runtime_state.append_history(tmp_path, {"id": "1"})
     with open(StatePaths(tmp_path).history, "a") as fh:
-        fh.write('{"i": 2, "outc')  # a crash mid-append
-    runtime_state.append_history(tmp_path, {"i": 3})
+        fh.write('{"id": "2", "outc')  # a crash mid-append
+    runtime_state.append_history(tmp_path, {"id": "3"})
     hist, skipped = runtime_state.read_history(tmp_path)
-    assert [h["i"] for h in hist] == [1, 3] and skipped == 1
+    assert [h.id for h in hist] == ["1", "3"] and skipped == 1
 
 
 @pytest.mark.parametrize("junk", [b"\xff\xfe not utf-8\n", b"[1, 2]\n", b"null\n", b"[" * 100000 + b"\n"])
 def test_bug_damaged_history_lines_are_skipped_and_counted(tmp_path, junk):
-    runtime_state.append_history(tmp_path, {"i": 1})
+    runtime_state.append_history(tmp_path, {"id": "1"})
     with open(StatePaths(tmp_path).history, "ab") as fh:
         fh.write(junk)
-    runtime_state.append_history(tmp_path, {"i": 2})
+    runtime_state.append_history(tmp_path, {"id": "2"})
     hist, skipped = runtime_state.read_history(tmp_path)
-    assert [h["i"] for h in hist] == [1, 2] and skipped == 1
+    assert [h.id for h in hist] == ["1", "2"] and skipped == 1
     assert oct(StatePaths(tmp_path).history.stat().st_mode & 0o777) == "0o600"
 
 
@@ -130,7 +131,7 @@ def test_a_huge_log_tail_is_cut_so_the_entry_stays_readable(tmp_path):
     line = StatePaths(tmp_path).history.read_bytes()
     assert len(line) <= runtime_state.MAX_HISTORY_LINE_BYTES + 1
     (entry,), skipped = runtime_state.read_history(tmp_path)
-    assert skipped == 0 and entry["log_tail"][-1] == tail[-1] and entry["log_tail_cut"] == 300 - len(entry["log_tail"])
+    assert skipped == 0 and entry.log_tail[-1] == tail[-1] and entry.log_tail_cut == 300 - len(entry.log_tail)
 
 
 def test_a_fifo_as_history_reads_as_one_skip_without_blocking(tmp_path):
@@ -221,9 +222,9 @@ def test_a_history_link_is_never_read_nor_appended_through(tmp_path, capsys):
 
 def test_a_history_line_with_nan_is_a_broken_line_and_no_entry_is_written_with_one(tmp_path):
     hist = StatePaths(tmp_path).history
-    hist.write_text('{"i": 1, "durations": {"total_s": NaN}}\n{"i": 2}\n')
+    hist.write_text('{"id": "1", "durations": {"total_s": NaN}}\n{"id": "2"}\n')
     hist_, skipped = runtime_state.read_history(tmp_path)
-    assert [h["i"] for h in hist_] == [2] and skipped == 1
+    assert [h.id for h in hist_] == ["2"] and skipped == 1
     runtime_state.append_history(tmp_path, {"i": 3, "durations": {"total_s": float("inf")}})
     assert json.loads(hist.read_text().splitlines()[-1]) == {"i": 3, "durations": {"total_s": None}}
 
@@ -245,3 +246,15 @@ def test_adaptive_configs_no_plan_names_are_removed(tmp_path):
 
     assert runtime_state.prune_adaptive(tmp_path, [P(), None, PLAN]) == [other]
     assert sorted(p.name for p in folder.iterdir()) == [named, "notes.txt"]
+
+
+def test_history_entries_read_back_as_entries_and_a_line_of_another_shape_is_skipped(tmp_path):
+    point = {"steps": 1, "topk": 1, "draft_tokens": 2}
+    to = {"profile": "fused", "spec": "eagle3", "spec_params": point, "digest": "d1"}
+    runtime_state.append_history(tmp_path, {"id": "a", "outcome": "switched", "to": to})
+    runtime_state.append_history(tmp_path, {"id": 5})  # an id that is no string
+    runtime_state.append_history(tmp_path, {"outcome": "teleported"})  # no outcome the runtime knows
+    runtime_state.append_history(tmp_path, {"to": {"profile": "fused", "spec": "eagle3", "spec_params": {"steps": 0}}})
+    (entry,), skipped = runtime_state.read_history(tmp_path)
+    assert skipped == 3 and entry.outcome == "switched" and entry.to.spec_params == SpecParams(**point)
+    assert entry.to_json()["to"] == to  # the line's own shape, written back

@@ -164,3 +164,19 @@ def test_recovery_resolutions():
                                                   ("RUNNING", False), ("STARTING", False), ("BACKOFF", False)])
 def test_recovery_starts_the_program_only_when_nothing_runs(statename, start):
     assert t.recovery_needs_start(statename) is start
+
+
+def test_a_move_is_returned_as_its_event_and_no_move_is_none():
+    m = t.move(State.SERVING, State.SWITCHING, 12.5, "switch to fused + off")
+    assert m == t.Move(12.5, State.SERVING, State.SWITCHING, "switch to fused + off")
+    assert t.move(State.SERVING, State.SERVING, 13.0, "same") is None
+    with pytest.raises(t.IllegalTransition):
+        t.move(State.STARTING, State.ROLLED_BACK, 14.0, "no such move")
+
+
+def test_the_events_kept_are_the_newest_up_to_the_cap():
+    events: tuple = ()
+    for i in range(t.EVENTS_KEPT + 5):
+        events = t.kept(events, t.Move(float(i), State.SERVING, State.DOWN, str(i)))
+    assert len(events) == t.EVENTS_KEPT and events[-1].why == str(t.EVENTS_KEPT + 4)
+    assert events[0].why == "5"

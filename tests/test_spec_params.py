@@ -3,6 +3,7 @@ plan/show/check, a real switch through the control API, `bench run --eagle3`, bu
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -87,6 +88,21 @@ def test_tree_points_pass_and_topk_over_1_needs_a_tree_backend(env, tmp_path, mo
 def test_malformed_points_name_the_flag(text):
     with pytest.raises(UserError, match="--spec-params"):
         spec_params.parse(text)
+
+
+def test_every_launcher_command_declares_spec_params_once(capsys):
+    """`launcher show/check` and `launcher switch` (control_cli) take --spec-params from the one declaration."""
+    from launcher.runtime.api import control_cli
+
+    for main, argv in ((launcher_main, ["show", "--help"]), (launcher_main, ["check", "--help"]),
+                       (control_cli.main, ["switch", "--help"])):
+        with pytest.raises(SystemExit):
+            main(argv)
+        shown = " ".join(capsys.readouterr().out.split())
+        assert f"{spec_params.FLAG} {spec_params.METAVAR}" in shown and spec_params.HELP in shown, argv
+    parser = argparse.ArgumentParser()
+    spec_params.add_argument(parser)
+    assert parser.parse_args([]).spec_params is None and parser.parse_args(["--spec-params", "1,1,2"]).spec_params == "1,1,2"
 
 
 def test_show_and_check_take_spec_params(env, capsys):
@@ -210,29 +226,30 @@ def test_bench_run_two_eagle3_points_are_two_cells(stack, tmp_path):
     assert "baseline+eagle3(1,1,2)" in r.stderr and "baseline+eagle3(7,1,8)" in r.stderr
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
     manifest, cells = bundle.load(run_dir)
-    assert manifest["matrix"] == ["baseline__off", "baseline__eagle3__1-1-2", "baseline__eagle3__7-1-8"]
-    assert manifest["settings"]["eagle3"] == [POINT, {"steps": 7, "topk": 1, "draft_tokens": 8}]
+    written = json.loads((run_dir / "manifest.json").read_text())  # what the manifest model does not read
+    assert manifest.matrix == ["baseline__off", "baseline__eagle3__1-1-2", "baseline__eagle3__7-1-8"]
+    assert written["settings"]["eagle3"] == [POINT, {"steps": 7, "topk": 1, "draft_tokens": 8}]
     by = {c.label: c for c in cells}
     assert set(by) == {"baseline+off", "baseline+eagle3(1,1,2)", "baseline+eagle3(7,1,8)"}
     small, large = by["baseline+eagle3(1,1,2)"], by["baseline+eagle3(7,1,8)"]
     for c, point in ((small, POINT), (large, {"steps": 7, "topk": 1, "draft_tokens": 8})):
         assert c.valid, c.invalid_reason
-        assert c.spec_params.model_dump() == point and c.plan_spec_params == point
-        assert manifest["plans"][c.key]["spec_params"] == point
+        assert c.spec_params.model_dump() == point and c.plan_spec_params is not None and c.plan_spec_params.model_dump() == point
+        assert written["plans"][c.key]["spec_params"] == point
         assert (run_dir / f"{c.key}.requests.jsonl").is_file()
     assert small.plan_digest != large.plan_digest
     # the stand-in's model: (1,1,2) verifies faster and accepts fewer tokens than (7,1,8); faster overall
-    assert small.first_level().get("accept_length") < large.first_level().get("accept_length")
-    assert small.first_level().get("output_throughput_mean") > 1.2 * large.first_level().get("output_throughput_mean")
+    assert small.first_level().value("accept_length") < large.first_level().value("accept_length")
+    assert small.first_level().mean("output_throughput") > 1.2 * large.first_level().mean("output_throughput")
     rows = report.rows(manifest, cells)
-    assert [row["spec"] for row in rows] == ["off", "eagle3(1,1,2)", "eagle3(7,1,8)"]
+    assert [row.spec for row in rows] == ["off", "eagle3(1,1,2)", "eagle3(7,1,8)"]
     assert "| baseline | eagle3(1,1,2) |" in (run_dir / "summary.md").read_text()
 
     # compare keeps cells apart by point: a bundle against itself matches each cell with itself only
     deltas = compare.deltas(cells, cells)
-    assert {(d["profile"], d["spec"]) for d in deltas} == {("baseline", "off"), ("baseline", "eagle3(1,1,2)"),
+    assert {(d.profile, d.spec) for d in deltas} == {("baseline", "off"), ("baseline", "eagle3(1,1,2)"),
                                                           ("baseline", "eagle3(7,1,8)")}
-    assert all(d["delta"] in (0.0, None) for d in deltas)
+    assert all(d.delta in (0.0, None) for d in deltas)
 
 
 def test_bench_run_bad_points_exit_2_before_any_switch(stack, tmp_path):

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bench.gate import logprob_rows
+from bench.client import logprob_rows
 from testsupport.net import free_port
 from testsupport.standin import numerics, simulation
 from testsupport.standin.engine import Engine

@@ -30,8 +30,19 @@ def test_demo_runs_simulated_and_stops_its_server(tmp_path):
     run_dir = next((tmp_path / "demo").iterdir())
     assert json.loads((run_dir / "manifest.json").read_text())["simulated"] is True
     assert (run_dir / "throughput.png").is_file()
-    assert "baseline | eagle3" in r.stdout and "fused | off" in r.stdout
-    assert Path(run_dir / "summary.md").read_text().startswith("# SIMULATED")
+    # a table that fits 100 columns (summary.md keeps every column), then what to do next, and no GPU-host advice
+    fixed = [line for line in lines if str(tmp_path) not in line]  # a line naming the bundle is as long as its path
+    assert len(fixed) >= len(lines) - 3 and max(len(line) for line in fixed) <= 100, max(fixed, key=len)
+    rows = {tuple(line.split()[1:3]) for line in lines}
+    assert {("baseline", "eagle3"), ("baseline", "off"), ("fused", "eagle3"), ("fused", "off")} <= rows, r.stdout
+    assert any(line.split()[1:] == ["profile", "spec", "tok/s", "(mean", "±", "sd)", "speedup", "TPOT", "ms", "accept",
+                                   "result"] for line in lines), r.stdout
+    assert lines[-4] == "SIMULATED demo: what next: these numbers describe no host. On an 8-GPU host with Docker:"
+    assert lines[-2].startswith("SIMULATED demo:   make up PROFILE=fused ") and "docs/" in lines[-1]
+    summary = Path(run_dir / "summary.md").read_text()
+    assert summary.startswith("# SIMULATED") and "| fused | off |" in summary
+    for text in (r.stdout, r.stderr, summary):
+        assert "NVIDIA driver" not in text and "install" not in text
     # the lowered evidence bar is printed as such, and recorded; fused sums in another order on the stand-in's
     # SIMULATED mixture-of-experts model (demo/standin.json): baseline itself moves between batch 1 and 8 (the
     # null), and the gate passes fused on its log-probabilities against that null
@@ -41,6 +52,23 @@ def test_demo_runs_simulated_and_stops_its_server(tmp_path):
         corr = json.loads((run_dir / f"fused__{spec}.json").read_text())["correctness"]
         assert corr["status"] == "PASS" and corr["tolerance"]["basis"] == "null", corr
         assert corr["tolerance"]["null"]["mean_delta"] > 0 and set(corr["levels"]) == {"1"}
+
+
+def test_the_compact_table_fits_100_columns_whatever_the_bundle():
+    """A bundle with two levels, EAGLE-3 points, FAILs and long INVALID reasons (summary.md's lines are 250 columns):
+    the demo's table keeps the columns that fit, `conc` because there are two levels, and `—` for an invalid row."""
+    from testsupport.demo import compact_table
+
+    summary = (REPO / "tests" / "fixtures" / "bundles" / "20261201T213521Z-1b74b2" / "summary.md").read_text()
+    assert max(len(line) for line in summary.splitlines()) > 150
+    table = compact_table(summary)
+    assert max(len(f"SIMULATED {line}") for line in table) <= 100
+    assert table[0].split() == ["profile", "spec", "conc", "tok/s", "(mean", "±", "sd)", "speedup", "TPOT", "ms", "accept",
+                                "result"]
+    assert table[2].split() == ["baseline", "eagle3", "1", "356.6", "±", "16.3", "1.22x", "1.95", "2.00", "PASS"]
+    assert next(r for r in table if r.startswith("fused ")).split()[-1] == "FAIL"
+    assert next(r for r in table if r.startswith("crashy ")).split()[3:] == ["—"] * 4 + ["INVALID"]
+    assert len(table) == 2 + sum(line.startswith("| ") for line in summary.splitlines()) - 1
 
 
 def test_demo_tune_finds_the_stand_ins_optimum(tmp_path):

@@ -1,5 +1,5 @@
 """testsupport/standin/numerics.py and logprob_shapes.py: the stand-in's log-probabilities, in the shapes of
-SGLang 0.5.23 (its own pydantic models, read from the installed wheel), and bench/gate/logprob_rows.py reading them."""
+SGLang 0.5.23 (its own pydantic models, read from the installed wheel), and bench/client/logprob_rows.py reading them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sglang
 from aiohttp import web
 from pydantic import BaseModel
 
-from bench.gate import logprob_rows
+from bench.client import logprob_rows
 from bench.run import logprob_gate
 from testsupport.standin import logprob_shapes, numerics, simulation
 

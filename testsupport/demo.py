@@ -7,8 +7,9 @@ than baseline's are `reorder`: their texts may part from baseline's, and the gat
 runs a short `bench run` over baseline and every profile that file times x {eagle3, off} into results/demo/
 as its own process, with nothing of the server's environment but the control token and URLs (and the
 gate's KIT_GATE_MIN_TOKENS, lowered for the demo's few prompts and printed so), as the bench container
-runs; prints where the bundle is, and always stops the server (SIGTERM to serve, which stops supervisord
-and its programs).
+runs; always stops the server (SIGTERM to serve, which stops supervisord and its programs); then prints the
+bundle's table in fewer columns (each line within 100 columns; summary.md has them all), where the bundle is,
+and what to do next on a GPU host.
 """
 
 from __future__ import annotations
@@ -130,8 +131,8 @@ def demo_server() -> Iterator[tuple[str, str, str]]:
         token = secrets.token_urlsafe(16)
         env = demo_env(state, server_port, control_port, token)
         control_url = f"http://127.0.0.1:{control_port}"
-        say("no GPU, no Docker: `launcher serve` runs the SGLang stand-in (a test double) under supervisord")
-        say(f"stand-in timings from {STANDIN_CONFIG.relative_to(REPO)} (invented to resemble the research numbers)")
+        say("no GPU, no Docker: launcher serve runs the SGLang stand-in, a test double")
+        say(f"its timings: {STANDIN_CONFIG.relative_to(REPO)}, invented to resemble the research numbers")
         with log.open("ab") as fh:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "launcher", "serve"],
@@ -146,6 +147,68 @@ def demo_server() -> Iterator[tuple[str, str, str]]:
             stop(proc)
 
 
+# The columns the demo prints of the bundle's summary.md (which has them all): (summary.md header, shown as).
+# Standard deviations are left out but for tok/s, and status and gate are one column, so a row fits 100 columns.
+DEMO_COLUMNS = (("profile", "profile"), ("spec", "spec"), ("conc", "conc"), ("tok/s (mean ± sd)", "tok/s (mean ± sd)"),
+                ("speedup vs baseline+off", "speedup"), ("TPOT ms", "TPOT ms"), ("accept length", "accept"),
+                ("correctness", "result"))
+CELL_MAX = 21
+# What the demo ends with: where to go from a stand-in to a GPU host (every line also says SIMULATED).
+WHAT_NEXT = (
+    "what next: these numbers describe no host. On an 8-GPU host with Docker:",
+    "  cp .env.example .env     # MODEL_PATH, DRAFT_MODEL_PATH, KIT_CONTROL_TOKEN",
+    "  make up PROFILE=fused    # start SGLang; then make bench measures the profiles",
+    "  read README.md (Quickstart), docs/bench.md (this table), docs/deployment.md",
+)
+
+
+def _markdown_rows(text: str) -> list[list[str]]:
+    """The cells of summary.md's first table (header first), without its |---| line."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            if not set(line.strip()) <= set("|-: "):
+                rows.append([c.strip() for c in line.strip().strip("|").split(" | ")])
+        elif rows:
+            break
+    return rows
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= CELL_MAX else text[: CELL_MAX - 1] + "…"
+
+
+def compact_table(summary_md: str) -> list[str]:
+    """The demo's table: DEMO_COLUMNS of summary.md's table, aligned, about 90 columns wide. `conc` only when
+    the run measured more than one level; an invalid row shows why in `result` (summary.md has the whole reason)."""
+    rows = _markdown_rows(summary_md)
+    if not rows:
+        return []
+    header, body = rows[0], rows[1:]
+    at = {name: header.index(name) for name, _ in DEMO_COLUMNS if name in header}
+    levels = {r[at["conc"]] for r in body} if "conc" in at else set()
+    shown = [(name, label) for name, label in DEMO_COLUMNS if name in at and (name != "conc" or len(levels) > 1)]
+
+    def cell(row: list[str], name: str) -> str:
+        value = row[at[name]]
+        invalid = "status" in header and row[header.index("status")] == "INVALID"  # its reason fills the tok/s cell
+        if name == "correctness":
+            return "INVALID" if invalid else _short(value.split(":", 1)[0])
+        if invalid and name not in ("profile", "spec", "conc"):
+            return "—"
+        return _short(value if name == "tok/s (mean ± sd)" else value.split(" ± ", 1)[0])
+
+    table = [[label for _, label in shown]] + [[cell(r, name) for name, _ in shown] for r in body]
+    widths = [max(len(r[i]) for r in table) for i in range(len(shown))]
+    numeric = {"tok/s (mean ± sd)", "speedup", "TPOT ms", "accept", "conc"}
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if lab in numeric else c.ljust(w)
+                         for c, w, (_, lab) in zip(cells, widths, shown, strict=True))
+
+    return [line(table[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in table[1:]]
+
+
 TUNE_PROFILES = "baseline,fused,custom-ar"
 DEMO_MIN_TOKENS = 48  # the demo's 64-token prompts compare 63-128 tokens in all: under the gate's default
 
@@ -153,8 +216,8 @@ DEMO_MIN_TOKENS = 48  # the demo's 64-token prompts compare 63-128 tokens in all
 def gate_env(args: argparse.Namespace) -> dict[str, str]:
     """The demo's correctness gate: KIT_GATE_MIN_TOKENS lowered for its few short prompts, and said so."""
     name, default = settings.KIT_GATE_MIN_TOKENS.name, settings.KIT_GATE_MIN_TOKENS.default
-    say(f"correctness gate: {name}={DEMO_MIN_TOKENS}, lowered from its default {default}: {args.num_prompts} "
-        f"prompt(s) of {args.max_tokens} tokens are too few for the default; a real run keeps it")
+    say(f"correctness gate: {name}={DEMO_MIN_TOKENS}, lowered from its default {default}:")
+    say(f"  {args.num_prompts} prompt(s) of {args.max_tokens} tokens are too few for it; a real run keeps it")
     return {name: str(DEMO_MIN_TOKENS)}
 TUNE_SPECS = "off,eagle3"
 # three points: the stand-in's optimum (2,1,3) lies inside them, not at the largest; 3 profiles x 4 = 12
@@ -255,10 +318,12 @@ def main(argv: list[str] | None = None) -> int:
         bundles = sorted(Path(args.out).glob("*/manifest.json"), key=lambda m: m.stat().st_mtime)
         if bundles:
             run_dir = bundles[-1].parent
-            for line in (run_dir / "summary.md").read_text().splitlines():
-                if line.startswith("|"):
-                    print(f"{LABEL} {line}")
-            say(f"bundle {run_dir}: summary.md, summary.csv, throughput.png, tpot.png")
+            for line in compact_table((run_dir / "summary.md").read_text()):
+                print(f"{LABEL} {line}".rstrip())
+            say("speedup: tok/s against baseline+off; result: the correctness gate against baseline")
+            say(f"every column and the plots: {run_dir}/")
+        for line in WHAT_NEXT:
+            say(line)
         return rc
 
     return run_cli(body)

@@ -6,19 +6,19 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
+from bench import JsonObject
 from launcher import __version__, settings
 
 
-def host_fingerprint() -> dict[str, Any]:
+def host_fingerprint() -> JsonObject:
     """The doctor's facts about this host (GPUs, driver, links, NCCL): one fingerprinter for the kit."""
     from launcher.doctor.fingerprint import host_fingerprint as doctor_fingerprint
 
     return doctor_fingerprint()
 
 
-def kit_info() -> dict[str, Any]:
+def kit_info() -> JsonObject:
     """Kit version, git sha (git, else KIT_GIT_SHA) and image id (KIT_IMAGE_ID)."""
     repo = Path(__file__).resolve().parent.parent.parent
     sha = None

@@ -7,7 +7,7 @@ Layout of `<out>/<run-id>/` (names: bench/bundle/names.py):
     <profile>__<spec>.requests.jsonl  one line per measured request (raw timings and text)
     <profile>__<spec>.logprobs.jsonl  the correctness pass: per prompt and concurrency level, the raw request
                                     sent to /generate (or the chat API) and the raw JSON reply, from which each
-                                    token's log-probability and top alternatives are read (bench/run/passes.py);
+                                    token's log-probability and top alternatives are read (bench/client/reply.py);
                                     `bench gate --bundle` re-judges a bundle from these files alone
     <profile>__<spec>__<S>-<K>-<D>.json (and .requests.jsonl)  a cell at an EAGLE-3 point (`bench run
                                     --eagle3 S,K,D`): `spec_params` {steps, topk, draft_tokens} in the file
@@ -33,17 +33,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
+from bench import JsonObject
 from bench.bundle import schema as bundle_schema
 from bench.bundle.names import LOGPROBS_SUFFIX, MANIFEST, REQUESTS_SUFFIX, SUFFIX, Point, cell_file, inside
 from bench.bundle.schema import Cell
-from bench.run.passes import Reply
+from bench.client.reply import Reply
+from bench.client.request_record import RequestRecord
 from launcher import atomic
 from launcher.errors import RuntimeFailure, UserError
 
 
-def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+def write_manifest(run_dir: Path, manifest: JsonObject) -> None:
     atomic.write_json(inside(run_dir, MANIFEST), manifest)
 
 
@@ -52,16 +53,16 @@ def write_cell(run_dir: Path, cell: Cell) -> Path:
     return atomic.write_json(cell_file(run_dir, cell.profile, cell.spec, SUFFIX, cell.spec_params), cell.to_json())
 
 
-def append_requests(run_dir: Path, profile: str, spec: str, rows: Iterable[dict[str, Any]],
+def append_requests(run_dir: Path, profile: str, spec: str, rows: Iterable[RequestRecord],
                     spec_params: Point = None) -> None:
     path = cell_file(run_dir, profile, spec, REQUESTS_SUFFIX, spec_params)
     with path.open("a", encoding="utf-8") as fh:
         for row in rows:
-            fh.write(json.dumps(row, sort_keys=True) + "\n")
+            fh.write(json.dumps(row.to_json(), sort_keys=True) + "\n")
 
 
-def read_requests(run_dir: Path, profile: str, spec: str, spec_params: Point = None) -> list[dict[str, Any]]:
-    """The request rows of one cell, each checked (bundle_schema.RequestRow); UserError names a bad line."""
+def read_requests(run_dir: Path, profile: str, spec: str, spec_params: Point = None) -> list[RequestRecord]:
+    """The request rows of one cell, each checked as its record; UserError names a bad line."""
     try:
         path = cell_file(run_dir, profile, spec, REQUESTS_SUFFIX, spec_params)
     except RuntimeFailure as exc:
@@ -76,13 +77,12 @@ def read_requests(run_dir: Path, profile: str, spec: str, spec_params: Point = N
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
             row = bundle_schema.parse(Path(f"{path}:{n}"), line)
-            bundle_schema.check(bundle_schema.RequestRow, row, f"{path} line {n}")
-            rows.append(row)
+            rows.append(bundle_schema.check(RequestRecord, row, f"{path} line {n}"))
     return rows
 
 
 def write_logprobs(run_dir: Path, profile: str, spec: str, replies: Iterable[Reply], spec_params: Point = None) -> None:
-    """The correctness pass of one cell (bench/run/passes.py `Reply`: one per prompt and level), written whole."""
+    """The correctness pass of one cell (bench/client/reply.py `Reply`: one per prompt and level), written whole."""
     path = cell_file(run_dir, profile, spec, LOGPROBS_SUFFIX, spec_params)
     lines = [json.dumps(r.to_json(), sort_keys=True) for r in replies]
     atomic.write_text(path, "".join(line + "\n" for line in lines))
@@ -120,7 +120,7 @@ def read_cell(path: Path) -> Cell | None:
     return None
 
 
-def load(run_dir: str | Path) -> tuple[dict[str, Any], list[Cell]]:
+def load(run_dir: str | Path) -> tuple[bundle_schema.Manifest, list[Cell]]:
     """Manifest and cell records of one bundle, cells in the manifest's matrix order.
 
     Every file is checked first (bundle_schema): a damaged one is a UserError naming it and its key."""
@@ -130,9 +130,8 @@ def load(run_dir: str | Path) -> tuple[dict[str, Any], list[Cell]]:
         inner = sorted(p.parent for p in d.glob(f"*/{MANIFEST}"))
         hint = f"; did you mean {inner[-1]}?" if inner else "; give the <out>/<run-id> folder written by `bench run`"
         raise UserError(f"{mpath}: no manifest.json here{hint}")
-    manifest = bundle_schema.parse(mpath)
-    bundle_schema.check(bundle_schema.Manifest, manifest, str(mpath))
+    manifest = bundle_schema.check(bundle_schema.Manifest, bundle_schema.parse(mpath), str(mpath))
     cells = [c for p in sorted(d.glob(f"*{SUFFIX}")) if p.name != MANIFEST and (c := read_cell(p)) is not None]
-    order = {name: i for i, name in enumerate(manifest.get("matrix", []))}
+    order = {name: i for i, name in enumerate(manifest.matrix)}
     cells.sort(key=lambda c: (order.get(c.key, len(order)), c.profile, c.spec, c.key))
     return manifest, cells

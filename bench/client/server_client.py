@@ -19,6 +19,8 @@ from typing import Any
 
 import aiohttp
 
+from bench import JsonObject
+from bench.client import reply as replies
 from bench.client.capped_body import (
     ERROR_BODY_CAP,
     JSON_CAP,
@@ -28,12 +30,11 @@ from bench.client.capped_body import (
     read_upto,
     size_text,
 )
+from bench.client.reply import Reply
 from bench.client.request_record import RequestRecord
 from bench.client.sse_events import MalformedEvent, ServerError, StreamLimit, StreamState
 from bench.client.sse_stream import consume
 from bench.client.workload import Prompt
-from bench.run import passes
-from bench.run.passes import Reply
 from launcher.errors import RuntimeFailure
 from launcher.runtime.api.metrics_text import sample_sums
 
@@ -169,7 +170,7 @@ class ServerClient:
                 raise RuntimeFailure(f"{self.url}/health not healthy after {timeout:.0f} s (last: {last})")
             await asyncio.sleep(0.25)
 
-    async def get_json(self, path: str) -> dict[str, Any]:
+    async def get_json(self, path: str) -> JsonObject:
         t = aiohttp.ClientTimeout(total=self.connect_timeout + 30, sock_connect=self.connect_timeout)
         async with self.session.get(f"{self.url}{path}", timeout=t) as resp:
             resp.raise_for_status()
@@ -180,7 +181,7 @@ class ServerClient:
             raise ValueError(f"{self.url}{path}: JSON nested too deep") from exc
         return data if isinstance(data, dict) else {"value": data}
 
-    async def server_info(self) -> dict[str, Any]:
+    async def server_info(self) -> JsonObject:
         """GET /server_info (SGLang 0.5.23), falling back to the deprecated /get_server_info."""
         try:
             return await self.get_json("/server_info")
@@ -204,7 +205,7 @@ class ServerClient:
         except ValueError:
             return None
 
-    def configure_from_server_info(self, info: dict[str, Any]) -> None:
+    def configure_from_server_info(self, info: JsonObject) -> None:
         """Model name for the chat API; whether /generate streams incremental or cumulative text; the most
         requests the server runs at once (`running_cap`)."""
         self.model = str(info.get("served_model_name") or info.get("model_path") or "default")
@@ -212,7 +213,7 @@ class ServerClient:
         self.running_cap = running_cap(info)
 
     # ----- one request -------------------------------------------------------------------------
-    def _payload(self, prompt: Prompt, temperature: float) -> tuple[str, dict[str, Any]]:
+    def _payload(self, prompt: Prompt, temperature: float) -> tuple[str, JsonObject]:
         if self.api == "generate":
             return "/generate", {
                 "text": prompt.text(),
@@ -287,7 +288,7 @@ class ServerClient:
         record.ok = True
         return record
 
-    def _logprob_payload(self, prompt: Prompt, top_k: int) -> tuple[str, dict[str, Any]]:
+    def _logprob_payload(self, prompt: Prompt, top_k: int) -> tuple[str, JsonObject]:
         """The same request as a measured one but always greedy (temperature GREEDY, whatever `self.temperature`
         the timed requests use: the gate compares deterministic replies), not streamed, asking for every output
         token's log-probability and its top-k alternatives (the correctness pass; never timed)."""
@@ -316,7 +317,7 @@ class ServerClient:
         if more:
             raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply over {size_text(self.line_cap)}")
         try:
-            data = passes.storable(json.loads(body))
+            data = replies.storable(json.loads(body))
         except RecursionError:
             raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply is not JSON the bench can read "
                                  "(nested too deep)") from None
@@ -326,8 +327,8 @@ class ServerClient:
         if not isinstance(data, dict):
             raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply is not a JSON object")
         api = "generate" if self.api == "generate" else "chat"
-        rows, problem = passes.read(data, api)  # never raises: a malformed field is no evidence, and says so
-        return Reply(prompt.id, concurrency, passes.text_of(data, api), rows, {"path": path, "body": payload},
+        rows, problem = replies.read(data, api)  # never raises: a malformed field is no evidence, and says so
+        return Reply(prompt.id, concurrency, replies.text_of(data, api), rows, {"path": path, "body": payload},
                      data, problem)
 
     async def logprob_pass(self, prompts: Sequence[Prompt], top_k: int, concurrency: int) -> list[Reply]:
@@ -377,7 +378,7 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
-def running_cap(info: dict[str, Any]) -> int | None:
+def running_cap(info: JsonObject) -> int | None:
     """The most requests the server runs at once, from its /server_info; None when it does not say.
 
     SGLang 0.5.23 reports two values. `internal_states[i].effective_max_running_requests_per_dp` is the

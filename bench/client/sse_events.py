@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from bench import JsonObject
 from bench.client.request_record import RequestRecord
 
 COMPLETION_AT = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,18})(?!\d)')
@@ -24,7 +25,7 @@ class StreamLimit(ValueError):
     """The stream went past a bound (tokens, text); a hostile or broken server cannot hold the bench."""
 
 
-def decode(loads: Callable[[bytes], Any], payload: bytes) -> dict[str, Any]:
+def decode(loads: Callable[[bytes], Any], payload: bytes) -> JsonObject:
     try:
         event = loads(payload)
     except RecursionError as exc:
@@ -38,7 +39,7 @@ def decode(loads: Callable[[bytes], Any], payload: bytes) -> dict[str, Any]:
     return event
 
 
-def _obj(value: Any, what: str) -> dict[str, Any]:
+def _obj(value: Any, what: str) -> JsonObject:
     """`value` when it is a JSON object, {} when absent; any other type is a malformed event."""
     if value is None:
         return {}
@@ -107,7 +108,7 @@ class StreamState:
         self.r.chunk_tokens.append(tokens)
         self.last_mark = now
 
-    def generate_event(self, data: dict[str, Any], now: float) -> None:
+    def generate_event(self, data: JsonObject, now: float) -> None:
         meta = _obj(data.get("meta_info"), "meta_info")
         ct = _count(meta.get("completion_tokens"), "meta_info.completion_tokens")
         if ct is not None:
@@ -129,7 +130,7 @@ class StreamState:
             self.r.finish_reason = finish
             self.done = True
 
-    def chat_event(self, data: dict[str, Any], now: float) -> None:
+    def chat_event(self, data: JsonObject, now: float) -> None:
         choices = data.get("choices") or []
         if not isinstance(choices, list):
             raise MalformedEvent(f"choices is {type(choices).__name__}, not a list")

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher.errors import RuntimeFailure, UserError
+from launcher.runtime.api.bodies import HoldAnswer
 from launcher.runtime.api.control_client import SyncControlClient
 
 TTL_S = 60.0  # a holder killed with SIGKILL keeps the others out for at most this long
@@ -66,35 +67,36 @@ class MeasureHold:
 
     def __enter__(self) -> MeasureHold:
         here = {"host": socket.gethostname(), "pid": os.getpid()}
-        code, body = self.control.hold(self.holder, self.ttl_s, **here)
-        gone = self._gone_holder(code, body, here["host"])
+        answer = self.control.hold(self.holder, self.ttl_s, **here)
+        gone = self._gone_holder(answer, here["host"])
         if gone is not None:
             self.say(f"the measuring hold belonged to pid {gone} on this host, which is no longer running: taken over")
-            code, body = self.control.hold(self.holder, self.ttl_s, take_over_pid=gone, **here)
-        if code == 200 and isinstance(body.get("id"), str):
-            self.id = body["id"]
+            answer = self.control.hold(self.holder, self.ttl_s, take_over_pid=gone, **here)
+        code = answer.code
+        if code == 200 and answer.id is not None:
+            self.id = answer.id
             self._renewer = threading.Thread(target=self._renew, name="measure-hold", daemon=True)
             self._renewer.start()
             return self
         if code == 409:
             raise UserError(f"another bench tune or bench run is measuring the server behind {self.control.url}: "
-                            f"{body.get('error')}. Wait until it finishes; one that was killed keeps the hold for at "
+                            f"{answer.error}. Wait until it finishes; one that was killed keeps the hold for at "
                             f"most {self.ttl_s:.0f} s (nothing was switched)")
         if code == 404:
             self.say(f"the control API at {self.control.url} has no /hold (an older kit): a second tune or bench "
                      "run on this server is not kept out", style="yellow")
             return self
         if code in (401, 403):
-            raise UserError(f"control API refused the measuring hold (HTTP {code}): {body.get('error')}; set KIT_CONTROL_TOKEN")
+            raise UserError(f"control API refused the measuring hold (HTTP {code}): {answer.error}; set KIT_CONTROL_TOKEN")
         raise RuntimeFailure(f"control API at {self.control.url} did not grant the measuring hold (HTTP {code}): "
-                             f"{body.get('error')}")
+                             f"{answer.error}")
 
     @staticmethod
-    def _gone_holder(code: int, body: object, host: str) -> int | None:
+    def _gone_holder(answer: HoldAnswer, host: str) -> int | None:
         """The pid of a refusing holder that ran on this host and is gone; None otherwise. A holder whose pid is no
         pid of this host (outside 1..PID_MAX) is not taken over: nothing here shows it gone, and its hold lapses by
         itself within its TTL once nobody renews it (a live holder that renews it keeps it, as it should)."""
-        held = body.get("tune_hold") if code == 409 and isinstance(body, dict) else None
+        held = answer.tune_hold if answer.code == 409 else None
         if not isinstance(held, dict) or held.get("host") != host:
             return None
         pid = held.get("pid")
@@ -103,12 +105,12 @@ class MeasureHold:
     def _renew(self) -> None:
         while not self._stop.wait(RENEW_EVERY_S):
             try:
-                code, body = self.control.hold(self.holder, self.ttl_s, self.id, host=socket.gethostname(),
-                                               pid=os.getpid())
+                answer = self.control.hold(self.holder, self.ttl_s, self.id, host=socket.gethostname(),
+                                           pid=os.getpid())
             except RuntimeFailure:
                 continue  # unreachable for now: the hold lapses only after ttl_s without a renewal
-            if code == 409:
-                self.lost = str(body.get("error"))
+            if answer.code == 409:
+                self.lost = str(answer.error)
                 return
 
     def check(self) -> None:

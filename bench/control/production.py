@@ -17,6 +17,7 @@ from typing import Any
 
 from launcher.errors import RuntimeFailure
 from launcher.profiles import adaptive_tiers, spec_params
+from launcher.runtime.api.bodies import ServerStatus
 from launcher.runtime.api.control_client import ControlClient
 from launcher.runtime.core.states import ANSWERING, OK_OUTCOMES
 
@@ -68,11 +69,11 @@ def switch_command(plan: Plan, control: str) -> str:
             f"$KIT_CONTROL_TOKEN\" -H 'Content-Type: application/json' -d {shlex.quote(body)}")
 
 
-def runs(status: Mapping[str, Any], plan: Plan) -> bool:
+def runs(status: ServerStatus, plan: Plan) -> bool:
     """Whether /status shows `plan` answering: its profile and spec, and its digest where the plan has one."""
-    same = (status.get("profile"), status.get("spec")) == (plan.get("name"), plan.get("spec"))
+    same = (status.profile, status.spec) == (plan.get("name"), plan.get("spec"))
     digest = plan.get("digest")
-    return same and (digest is None or status.get("digest") == digest) and status.get("state") in ANSWERING
+    return same and (digest is None or status.digest == digest) and status.state in ANSWERING
 
 
 async def put_on(client: ControlClient, plan: Plan, switch_timeout: float) -> str | None:
@@ -82,23 +83,24 @@ async def put_on(client: ControlClient, plan: Plan, switch_timeout: float) -> st
         status = await client.wait_idle(switch_timeout)
         if runs(status, plan):
             return None
-        code, body = await client.switch_when_idle(str(plan.get("name")), str(plan.get("spec")), switch_timeout,
-                                                   spec_params=params_of(plan), adaptive_tiers=tiers_of(plan))
-        if body.get("outcome") not in OK_OUTCOMES:
-            return f"HTTP {code} {body.get('outcome')}: {body.get('error')}"
-        to = body.get("to") if isinstance(body.get("to"), Mapping) else {}
-        why = f"it runs digest {to.get('digest')}, not {plan.get('digest')} (were the profile's files edited since?)"
+        answer = await client.switch_when_idle(str(plan.get("name")), str(plan.get("spec")), switch_timeout,
+                                               spec_params=params_of(plan), adaptive_tiers=tiers_of(plan))
+        if answer.outcome not in OK_OUTCOMES:
+            return f"HTTP {answer.code} {answer.outcome}: {answer.error}"
+        to = answer.entry.to if answer.entry else None
+        why = (f"it runs digest {to.digest if to else None}, not {plan.get('digest')} (were the profile's files "
+               "edited since?)")
         if plan.get("digest") is None:
             return None  # the switch ran the plan as asked; there is no digest to hold it to
     status = await client.wait_idle(switch_timeout)
     return None if runs(status, plan) else why
 
 
-def now_running(status: Mapping[str, Any] | None) -> str:
+def now_running(status: ServerStatus | None) -> str:
     """What /status says production runs, for a message: `fused+eagle3 (serving)`, or that it is unknown."""
-    if not status or not status.get("profile"):
+    if status is None or not status.profile:
         return "unknown (the control API did not say)"
-    return f"{status.get('profile')}+{status.get('spec')} ({status.get('state')}, digest {status.get('digest')})"
+    return f"{status.profile}+{status.spec} ({status.state}, digest {status.digest})"
 
 
 def put_back(control: str, token: str | None, connect_timeout: float, switch_timeout: float,

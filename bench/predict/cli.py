@@ -334,13 +334,19 @@ def _print(result: dict[str, Any]) -> None:
 
         aic.render(console, result["aic"])
     if "bundle" in result:
+        # a note shared by rows (every row's "no verify model" when no latency was given) is printed once under
+        # the table, and each row shows its number
+        notes = list(dict.fromkeys(b["note"] for b in result["bundle"] if b.get("note")))
         cols = ("profile", "spec", "accept", "measured tok/s", "predicted tok/s", "error %", "measured cycle ms",
                 "predicted cycle ms", "note")
         rows = [(b["profile"], b["spec"], fmt(b.get("accept_length")), fmt(b.get("measured_tokps"), 1),
                  fmt(b.get("predicted_tokps"), 1), fmt(b.get("error_pct"), 1, sign=True),
-                 fmt(b.get("measured_cycle_ms")), fmt(b.get("predicted_cycle_ms")), b.get("note", ""))
+                 fmt(b.get("measured_cycle_ms")), fmt(b.get("predicted_cycle_ms")),
+                 f"[{notes.index(b['note']) + 1}]" if b.get("note") else "")
                 for b in result["bundle"]]
         console.print(table("predicted vs measured (bundle)", cols, rows, left=0))
+        for n, note in enumerate(notes, 1):
+            console.print(f"[{n}] {note}", markup=False)
     console.print(
         "[dim]verify = compute + decode collectives·all-reduce + verify collectives·broadcast + overhead; spec tok/s = accept/(draft+verify)·1000; "
         "break-even accept = baseline tok/s·(draft+verify)/1000[/dim]"

@@ -24,8 +24,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from bench.bundle import names as bundle_names  # noqa: E402
 from bench.bundle import store as bundle
-from bench.bundle.schema import Cell  # noqa: E402
-from bench.report.render import LATENCY_X, LATENCY_X_LABEL, UNVERIFIED, latency_curves  # noqa: E402
+from bench.bundle.schema import Cell, Manifest  # noqa: E402
+from bench.report.summary_rows import LATENCY_X, LATENCY_X_LABEL, UNVERIFIED, SummaryRow, latency_curves  # noqa: E402
 
 SIM_TITLE = "SIMULATED (stand-in server) - "
 
@@ -49,29 +49,29 @@ def _mark_simulated(fig: Any, simulated: bool) -> None:
                  rotation=20)
 
 
-def throughput(path: Path, rows: list[dict[str, Any]], simulated: bool, concurrency: int) -> Path:
-    rows = [r for r in rows if r["concurrency"] == concurrency]
-    profiles = list(dict.fromkeys(r["profile"] for r in rows))
-    specs = list(dict.fromkeys(r["spec"] for r in rows))
+def throughput(path: Path, rows: list[SummaryRow], simulated: bool, concurrency: int) -> Path:
+    rows = [r for r in rows if r.concurrency == concurrency]
+    profiles = list(dict.fromkeys(r.profile for r in rows))
+    specs = list(dict.fromkeys(r.spec for r in rows))
     width = 0.8 / max(1, len(specs))
     fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(profiles) + 2), 4.5))
     labelled: set[str] = set()
     for j, spec in enumerate(specs):
         for i, prof in enumerate(profiles):
-            r = next((x for x in rows if x["profile"] == prof and x["spec"] == spec), None)
+            r = next((x for x in rows if x.profile == prof and x.spec == spec), None)
             if r is None:
                 continue
             x = i + (j - (len(specs) - 1) / 2) * width
-            if not r["valid"] or r["output_throughput_mean"] is None:
+            if not r.valid or r.output_throughput_mean is None:
                 ax.text(x, 0, "invalid", rotation=90, ha="center", va="bottom", fontsize=8, color="gray")
                 continue
-            mark = MARKS.get(r["status"])
-            ax.bar(x, r["output_throughput_mean"], width, yerr=r["output_throughput_sd"] or 0.0, capsize=3,
+            mark = MARKS.get(r.status)
+            ax.bar(x, r.output_throughput_mean, width, yerr=r.output_throughput_sd or 0.0, capsize=3,
                    color=f"C{j}", hatch=mark.hatch if mark else None, edgecolor=mark.color if mark else None,
                    label=None if spec in labelled else spec)
             labelled.add(spec)
             if mark:
-                ax.text(x, r["output_throughput_mean"], mark.word, ha="center", va="bottom", fontsize=8,
+                ax.text(x, r.output_throughput_mean, mark.word, ha="center", va="bottom", fontsize=8,
                         color=mark.color)
     if labelled:
         ax.legend(title="spec")
@@ -96,9 +96,9 @@ def tpot(path: Path, run_dir: Path, cells: list[Cell], simulated: bool, concurre
         if not c.valid:
             continue
         values = [
-            r["tpot_s"] * 1000.0
+            tpot_s * 1000.0
             for r in bundle.read_requests(run_dir, c.profile, c.spec, c.spec_params)
-            if r.get("ok") and r.get("concurrency") == concurrency and r.get("tpot_s") is not None
+            if r.ok and r.concurrency == concurrency and (tpot_s := r.tpot_s) is not None
         ]
         if values:
             labels.append(f"{c.profile}\n{c.spec}{bundle_names.point_text(c.spec_params)}")
@@ -118,7 +118,7 @@ def tpot(path: Path, run_dir: Path, cells: list[Cell], simulated: bool, concurre
 LINESTYLES = {"FAIL": "--", UNVERIFIED: ":"}
 
 
-def throughput_latency(path: Path, rows: list[dict[str, Any]], simulated: bool) -> Path | None:
+def throughput_latency(path: Path, rows: list[SummaryRow], simulated: bool) -> Path | None:
     """Output tok/s against median TPOT, one line per cell, one point per concurrency level; None (and no
     file) when no cell has a point to draw."""
     curves = latency_curves(rows)
@@ -126,14 +126,14 @@ def throughput_latency(path: Path, rows: list[dict[str, Any]], simulated: bool) 
         return None
     fig, ax = plt.subplots(figsize=(8.0, 5.0))
     for i, (label, points) in enumerate(curves.items()):
-        status = points[0]["status"]
+        status = points[0].status
         mark = MARKS.get(status)
-        xs = [r[LATENCY_X] for r in points]
-        ys = [r["output_throughput_mean"] for r in points]
+        xs = [r.pooled(LATENCY_X) for r in points]
+        ys = [r.output_throughput_mean for r in points]
         ax.plot(xs, ys, marker="o", color=f"C{i % 10}", linestyle=LINESTYLES.get(status, "-"),
                 label=f"{label} ({mark.word})" if mark else label)
         for r, x, y in zip(points, xs, ys, strict=True):
-            ax.annotate(f"c={r['concurrency']}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            ax.annotate(f"c={r.concurrency}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.legend(title="cell", fontsize=8)
     ax.set_xlabel(LATENCY_X_LABEL)
     ax.set_ylabel("output tok/s (mean over repeats)")
@@ -143,11 +143,11 @@ def throughput_latency(path: Path, rows: list[dict[str, Any]], simulated: bool) 
     return _save(fig, path, simulated)
 
 
-def write_all(run_dir: Path, manifest: dict[str, Any], cells: list[Cell], rows: list[dict[str, Any]]) -> list[Path]:
+def write_all(run_dir: Path, manifest: Manifest, cells: list[Cell], rows: list[SummaryRow]) -> list[Path]:
     """throughput.png and tpot.png for the first concurrency level, plus one pair per further level; with two
     or more levels, throughput_latency.png too (when a valid cell has a point)."""
-    simulated = bool(manifest.get("simulated"))
-    levels = list(manifest.get("settings", {}).get("concurrency", [1])) or [1]
+    simulated = bool(manifest.simulated)
+    levels = manifest.levels
     out = []
     for k, c in enumerate(levels):
         suffix = "" if k == 0 else f"_c{c}"

@@ -15,122 +15,33 @@ from typing import Any, ClassVar
 
 from bench.args import CliArgs, entry_point
 from bench.bundle import aggregate as bundle_aggregate
-from bench.bundle import names as bundle_names
 from bench.bundle import store as bundle
-from bench.bundle.schema import Cell
+from bench.bundle.schema import ADAPTIVE_ACCEPT, TEXTS_DIFFER, Cell, Manifest
 from bench.report import tables
 from bench.report.stats import fmt_mean_sd
-from bench.run import correctness, logprob_gate
+from bench.report.summary_rows import CSV_FIELDS, SummaryRow, latency_curves, rows
 from launcher import atomic
 
 SIM_BANNER = (
     "> **SIMULATED**: measured against the stand-in server (a test double with configured timings), "
     "not a real engine on a GPU. The numbers show that the harness works; they say nothing about any host."
 )
-BASE = ("baseline", "off")
-UNVERIFIED = "UNVERIFIED"  # a valid cell the gate could not vouch for: not OK, not FAIL
-STATUS_OF = {logprob_gate.FAIL: "FAIL", logprob_gate.NOT_ENOUGH: UNVERIFIED}  # the table's status of a verdict
 MAX_REASON = 160  # the full reason is in <profile>__<spec>.json
-CSV_FIELDS = [
-    "profile", "spec", "spec_params", "concurrency", "status", "valid", "invalid_reason", "correctness", "exact_match_rate",
-    "first_divergence", "output_throughput_mean", "output_throughput_sd", "speedup_vs_baseline_off",
-    "mean_ttft_ms_mean", "mean_ttft_ms_sd", "mean_tpot_ms_mean", "mean_tpot_ms_sd", *bundle_aggregate.POOLED_KEYS,
-    "mean_itl_ms_mean",
-    "mean_itl_ms_sd", "p99_itl_ms_mean", "mean_e2e_latency_ms_mean", "accept_length_mean", "accept_length_sd",
-    "accept_length_source", "repeats_valid", "completed", "plan_digest", "switch_outcome", "simulated",
-]
-
-
-# throughput_latency.png: output tok/s (y) against this per-request latency (x), one point per concurrency level
-LATENCY_X = "tpot_p50_ms"
-LATENCY_X_LABEL = "median TPOT per request (ms, p50 over the requests of the valid repeats)"
-
-
-def rows(manifest: dict[str, Any], cells: list[Cell], run_dir: str | Path | None = None) -> list[dict[str, Any]]:
-    """One row per (profile, spec, EAGLE-3 point, concurrency) with everything the tables and plots show;
-    a cell at a point shows it after its spec (`eagle3(1,1,2)`), so two points are two rows and two bars.
-    The pooled TTFT/TPOT percentiles come from the bundle's request files in `run_dir` (None without it)."""
-    base_tps: dict[str, float] = {}
-    for c in cells:
-        if (c.profile, c.spec) == BASE and not c.spec_params and c.valid:
-            for level, agg in c.by_concurrency.items():
-                if agg.get("output_throughput_mean"):
-                    base_tps[level] = agg.get("output_throughput_mean")
-    out = []
-    levels = [str(x) for x in manifest.get("settings", {}).get("concurrency", [1])]
-    for c in cells:
-        corr, point = c.correctness, bundle_names.point_text(c.spec_params)
-        requests = (bundle.read_requests(Path(run_dir), c.profile, c.spec, c.spec_params)
-                    if run_dir is not None and c.valid else [])
-        for level in levels:
-            agg = c.level(level)
-            pooled = bundle_aggregate.request_percentiles(requests, c.per_repeat, int(level))
-            valid = c.valid
-            status = "INVALID" if not valid else STATUS_OF.get(corr.status, "OK")
-            tps = agg.get("output_throughput_mean")
-            ref = base_tps.get(level)
-            out.append(
-                {
-                    "profile": c.profile,
-                    "spec": c.spec + point,
-                    "spec_params": point[1:-1] or None,
-                    "concurrency": int(level),
-                    "status": status,
-                    "valid": valid,
-                    "invalid_reason": c.invalid_reason,
-                    "correctness": corr.status,
-                    "correctness_reasons": corr.reasons,
-                    "exact_match_rate": corr.exact_match_rate,
-                    "first_divergence": corr.first_divergence,
-                    "output_throughput_mean": tps,
-                    "output_throughput_sd": agg.get("output_throughput_sd"),
-                    "speedup_vs_baseline_off": tps / ref if valid and tps and ref else None,
-                    "mean_ttft_ms_mean": agg.get("mean_ttft_ms_mean"),
-                    "mean_ttft_ms_sd": agg.get("mean_ttft_ms_sd"),
-                    "mean_tpot_ms_mean": agg.get("mean_tpot_ms_mean"),
-                    "mean_tpot_ms_sd": agg.get("mean_tpot_ms_sd"),
-                    **pooled,
-                    "mean_itl_ms_mean": agg.get("mean_itl_ms_mean"),
-                    "mean_itl_ms_sd": agg.get("mean_itl_ms_sd"),
-                    "p99_itl_ms_mean": agg.get("p99_itl_ms_mean"),
-                    "mean_e2e_latency_ms_mean": agg.get("mean_e2e_latency_ms_mean"),
-                    "accept_length_mean": agg.get("accept_length_mean"),
-                    "accept_length_sd": agg.get("accept_length_sd"),
-                    "accept_length_source": agg.get("accept_length_source"),
-                    "repeats_valid": agg.get("repeats_valid"),
-                    "completed": agg.get("completed"),
-                    "plan_digest": c.plan_digest,
-                    "switch_outcome": (c.switch or {}).get("outcome"),
-                    "simulated": c.simulated,
-                }
-            )
-    return out
 
 
 def _num(v: Any, digits: int = 1) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
 
 
-def pooled_text(r: dict[str, Any], name: str, digits: int) -> str:
+def pooled_text(r: SummaryRow, name: str, digits: int) -> str:
     """`p50 / p90 / p99` of one metric in a row ('—' for each the bundle cannot give)."""
-    values = [r.get(bundle_aggregate.pooled_key(name, q)) for q in bundle_aggregate.POOLED_PERCENTILES]
+    values = [r.pooled(bundle_aggregate.pooled_key(name, q)) for q in bundle_aggregate.POOLED_PERCENTILES]
     return "—" if all(v is None for v in values) else " / ".join(_num(v, digits) for v in values)
 
 
-def latency_curves(table: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """throughput_latency.png's lines: per cell (`profile+spec`), its valid levels that have both numbers, by
-    concurrency; a cell with no such level has no line."""
-    curves: dict[str, list[dict[str, Any]]] = {}
-    for r in table:
-        if r["valid"] and r.get(LATENCY_X) is not None and r["output_throughput_mean"] is not None:
-            curves.setdefault(f"{r['profile']}+{r['spec']}", []).append(r)
-    return {k: sorted(v, key=lambda r: r["concurrency"]) for k, v in curves.items()}
-
-
-def latency_plot_note(manifest: dict[str, Any], table: list[dict[str, Any]]) -> str:
+def latency_plot_note(manifest: Manifest, table: list[SummaryRow]) -> str:
     """What the summary says of throughput_latency.png: what it shows, or why there is none."""
-    levels = manifest.get("settings", {}).get("concurrency", [1]) or [1]
-    if len(levels) < 2:
+    if len(manifest.levels) < 2:
         return ("No throughput_latency.png: the bundle has one concurrency level (it takes two or more "
                 "`--concurrency` levels).")
     if not latency_curves(table):
@@ -139,87 +50,89 @@ def latency_plot_note(manifest: dict[str, Any], table: list[dict[str, Any]]) -> 
             "one line per cell, one point per concurrency level.")
 
 
-def _host_line(host: dict[str, Any]) -> str:
-    if not host.get("available"):
-        return f"unavailable ({host.get('reason') or 'no nvidia-smi'})"
+def _host_line(manifest: Manifest) -> str:
+    host = manifest.host
+    if not host.available:
+        return f"unavailable ({host.reason or 'no nvidia-smi'})"
     names: dict[str, int] = {}
-    for g in host.get("gpus", []):
-        names[g["name"]] = names.get(g["name"], 0) + 1
+    for g in host.gpus:
+        names[g.name] = names.get(g.name, 0) + 1
     gpus = ", ".join(f"{n}x {name}" for name, n in names.items())
-    link = f", {host['interconnect']}" if host.get("interconnect") else ""
-    return f"{gpus}{link}; driver {host.get('driver')}, NCCL {host.get('nccl') or 'unknown'}"
+    link = f", {host.interconnect}" if host.interconnect else ""
+    return f"{gpus}{link}; driver {host.driver}, NCCL {host.nccl or 'unknown'}"
 
 
-def correctness_text(r: dict[str, Any]) -> str:
-    status = r["correctness"] or "—"
-    if status in ("FAIL", "not enough evidence") and r["correctness_reasons"]:
-        return f"{status}: " + "; ".join(r["correctness_reasons"])
+def correctness_text(r: SummaryRow) -> str:
+    status = r.correctness or "—"
+    if status in ("FAIL", "not enough evidence") and r.correctness_reasons:
+        return f"{status}: " + "; ".join(r.correctness_reasons)
     return status
 
 
-def gate_lines(gate: dict[str, Any]) -> list[str]:
+def gate_lines(manifest: Manifest) -> list[str]:
     """How the bundle's gate judged, in the words of its own settings (a bundle gated on exact match says so)."""
-    accept = (f"accept length under {gate.get('collapse_ratio', 0.6):.0%} of baseline's or at most "
-              f"{gate.get('min_accept', 1.05)}")
-    if gate.get("max_delta") is None and "null_factor" not in gate:
+    gate = manifest.gate
+    min_accept = 1.05 if gate.min_accept is None else gate.min_accept
+    accept = f"accept length under {gate.collapse_ratio:.0%} of baseline's or at most {min_accept}"
+    if gate.max_delta is None and gate.null_factor is None:
         # a bundle gated on exact match, by a kit before the log-probability gate: its summary as it was written
         return [f"- correctness: greedy outputs vs baseline under the same spec; FAIL below "
-                f"{gate.get('min_exact_match', 0.9):.0%} exact match, or {accept}. A FAIL profile is not "
+                f"{0.9 if gate.min_exact_match is None else gate.min_exact_match:.0%} exact match, or {accept}. A FAIL profile is not "
                 "a candidate, whatever its speed."]
-    if "null_factor" in gate:
-        fixed = [f"{k} {gate[k]}" for k in ("mean_delta", "p99_delta", "max_flip_gap", "max_delta") if gate.get(k)]
+    if gate.null_factor is not None:
+        fixed = [f"{k} {gate.setting(k)}" for k in ("mean_delta", "p99_delta", "max_flip_gap", "max_delta")
+                 if gate.setting(k)]
         return [
             "- correctness: each profile's untimed greedy pass vs baseline's under the same spec, at concurrency 1 "
             "and the highest level, by log-probability: FAIL when, before a prompt's first divergence, the mean or "
             "p99 change of the chosen token's log-probability is above the calibrated floor plus "
-            f"{gate['null_factor']:g}x what baseline shows against itself at two batch sizes (the null), when texts "
+            f"{gate.null_factor:g}x what baseline shows against itself at two batch sizes (the null), when texts "
             f"parted at no near-tie, or on {accept} at the same EAGLE-3 point"
             + (f"; limits set: {', '.join(fixed)}" if fixed else "")
-            + f"; 'not enough evidence' under {gate['min_tokens']} tokens compared or without log-probabilities "
+            + f"; 'not enough evidence' under {gate.min_tokens} tokens compared or without log-probabilities "
             "from the server (never a pass). A FAIL profile is not a candidate, whatever its speed.",
-            f"- exact match and first divergence are information only: {correctness.TEXTS_DIFFER}.",
-            f"- {correctness.ADAPTIVE_ACCEPT}.",
+            f"- exact match and first divergence are information only: {TEXTS_DIFFER}.",
+            f"- {ADAPTIVE_ACCEPT}.",
         ]
     return [
         "- correctness: each profile's untimed greedy pass vs baseline's under the same spec, by log-probability: "
         f"FAIL when, before a prompt's first divergence, a chosen token's log-probability moved by more than "
-        f"{gate['max_delta']} nats (p99 over {gate['p99_delta']}), when texts parted at tokens more than "
-        f"{gate['max_flip_gap']} nats apart, or on {accept}; 'not enough evidence' under {gate['min_tokens']} "
+        f"{gate.max_delta} nats (p99 over {gate.p99_delta}), when texts parted at tokens more than "
+        f"{gate.max_flip_gap} nats apart, or on {accept}; 'not enough evidence' under {gate.min_tokens} "
         "tokens compared or without log-probabilities from the server (never a pass). A FAIL profile is not a "
         "candidate, whatever its speed.",
-        f"- exact match and first divergence are information only: {correctness.TEXTS_DIFFER}.",
-        f"- {correctness.ADAPTIVE_ACCEPT}.",
+        f"- exact match and first divergence are information only: {TEXTS_DIFFER}.",
+        f"- {ADAPTIVE_ACCEPT}.",
     ]
 
 
-def markdown(manifest: dict[str, Any], cells: list[Cell], run_dir: str | Path | None = None) -> str:
+def markdown(manifest: Manifest, cells: list[Cell], run_dir: str | Path | None = None) -> str:
     """summary.md; with `run_dir`, the TTFT/TPOT percentiles from its request files."""
     return _markdown(manifest, rows(manifest, cells, run_dir))
 
 
-def _markdown(manifest: dict[str, Any], table: list[dict[str, Any]]) -> str:
-    s = manifest.get("settings", {})
-    sim = bool(manifest.get("simulated"))
-    title = f"# {'SIMULATED ' if sim else ''}Bench summary: run {manifest.get('run_id')}"
-    if s.get("fleet_host"):
-        title += f", fleet host {s['fleet_host']}"
+def _markdown(manifest: Manifest, table: list[SummaryRow]) -> str:
+    s = manifest.settings
+    sim = bool(manifest.simulated)
+    title = f"# {'SIMULATED ' if sim else ''}Bench summary: run {manifest.run_id}"
+    if s.fleet_host:
+        title += f", fleet host {s.fleet_host}"
     lines = [title, ""]
     if sim:
         lines += [SIM_BANNER, ""]
-    if not manifest.get("complete"):
-        why = "interrupted" if manifest.get("interrupted") else "stopped early"
+    if not manifest.complete:
+        why = "interrupted" if manifest.interrupted else "stopped early"
         lines += [f"**INCOMPLETE** ({why}): only the cells below were measured.", ""]
-    kit = manifest.get("kit", {})
-    server = manifest.get("server", {})
+    kit, server = manifest.kit, manifest.server
     lines += [
-        f"- Host: {_host_line(manifest.get('host', {}))}",
-        f"- SGLang: {server.get('sglang_version') or 'unknown'} at {server.get('url')}",
-        f"- Kit: {kit.get('version') or 'unknown'} (git {(kit.get('git_sha') or 'unknown')[:12]})"
-        + (f", image {kit['image_id']}" if kit.get("image_id") else ""),
-        f"- Workload: {s.get('workload')} ({s.get('num_prompts')} prompts), API {s.get('api')}, "
-        f"max_tokens {s.get('max_tokens')}, ignore_eos {s.get('ignore_eos')}, temperature {s.get('temperature') or 0} (timed; the correctness pass at 0); "
-        f"{s.get('warmup')} warm-up requests after each switch (not counted); "
-        f"{s.get('repeats')} repeats at concurrency {', '.join(str(c) for c in s.get('concurrency', []))}",
+        f"- Host: {_host_line(manifest)}",
+        f"- SGLang: {server.sglang_version or 'unknown'} at {server.url}",
+        f"- Kit: {kit.version or 'unknown'} (git {(kit.git_sha or 'unknown')[:12]})"
+        + (f", image {kit.image_id}" if kit.image_id else ""),
+        f"- Workload: {s.workload} ({s.num_prompts} prompts), API {s.api}, "
+        f"max_tokens {s.max_tokens}, ignore_eos {s.ignore_eos}, temperature {s.temperature or 0} (timed; the correctness pass at 0); "
+        f"{s.warmup} warm-up requests after each switch (not counted); "
+        f"{s.repeats} repeats at concurrency {', '.join(str(c) for c in s.concurrency)}",
         "",
         "| profile | spec | conc | status | tok/s (mean ± sd) | speedup vs baseline+off | TTFT ms "
         "| TTFT p50/p90/p99 ms | TPOT ms | TPOT p50/p90/p99 ms | chunk gap ms | accept length | exact match "
@@ -227,28 +140,27 @@ def _markdown(manifest: dict[str, Any], table: list[dict[str, Any]]) -> str:
         "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in table:
-        if not r["valid"]:
-            reason = str(r["invalid_reason"]).replace("|", "/")
+        if not r.valid:
+            reason = str(r.invalid_reason).replace("|", "/")
             reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
             lines.append(
-                f"| {r['profile']} | {r['spec']} | {r['concurrency']} | INVALID | invalid: {reason} "
+                f"| {r.profile} | {r.spec} | {r.concurrency} | INVALID | invalid: {reason} "
                 f"| — | — | — | — | — | — | — | — | {correctness_text(r)} |"
             )
             continue
-        speed = "—" if r["speedup_vs_baseline_off"] is None else f"{r['speedup_vs_baseline_off']:.2f}x"
-        accept = fmt_mean_sd(r["accept_length_mean"], r["accept_length_sd"], 2) if r["accept_length_mean"] else "—"
-        if r["accept_length_source"] == "metrics":
+        speed = "—" if r.speedup_vs_baseline_off is None else f"{r.speedup_vs_baseline_off:.2f}x"
+        accept = fmt_mean_sd(r.accept_length_mean, r.accept_length_sd, 2) if r.accept_length_mean else "—"
+        if r.accept_length_source == "metrics":
             accept += " (metrics)"
-        exact = "—" if r["exact_match_rate"] is None else f"{r['exact_match_rate']:.0%}"
+        exact = "—" if r.exact_match_rate is None else f"{r.exact_match_rate:.0%}"
         lines.append(
-            f"| {r['profile']} | {r['spec']} | {r['concurrency']} | {r['status']} "
-            f"| {fmt_mean_sd(r['output_throughput_mean'], r['output_throughput_sd'])} | {speed} "
-            f"| {fmt_mean_sd(r['mean_ttft_ms_mean'], r['mean_ttft_ms_sd'])} | {pooled_text(r, 'ttft', 1)} "
-            f"| {fmt_mean_sd(r['mean_tpot_ms_mean'], r['mean_tpot_ms_sd'], 2)} | {pooled_text(r, 'tpot', 2)} "
-            f"| {fmt_mean_sd(r['mean_itl_ms_mean'], r['mean_itl_ms_sd'], 2)} | {accept} | {exact} "
+            f"| {r.profile} | {r.spec} | {r.concurrency} | {r.status} "
+            f"| {fmt_mean_sd(r.output_throughput_mean, r.output_throughput_sd)} | {speed} "
+            f"| {fmt_mean_sd(r.mean_ttft_ms_mean, r.mean_ttft_ms_sd)} | {pooled_text(r, 'ttft', 1)} "
+            f"| {fmt_mean_sd(r.mean_tpot_ms_mean, r.mean_tpot_ms_sd, 2)} | {pooled_text(r, 'tpot', 2)} "
+            f"| {fmt_mean_sd(r.mean_itl_ms_mean, r.mean_itl_ms_sd, 2)} | {accept} | {exact} "
             f"| {correctness_text(r)} |"
         )
-    gate = manifest.get("gate", {})
     lines += [
         "",
         "How to read it:",
@@ -261,7 +173,7 @@ def _markdown(manifest: dict[str, Any], table: list[dict[str, Any]]) -> str:
         "files do not hold them.",
         "- accept length: completion_tokens / spec_verify_ct summed over the requests of a repeat "
         "(per-request meta_info); '(metrics)' when it came from /metrics counter deltas instead.",
-        *gate_lines(gate),
+        *gate_lines(manifest),
         "- INVALID: a request failed, a stream broke or the server restarted; no number is reported.",
         "",
         "Plots: throughput.png (tok/s, error bars = sd over repeats), tpot.png (per-request TPOT).",
@@ -272,9 +184,13 @@ def _markdown(manifest: dict[str, Any], table: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def csv_text(manifest: dict[str, Any], cells: list[Cell], run_dir: str | Path | None = None) -> str:
+def csv_text(manifest: Manifest, cells: list[Cell], run_dir: str | Path | None = None) -> str:
     """summary.csv; with `run_dir`, the TTFT/TPOT percentiles from its request files."""
-    return tables.csv_text(rows(manifest, cells, run_dir), CSV_FIELDS)
+    return _csv(rows(manifest, cells, run_dir))
+
+
+def _csv(table: list[SummaryRow]) -> str:
+    return tables.csv_text([r.csv_values() for r in table], CSV_FIELDS)
 
 
 def build(run_dir: str | Path) -> list[Path]:
@@ -285,7 +201,7 @@ def build(run_dir: str | Path) -> list[Path]:
     manifest, cells = bundle.load(d)
     table = rows(manifest, cells, d)
     written = [
-        atomic.write_text(d / "summary.csv", tables.csv_text(table, CSV_FIELDS)),
+        atomic.write_text(d / "summary.csv", _csv(table)),
         atomic.write_text(d / "summary.md", _markdown(manifest, table)),
     ]
     written += plots.write_all(d, manifest, cells, table)
@@ -311,7 +227,7 @@ def run_main(args: ReportArgs) -> int:
     """Rebuild, then name every file written (SIMULATED bundles say so)."""
     paths = build(args.dir)
     manifest, _ = bundle.load(args.dir)
-    label = "SIMULATED " if manifest.get("simulated") else ""
+    label = "SIMULATED " if manifest.simulated else ""
     for path in paths:
         print(f"{label}wrote {path}")
     return 0

@@ -17,10 +17,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bench import JsonObject
 from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle import names as bundle_names
 from bench.bundle import store as bundle
-from bench.bundle.schema import Cell
+from bench.bundle.schema import Cell, RepeatSummary
 from bench.run import correctness, passes
 from bench.run.logprob_gate import Thresholds
 from bench.run.settings import RunSettings
@@ -47,26 +48,26 @@ class CellDraft(bundle_names.CellNames):
     settings: RunSettings
     num_prompts: int
     spec_params: SpecParams | None = None
-    plan_spec_params: dict[str, Any] | None = None
+    plan_spec_params: SpecParams | None = None
     plan_digest: str | None = None
     setup_digest: str | None = None
-    local: dict[str, Any] | None = None
-    switch: dict[str, Any] | None = None
-    server: dict[str, Any] | None = None
+    local: dict[str, str] | None = None
+    switch: JsonObject | None = None
+    server: JsonObject | None = None
     backends: list[Any] | None = None
     simulated: bool = False
     invalid_reason: str | None = None  # why the cell stopped before its repeats were done
-    per_repeat: list[dict[str, Any]] = field(default_factory=list)  # bench/run/repeat.py's summaries
+    per_repeat: list[RepeatSummary] = field(default_factory=list)  # bench/run/repeat.py's summaries
     adaptive_tiers: dict[str, list[int]] | None = None
     # the most requests the server ran at once, from its /server_info (bench/client/server_client.py running_cap);
     # None when it did not say. No level above it is measured (bench/run/measure.py over_cap)
     max_running_requests: int | None = None
 
-    def adopt(self, earlier: Mapping[str, Any]) -> None:
-        """What an earlier measurement of this cell (its record as JSON) says of its switch, plan and server."""
+    def adopt(self, earlier: Cell) -> None:
+        """What an earlier measurement of this cell (its record) says of its switch, plan and server."""
         for name in ADOPTED:
-            if earlier.get(name) is not None:
-                setattr(self, name, earlier[name])
+            if getattr(earlier, name) is not None:
+                setattr(self, name, getattr(earlier, name))
 
 
 def new_cell(*, profile: str, spec: str, settings: RunSettings, num_prompts: int,
@@ -78,7 +79,7 @@ def new_cell(*, profile: str, spec: str, settings: RunSettings, num_prompts: int
                      switch=None if settings.switching else {"outcome": "skipped (--no-switch)"})
 
 
-def record_plan(cell: CellDraft, plan: dict[str, Any] | None) -> None:
+def record_plan(cell: CellDraft, plan: JsonObject | None) -> None:
     """Which plan the cell ran: its digest (what the server got), its setup digest and this host's values.
 
     `setup_digest` leaves out what is local to a host (model paths, host, port), so `bench compare`
@@ -87,16 +88,17 @@ def record_plan(cell: CellDraft, plan: dict[str, Any] | None) -> None:
     cell.plan_digest = plan.get("digest")
     cell.setup_digest = plan.get("setup_digest")
     cell.local = plan.get("local")
-    cell.plan_spec_params = plan.get("spec_params")
+    point = plan.get("spec_params")
+    cell.plan_spec_params = coerce(point) if point else None
 
 
-def verdict(reps: list[dict[str, Any]], stopped: str | None, expected: int) -> str | None:
+def verdict(reps: list[RepeatSummary], stopped: str | None, expected: int) -> str | None:
     """Why the cell is invalid (its own reason, an invalid repeat, repeats missing), None when it is valid."""
     if stopped is not None:
         return stopped
-    bad = [x for x in reps if not x["valid"]]
+    bad = [x for x in reps if not x.valid]
     if bad:
-        return f"{len(bad)} of {len(reps)} repeats invalid: {bad[0]['invalid_reason']}"
+        return f"{len(bad)} of {len(reps)} repeats invalid: {bad[0].invalid_reason}"
     if len(reps) < expected:
         return f"only {len(reps)} of {expected} repeats ran"
     return None
@@ -109,7 +111,7 @@ def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int) -> Cell
     reps = cell.per_repeat
     reason = verdict(reps, cell.invalid_reason, len(concurrency) * repeats)
     valid = reason is None
-    by_c = {str(c): {"concurrency": c, **bundle_aggregate.aggregate([x for x in reps if x["concurrency"] == c], valid)}
+    by_c = {str(c): bundle_aggregate.aggregate([x for x in reps if x.concurrency == c], valid, concurrency=c)
             for c in concurrency}
     s = cell.settings
     try:
@@ -131,11 +133,10 @@ def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int) -> Cell
                              f"({err['msg']}); check what the server and its control API report") from None
 
 
-def point_of(cell: Cell) -> dict[str, Any] | None:
+def point_of(cell: Cell) -> dict[str, int] | None:
     """The EAGLE-3 point a cell ran: the one it was switched to, else the one its running plan reported."""
-    if cell.spec_params is not None:
-        return cell.spec_params.model_dump()
-    return dict(cell.plan_spec_params) if cell.plan_spec_params else None
+    point = cell.spec_params or cell.plan_spec_params
+    return point.model_dump() if point is not None else None
 
 
 def gate_side(run_dir: Path, cell: Cell) -> correctness.Side:
@@ -144,7 +145,7 @@ def gate_side(run_dir: Path, cell: Cell) -> correctness.Side:
     passed = bundle.read_logprobs(run_dir, cell.profile, cell.spec, cell.spec_params, api=cell.api)
     texts = (passes.texts(passed) if passed is not None else
              correctness.reference_outputs(bundle.read_requests(run_dir, cell.profile, cell.spec, cell.spec_params)))
-    return correctness.Side(cell.label, texts, passed, cell.first_level().get("accept_length"), point_of(cell))
+    return correctness.Side(cell.label, texts, passed, cell.first_level().value("accept_length"), point_of(cell))
 
 
 def reference_key(cells: Mapping[str, Cell], cell: Cell) -> str:

@@ -12,138 +12,63 @@ to baseline instead), 130 interrupted (the partial bundle is written with "compl
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import ClassVar
 
 from rich.console import Console
 
 from bench import args as flags
-from bench.args import CliArgs, TargetArgs, http_url, positive_ints, stop_on_interrupt, temperature
+from bench.args import Command, Given, stop_on_interrupt
 from bench.client.workload import choose_prompts
 from bench.control.hold import MeasureHold, holder_of
 from bench.run import correctness, logprob_gate
 from bench.run.landing import Landing
 from bench.run.matrix import MatrixRun
 from bench.run.selection import KEYWORDS, csv, given_name, single_name
-from bench.run.settings import RunKnobs, RunSettings
+from bench.run.settings import RunSettings
 from launcher import settings
 from launcher.errors import KitError, RuntimeFailure, UserError, run_cli
-from launcher.profiles.spec_params import parse_list
 from launcher.runtime.api.control_client import SyncControlClient
 
-DEFAULT_OUT = "results"
+
+def settings_from(given: Given, argv: list[str]) -> RunSettings:
+    """What the run measures (exit 2 on a bad value, naming the flag), as the manifest records it."""
+    values = given.checked()
+    no_switch = values.get("no_switch", False)
+    workload, num_prompts, prompts_sha = choose_prompts(given.prompts, given.num_prompts, RunSettings.num_prompts,
+                                                        values.get("workload", RunSettings.workload))
+    if not no_switch:  # cells switched to are gated against baseline's; one --no-switch cell has no reference
+        correctness.check_workload(num_prompts, values.get("max_tokens", RunSettings.max_tokens),
+                                   logprob_gate.thresholds())
+    if no_switch:
+        values["profiles"] = single_name("--profiles", given.profiles)
+        values["specs"] = single_name("--spec", given.specs)
+    else:
+        for flag, value in (("--profiles", given.profiles), ("--spec", given.specs)):
+            if value is not None and not csv(value):
+                raise UserError(f"{flag} is empty; give one or more names")
+    for flag, value in (("--profiles", values.get("profiles")), ("--spec", values.get("specs"))):
+        for name in csv(value):
+            if name not in KEYWORDS:
+                given_name(flag, name)
+    leave_on = given.leave_on
+    if leave_on is not None and (no_switch or not leave_on.strip()):
+        raise UserError("--leave-on names a cell this run switches to (e.g. fused+eagle3); "
+                        + ("drop --no-switch (or --leave-on)" if no_switch else "it is empty"))
+    if given.eagle3 is not None and no_switch:
+        raise UserError("--eagle3 switches to each point; drop --no-switch (or --eagle3)")
+    return RunSettings(**{
+        **values, **flags.endpoints(values), "workload": workload, "num_prompts": num_prompts,
+        "prompts_sha256": prompts_sha, "leave_on": leave_on.strip() if leave_on else None,
+        "control_given": bool(given.control) or settings.KIT_CONTROL_URL.is_set(), "argv": list(argv),
+    })
 
 
-@dataclass(kw_only=True)
-class RunArgs(CliArgs, TargetArgs, RunKnobs):
-    """The flags as given; `settings()` checks them and resolves URLs from the environment."""
-
-    prog: ClassVar[str] = "bench run"
-    description: ClassVar[str] = (
-        "End-to-end bench: switch each profile through the control API, warm up, measure "
-        "TTFT, TPOT, chunk gap, tok/s and accept length, gate correctness against `baseline`."
-    )
-
-    profiles: str | None = None
-    spec: str | None = None
-    out: str = DEFAULT_OUT
-    fleet: str | None = None
-    num_prompts: int | None = RunKnobs.num_prompts  # None (the flag left out): all of --prompts, else the default
-    leave_on: str | None = None
-
-    @classmethod
-    def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p = parser
-        flags.URL.add(p)
-        flags.CONTROL.add(p)
-        flags.PROFILES.add(p, help=f"{flags.PROFILES.help}, 'stable' (every stable profile) or 'all' (default stable); "
-                                   "with --no-switch, the one name the running server is labelled with when no "
-                                   "control API answers")
-        flags.SPEC.add(p, help=f"comma-separated spec modes (default {RunSettings.DEFAULT_SPECS}); with --no-switch, "
-                               "the one mode the running server uses")
-        flags.EAGLE3.add(p, help=f"{flags.EAGLE3.help} measured as extra cells per profile, each switched with its "
-                                 "point and labelled profile+eagle3(S,K,D), e.g. --eagle3 '1,1,2;3,1,4'; the server "
-                                 "refuses a point SGLang would not run as given (HTTP 400, exit 2)")
-        p.add_argument("--repeats", type=int, default=cls.repeats, help=f"measured repeats per concurrency level (default {cls.repeats})")
-        flags.CONCURRENCY.add(p, cls.concurrency)
-        flags.NUM_PROMPTS.add(p, None, help=flags.NUM_PROMPTS.help.format(default=RunKnobs.num_prompts))
-        flags.PROMPTS.add(p)
-        flags.MAX_TOKENS.add(p, cls.max_tokens)
-        flags.TEMPERATURE.add(p, cls.temperature)
-        flags.WORKLOAD.add(p, cls.workload)
-        flags.API.add(p, cls.api)
-        p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
-        flags.WARMUP.add(p, cls.warmup)
-        p.add_argument("--no-switch", action="store_true", help="bench whatever is running; do not switch")
-        p.add_argument("--leave-on", metavar="CELL", default=None,
-                       help="leave production on this measured cell (e.g. fused+eagle3, fused+eagle3(1,1,2)) when it "
-                            "passed the correctness gate; by default production goes back to the plan found running")
-        p.add_argument("--connect-timeout", type=float, default=cls.connect_timeout,
-                       help=f"seconds to wait for a connection (default {cls.connect_timeout:g})")
-        flags.SWITCH_TIMEOUT.add(p, cls.switch_timeout)
-        flags.HEALTH_TIMEOUT.add(p, cls.health_timeout)
-        p.add_argument("--read-timeout", type=float, default=cls.read_timeout,
-                       help=f"seconds a request may go without receiving a byte, headers included (default {cls.read_timeout:g})")
-        p.add_argument("--request-timeout", type=float, default=cls.request_timeout,
-                       help="seconds one request may take in all; a stream that never ends fails then "
-                            f"(default {cls.request_timeout:g})")
-        flags.SEED.add(p, cls.seed)
-        flags.OUT.add(p, DEFAULT_OUT, help=f"{flags.OUT.help}; the bundle goes to OUT/<run-id>/ (default {DEFAULT_OUT})")
-        flags.FLEET.add(p, help=f"{flags.FLEET.help}: bench each host in turn (its server and control API, its token), "
-                                "one bundle per host in OUT/<host>/<run-id>/; for the fleet as a whole, give --url "
-                                "<router> instead")
-        return p
-
-    def settings(self, argv: list[str]) -> RunSettings:
-        """What the run measures (exit 2 on a bad value), as the manifest records it."""
-        for flag, v in (("--repeats", self.repeats), ("--max-tokens", self.max_tokens)):
-            if v < 1:
-                raise UserError(f"{flag} {v}: must be at least 1")
-        if self.warmup < 0:
-            raise UserError("--warmup must be 0 or more")
-        for flag, t in (("--connect-timeout", self.connect_timeout), ("--read-timeout", self.read_timeout),
-                        ("--request-timeout", self.request_timeout)):
-            if not t > 0 or t == float("inf"):
-                raise UserError(f"{flag} {t}: must be a positive number of seconds")
-        concurrency = positive_ints("--concurrency", self.concurrency)
-        temp = temperature("--temperature", self.temperature)
-        workload, num_prompts, prompts_sha = choose_prompts(self.prompts, self.num_prompts, RunKnobs.num_prompts,
-                                                            self.workload)
-        if not self.no_switch:  # cells switched to are gated against baseline's; one --no-switch cell has no reference
-            correctness.check_workload(num_prompts, self.max_tokens, logprob_gate.thresholds())
-        if self.no_switch:
-            profiles = single_name("--profiles", self.profiles)
-            specs = single_name("--spec", self.spec)
-        else:
-            profiles, specs = self.profiles, self.spec
-            for flag, value in (("--profiles", profiles), ("--spec", specs)):
-                if value is not None and not csv(value):
-                    raise UserError(f"{flag} is empty; give one or more names")
-        for flag, value in (("--profiles", profiles), ("--spec", specs)):
-            for name in csv(value):
-                if name not in KEYWORDS:
-                    given_name(flag, name)
-        if self.leave_on is not None and (self.no_switch or not self.leave_on.strip()):
-            raise UserError("--leave-on names a cell this run switches to (e.g. fused+eagle3); "
-                            + ("drop --no-switch (or --leave-on)" if self.no_switch else "it is empty"))
-        eagle3 = None
-        if self.eagle3 is not None:
-            if self.no_switch:
-                raise UserError("--eagle3 switches to each point; drop --no-switch (or --eagle3)")
-            eagle3 = [p.model_dump() for p in parse_list(self.eagle3, "--eagle3")]
-        url = http_url("--url", self.url) if self.url else settings.KIT_SERVER_URL.get()
-        control = http_url("--control", self.control) if self.control else settings.control_url()
-        same = {f.name: getattr(self, f.name) for f in fields(RunKnobs)}
-        return RunSettings(**{
-            **same, "out": self.out, "url": url, "profiles": profiles, "specs": specs, "eagle3": eagle3, "control": control,
-            "concurrency": concurrency, "temperature": temp, "workload": workload, "num_prompts": num_prompts,
-            "prompts_sha256": prompts_sha, "leave_on": self.leave_on.strip() if self.leave_on else None,
-            "control_given": bool(self.control) or settings.KIT_CONTROL_URL.is_set(), "argv": list(argv),
-        })
+RunArgs = Command(RunSettings, "bench run", (
+    "End-to-end bench: switch each profile through the control API, warm up, measure "
+    "TTFT, TPOT, chunk gap, tok/s and accept length, gate correctness against `baseline`."), settings_from)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(lambda: run_main(args, argv=argv, console=Console(stderr=True)))
 
 
-def run_main(args: RunArgs, *, argv: list[str], console: Console) -> int:
+def run_main(args: Given, *, argv: list[str], console: Console) -> int:
     """One host (the URLs given) or each host of `--fleet`."""
     run_settings = args.settings(argv)
     if args.fleet:
@@ -196,7 +121,8 @@ def measure(*, run_settings: RunSettings, token: str | None, console: Console) -
         console.print(text, style=style, highlight=False, markup=False, soft_wrap=True)
 
     with MeasureHold(client, holder_of("bench run", Path(run_settings.out)), say) as run.hold:
-        start = client.running_plan()
+        running = client.running_plan()
+        start = running.to_json() if running is not None else None
         if not start or not start.get("name"):
             raise RuntimeFailure(f"the control API at {run_settings.control} reports no running plan to go back to "
                                  "(nothing was switched); start the server first (`launcher up`)")

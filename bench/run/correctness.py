@@ -11,7 +11,7 @@ and under eagle3-adaptive at a level in each tier the levels reach):
   the chosen token's log-probability moved, and at the first divergence whether the two tokens were a near-tie.
   The limits scale with the null: the reference against itself at its lowest and highest level. PASS, FAIL, or
   "not enough evidence" when too few tokens could be compared, the server sent no log-probabilities, or a prompt's
-  reply at that level has none that can be used (malformed: bench/gate/logprob_rows.py; the reason names the prompt and
+  reply at that level has none that can be used (malformed: bench/client/logprob_rows.py; the reason names the prompt and
   the field), since that prompt could be the one that fails (never a PASS then). A FAIL at any level is a FAIL;
 * accept length under speculation: FAIL when it collapses, at most `min_accept` (about 1.0 means every draft
   token is rejected, the signature of a wrong all-reduce), or below `collapse_ratio` x the reference's at the
@@ -33,6 +33,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from bench.bundle.schema import ADAPTIVE_ACCEPT, TEXTS_DIFFER
+from bench.client.request_record import RequestRecord
 from bench.run import logprob_gate, passes
 from bench.run.logprob_gate import Thresholds, TokenLogprob
 from bench.run.passes import Reply
@@ -41,12 +43,7 @@ from launcher.profiles.adaptive_tiers import SPEC_MODE as ADAPTIVE
 
 BASELINE = "baseline"
 UNIT = "character"
-TEXTS_DIFFER = ("texts may differ between correct profiles: a reordered all-reduce rounds differently in bf16, "
-                "so greedy decoding flips at near-ties; the gate judges log-probabilities, not text")
 NO_LOGPROBS = "the server returned no log-probabilities"
-ADAPTIVE_ACCEPT = (f"accept length reported, not judged, under {ADAPTIVE}: SGLang 0.5.23 counts a 0-step pass as a "
-                   "verify of one token (batch_result_processor.py:829-832), so a correct plan reads 1.0 in a 0-step "
-                   "tier, as a wrong all-reduce does; the log-probabilities judge it")
 
 Logprobs = Mapping[str, Sequence[TokenLogprob] | None]
 
@@ -71,15 +68,15 @@ def check_workload(num_prompts: int, max_tokens: int, t: Thresholds) -> None:
                         f"raise --num-prompts or --max-tokens so that their product is {t.min_tokens} or more")
 
 
-def reference_outputs(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+def reference_outputs(rows: Iterable[RequestRecord]) -> dict[str, str]:
     """prompt id -> text, from the first concurrency level's first repeat that has the prompt ok."""
-    rows = [r for r in rows if r.get("ok")]
-    if not rows:
+    ok = [r for r in rows if r.ok]
+    if not ok:
         return {}
-    first_c = rows[0].get("concurrency")
+    first_c = ok[0].concurrency
     out: dict[str, str] = {}
-    for r in sorted((r for r in rows if r.get("concurrency") == first_c), key=lambda r: r.get("repeat", 0)):
-        out.setdefault(str(r["prompt_id"]), str(r.get("text") or ""))
+    for r in sorted((r for r in ok if r.concurrency == first_c), key=lambda r: r.repeat or 0):
+        out.setdefault(r.prompt_id, r.text)
     return out
 
 

@@ -28,21 +28,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
-PASS = "PASS"
-FAIL = "FAIL"
-NOT_ENOUGH = "not enough evidence"
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    """One generated position: the chosen token, its log-probability, and the top alternatives
-    (token id -> log-probability) the server returned there."""
-
-    token_id: int | str  # an id (/generate), or the token text (the chat API names tokens so)
-    logprob: float
-    top: Mapping[int | str, float] = field(default_factory=dict)
+from bench.bundle.verdicts import FAIL, NOT_ENOUGH, PASS
+from bench.client.logprob_rows import TokenLogprob
 
 
 @dataclass(frozen=True)

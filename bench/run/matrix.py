@@ -34,6 +34,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from bench import JsonObject
 from bench.bundle import names as bundle_names
 from bench.bundle import provenance as bundle_provenance
 from bench.bundle import store as bundle
@@ -167,16 +168,16 @@ class MatrixRun:
                     ControlClient(s.control, token, s.connect_timeout, url_from="--control / KIT_CONTROL_URL")
                 )
             await server.preflight()
-            status = None
+            status = None  # /status as the bundle records it
             if control is not None:
                 try:
-                    status = await control.status()
+                    status = (await control.status()).to_json()
                 except RuntimeFailure:
                     if s.switching or s.control_given:
                         raise
                     self._say(f"no control API answers at {s.control}; labelling the cell from the flags")
                     control = None
-            info: dict[str, Any] = {}
+            info: JsonObject = {}
             with contextlib.suppress(*PROBE_ERRORS):
                 info = await server.server_info()
             self.simulated = is_simulated(info)
@@ -208,7 +209,7 @@ class MatrixRun:
         return path
 
     async def _plan_matrix(
-        self, control: ControlClient | None, status: dict[str, Any] | None, info: dict[str, Any]
+        self, control: ControlClient | None, status: dict[str, Any] | None, info: JsonObject
     ) -> list[tuple[str, str, dict[str, int] | None]]:
         """The cells, from the server's own lists (switching) or its running profile (--no-switch);
         each profile's spec modes first, then its `--eagle3` points."""
@@ -241,11 +242,11 @@ class MatrixRun:
         checked again as each cell starts (measure.over_cap). A plan /check refuses is the switch's to report."""
         top = max(self.s.concurrency)
         for profile, spec, point in cells:
-            code, body = await control.check(profile, spec, point)
-            plan = body.get("plan") if code == 200 else None
-            if not isinstance(plan, dict) or not isinstance(plan.get("flags"), list):
+            answer = await control.check(profile, spec, point)
+            plan = answer.plan if answer.ok else None
+            if plan is None:
                 continue
-            cap, _ = running_requests.resolve(flag_map([str(f) for f in plan["flags"]]))
+            cap, _ = running_requests.resolve(flag_map([str(f) for f in plan.flags]))
             if cap is not None and top > cap:
                 refused = over_cap(self.s.concurrency, cap, bundle_names.cell_label(profile, spec, point),
                                    "as its plan's flags resolve it")
@@ -271,7 +272,7 @@ class MatrixRun:
             label = "SIMULATED " if self.simulated else ""
             self._progress.update(self._task, description=f"{label}{cell.label}")
 
-        def on_plan(plan: dict[str, Any]) -> None:
+        def on_plan(plan: JsonObject) -> None:
             self.manifest["plans"][cell.key] = plan
 
         info = await measurer.fill(
@@ -300,7 +301,7 @@ class MatrixRun:
             self.current = None
         bundle.write_cell(self.work_dir, record)
         verdict = "valid" if record.valid else f"INVALID ({record.invalid_reason})"
-        tps = record.first_level().get("output_throughput_mean")
+        tps = record.first_level().mean("output_throughput")
         detail = f", {tps:.1f} tok/s" if record.valid and tps is not None else ""
         self._say(f"{record.label}: {verdict}{detail}")
 

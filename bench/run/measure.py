@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from bench import JsonObject
 from bench.client.request_record import RequestRecord
 from bench.client.server_client import ServerClient
 from bench.client.workload import Prompt
@@ -43,7 +43,7 @@ class CellMeasurer:
         if self.on_phase is not None:
             self.on_phase(what)
 
-    async def switch(self, cell: CellDraft, name: str) -> dict[str, Any] | None:
+    async def switch(self, cell: CellDraft, name: str) -> JsonObject | None:
         """Switch to the cell's plan; the plan the server was asked for when it did not switch (the cell
         is then invalid with its reason), None when it did."""
         assert self.control is not None
@@ -51,29 +51,31 @@ class CellMeasurer:
         if self.on_phase is None:
             self.say(f"switching to {name} ...")
         self.phase("switching")
-        code, body = await self.control.switch_when_idle(cell.profile, cell.spec, self.settings.switch_timeout,
-                                                         spec_params=point, adaptive_tiers=cell.adaptive_tiers)
+        answer = await self.control.switch_when_idle(cell.profile, cell.spec, self.settings.switch_timeout,
+                                                     spec_params=point, adaptive_tiers=cell.adaptive_tiers)
+        code, entry = answer.code, answer.entry
         if code in (401, 403):
-            raise UserError(f"control API refused the switch (HTTP {code}): {body.get('error')}; set KIT_CONTROL_TOKEN")
-        outcome = body.get("outcome") or ("failed" if code != 200 else "unknown")
-        cell.switch = {"outcome": outcome, "http_status": code, "error": body.get("error"),
-                       "durations": body.get("durations") or {}, "id": body.get("id")}
+            raise UserError(f"control API refused the switch (HTTP {code}): {answer.error}; set KIT_CONTROL_TOKEN")
+        outcome = str(answer.outcome or ("failed" if code != 200 else "unknown"))
+        cell.switch = {"outcome": outcome, "http_status": code, "error": answer.error,
+                       "durations": dict(entry.durations) if entry else {}, "id": entry.id if entry else None}
         if outcome in OK_OUTCOMES:
             return None
-        cell.invalid_reason = f"switch {outcome}: {body.get('error') or 'no reason given'}"
-        wanted = body.get("to") or {}
-        record_plan(cell, wanted)
-        return {"name": cell.profile, "spec": cell.spec, "spec_params": point, "digest": wanted.get("digest"),
+        cell.invalid_reason = f"switch {outcome}: {answer.error or 'no reason given'}"
+        wanted = entry.to if entry else None
+        record_plan(cell, wanted.model_dump(mode="json") if wanted else None)
+        return {"name": cell.profile, "spec": cell.spec, "spec_params": point, "digest": wanted.digest if wanted else None,
                 "error": f"never ran: {cell.invalid_reason}"}
 
-    async def running_plan(self, cell: CellDraft) -> dict[str, Any]:
+    async def running_plan(self, cell: CellDraft) -> JsonObject:
         """The plan the server runs now, from its control API, recorded in the cell; what the manifest keeps."""
         plan = None
         if self.control is not None:
             try:
-                plan = await self.control.running_plan()
+                running = await self.control.running_plan()
             except RuntimeFailure as exc:
                 return {"error": str(exc)}
+            plan = running.to_json() if running is not None else None
         record_plan(cell, plan)
         return plan or {"error": "no control API: the running plan is unknown"}
 
@@ -85,7 +87,7 @@ class CellMeasurer:
             cell.backends = None
             return ""
         try:
-            cell.backends = (await self.control.status()).get("backends") or []
+            cell.backends = (await self.control.status()).backends
         except RuntimeFailure:
             cell.backends = None
             return ""
@@ -110,10 +112,10 @@ class CellMeasurer:
             out += await self.server.logprob_pass(self.prompts, top_k, level)
         return out
 
-    async def fill(self, cell: CellDraft, *, repeats: int, on_rows: Callable[[list[dict[str, Any]]], None],
-                   on_plan: Callable[[dict[str, Any]], None],
+    async def fill(self, cell: CellDraft, *, repeats: int, on_rows: Callable[[list[RequestRecord]], None],
+                   on_plan: Callable[[JsonObject], None],
                    on_logprobs: Callable[[list[Reply]], None] | None = None,
-                   top_k: int = 5, pass_levels: Sequence[int] = (1,)) -> dict[str, Any]:
+                   top_k: int = 5, pass_levels: Sequence[int] = (1,)) -> JsonObject:
         """Measure into `cell` (switching first unless --no-switch): `repeats` repeats at every concurrency
         level, each repeat's request rows to `on_rows`, the plan that ran (or was refused) to `on_plan`; then,
         with `on_logprobs` and every repeat valid, the correctness pass at `pass_levels` (after the timed repeats,
@@ -146,10 +148,10 @@ class CellMeasurer:
             raise UserError(refused)
         sim = is_simulated(info)
         cell.simulated = sim
-        cell.server = {"version": info.get("version"), **identity_of(info), "simulated": sim}
+        cell.server = {"version": info.get("version"), **identity_of(info).signals(), "simulated": sim}
         self.phase("warming up")
         seen = await server_identity(server, self.control)  # every repeat must run on this same start
-        runs = (seen or {}).get("digest")
+        runs = seen.digest if seen is not None else None
         if runs and cell.plan_digest and runs != cell.plan_digest:
             cell.invalid_reason = (f"the server runs plan digest {runs}, not this cell's {cell.plan_digest} "
                                    "(switched since, from outside)")
@@ -167,14 +169,14 @@ class CellMeasurer:
                                                        on_done=self.on_request)
                 cell.per_repeat.append(rep)
                 on_rows(rows)
-                if not rep["valid"]:
-                    self.say(f"{name} c={c} repeat {r + 1}: INVALID ({rep['invalid_reason']})")
+                if not rep.valid:
+                    self.say(f"{name} c={c} repeat {r + 1}: INVALID ({rep.invalid_reason})")
                     try:
                         await server.wait_healthy(s.health_timeout)
                     except RuntimeFailure as exc:
                         cell.invalid_reason = f"server did not come back: {exc}"
                         return info
-        if on_logprobs is not None and all(rep["valid"] for rep in cell.per_repeat):  # an invalid cell is not gated
+        if on_logprobs is not None and all(rep.valid for rep in cell.per_repeat):  # an invalid cell is not gated
             self.phase("checking correctness")
             try:
                 on_logprobs(await self.correctness_pass(top_k, pass_levels))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from bench import JsonObject
 from launcher.errors import RuntimeFailure, UserError
 from launcher.profiles import adaptive_tiers
 from launcher.profiles.catalog import check_name
@@ -87,7 +88,7 @@ def single_name(flag: str, value: str | None) -> str | None:
     return names[0]
 
 
-def spec_from_server_info(info: dict[str, Any]) -> str | None:
+def spec_from_server_info(info: JsonObject) -> str | None:
     """The kit's spec-mode name for what a server runs (EAGLE3 -> eagle3, none -> off), if it says."""
     if not info:
         return None
@@ -103,7 +104,7 @@ def no_switch_label(
     given_profile: str | None,
     given_spec: str | None,
     status: dict[str, Any] | None,
-    server_info: dict[str, Any],
+    server_info: JsonObject,
 ) -> tuple[str, str]:
     """(profile, spec) of the one cell: the server's own word first, then the user's names, then `current`."""
     running_p = (status or {}).get("profile")

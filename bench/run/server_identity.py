@@ -15,9 +15,12 @@ cannot help: SGLang serves it from prometheus_client's multiprocess collector on
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+
+from bench import JsonObject
 
 PROBE_ERRORS = (aiohttp.ClientError, TimeoutError, ValueError)  # a probe of a dead or restarting server
 
@@ -29,7 +32,7 @@ SIGNALS = {
 }
 
 
-def seed_is_pinned(info: dict[str, Any]) -> bool:
+def seed_is_pinned(info: JsonObject) -> bool:
     """Whether the server was told its seed (then random_seed is the same at every start)."""
     cmd = info.get("launch_command")
     if not isinstance(cmd, str):
@@ -41,17 +44,34 @@ def seed_is_pinned(info: dict[str, Any]) -> bool:
     return any(w == "--random-seed" or w.startswith("--random-seed=") for w in words)
 
 
-def identity_of(info: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ServerIdentity:
+    """What tells one start of the server from another: its /server_info per-start signals (as the server sent
+    them; absent ones are None) and, with a control API, its restart count, pid and plan digest."""
+
+    start_time: Any = None
+    startup_time: JsonObject | None = None
+    random_seed: Any = None
+    restarts: int | None = None
+    pid: Any = None
+    digest: str | None = None
+
+    def signals(self) -> JsonObject:
+        """The /server_info signals, as a cell's record keeps them (`Cell.server`)."""
+        return {key: getattr(self, key) for key in SIGNALS}
+
+
+def identity_of(info: JsonObject) -> ServerIdentity:
     """The per-start signals in one /server_info answer (absent ones are None)."""
     startup = info.get("startup_time")
-    return {
-        "start_time": info.get("start_time"),
-        "startup_time": startup if isinstance(startup, dict) and startup else None,
-        "random_seed": None if seed_is_pinned(info) else info.get("random_seed"),
-    }
+    return ServerIdentity(
+        start_time=info.get("start_time"),
+        startup_time=startup if isinstance(startup, dict) and startup else None,
+        random_seed=None if seed_is_pinned(info) else info.get("random_seed"),
+    )
 
 
-def restart_reasons(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[str]:
+def restart_reasons(before: ServerIdentity | None, after: ServerIdentity | None) -> list[str]:
     """Why a repeat cannot be trusted, judged from the server identity before and after it."""
     if after is None:
         return ["server unreachable right after the run (it died or restarted)"]
@@ -59,17 +79,17 @@ def restart_reasons(before: dict[str, Any] | None, after: dict[str, Any] | None)
         return ["server identity unknown before the run"]
     reasons = []
     for key, what in SIGNALS.items():
-        b, a = before.get(key), after.get(key)
+        b, a = getattr(before, key), getattr(after, key)
         if b is not None and a is not None and b != a:
             shown = (b, a) if key != "startup_time" else (_short(b), _short(a))
             reasons.append(f"server restarted during the run ({what} {shown[0]} -> {shown[1]})")
-    b, a = before.get("restarts"), after.get("restarts")
-    if isinstance(b, int) and isinstance(a, int) and a > b:
-        reasons.append(f"server restarted during the run (control API restart count {b} -> {a})")
-    b, a = before.get("pid"), after.get("pid")
+    rb, ra = before.restarts, after.restarts
+    if isinstance(rb, int) and isinstance(ra, int) and ra > rb:
+        reasons.append(f"server restarted during the run (control API restart count {rb} -> {ra})")
+    b, a = before.pid, after.pid
     if b and a and b != a:
         reasons.append(f"server restarted during the run (server pid {b} -> {a})")
-    b, a = before.get("digest"), after.get("digest")
+    b, a = before.digest, after.digest
     if b and a and b != a:
         reasons.append(f"server restarted during the run on another plan (control API digest {b} -> {a})")
     return reasons
@@ -82,7 +102,7 @@ def _short(startup: Any) -> str:
     return "?"
 
 
-def is_simulated(info: dict[str, Any]) -> bool:
+def is_simulated(info: JsonObject) -> bool:
     """The stand-in marks its /server_info; a real SGLang never does."""
     states = info.get("internal_states") or [{}]
     first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}

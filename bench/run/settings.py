@@ -1,58 +1,87 @@
-"""Everything that decides what `bench run` measures; stored verbatim in the bundle's manifest."""
+"""Everything that decides what `bench run` measures, each flag declared once as a field (bench/args.py `Flag`):
+`bench run`'s parser is built from these fields, and the manifest stores them verbatim (`to_json`)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from bench import args as flags
+from bench.args import at_least, option, seconds
+from launcher.profiles.spec_params import SpecParams
+
 
 @dataclass(kw_only=True)
 class RunKnobs:
-    """How each cell is measured: the same names and defaults on the command line (RunArgs) and in the
-    manifest (RunSettings)."""
+    """How each cell is measured: the flags `bench run` and `bench tune` share (TuneSettings extends these,
+    with its own defaults where they differ), and what `bench tune` passes on to each cell it measures."""
 
-    repeats: int = 3
-    num_prompts: int = 16
-    max_tokens: int = 256
-    workload: str = "chat"  # or "file:PATH", the --prompts file (bench/client/workload.py)
-    prompts: str | None = None  # --prompts FILE as given
-    temperature: float = 0.0  # the timed requests' sampling temperature; the correctness pass is always greedy
-    api: str = "generate"
-    ignore_eos: bool = False
-    warmup: int = 2
-    no_switch: bool = False
-    connect_timeout: float = 5.0
-    switch_timeout: float = 1800.0
-    health_timeout: float = 600.0
-    read_timeout: float = 600.0  # silence before a request is given up
-    request_timeout: float = 1800.0  # one whole request
-    seed: int = 1234
+    url: str = flags.URL()
+    control: str | None = flags.CONTROL(None)
+    out: str = flags.OUT("results", extend="; the bundle goes to OUT/<run-id>/ (default {default})")
+    concurrency: list[int] = flags.CONCURRENCY()
+    num_prompts: int = flags.NUM_PROMPTS(16)
+    prompts: str | None = flags.PROMPTS(None)  # as given; `workload` is then "file:PATH" (bench/client/workload.py)
+    max_tokens: int = flags.MAX_TOKENS(256)
+    temperature: float = flags.TEMPERATURE(0.0)  # the timed requests'; the correctness pass is always greedy
+    workload: str = flags.WORKLOAD("chat")
+    api: str = flags.API("generate")
+    warmup: int = flags.WARMUP(2)
+    connect_timeout: float = option("--connect-timeout", 5.0, check=seconds,
+                                    help="seconds to wait for a connection (default {default:g})")
+    switch_timeout: float = flags.SWITCH_TIMEOUT(1800.0)
+    health_timeout: float = flags.HEALTH_TIMEOUT(600.0)
+    read_timeout: float = option("--read-timeout", 600.0, check=seconds,
+                                 help="seconds a request may go without receiving a byte, headers included "
+                                      "(default {default:g})")
+    request_timeout: float = option("--request-timeout", 1800.0, check=seconds,
+                                    help="seconds one request may take in all; a stream that never ends fails then "
+                                         "(default {default:g})")
+    seed: int = flags.SEED(1234)
+    prompts_sha256: str | None = None  # sha256 of the --prompts file's bytes
+    argv: list[str] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
 class RunSettings(RunKnobs):
     """`profiles` and `specs` are what the user asked for (None: not given); the server resolves them.
-    `eagle3`: the `--eagle3` points, each {"steps", "topk", "draft_tokens"}, measured as extra cells."""
+    `eagle3`: the `--eagle3` points, measured as extra cells."""
 
     DEFAULT_PROFILES: ClassVar[str] = "stable"
     DEFAULT_SPECS: ClassVar[str] = "eagle3,off"
 
-    url: str
-    out: str
-    profiles: str | None = None
-    specs: str | None = None
-    eagle3: list[dict[str, int]] | None = None
-    control: str | None = None
+    profiles: str | None = flags.PROFILES(
+        None, shown=DEFAULT_PROFILES, extend=", 'stable' (every stable profile) or 'all' (default {default}); with "
+                                             "--no-switch, the one name the running server is labelled with when no "
+                                             "control API answers")
+    specs: str | None = flags.SPEC(None, shown=DEFAULT_SPECS,
+                                   extend="; with --no-switch, the one mode the running server uses")
+    eagle3: list[SpecParams] | None = flags.EAGLE3(
+        None, extend=" measured as extra cells per profile, each switched with its point and labelled "
+                     "profile+eagle3(S,K,D), e.g. --eagle3 '1,1,2;3,1,4'; the server refuses a point SGLang would not "
+                     "run as given (HTTP 400, exit 2)")
+    repeats: int = option("--repeats", 3, help="measured repeats per concurrency level (default {default})",
+                          check=at_least(1))
+    ignore_eos: bool = option("--ignore-eos", False, help="always generate --max-tokens tokens")
+    no_switch: bool = option("--no-switch", False, help="bench whatever is running; do not switch")
+    leave_on: str | None = option(
+        "--leave-on", None, metavar="CELL",
+        help="leave production on this measured cell (e.g. fused+eagle3, fused+eagle3(1,1,2)) when it passed the "
+             "correctness gate; by default production goes back to the plan found running")
+    fleet: str | None = flags.FLEET(
+        None, extend=": bench each host in turn (its server and control API, its token), one bundle per host in "
+                     "OUT/<host>/<run-id>/; for the fleet as a whole, give --url <router> instead")
     control_given: bool = False  # --control or KIT_CONTROL_URL: an unreachable one is then an error
-    concurrency: list[int] = field(default_factory=lambda: [1])
     fleet_host: str | None = None  # `bench run --fleet`: the fleet file's name of the host measured
-    leave_on: str | None = None  # `--leave-on CELL`: the measured cell production is left on, if it passed the gate
-    prompts_sha256: str | None = None  # sha256 of the --prompts file's bytes
-    argv: list[str] = field(default_factory=list)
 
     @property
     def switching(self) -> bool:
         return not self.no_switch
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The manifest's `settings`: each point as {"steps", "topk", "draft_tokens"}; `--fleet` as each host's
+        name (`fleet_host`), not the file's."""
+        out = asdict(self)
+        del out["fleet"]
+        out["eagle3"] = [p.model_dump() for p in self.eagle3] if self.eagle3 is not None else None
+        return out

@@ -31,11 +31,12 @@ CUDA graph) are then left out of the means and counted in `steps_left_out`.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from bench import JsonObject
 from bench.trace.classify import (
     HOST_ALLGATHER_OPS,
     HOST_ALLREDUCE_ANNOTATIONS,
@@ -45,6 +46,7 @@ from bench.trace.classify import (
     classify_copy,
     classify_kernel,
 )
+from bench.trace.load import TraceEvent
 from bench.trace.step_names import KIND_PREFERENCE, step_kind
 
 KERNEL_CATS = {"kernel", "gpu_op"}
@@ -133,25 +135,121 @@ class _SpanIndex:
         return best
 
 
-def _stats(values: list[float]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CallStats:
+    """The calls of one collective (or family, or host op): how many, and their duration in µs."""
+
+    count: int = 0
+    mean_us: float | None = None
+    p50_us: float | None = None
+    p99_us: float | None = None
+    total_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step (a CPU step range, or a GPU annotation without one) and what ran in it."""
+
+    kind: str
+    name: str
+    cpu_ms: float
+    gpu_window_ms: float
+    gpu_busy_ms: float
+    comm_ms: float
+    allreduces: int
+    broadcasts: int
+    allgathers: int
+    comm_kernels: int
+    host_allreduces: int
+    host_comm_ms: float
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """The steps of one kind: means per step, communication share, collectives per step."""
+
+    steps: int
+    mean_cpu_ms: float
+    mean_gpu_window_ms: float
+    mean_gpu_busy_ms: float
+    mean_comm_ms: float
+    comm_share: float | None
+    allreduces_per_step: float
+    broadcasts_per_step: float
+    allgathers_per_step: float
+    host_allreduces_per_step: float
+    steps_left_out: int
+
+
+@dataclass(frozen=True)
+class StreamTimeline:
+    stream: Any  # the trace's tid, as it names it
+    kernels: int
+    busy_ms: float
+    comm_ms: float
+
+
+@dataclass(frozen=True)
+class DeviceTimeline:
+    """One device's GPU timeline: span, busy, communication and idle time, its idle gaps, its streams."""
+
+    device: Any  # the trace's pid, as it names it
+    span_ms: float
+    busy_ms: float
+    comm_ms: float
+    idle_ms: float
+    idle_gaps: int
+    largest_gap_us: float
+    streams: list[StreamTimeline]
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    """The analysis of one trace (module docstring); `to_json` is `bench trace --json`'s output."""
+
+    source: str  # "gpu", "host" or "none": where the communication figures come from
+    step_marker_tier: int | None
+    kernels: int
+    comm_kernels: int
+    allreduce: CallStats
+    broadcast: CallStats
+    allgather: CallStats
+    comm_by_op: dict[str, CallStats]
+    comm_by_family: dict[str, CallStats]
+    host_allreduce: CallStats
+    host_broadcast: CallStats
+    host_allgather: CallStats
+    devices: list[DeviceTimeline]
+    steps: dict[str, StepSummary]
+    step_records: list[StepRecord]
+    verdict: str = ""
+    file: str | None = None  # the trace file, when read from one
+
+    def to_json(self) -> JsonObject:
+        data = asdict(self)
+        file = data.pop("file")
+        return data if file is None else {"file": file, **data}
+
+
+def _stats(values: list[float]) -> CallStats:
     if not values:
-        return {"count": 0, "mean_us": None, "p50_us": None, "p99_us": None, "total_us": 0.0}
+        return CallStats()
     arr = np.asarray(values, dtype=float)
-    return {
-        "count": int(arr.size),
-        "mean_us": round(float(arr.mean()), 3),
-        "p50_us": round(float(np.percentile(arr, 50)), 3),
-        "p99_us": round(float(np.percentile(arr, 99)), 3),
-        "total_us": round(float(arr.sum()), 3),
-    }
+    return CallStats(
+        count=int(arr.size),
+        mean_us=round(float(arr.mean()), 3),
+        p50_us=round(float(np.percentile(arr, 50)), 3),
+        p99_us=round(float(np.percentile(arr, 99)), 3),
+        total_us=round(float(arr.sum()), 3),
+    )
 
 
 def _collect(
-    events: list[dict[str, Any]],
-) -> tuple[list[GpuEvent], dict[Any, tuple[Any, Any, float]], list[dict[str, Any]]]:
+    events: list[TraceEvent],
+) -> tuple[list[GpuEvent], dict[Any, tuple[Any, Any, float]], list[TraceEvent]]:
     kernels: list[GpuEvent] = []
     launches: dict[Any, tuple[Any, Any, float]] = {}
-    cpu: list[dict[str, Any]] = []
+    cpu: list[TraceEvent] = []
     for e in events:
         if e.get("ph") != "X":
             continue
@@ -173,7 +271,7 @@ def _collect(
     return kernels, launches, cpu
 
 
-def _steps(cpu: list[dict[str, Any]]) -> tuple[list[Span], list[Span], int | None]:
+def _steps(cpu: list[TraceEvent]) -> tuple[list[Span], list[Span], int | None]:
     """CPU step spans and GPU-annotation step spans of the most specific tier present."""
     marked = []
     for e in cpu:
@@ -207,7 +305,7 @@ def _steps(cpu: list[dict[str, Any]]) -> tuple[list[Span], list[Span], int | Non
     return host, gpu, tier
 
 
-def _host_allreduces(cpu: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _host_allreduces(cpu: list[TraceEvent]) -> list[TraceEvent]:
     ops = [e for e in cpu if e["cat"] == "cpu_op" and e.get("name") in HOST_ALLREDUCE_OPS]
     if ops:
         return ops
@@ -218,7 +316,7 @@ def _host_allreduces(cpu: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _device_timelines(kernels: list[GpuEvent]) -> list[dict[str, Any]]:
+def _device_timelines(kernels: list[GpuEvent]) -> list[DeviceTimeline]:
     devices: dict[Any, list[GpuEvent]] = {}
     for k in kernels:
         devices.setdefault(k.pid, []).append(k)
@@ -233,92 +331,85 @@ def _device_timelines(kernels: list[GpuEvent]) -> list[dict[str, Any]]:
             streams.setdefault(k.tid, []).append(k)
         busy_len = sum(e - s for s, e in busy)
         out.append(
-            {
-                "device": pid,
-                "span_ms": round(span / 1000, 3),
-                "busy_ms": round(busy_len / 1000, 3),
-                "comm_ms": round(comm / 1000, 3),
-                "idle_ms": round((span - busy_len) / 1000, 3),
-                "idle_gaps": len(gaps),
-                "largest_gap_us": round(max(gaps), 3) if gaps else 0.0,
-                "streams": [
-                    {
-                        "stream": tid,
-                        "kernels": len(sk),
-                        "busy_ms": round(union_length([(k.ts, k.end) for k in sk]) / 1000, 3),
-                        "comm_ms": round(
-                            union_length([(k.ts, k.end) for k in sk if k.cls.is_comm]) / 1000, 3
-                        ),
-                    }
+            DeviceTimeline(
+                device=pid,
+                span_ms=round(span / 1000, 3),
+                busy_ms=round(busy_len / 1000, 3),
+                comm_ms=round(comm / 1000, 3),
+                idle_ms=round((span - busy_len) / 1000, 3),
+                idle_gaps=len(gaps),
+                largest_gap_us=round(max(gaps), 3) if gaps else 0.0,
+                streams=[
+                    StreamTimeline(
+                        stream=tid,
+                        kernels=len(sk),
+                        busy_ms=round(union_length([(k.ts, k.end) for k in sk]) / 1000, 3),
+                        comm_ms=round(union_length([(k.ts, k.end) for k in sk if k.cls.is_comm]) / 1000, 3),
+                    )
                     for tid, sk in sorted(streams.items(), key=lambda kv: str(kv[0]))
                 ],
-            }
+            )
         )
     return out
 
 
-def _step_record(span: Span) -> dict[str, Any]:
+def _step_record(span: Span) -> StepRecord:
     ks = span.kernels
-    rec: dict[str, Any] = {
-        "kind": span.kind,
-        "name": span.name,
-        "cpu_ms": round((span.end - span.ts) / 1000, 4),
-        "gpu_window_ms": 0.0,
-        "gpu_busy_ms": 0.0,
-        "comm_ms": 0.0,
-        "allreduces": sum(1 for k in ks if k.cls.is_allreduce),
-        "broadcasts": sum(1 for k in ks if k.cls.is_broadcast),
-        "allgathers": sum(1 for k in ks if k.cls.is_allgather),
-        "comm_kernels": sum(1 for k in ks if k.cls.is_comm),
-        "host_allreduces": len(span.host_ops),
-        "host_comm_ms": round(union_length(span.host_ops) / 1000, 4),
-    }
-    if ks:
-        window = max(k.end for k in ks) - min(k.ts for k in ks)
-        rec["gpu_window_ms"] = round(window / 1000, 4)
-        rec["gpu_busy_ms"] = round(union_length([(k.ts, k.end) for k in ks]) / 1000, 4)
-        rec["comm_ms"] = round(union_length([(k.ts, k.end) for k in ks if k.cls.is_comm]) / 1000, 4)
-    return rec
+    window = max(k.end for k in ks) - min(k.ts for k in ks) if ks else 0.0
+    return StepRecord(
+        kind=span.kind,
+        name=span.name,
+        cpu_ms=round((span.end - span.ts) / 1000, 4),
+        gpu_window_ms=round(window / 1000, 4) if ks else 0.0,
+        gpu_busy_ms=round(union_length([(k.ts, k.end) for k in ks]) / 1000, 4) if ks else 0.0,
+        comm_ms=round(union_length([(k.ts, k.end) for k in ks if k.cls.is_comm]) / 1000, 4) if ks else 0.0,
+        allreduces=sum(1 for k in ks if k.cls.is_allreduce),
+        broadcasts=sum(1 for k in ks if k.cls.is_broadcast),
+        allgathers=sum(1 for k in ks if k.cls.is_allgather),
+        comm_kernels=sum(1 for k in ks if k.cls.is_comm),
+        host_allreduces=len(span.host_ops),
+        host_comm_ms=round(union_length(span.host_ops) / 1000, 4),
+    )
 
 
-def _summarise_steps(records: list[dict[str, Any]], source: str) -> dict[str, dict[str, Any]]:
-    kinds: dict[str, list[dict[str, Any]]] = {}
+def _summarise_steps(records: list[StepRecord], source: str) -> dict[str, StepSummary]:
+    kinds: dict[str, list[StepRecord]] = {}
     for r in records:
-        kinds.setdefault(r["kind"], []).append(r)
+        kinds.setdefault(r.kind, []).append(r)
     out = {}
     for kind, all_rs in kinds.items():
         # Host-side figures exist only for steps that issued collectives from the CPU; a step replayed
         # from a CUDA graph issues none, so it is left out of host-based means (and counted).
-        rs = [r for r in all_rs if r["host_allreduces"]] if source == "host" else all_rs
+        rs = [r for r in all_rs if r.host_allreduces] if source == "host" else all_rs
         if not rs:
             continue
         n = len(rs)
         if source == "host":
-            denom = sum(r["cpu_ms"] for r in rs)
-            comm = sum(r["host_comm_ms"] for r in rs)
-            ars = sum(r["host_allreduces"] for r in rs)
+            denom = sum(r.cpu_ms for r in rs)
+            comm = sum(r.host_comm_ms for r in rs)
+            ars = sum(r.host_allreduces for r in rs)
         else:
-            denom = sum(r["gpu_window_ms"] for r in rs)
-            comm = sum(r["comm_ms"] for r in rs)
-            ars = sum(r["allreduces"] for r in rs)
-        out[kind] = {
-            "steps": n,
-            "mean_cpu_ms": round(sum(r["cpu_ms"] for r in rs) / n, 4),
-            "mean_gpu_window_ms": round(sum(r["gpu_window_ms"] for r in rs) / n, 4),
-            "mean_gpu_busy_ms": round(sum(r["gpu_busy_ms"] for r in rs) / n, 4),
-            "mean_comm_ms": round(comm / n, 4),
-            "comm_share": round(comm / denom, 4) if denom > 0 else None,
-            "allreduces_per_step": round(ars / n, 3),
-            "broadcasts_per_step": round(sum(r.get("broadcasts", 0) for r in rs) / n, 3),
-            "allgathers_per_step": round(sum(r.get("allgathers", 0) for r in rs) / n, 3),
-            "host_allreduces_per_step": round(sum(r["host_allreduces"] for r in rs) / n, 3),
-            "steps_left_out": len(all_rs) - n,
-        }
+            denom = sum(r.gpu_window_ms for r in rs)
+            comm = sum(r.comm_ms for r in rs)
+            ars = sum(r.allreduces for r in rs)
+        out[kind] = StepSummary(
+            steps=n,
+            mean_cpu_ms=round(sum(r.cpu_ms for r in rs) / n, 4),
+            mean_gpu_window_ms=round(sum(r.gpu_window_ms for r in rs) / n, 4),
+            mean_gpu_busy_ms=round(sum(r.gpu_busy_ms for r in rs) / n, 4),
+            mean_comm_ms=round(comm / n, 4),
+            comm_share=round(comm / denom, 4) if denom > 0 else None,
+            allreduces_per_step=round(ars / n, 3),
+            broadcasts_per_step=round(sum(r.broadcasts for r in rs) / n, 3),
+            allgathers_per_step=round(sum(r.allgathers for r in rs) / n, 3),
+            host_allreduces_per_step=round(sum(r.host_allreduces for r in rs) / n, 3),
+            steps_left_out=len(all_rs) - n,
+        )
     return out
 
 
-def analyse_events(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """The full analysis as a JSON-able dict (see module docstring for the definitions)."""
+def analyse_events(events: list[TraceEvent], file: str | None = None) -> TraceResult:
+    """The full analysis (see module docstring for the definitions); `file`: the trace file it came from."""
     kernels, launches, cpu = _collect(events)
     host_spans, gpu_spans, tier = _steps(cpu)
     host_index, gpu_index = _SpanIndex(host_spans), _SpanIndex(gpu_spans)
@@ -352,62 +443,61 @@ def analyse_events(events: list[dict[str, Any]]) -> dict[str, Any]:
     for k in comm_kernels:
         ops.setdefault(k.cls.op, []).append(k.dur)
     host_other = [e for e in cpu if e["cat"] == "cpu_op"]
-    result: dict[str, Any] = {
-        "source": source,
-        "step_marker_tier": tier,
-        "kernels": len(kernels),
-        "comm_kernels": len(comm_kernels),
-        "allreduce": _stats(ar_durations),
-        "broadcast": _stats([k.dur for k in comm_kernels if k.cls.is_broadcast]),
-        "allgather": _stats([k.dur for k in comm_kernels if k.cls.is_allgather]),
-        "comm_by_op": {op: _stats(d) for op, d in sorted(ops.items())},
-        "comm_by_family": {f: _stats(d) for f, d in sorted(families.items())},
-        "host_allreduce": _stats([op["dur"] for op in host_ar]),
-        "host_broadcast": _stats([e["dur"] for e in host_other if e.get("name") in HOST_BROADCAST_OPS]),
-        "host_allgather": _stats([e["dur"] for e in host_other if e.get("name") in HOST_ALLGATHER_OPS]),
-        "devices": _device_timelines(kernels) if kernels else [],
-        "steps": _summarise_steps(records, "host" if source == "host" else "gpu"),
-        "step_records": records,
-    }
-    result["verdict"] = verdict(result)
-    return result
+    result = TraceResult(
+        source=source,
+        step_marker_tier=tier,
+        kernels=len(kernels),
+        comm_kernels=len(comm_kernels),
+        allreduce=_stats(ar_durations),
+        broadcast=_stats([k.dur for k in comm_kernels if k.cls.is_broadcast]),
+        allgather=_stats([k.dur for k in comm_kernels if k.cls.is_allgather]),
+        comm_by_op={op: _stats(d) for op, d in sorted(ops.items())},
+        comm_by_family={f: _stats(d) for f, d in sorted(families.items())},
+        host_allreduce=_stats([op["dur"] for op in host_ar]),
+        host_broadcast=_stats([e["dur"] for e in host_other if e.get("name") in HOST_BROADCAST_OPS]),
+        host_allgather=_stats([e["dur"] for e in host_other if e.get("name") in HOST_ALLGATHER_OPS]),
+        devices=_device_timelines(kernels) if kernels else [],
+        steps=_summarise_steps(records, "host" if source == "host" else "gpu"),
+        step_records=records,
+        file=file,
+    )
+    return replace(result, verdict=verdict(result))
 
 
-def _main_kind(steps: dict[str, dict[str, Any]]) -> str | None:
+def _main_kind(steps: dict[str, StepSummary]) -> str | None:
     for kind in KIND_PREFERENCE:
         if kind in steps:
             return kind
     return next(iter(steps), None)
 
 
-def verdict(result: dict[str, Any]) -> str:
+def verdict(result: TraceResult) -> str:
     """One line: 'communication 70% of verify; 123 all-reduces/step; 3 broadcasts/step; 1 all-gathers/step;
     mean 205 µs' (the mean is the all-reduces'; broadcasts and all-gathers only when the step has them)."""
-    source = result["source"]
+    source = result.source
     if source == "none":
-        return f"no communication found: no communication kernels and no host all-reduce ops in {result['kernels']} GPU events"
-    stats = result["allreduce"] if source == "gpu" else result["host_allreduce"]
-    mean = f"mean {stats['mean_us']:.0f} µs" if stats["mean_us"] is not None else "no all-reduces"
+        return f"no communication found: no communication kernels and no host all-reduce ops in {result.kernels} GPU events"
+    stats = result.allreduce if source == "gpu" else result.host_allreduce
+    mean = f"mean {stats.mean_us:.0f} µs" if stats.mean_us is not None else "no all-reduces"
     note = ""
     if source == "host":
         note = " (host-side op time: the trace has no communication kernels" + (
-            ", e.g. NCCL with one rank)" if result["kernels"] else ", CPU-only trace)"
+            ", e.g. NCCL with one rank)" if result.kernels else ", CPU-only trace)"
         )
-    kind = _main_kind(result["steps"])
+    kind = _main_kind(result.steps)
     if kind is None:
         if source == "gpu":
-            busy = sum(d["busy_ms"] for d in result["devices"])
-            comm = sum(d["comm_ms"] for d in result["devices"])
+            busy = sum(d.busy_ms for d in result.devices)
+            comm = sum(d.comm_ms for d in result.devices)
             share = f"{comm / busy:.0%} of GPU busy time" if busy > 0 else "of unknown share"
         else:
             share = "of unknown share"
-        return f"communication {share} (no step markers); {stats['count']} all-reduces; {mean}{note}"
-    s = result["steps"][kind]
-    share = f"{s['comm_share']:.0%}" if s["comm_share"] is not None else "?"
-    others = "".join(f"; {_count_text(s.get(key, 0))} {what}/step"
-                     for key, what in (("broadcasts_per_step", "broadcasts"), ("allgathers_per_step", "all-gathers"))
-                     if s.get(key))
-    return (f"communication {share} of {kind}; {_count_text(s['allreduces_per_step'])} all-reduces/step{others}; "
+        return f"communication {share} (no step markers); {stats.count} all-reduces; {mean}{note}"
+    s = result.steps[kind]
+    share = f"{s.comm_share:.0%}" if s.comm_share is not None else "?"
+    others = "".join(f"; {_count_text(n)} {what}/step"
+                     for n, what in ((s.broadcasts_per_step, "broadcasts"), (s.allgathers_per_step, "all-gathers")) if n)
+    return (f"communication {share} of {kind}; {_count_text(s.allreduces_per_step)} all-reduces/step{others}; "
             f"{mean}{note}")
 
 

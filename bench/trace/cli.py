@@ -71,8 +71,8 @@ def run_main(args: TraceArgs) -> int:
         print(f"captured {path}", file=sys.stderr)
     from bench.trace.report import print_report
 
-    result = {"file": str(path), **analyse_events(load_events(path))}
-    return print_result(result, as_json=args.json, render=print_report)
+    result = analyse_events(load_events(path), file=str(path))
+    return print_result(result.to_json(), as_json=args.json, render=lambda _: print_report(result))
 
 
 main = entry_point(TraceArgs, run_main)

@@ -6,12 +6,14 @@ import gzip
 import json
 import zlib
 from pathlib import Path
-from typing import Any
 
+from bench import JsonObject
 from launcher.errors import UserError
 
+TraceEvent = JsonObject  # one Chrome-trace event as torch.profiler wrote it: free-form JSON, read by key
 
-def load_events(path: str | Path) -> list[dict[str, Any]]:
+
+def load_events(path: str | Path) -> list[TraceEvent]:
     """The trace's events; a missing, truncated or non-JSON file is a UserError naming the file."""
     p = Path(path)
     try:

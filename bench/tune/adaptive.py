@@ -3,7 +3,7 @@
 The static candidates (off and EAGLE-3 points) are measured at every `--concurrency` level in each repeat,
 as always. Once the screening is done, `build` takes, for each profile, the fastest correct EAGLE measurement
 at each level (its mean output tok/s there, over its screening repeats) and writes one tier per level
-(launcher/profiles/adaptive_tiers.py `from_levels`) holding those steps.
+(launcher/profiles/tier_routing.py `from_levels`) holding those steps.
 
 What fills a tier, and what never does:
 * a top-k 1 EAGLE-3 point `(S,1,S+1)`: S steps at every level (SGLang needs top-k 1, adaptive_spec_params.py:75-79,
@@ -20,7 +20,7 @@ What fills a tier, and what never does:
 Where each tier is keyed: SGLang pads a batch to the `--cuda-graph-bs-decode` size at or above it, then serves it
 with the largest tier at or below that (adaptive_spec_params.py:342-358), so a tier keyed at a measured level could
 serve another level's batches. Each tier is keyed at the size SGLang routes that level's batches to
-(adaptive_tiers.Routing: the plan's own capture list and request cap, read from the server's POST /check of the
+(tier_routing.Routing: the plan's own capture list and request cap, read from the server's POST /check of the
 profile's eagle3-adaptive plan, `checked`). Levels routed to one tier are one batch size to SGLang: that tier holds
 the EAGLE steps with the best geometric mean over those levels, and the summary names them.
 
@@ -40,12 +40,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bench import JsonObject
 from bench.bundle import names as bundle_names
 from bench.tune.ledger import Ledger
 from bench.tune.levels import geomean, level_means
 from bench.tune.space import ADAPTIVE_SPEC, Candidate
 from launcher.errors import UserError
-from launcher.profiles.adaptive_tiers import AdaptiveTiers, Routing, from_levels
+from launcher.profiles.adaptive_tiers import AdaptiveTiers
+from launcher.profiles.tier_routing import Routing, from_levels
 from launcher.runtime.api.control_client import ControlClient
 
 # the phases whose repeats pick each level's steps: the same on a resumed run, which may have final repeats too
@@ -68,8 +70,8 @@ class LevelWinner:
     off_tokps: float | None = None  # off's tok/s here when it beat every EAGLE measurement (it fills no tier)
     shared: tuple[int, ...] = ()  # the other levels routed to the same tier
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"concurrency": self.level, "label": self.label, "steps": self.steps,
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"concurrency": self.level, "label": self.label, "steps": self.steps,
                                "tokps": self.tokps, "tier": self.key}
         if self.off_tokps is not None:
             out["off_tokps"] = self.off_tokps
@@ -142,7 +144,7 @@ class AdaptivePlan:
                        "steps, the best geometric mean over them")
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         cand = self.candidate
         written = self.tiers if cand is not None else None  # tiers the server refused are never written
         return {
@@ -166,20 +168,19 @@ async def checked(plan: AdaptivePlan, control: ControlClient) -> tuple[AdaptiveP
     cand = plan.candidate
     if cand is None:
         return plan, None
-    code, body = await control.check(cand.profile, ADAPTIVE_SPEC, None, None)
-    flags = (body.get("plan") or {}).get("flags") if code == 200 and isinstance(body.get("plan"), dict) else None
-    if isinstance(flags, list):
-        plan = plan.routed(Routing.from_flags([str(f) for f in flags]))
+    own = await control.check(cand.profile, ADAPTIVE_SPEC, None, None)
+    if own.ok and own.plan is not None:
+        plan = plan.routed(Routing.from_flags([str(f) for f in own.plan.flags]))
         cand = plan.candidate
         if cand is None:
             return plan, None
-    code, body = await control.check(cand.profile, cand.spec, cand.point_json(), cand.tiers_json())
-    if code == 200 and isinstance(body.get("digest"), str):
-        return plan, body["digest"]
-    return replace(plan, refused=f"the server refuses {cand.label}: HTTP {code} {body.get('error')}"), None
+    answer = await control.check(cand.profile, cand.spec, cand.point_json(), cand.tiers_json())
+    if answer.ok and answer.digest is not None:
+        return plan, answer.digest
+    return replace(plan, refused=f"the server refuses {cand.label}: HTTP {answer.code} {answer.error}"), None
 
 
-def summary_lines(data: dict[str, Any], chosen: str | None) -> list[str]:
+def summary_lines(data: JsonObject, chosen: str | None) -> list[str]:
     """tune.json's `adaptive` as the lines the tune's summary prints: what each level runs, the tiers written and
     how the decision went for them (`chosen`: the label the decision picked, or None)."""
     out = []

@@ -62,6 +62,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from bench import JsonObject
+from bench.client.request_record import RequestRecord
+
 RESAMPLES = 10_000
 CONFIDENCE = 0.95
 MIN_REPEATS = 3  # fewer values per arm cannot be decided on (underpowered)
@@ -266,17 +269,17 @@ class PairedByPrompt:
 PAIRED_METRIC = "request tok/s"
 
 
-def per_prompt_tokps(rows: Sequence[Mapping[str, Any]], concurrency: int | None = None) -> dict[str, float]:
+def per_prompt_tokps(rows: Sequence[RequestRecord], concurrency: int | None = None) -> dict[str, float]:
     """Prompt id -> the mean request tok/s (completion tokens / end-to-end seconds) of its successful requests,
     at `concurrency` when given; a prompt with no such request is left out."""
     got: dict[str, list[float]] = {}
     for r in rows:
-        if concurrency is not None and int(r.get("concurrency") or 1) != concurrency:
+        if concurrency is not None and (r.concurrency or 1) != concurrency:
             continue
-        pid, n, e2e = r.get("prompt_id"), r.get("completion_tokens"), r.get("e2e_s")
-        if not r.get("ok") or not isinstance(pid, str) or not n or not e2e or e2e <= 0:
+        n, e2e = r.completion_tokens, r.e2e_s
+        if not r.ok or not r.prompt_id or not n or not e2e or e2e <= 0:
             continue
-        got.setdefault(pid, []).append(float(n) / float(e2e))
+        got.setdefault(r.prompt_id, []).append(float(n) / float(e2e))
     return {k: float(np.mean(v)) for k, v in got.items()}
 
 
@@ -324,7 +327,7 @@ class Decision:
     min_gain: float = MIN_GAIN
     paired_by_prompt: list[PairedByPrompt] = field(default_factory=list)  # reported beside the rule, never in it
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As tune.json's `decision`."""
         return asdict(self)
 

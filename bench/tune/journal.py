@@ -27,11 +27,16 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bench.tune.decision import Repeat, RequestTiming
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_serializer, model_validator
+
+from bench import JsonObject
+from bench.bundle.schema import Cell
+from bench.client.request_record import RequestRecord
+from bench.tune.decision import Repeat
 from bench.tune.order import CellState
 from launcher.atomic import append_line
 
@@ -56,8 +61,37 @@ def settings_digest(settings: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
-class Entry:
+class Detail(BaseModel):
+    """What a journal entry keeps of its cell to rebuild the bundle: the cell's record, its request rows, the
+    plan the server ran (as its control API reported it), its timings and, on the cell's first finished
+    measurement, its correctness pass (bench/client/reply.py `Reply` rows, read back defensively by
+    `Reply.from_json`). Keys this record does not know are kept."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    cell: Cell | None = None
+    rows: list[RequestRecord] = []
+    plan: JsonObject | None = None
+    wall_s: float | None = None
+    measure_s: float | None = None
+    logprobs: list[JsonObject] | None = None
+
+    @model_serializer(mode="wrap")
+    def _written(self, handler: Any) -> JsonObject:
+        data: JsonObject = handler(self)
+        if data.get("logprobs") is None:  # only a cell's first finished measurement carries its pass
+            data.pop("logprobs", None)
+        return data
+
+
+# the keys every journal line carries: a line without one of them is not a whole entry (a torn or fused line)
+STORED = ("v", "label", "profile", "status", "plan_digest", "profile_hash", "settings_digest", "phase", "round",
+          "reason", "repeats", "finished_at")
+
+
+class Entry(BaseModel):
+    """One finished cell, as one journal line (`to_json`) and back (`from_json`: the model's own validation)."""
+
+    model_config = ConfigDict(frozen=True)
     label: str
     profile: str
     status: Status
@@ -71,39 +105,32 @@ class Entry:
     finished_at: float = 0.0
     spec: str = ""
     spec_params: dict[str, int] | None = None
-    detail: dict[str, Any] = field(default_factory=dict)  # the cell record, request rows, plan, timings, correctness pass
-    v: int = VERSION
+    detail: Detail = Detail()
+    v: Literal[1] = VERSION
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    @model_validator(mode="before")
+    @classmethod
+    def _whole(cls, data: Any, info: ValidationInfo) -> Any:
+        """A line read back must carry every stored key (`STORED`)."""
+        if (info.context or {}).get("line") and isinstance(data, Mapping):
+            missing = [k for k in STORED if k not in data]
+            if missing:
+                raise ValueError(f"not a whole journal entry (no {', '.join(missing)})")
+        return data
+
+    def to_json(self) -> JsonObject:
+        return self.model_dump(mode="json")
 
     @classmethod
     def from_json(cls, data: Any) -> Entry:
-        """Raises (KeyError, TypeError, ValueError) on anything but a whole entry."""
-        if not isinstance(data, dict) or data.get("v") != VERSION:
-            raise ValueError("not a journal entry")
-        reps = tuple(
-            Repeat(tokps=float(r["tokps"]), duration_s=float(r["duration_s"]),
-                   requests=tuple(RequestTiming(**q) for q in r.get("requests", ())))
-            for r in data["repeats"]
-        )
-        if data["status"] not in ("ok", "failed") or data["phase"] not in PHASES:
-            raise ValueError("bad status or phase")
-        strings = ("label", "profile", "plan_digest", "profile_hash", "settings_digest", "reason")
-        if not all(isinstance(data[k], str) for k in strings) or not isinstance(data.get("spec", ""), str):
-            raise TypeError("a string key is not a string")
-        detail, params = data.get("detail") or {}, data.get("spec_params")
-        if not isinstance(detail, dict) or not (params is None or isinstance(params, dict)):
-            raise TypeError("detail or spec_params is not an object")
-        return cls(**{k: data[k] for k in strings}, status=data["status"], phase=data["phase"],
-                   round=int(data["round"]), repeats=reps, finished_at=float(data["finished_at"]),
-                   spec=data.get("spec", ""), spec_params=params, detail=detail)
+        """One journal line's entry; ValueError (pydantic's ValidationError) on anything but a whole entry."""
+        return cls.model_validate(data, context={"line": True})
 
 
 def record(out_dir: str | Path, entry: Entry) -> Path:
     """Append one finished cell (stamped now when it has no time)."""
     if not entry.finished_at:
-        entry = Entry(**{**entry.__dict__, "finished_at": time.time()})
+        entry = entry.model_copy(update={"finished_at": time.time()})
     path = Path(out_dir) / JOURNAL
     append_line(path, json.dumps(entry.to_json(), sort_keys=True, ensure_ascii=False))
     return path

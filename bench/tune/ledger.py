@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from bench.client.request_record import RequestRecord
 from bench.run import correctness, passes
 from bench.run.logprob_gate import Thresholds
 from bench.run.passes import Reply
@@ -48,29 +49,29 @@ class Ledger:
         verdict = self.gate(label)
         return verdict is not None and verdict["status"] == "FAIL"
 
-    def rows_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> list[dict[str, Any]]:
-        return [r for e in self.entries_of(label, phases) if e.status == "ok" for r in e.detail.get("rows", [])]
+    def rows_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> list[RequestRecord]:
+        return [r for e in self.entries_of(label, phases) if e.status == "ok" for r in e.detail.rows]
 
     def correctness_pass(self, label: str, phases: Sequence[str] = journal.PHASES) -> list[Reply] | None:
         """The cell's correctness pass (bench/run/passes.py: one reply per prompt and level) from the first finished
         measurement that ran one; None before any did."""
         for e in self.entries_of(label, phases):
-            passed = e.detail.get(LOGPROBS) if e.status == "ok" else None
-            if isinstance(passed, list):
-                replies = [Reply.from_json(r, self.api) for r in passed if isinstance(r, dict)]
+            passed = e.detail.logprobs if e.status == "ok" else None
+            if passed is not None:
+                replies = [Reply.from_json(r, self.api) for r in passed]
                 return [r for r in replies if r is not None]
         return None
 
-    def point_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> dict[str, Any] | None:
+    def point_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> dict[str, int] | None:
         """The EAGLE-3 point a cell ran: the one it was switched to, else the one its running plan reported."""
         for e in self.entries_of(label, phases):
             if e.status != "ok":
                 continue
             if e.spec_params:
                 return dict(e.spec_params)
-            reported = (e.detail.get("cell") or {}).get("plan_spec_params")
-            if isinstance(reported, dict):
-                return reported
+            reported = e.detail.cell.plan_spec_params if e.detail.cell is not None else None
+            if reported is not None:
+                return reported.model_dump()
         return None
 
     def side(self, label: str, phases: Sequence[str] = journal.PHASES) -> correctness.Side | None:
@@ -105,9 +106,9 @@ class Ledger:
 
     def accept_lengths(self, label: str, phases: Sequence[str]) -> list[float]:
         """Each measured repeat's accept length (the gate's collapse check), from the cell records kept."""
-        reps = [r for e in self.entries_of(label, phases) if e.status == "ok"
-                for r in (e.detail.get("cell") or {}).get("per_repeat", [])]
-        return [float(r["accept_length"]) for r in reps if r.get("accept_length") is not None]
+        reps = [r for e in self.entries_of(label, phases) if e.status == "ok" and e.detail.cell is not None
+                for r in e.detail.cell.per_repeat]
+        return [float(r.accept_length) for r in reps if r.accept_length is not None]
 
     def spec_of(self, label: str) -> str:
         for e in self.entries_of(label):

@@ -11,24 +11,23 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
+from bench.bundle.schema import RepeatSummary
+from bench.client.request_record import RequestRecord
 from bench.tune.decision import Objective, Repeat, RequestTiming
 from bench.tune.journal import Entry
 
 
-def repeat_of(rep: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Repeat:
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else float(seconds) * 1000.0
+
+
+def repeat_of(rep: RepeatSummary, rows: Sequence[RequestRecord]) -> Repeat:
     """One level's repeat: tok/s, wall time, each request's TTFT/TPOT."""
-    reqs = tuple(
-        RequestTiming(ok=bool(r.get("ok")),
-                      ttft_ms=None if r.get("ttft_s") is None else float(r["ttft_s"]) * 1000.0,
-                      tpot_ms=None if r.get("tpot_s") is None else float(r["tpot_s"]) * 1000.0,
-                      output_tokens=int(r.get("completion_tokens") or 0))
-        for r in rows
-    )
-    return Repeat(tokps=float(rep.get("output_throughput") or 0.0), duration_s=float(rep.get("duration") or 0.0),
-                  requests=reqs)
+    reqs = tuple(RequestTiming(ok=bool(r.ok), ttft_ms=_ms(r.ttft_s), tpot_ms=_ms(r.tpot_s),
+                               output_tokens=int(r.completion_tokens or 0)) for r in rows)
+    return Repeat(tokps=float(rep.output_throughput or 0.0), duration_s=float(rep.duration or 0.0), requests=reqs)
 
 
 def geomean(values: Iterable[float]) -> float:
@@ -38,19 +37,19 @@ def geomean(values: Iterable[float]) -> float:
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
-def repeats_of(per_repeat: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
+def repeats_of(per_repeat: Sequence[RepeatSummary], rows: Sequence[RequestRecord],
                objective: Objective) -> tuple[Repeat, ...]:
     """The repeats the decision judges: each repeat at the objective's concurrency; with `objective.levels`, one
     per repeat index that ran at every level, its tok/s the geometric mean over the levels (its wall time and
     requests those of all its levels)."""
-    def rows_at(rep: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-        return [r for r in rows if r.get("repeat") == rep["repeat"] and r.get("concurrency") == rep["concurrency"]]
+    def rows_at(rep: RepeatSummary) -> list[RequestRecord]:
+        return [r for r in rows if r.repeat == rep.repeat and r.concurrency == rep.concurrency]
 
     if not objective.levels:
-        return tuple(repeat_of(rep, rows_at(rep)) for rep in per_repeat if rep["concurrency"] == objective.concurrency)
-    by_index: dict[int, dict[int, Mapping[str, Any]]] = {}
+        return tuple(repeat_of(rep, rows_at(rep)) for rep in per_repeat if rep.concurrency == objective.concurrency)
+    by_index: dict[int, dict[int, RepeatSummary]] = {}
     for rep in per_repeat:
-        by_index.setdefault(int(rep["repeat"]), {})[int(rep["concurrency"])] = rep
+        by_index.setdefault(int(rep.repeat or 0), {})[int(rep.concurrency or 0)] = rep
     out = []
     for index in sorted(by_index):
         at = by_index[index]
@@ -68,7 +67,7 @@ def level_means(entries: Iterable[Entry]) -> dict[int, float]:
     for e in entries:
         if e.status != "ok":
             continue
-        for rep in (e.detail.get("cell") or {}).get("per_repeat", []):
-            if rep.get("output_throughput") is not None and rep.get("concurrency") is not None:
-                by_level.setdefault(int(rep["concurrency"]), []).append(float(rep["output_throughput"]))
+        for rep in e.detail.cell.per_repeat if e.detail.cell is not None else []:
+            if rep.output_throughput is not None and rep.concurrency is not None:
+                by_level.setdefault(rep.concurrency, []).append(float(rep.output_throughput))
     return {level: statistics.fmean(v) for level, v in sorted(by_level.items())}

@@ -4,10 +4,10 @@ entry carries an id; one the tune did not make, appearing while a cell ran, was 
 
 from __future__ import annotations
 
-from typing import Any
-
 from launcher.errors import RuntimeFailure
 from launcher.runtime.api.control_client import ControlClient
+from launcher.runtime.core.states import Outcome
+from launcher.runtime.records.history import Entry
 
 REMEASURE_MAX = 3  # then the tune stops (exit 1) and asks for the other party to stop; resuming measures it
 
@@ -17,30 +17,30 @@ async def switch_ids(control: ControlClient | None) -> set[str] | None:
     if control is None:
         return None
     try:
-        history = (await control.status()).get("history") or []
+        history = (await control.status()).history
     except RuntimeFailure:
         return None
-    return {e["id"] for e in history if isinstance(e, dict) and isinstance(e.get("id"), str)}
+    return {e.id for e in history if e.id is not None}
 
 
 async def since(control: ControlClient | None, known: set[str] | None, own: str | None,
-                wait_s: float) -> list[dict[str, Any]]:
+                wait_s: float) -> list[Entry]:
     """Switch entries that appeared after `known` was read, other than the tune's own (`own`), that
     changed or tried to change the server (an aborted switch touched nothing). A switch still running is
     waited for (up to `wait_s`): its entry is written when it ends."""
     if known is None or control is None:
         return []
     try:
-        history = (await control.wait_idle(wait_s)).get("history") or []
+        history = (await control.wait_idle(wait_s)).history
     except RuntimeFailure:
         return []
-    return [e for e in history if isinstance(e, dict) and isinstance(e.get("id"), str)
-            and e["id"] not in known and e["id"] != own and e.get("outcome") != "aborted"]
+    return [e for e in history if e.id is not None and e.id not in known and e.id != own
+            and e.outcome != Outcome.ABORTED]
 
 
-def describe(entries: list[dict[str, Any]]) -> str:
-    def label(e: dict[str, Any]) -> str:
-        to = e.get("to") or {}
-        return f"switch {e.get('id')} to {to.get('profile')}+{to.get('spec')}: {e.get('outcome')}"
+def describe(entries: list[Entry]) -> str:
+    def label(e: Entry) -> str:
+        to = e.to
+        return f"switch {e.id} to {to.profile if to else None}+{to.spec if to else None}: {e.outcome}"
 
     return "; ".join(label(e) for e in entries)

@@ -89,19 +89,21 @@ async def server_check(s: TuneSettings, control: ControlClient, sp: TuneSpace) -
     refs = [Candidate(REFERENCE_PROFILE, spec) for spec in s.reference_specs()]
     refused: dict[str, str] = {}
     for c in [*refs, *sp.candidates]:
-        code, body = await control.check(c.profile, c.spec, c.point_json())
+        answer = await control.check(c.profile, c.spec, c.point_json())
+        code = answer.code
         if code in (401, 403):
-            raise UserError(f"the control API refused POST /check (HTTP {code}): {body.get('error')}; "
+            raise UserError(f"the control API refused POST /check (HTTP {code}): {answer.error}; "
                             "set KIT_CONTROL_TOKEN")
-        if code == 200 and isinstance(body.get("digest"), str):
-            sp.plan_digests[c.label] = body["digest"]
-            _refuse_over_cap(s, c.label, body.get("plan"))
-            if not sp.model_plan and isinstance(body.get("plan"), dict):
-                sp.model_plan = body["plan"]
+        if code == 200 and answer.digest is not None:
+            sp.plan_digests[c.label] = answer.digest
+            plan = answer.plan.to_json() if answer.plan is not None else None
+            _refuse_over_cap(s, c.label, plan)
+            if not sp.model_plan and plan is not None:
+                sp.model_plan = plan
         elif code == 400:
-            refused[c.label] = str(body.get("error") or "refused")
+            refused[c.label] = str(answer.error or "refused")
         else:
-            raise RuntimeFailure(f"the control API's POST /check answered HTTP {code}: {body.get('error')}")
+            raise RuntimeFailure(f"the control API's POST /check answered HTTP {code}: {answer.error}")
     for point in s.points:
         tried = [c.label for c in sp.candidates if c.point == point]
         if tried and all(label in refused for label in tried):

@@ -7,12 +7,11 @@ started is grey with "running plan", a cell that failed the correctness gate is 
 "WRONG: <reason>" (never a candidate, however fast), one the gate could not vouch for ("not enough
 evidence") is dotted with "NOT VERIFIED: <reason>" (never a candidate either), a failed cell has no bar and "failed: <reason>",
 a skipped one "skipped". Cells without numbers sit at the bottom. SIMULATED as in bench/report/plots.py.
-Reads tune.json defensively: a missing or null field never raises.
+Reads tune.json as bench/tune/tune_file.py's `TuneFile`, defensively: a missing or null field never raises.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from bench.report.plots import SIM_TITLE, _mark_simulated  # noqa: E402
+from bench.tune.tune_file import TuneCell, TuneFile  # noqa: E402
 
 WINNER_COLOR = "tab:green"
 INCUMBENT_COLOR = "tab:gray"
@@ -33,27 +33,6 @@ OTHER_COLOR = "tab:blue"
 UNVERIFIED_COLOR = "khaki"
 WRONG_COLOR = "tab:red"
 REASON_CHARS = 48
-
-
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
-        return None
-    return float(x)
-
-
-def _ci(x: Any) -> tuple[float, float] | None:
-    if not isinstance(x, list | tuple) or len(x) != 2:
-        return None
-    lo, hi = _num(x[0]), _num(x[1])
-    return None if lo is None or hi is None else (lo, hi)
-
-
-def _int(x: Any) -> int:
-    return int(x) if isinstance(x, int) and not isinstance(x, bool) else 0
-
-
-def _map(x: Any) -> Mapping[str, Any]:
-    return x if isinstance(x, Mapping) else {}
 
 
 def _short(text: Any, limit: int = REASON_CHARS) -> str:
@@ -65,61 +44,55 @@ def _fmt(v: float) -> str:
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
 
 
-def shown(cell: Mapping[str, Any]) -> tuple[float | None, tuple[float, float] | None, int, str]:
+def shown(cell: TuneCell | Mapping[str, Any]) -> tuple[float | None, tuple[float, float] | None, int, str]:
     """(mean, ci95, n, "final"|"screening") the bar shows: the final repeats when there were any."""
-    final_n = _int(cell.get("final_n"))
-    if final_n > 0 and _num(cell.get("final_mean")) is not None:
-        return _num(cell.get("final_mean")), _ci(cell.get("final_ci95")) if final_n > 1 else None, final_n, "final"
-    n = _int(cell.get("n"))  # one value has no interval: none is drawn
-    return _num(cell.get("mean")), _ci(cell.get("ci95")) if n > 1 else None, n, "screening"
+    return (cell if isinstance(cell, TuneCell) else TuneCell.model_validate(cell)).shown()
 
 
-def _wrong_reason(cell: Mapping[str, Any]) -> str:
-    corr = _map(cell.get("correctness"))
-    reasons = corr.get("reasons")
-    if isinstance(reasons, list | tuple) and reasons and reasons[0] not in (None, ""):
-        return str(reasons[0])
-    return str(cell.get("reason") or corr.get("status") or "failed the correctness gate")
+def _wrong_reason(cell: TuneCell) -> str:
+    corr = cell.correctness
+    if corr is not None and corr.reasons:
+        return corr.reasons[0]
+    return str(cell.reason or (corr.status if corr else None) or "failed the correctness gate")
 
 
-def ordered(cells: Any) -> list[Mapping[str, Any]]:
+def ordered(cells: list[TuneCell]) -> list[TuneCell]:
     """The cells top to bottom: highest shown mean first, cells without one last (stable otherwise)."""
-    cells = [c for c in (cells if isinstance(cells, list | tuple) else []) if isinstance(c, Mapping)]
-    keyed = [(shown(c)[0], i, c) for i, c in enumerate(cells)]
+    keyed = [(c.shown()[0], i, c) for i, c in enumerate(cells)]
     keyed.sort(key=lambda t: (t[0] is None, -(t[0] or 0.0), t[1]))
     return [c for _, _, c in keyed]
 
 
-def _title(tune: Mapping[str, Any]) -> str:
-    describe = _map(tune.get("objective")).get("describe") or "objective"
-    outcome = _map(tune.get("decision")).get("outcome")
-    incumbent = _map(tune.get("incumbent")).get("label")
+def _title(tune: TuneFile) -> str:
+    describe = tune.objective.describe or "objective"
+    d = tune.decision
+    outcome = d.outcome
+    incumbent = tune.incumbent.label if tune.incumbent else None
+    winner = (tune.winner.label if tune.winner else None) or "?"
     stays = f"running plan stays ({incumbent})" if incumbent else "running plan stays"
     if outcome in ("winner", "tie"):
-        tied = _map(tune.get("decision")).get("tied") or []
-        line = f"{outcome}: {_map(tune.get('winner')).get('label') or '?'}"
-        line += f" (tied with {', '.join(map(str, tied))}; highest mean picked)" if tied else ""
+        line = f"{outcome}: {winner}"
+        line += f" (tied with {', '.join(d.tied)}; highest mean picked)" if d.tied else ""
     elif outcome == "running_plan_wrong":
-        line = f"running plan WRONG ({incumbent}): {_map(tune.get('winner')).get('label') or '?'} chosen"
+        line = f"running plan WRONG ({incumbent}): {winner} chosen"
     elif outcome in ("worse", "underpowered", "no_gain", "no correct candidate"):
-        power = _map(_map(tune.get("decision")).get("power"))
         line = f"{outcome}: {stays}"
-        if isinstance(power.get("power_at_gain"), int | float):
-            line += f"; a 3% gain found {power['power_at_gain']:.0%} of the time"
+        if d.power is not None and d.power.power_at_gain is not None:
+            line += f"; a 3% gain found {d.power.power_at_gain:.0%} of the time"
     elif outcome == "not reached":
         line = f"decision not reached: {stays}"
     else:
         line = f"{outcome}" if outcome else "no decision"
-    return f"{SIM_TITLE if tune.get('simulated') else ''}{describe}\n{line}"
+    return f"{SIM_TITLE if tune.simulated else ''}{describe}\n{line}"
 
 
-def figure(tune: Mapping[str, Any]) -> Figure:
+def figure(data: TuneFile | Mapping[str, Any]) -> Figure:
     """The plot as a pyplot Figure (the caller closes it: plt.close(fig))."""
-    tune = _map(tune)
-    unit = _map(tune.get("objective")).get("unit") or ""
-    winner_label = _map(tune.get("winner")).get("label")
-    incumbent_label = _map(tune.get("incumbent")).get("label")
-    cells = ordered(tune.get("cells"))
+    tune = TuneFile.read(data)
+    unit = tune.objective.unit or ""
+    winner_label = tune.winner.label if tune.winner else None
+    incumbent_label = tune.incumbent.label if tune.incumbent else None
+    cells = ordered(tune.cells)
     n = len(cells)
 
     # No tight_layout: it would squeeze the axes to fit the text column; savefig's bbox_inches="tight"
@@ -136,13 +109,13 @@ def figure(tune: Mapping[str, Any]) -> Figure:
     labels = []
     for i, c in enumerate(cells):
         y = n - 1 - i  # first cell at the top
-        label = str(c.get("label") or f"cell {i + 1}")
+        label = c.label or f"cell {i + 1}"
         labels.append(label)
-        status = c.get("status")
+        status = c.status
         mean, ci, reps, which = shown(c)
         tags = []
         # "invalid": never a candidate; red only for a FAIL, dotted for a cell the gate could not vouch for
-        is_unverified = status == "invalid" and _map(c.get("correctness")).get("status") != "FAIL"
+        is_unverified = status == "invalid" and (c.correctness.status if c.correctness else None) != "FAIL"
         is_wrong = status == "invalid" and not is_unverified
         is_failed = status == "failed"
         is_winner = winner_label is not None and label == winner_label and not (is_wrong or is_unverified or is_failed)
@@ -152,9 +125,9 @@ def figure(tune: Mapping[str, Any]) -> Figure:
         elif is_unverified:
             tags.append(f"NOT VERIFIED: {_short(_wrong_reason(c))}")
         elif is_failed:
-            tags.append(f"failed: {_short(c.get('reason') or 'server failed')}")
+            tags.append(f"failed: {_short(c.reason or 'server failed')}")
         elif status == "skipped":
-            tags.append(f"skipped: {_short(c['reason'])}" if c.get("reason") else "skipped")
+            tags.append(f"skipped: {_short(c.reason)}" if c.reason else "skipped")
         elif mean is None:
             tags.append("no numbers")
         if is_winner:
@@ -197,11 +170,11 @@ def figure(tune: Mapping[str, Any]) -> Figure:
         Line2D([], [], color="black", marker="|", markersize=8, linestyle="-",
                label="95% CI of the mean (n > 1): final = blocked final repeats, screening = screening repeats"),
     ], loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=5.5, ncols=2, fontsize=8)
-    _mark_simulated(fig, bool(tune.get("simulated")))
+    _mark_simulated(fig, tune.simulated)
     return fig
 
 
-def plot(tune: Mapping[str, Any], path: Path) -> Path:
+def plot(tune: TuneFile | Mapping[str, Any], path: Path) -> Path:
     """Write the tune plot to `path` (PNG) and return `path`."""
     fig = figure(tune)
     try:

@@ -21,6 +21,7 @@ from bench.tune.ledger import reference_label
 from bench.tune.result import TUNE_JSON, TUNE_PNG, winner_of
 from bench.tune.runner import TuneRun
 from bench.tune.space import Candidate
+from bench.tune.tune_file import TuneFile
 from launcher.errors import KitError
 from launcher.fleet import fleetfile, rolling
 from launcher.profiles.spec_params import coerce
@@ -69,29 +70,29 @@ def restore(run: TuneRun) -> None:
 
 def finish(run: TuneRun, path: Path) -> int:
     """Production as promised (back, --apply, --fleet) and the summary for a person; the exit code."""
-    data = json.loads((path / TUNE_JSON).read_text(encoding="utf-8"))
+    data = TuneFile.read(json.loads((path / TUNE_JSON).read_text(encoding="utf-8")))
     say = run.console.print
     prefix = "SIMULATED " if run.simulated else ""
-    for cell in data["cells"]:
-        if cell["status"] == "invalid":
-            say(f"{prefix}{cell['label']}: WRONG: {cell['reason']} (never chosen)", style="bold red")
-    d = data["decision"]
+    for cell in data.cells:
+        if cell.status == "invalid":
+            say(f"{prefix}{cell.label}: WRONG: {cell.reason} (never chosen)", style="bold red")
+    d = data.decision
     winner = winner_of(run)
     if winner is not None:
         say(f"{prefix}{run.decision.summary() if run.decision else winner.label}", style="bold green")
-        say(f"  rule: {d['rule']}")
-        for comp in d.get("comparisons", []):
+        say(f"  rule: {d.rule}")
+        for comp in d.comparisons:
             say(f"  {comp['contender']} vs {comp['role']} {comp['other']}: {comp['diff_mean']:+.2f} (95% CI {comp['ci_low']:+.2f}.."
                 f"{comp['ci_high']:+.2f}, n={comp['n_contender']}/{comp['n_other']})")
     else:
-        say(f"{prefix}{run.decision.summary() if run.decision else d['outcome'] + ': ' + str(d.get('chosen')) + ' stays'}")
-    if data.get("adaptive"):
-        for line in adaptive.summary_lines(data["adaptive"], winner.label if winner else None):
+        say(f"{prefix}{run.decision.summary() if run.decision else str(d.outcome) + ': ' + str(d.chosen) + ' stays'}")
+    if data.adaptive:
+        for line in adaptive.summary_lines(data.adaptive, winner.label if winner else None):
             say(f"{prefix}{line}")
     rc = 0
-    wrong = d["outcome"] == RUNNING_PLAN_WRONG
+    wrong = d.outcome == RUNNING_PLAN_WRONG
     if wrong and winner is not None:
-        say(f"{prefix}the running plan {d['incumbent']} FAILed the correctness gate: production goes to "
+        say(f"{prefix}the running plan {d.incumbent} FAILed the correctness gate: production goes to "
             f"{winner.label}{'' if run.s.apply else ' although --apply was not given'}, never back to it (exit "
             f"{START_WRONG})", style="bold red", soft_wrap=True)
         rc = apply(run, winner, data) or START_WRONG
@@ -107,8 +108,8 @@ def finish(run: TuneRun, path: Path) -> int:
         rc = roll(run, winner) or rc
     print(f"{prefix}tune: {path / TUNE_JSON}")
     print(f"{prefix}plot: {path / TUNE_PNG}")
-    if data.get("profile_file"):
-        print(f"{prefix}profile: {data['profile_file']}")
+    if data.profile_file:
+        print(f"{prefix}profile: {data.profile_file}")
     return rc
 
 
@@ -118,7 +119,7 @@ def chosen_digest(run: TuneRun, winner: Candidate) -> str | None:
     return ran[-1] if ran else run.plan_digests.get(winner.label)
 
 
-def apply(run: TuneRun, winner: Candidate, data: dict[str, Any]) -> int:
+def apply(run: TuneRun, winner: Candidate, data: TuneFile) -> int:
     """Production on exactly the plan the tune chose, checked by digest: by the written profile's name when the
     server reads it and runs the same plan under it (else an older file of that name would run), else the
     winner's own profile and point. A switch that fails or runs another plan puts production back on the
@@ -127,24 +128,24 @@ def apply(run: TuneRun, winner: Candidate, data: dict[str, Any]) -> int:
     want = chosen_digest(run, winner)
     profile, params, tiers, what = winner.profile, winner.point_json(), winner.tiers_json(), winner.label
     names = [p.get("name") for p in client.profiles()]
-    if run.s.profile_name in names and data.get("profile_file"):
-        code, body = client.check(run.s.profile_name, winner.spec)
-        if code == 200 and want is not None and body.get("digest") == want:
+    if run.s.profile_name in names and data.profile_file:
+        checked = client.check(run.s.profile_name, winner.spec)
+        if checked.ok and want is not None and checked.digest == want:
             profile, params, tiers = run.s.profile_name, None, None  # the file's [adaptive_tiers], if any
-            what = f"profile {run.s.profile_name} ({data['profile_file']}) + {winner.spec}"
+            what = f"profile {run.s.profile_name} ({data.profile_file}) + {winner.spec}"
         else:
-            got = body.get("digest") or f"HTTP {code}: {body.get('error')}"
+            got = checked.digest or f"HTTP {checked.code}: {checked.error}"
             run.console.print(f"--apply: the server's profile {run.s.profile_name} is not the plan the tune chose "
                               f"({got} against {winner.label}'s {want}: an older file of that name?); applying "
                               f"{winner.label} itself", style="yellow")
-    code, body = client.switch(profile, winner.spec, run.s.switch_timeout, spec_params=params, adaptive_tiers=tiers)
-    to = body.get("to")
-    ran = (to.get("digest") if isinstance(to, dict) else None) or client.status().get("digest")
-    if body.get("outcome") in OK_OUTCOMES and (want is None or ran == want):
+    answer = client.switch(profile, winner.spec, run.s.switch_timeout, spec_params=params, adaptive_tiers=tiers)
+    to = answer.entry.to if answer.entry else None
+    ran = (to.digest if to else None) or client.status().digest
+    if answer.outcome in OK_OUTCOMES and (want is None or ran == want):
         run.console.print(f"applied: production runs {what}")
         run.switched = False
         return 0
-    why = (f"HTTP {code} {body.get('outcome')}: {body.get('error')}" if body.get("outcome") not in OK_OUTCOMES
+    why = (f"HTTP {answer.code} {answer.outcome}: {answer.error}" if answer.outcome not in OK_OUTCOMES
            else f"it runs digest {ran}, not the chosen {want}")
     back = production.label_of(back_plan(run))
     run.console.print(f"--apply: the switch to {what} did not take ({why}); putting production "

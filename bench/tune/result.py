@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from bench.bundle import provenance as bundle_provenance
 from bench.bundle import store as bundle
@@ -24,18 +23,29 @@ from bench.tune import journal, order, plot, profile_out
 from bench.tune.profile_out import check_profile_target
 from bench.tune.runner import TuneRun
 from bench.tune.space import Candidate
+from bench.tune.tune_file import TuneCell, TuneFile
 from launcher import atomic
 
 TUNE_JSON = "tune.json"
 TUNE_PNG = "tune.png"
 
 
-def _stats(values: list[float]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Figures:
+    """A cell's values of one kind: their mean, sample sd, 95% interval of the mean and count."""
+
+    mean: float | None = None
+    sd: float | None = None
+    ci95: tuple[float, float] | None = None
+    n: int = 0
+
+
+def _stats(values: list[float]) -> Figures:
     if not values:
-        return {"mean": None, "sd": None, "ci95": None, "n": 0}
+        return Figures()
     lo, hi = order.interval(values)
-    return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else None,
-            "ci95": [lo, hi], "n": len(values)}
+    return Figures(mean=statistics.fmean(values), sd=statistics.stdev(values) if len(values) > 1 else None,
+                   ci95=(lo, hi), n=len(values))
 
 
 def labels(run: TuneRun) -> list[str]:
@@ -46,7 +56,7 @@ def labels(run: TuneRun) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def cell_summary(run: TuneRun, label: str) -> dict[str, Any]:
+def cell_summary(run: TuneRun, label: str) -> TuneCell:
     """tune.json's view of one cell: its status, its numbers (screening and final), its correctness."""
     entries = run.cells.entries_of(label)
     failed = next((e for e in entries if e.status == "failed"), None)
@@ -67,14 +77,14 @@ def cell_summary(run: TuneRun, label: str) -> dict[str, Any]:
         status, reason = "skipped", "not measured: " + ("interrupted" if not run.decision else "the budget ended first")
     a, f = _stats(early), _stats(final)
     spec = first.spec if first and first.spec else Candidate.parse(label).spec
-    return {
+    return TuneCell.model_validate({
         "label": label, "profile": label.split("+", 1)[0], "spec": spec, "spec_params": params,
         "status": status, "reason": reason,
         "role": "running plan" if run.incumbent and label == run.incumbent.label else
                 "reference" if any(e.phase == "reference" for e in entries) else "candidate",
-        "mean": a["mean"], "sd": a["sd"], "ci95": a["ci95"], "n": a["n"],
-        "final_mean": f["mean"], "final_sd": f["sd"], "final_ci95": f["ci95"], "final_n": f["n"],
-        "tokps": _stats(tokps),
+        "mean": a.mean, "sd": a.sd, "ci95": a.ci95, "n": a.n,
+        "final_mean": f.mean, "final_sd": f.sd, "final_ci95": f.ci95, "final_n": f.n,
+        "tokps": asdict(_stats(tokps)),
         "predicted_tokps": run.predictions.get(label),
         "rounds": sorted({e.round for e in entries if e.phase == "screen"}),
         "finalist": label in run.finalists,
@@ -83,7 +93,7 @@ def cell_summary(run: TuneRun, label: str) -> dict[str, Any]:
                                                      ("status", "baseline", "exact_match_rate", "first_divergence",
                                                       "accept_length", "baseline_accept_length", "reasons",
                                                       "accept_note", "levels", "tolerance")},
-    }
+    })
 
 
 CHOOSES = ("winner", "tie", rule.RUNNING_PLAN_WRONG)  # the outcomes that pick a plan (bench/tune/decision.py)
@@ -115,7 +125,7 @@ def paired_by_prompt(run: TuneRun) -> list[rule.PairedByPrompt]:
     return out
 
 
-def tune_json(run: TuneRun, *, run_id: str, complete: bool, interrupted: bool, profile_file: str | None) -> dict:
+def tune_json(run: TuneRun, *, run_id: str, complete: bool, interrupted: bool, profile_file: str | None) -> TuneFile:
     s, w = run.s, winner_of(run)
     decision = run.decision.to_json() if run.decision else {
         "outcome": "not reached", "chosen": run.incumbent.label if run.incumbent else None,
@@ -123,7 +133,7 @@ def tune_json(run: TuneRun, *, run_id: str, complete: bool, interrupted: bool, p
     decision.update(halving_reason=run.halving_reason, finalists=run.finalists)
     elapsed = time.monotonic() - run.t0
     busy = sum(c["wall_s"] for c in run.timing.cells)
-    return {
+    return TuneFile.model_validate({
         "run_id": run_id, "complete": complete, "interrupted": interrupted, "simulated": run.simulated,
         "objective": {**s.objective.__dict__, "unit": s.objective.unit, "describe": s.objective.describe()},
         "incumbent": {"label": run.incumbent.label, **{k: run.start_plan.get(k) for k in
@@ -145,7 +155,7 @@ def tune_json(run: TuneRun, *, run_id: str, complete: bool, interrupted: bool, p
                    "overhead_per_cell_s": (elapsed - busy) / len(run.timing.cells) if run.timing.cells else None},
         "journal": str(Path(s.out) / journal.JOURNAL),
         **({"adaptive": run.adaptive.to_json() if run.adaptive else {"reason": "not reached"}} if s.adaptive else {}),
-    }
+    })
 
 
 def _bundle_cell(run: TuneRun, label: str, mr: MatrixRun) -> None:
@@ -159,21 +169,23 @@ def _bundle_cell(run: TuneRun, label: str, mr: MatrixRun) -> None:
                     spec_params=first.spec_params)
     per_c: dict[int, int] = {}
     for e in entries:
-        old = e.detail.get("cell") or {}
-        cell.adopt(old)
+        old = e.detail.cell
+        if old is not None:
+            cell.adopt(old)
         renumber: dict[tuple[int, int], int] = {}
-        for rep in old.get("per_repeat", []):
-            c = int(rep.get("concurrency") or 1)
-            renumber[(c, int(rep.get("repeat") or 0))] = per_c.get(c, 0)
-            cell.per_repeat.append({**rep, "repeat": per_c.get(c, 0), "tune_phase": e.phase, "tune_round": e.round})
+        for rep in old.per_repeat if old is not None else []:
+            c = rep.concurrency or 1
+            renumber[(c, rep.repeat or 0)] = per_c.get(c, 0)
+            cell.per_repeat.append(rep.model_copy(update={"repeat": per_c.get(c, 0), "tune_phase": e.phase,
+                                                          "tune_round": e.round}))
             per_c[c] = per_c.get(c, 0) + 1
-        rows = [{**r, "repeat": renumber.get((int(r.get("concurrency") or 1), int(r.get("repeat") or 0)), 0)}
-                for r in e.detail.get("rows", [])]
+        rows = [r.placed(r.concurrency or 1, renumber.get((r.concurrency or 1, r.repeat or 0), 0))
+                for r in e.detail.rows]
         bundle.append_requests(mr.work_dir, cell.profile, spec, rows, first.spec_params)
         if e.status == "failed" and not cell.invalid_reason:
             cell.invalid_reason = e.reason
-        if e.detail.get("plan"):
-            mr.manifest["plans"][cell.key] = e.detail["plan"]
+        if e.detail.plan:
+            mr.manifest["plans"][cell.key] = e.detail.plan
     passed = run.cells.correctness_pass(label)
     if passed is not None:
         bundle.write_logprobs(mr.work_dir, cell.profile, spec, passed, first.spec_params)
@@ -202,7 +214,7 @@ def write(run: TuneRun, *, complete: bool, interrupted: bool = False) -> Path:
     def extra(work_dir: Path) -> None:
         data = tune_json(run, run_id=mr.run_id, complete=complete, interrupted=interrupted,
                          profile_file=str(profile_path) if profile_path else None)
-        atomic.write_text(work_dir / TUNE_JSON, json.dumps(data, indent=2, default=str))
+        atomic.write_text(work_dir / TUNE_JSON, json.dumps(data.to_json(), indent=2, default=str))
         plot.plot(data, work_dir / TUNE_PNG)
         if winner is not None and profile_dir is None:
             atomic.write_text(work_dir / f"{run.s.profile_name}.toml", profile_text(run, winner, mr.run_dir, data))
@@ -212,20 +224,20 @@ def write(run: TuneRun, *, complete: bool, interrupted: bool = False) -> Path:
     if winner is not None and profile_dir is not None:
         profile_dir.mkdir(parents=True, exist_ok=True)
         target = check_profile_target(profile_dir, run.s.profile_name)
-        data = json.loads((path / TUNE_JSON).read_text(encoding="utf-8"))
+        data = TuneFile.read(json.loads((path / TUNE_JSON).read_text(encoding="utf-8")))
         atomic.write_text(target, profile_text(run, winner, path, data))
     return path
 
 
-def profile_text(run: TuneRun, winner: Candidate, bundle_dir: Path, data: dict[str, Any]) -> str:
+def profile_text(run: TuneRun, winner: Candidate, bundle_dir: Path, data: TuneFile) -> str:
     """The winner as a profile file, with the evidence in comments."""
     d = run.decision
     unit = run.s.objective.unit
-    cell = next(c for c in data["cells"] if c["label"] == winner.label)
+    cell = data.cell(winner.label)
     figures = {}
-    if cell["final_mean"] is not None:
-        lo, hi = cell["final_ci95"] or (None, None)
-        figures[unit] = f"{cell['final_mean']:.2f} (95% CI {lo:.2f}..{hi:.2f}, n={cell['final_n']} final repeats)"
+    if cell is not None and cell.final_mean is not None:
+        ci = f" (95% CI {cell.final_ci95[0]:.2f}..{cell.final_ci95[1]:.2f}," if cell.final_ci95 else " ("
+        figures[unit] = f"{cell.final_mean:.2f}{ci} n={cell.final_n} final repeats)"
     for comp in d.comparisons if d else []:
         figures[f"vs {comp.role} {comp.other}"] = f"{comp.diff_mean:+.2f} {unit} (95% bootstrap {comp.ci_low:+.2f}..{comp.ci_high:+.2f})"
     evidence = profile_out.Evidence(

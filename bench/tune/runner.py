@@ -33,6 +33,8 @@ from typing import Any
 
 from rich.console import Console
 
+from bench import JsonObject
+from bench.client.request_record import RequestRecord
 from bench.client.server_client import ServerClient
 from bench.client.workload import build_workload
 from bench.control.hold import MeasureHold
@@ -41,7 +43,7 @@ from bench.run.cell import close_cell, new_cell
 from bench.run.measure import CellMeasurer
 from bench.run.passes import Reply
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
-from bench.tune import adaptive, journal, ledger, levels, order, outside, schedule, space, tune_state
+from bench.tune import adaptive, journal, levels, order, outside, schedule, space, tune_state
 from bench.tune.decision import Decision, decide
 from bench.tune.ledger import Ledger, reference_label
 from bench.tune.planning import REFERENCE_PROFILE, plan_space
@@ -51,6 +53,7 @@ from bench.tune.space import Candidate
 from bench.tune.timing import Timing
 from launcher.errors import KitError, RuntimeFailure, UserError
 from launcher.profiles import loader
+from launcher.runtime.api.bodies import ServerStatus
 from launcher.runtime.api.control_client import ControlClient
 from launcher.runtime.core.states import ANSWERING, Outcome
 
@@ -84,7 +87,7 @@ class TuneRun:
         self.simulated = False
         self.hashes: dict[str, str] = {}
         self.settings_digest = ""
-        self.start_plan: dict[str, Any] = {}
+        self.start_plan: JsonObject = {}
         self.incumbent: Candidate | None = None
         self.candidates: list[Candidate] = []
         self.ordered: list[Candidate] = []
@@ -121,7 +124,7 @@ class TuneRun:
         return out
 
     # ----- state that survives the process ----------------------------------------------------------
-    def load_state(self, plan: dict[str, Any]) -> dict[str, Any]:
+    def load_state(self, plan: JsonObject) -> JsonObject:
         """The plan this tune started from (bench/tune/tune_state.py): the recorded one when OUT/ holds this
         tune unfinished, else the running plan, recorded now. A resumed tune whose production was left elsewhere
         puts it back at the end, whatever this run switches. A finished tune is no resume: this run decides
@@ -162,9 +165,9 @@ class TuneRun:
         m = replace(measurer, settings=self.s.run_settings(switching=switch))
         cell = new_cell(profile=cand.profile, spec=cand.spec, settings=m.settings, num_prompts=len(self.prompts),
                         spec_params=params, adaptive_tiers=cand.tiers_json())
-        rows: list[dict[str, Any]] = []
-        plan: dict[str, Any] = {}
-        passed: list[dict[str, Any]] = []  # the correctness pass, run the first time a label is measured
+        rows: list[RequestRecord] = []
+        plan: JsonObject = {}
+        passed: list[JsonObject] = []  # the correctness pass, run the first time a label is measured
 
         def on_logprobs(result: Sequence[Reply]) -> None:
             passed.extend(r.to_json() for r in result)
@@ -190,15 +193,14 @@ class TuneRun:
             self.say(f"{what}: measured again", style="yellow")
             return await self.measure(measurer, cand, repeats, phase=phase, rnd=rnd, switch=True,
                                       spec_params=spec_params, disturbed=disturbed + 1)
-        measured = sum(float(r.get("duration") or 0.0) for r in record.per_repeat)
+        measured = sum(float(r.duration or 0.0) for r in record.per_repeat)
         restarted = switch and (record.switch or {}).get("outcome") == Outcome.SWITCHED  # unchanged: free
         self.timing.observe(wall, measured, restarted, repeats if record.valid else 0)
         common = dict(label=cand.label, profile=cand.profile, plan_digest=str(record.plan_digest or ""),
                       profile_hash=self.hashes.get(cand.profile, SERVER_ONLY), settings_digest=self.settings_digest,
                       phase=phase, round=rnd)
-        detail = {"cell": record.to_json(), "rows": rows, "plan": plan, "wall_s": wall, "measure_s": measured}
-        if first and record.valid:
-            detail[ledger.LOGPROBS] = passed
+        detail = journal.Detail(cell=record, rows=rows, plan=plan, wall_s=wall, measure_s=measured,
+                                logprobs=passed if first and record.valid else None)
         if record.valid:
             entry = journal.Entry(status="ok", repeats=levels.repeats_of(record.per_repeat, rows, self.s.objective),
                                   spec=cand.spec, spec_params=params, detail=detail, **common)
@@ -241,10 +243,11 @@ class TuneRun:
             control = await stack.enter_async_context(
                 ControlClient(s.control, self.token, s.connect_timeout, url_from="--control / KIT_CONTROL_URL"))
             status = await control.wait_idle(s.switch_timeout)  # a switch left running by a stopped tune ends first
-            if status.get("state") not in ANSWERING:  # restarting (after a kill mid-switch): wait for it
+            if status.state not in ANSWERING:  # restarting (after a kill mid-switch): wait for it
                 await server.wait_healthy(s.health_timeout)
             await server.preflight()
-            running = await control.running_plan()
+            plan = await control.running_plan()
+            running = plan.to_json() if plan is not None else None  # as tune_state records it
             if not running:
                 raise RuntimeFailure(f"the control API at {s.control} reports no running plan; wait until it serves")
             with contextlib.suppress(*PROBE_ERRORS):
@@ -286,14 +289,14 @@ class TuneRun:
         self.decision = self.decide()
         return {"decision": self.decision}
 
-    async def measure_in_place(self, measurer: CellMeasurer, status: dict[str, Any], running: dict[str, Any]) -> None:
+    async def measure_in_place(self, measurer: CellMeasurer, status: ServerStatus, running: JsonObject) -> None:
         """The running plan's screening repeats where it runs, with the budget checked before and after them."""
         assert self.incumbent is not None
         inc = self.incumbent
-        last = [h for h in status.get("history") or [] if isinstance(h, dict)
-                and h.get("outcome") in (Outcome.SWITCHED, Outcome.STARTED) and (h.get("durations") or {}).get("total_s")]
+        last = [h for h in status.history if h.outcome in (Outcome.SWITCHED, Outcome.STARTED)
+                and h.durations.get("total_s")]
         if last and self.timing.switch_s is None:
-            self.timing.switch_s = float(last[-1]["durations"]["total_s"])
+            self.timing.switch_s = float(last[-1].durations["total_s"])
             self.check_minimum()  # the switches alone (no repeat timed yet): a budget they overrun measures nothing
         if running.get("digest") == self.start_plan.get("digest") and not self.cells.entries_of(inc.label, ("screen",)):
             await self.measure(measurer, inc, self.s.screen_repeats, phase="screen", switch=False,

@@ -7,15 +7,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
+from bench import JsonObject
 from bench.tune import journal
 from launcher import atomic
 
 STATE = "tune-state.json"
 
 
-def read(out: Path, settings_digest: str) -> dict[str, Any] | None:
+def read(out: Path, settings_digest: str) -> JsonObject | None:
     """The state when it is this tune's (same measuring settings, a named start plan), else None (absent,
     damaged, or another tune's)."""
     try:
@@ -28,7 +28,7 @@ def read(out: Path, settings_digest: str) -> dict[str, Any] | None:
     return None
 
 
-def record(out: Path, settings_digest: str, plan: dict[str, Any]) -> dict[str, Any]:
+def record(out: Path, settings_digest: str, plan: JsonObject) -> JsonObject:
     """A new tune's start plan (its name, spec, point and digest), written before anything is switched."""
     keep = {k: plan.get(k) for k in ("name", "spec", "spec_params", "digest")}
     out.mkdir(parents=True, exist_ok=True)

@@ -70,8 +70,10 @@ def _run(args: argparse.Namespace) -> int:
             raise UserError(f"--out {args.out}: cannot write ({exc.strerror}); pick a writable path") from exc
     if args.json:
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        if args.out:  # stdout is the JSON alone; where the file went goes to stderr
+            print(f"launcher doctor: host facts written to {args.out}", file=sys.stderr)
     else:
-        report.render(result, Console())
+        report.render(result, Console(), saved=args.out)
     return 1 if result.failed else 0
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from launcher import settings
+from launcher.doctor import checks, nccl
 from launcher.doctor import facts as facts_mod
-from launcher.doctor import nccl
 from launcher.doctor.probe import Probe
 from launcher.errors import KitError
+
+NO_SMI = "nvidia-smi not found where the bench ran: no GPU seen there"
 
 
 def _nccl(probe: Probe) -> tuple[str | None, str]:
@@ -37,9 +39,9 @@ def host_fingerprint(probe: Probe | None = None) -> dict[str, Any]:
     facts, details = facts_mod.build(inp, nccl_version)
     gpus = [g.model_dump() for g in facts.gpus]
     reason = None
-    if not gpus:
-        problems = [c.detail for c in inp.checks]
-        reason = "; ".join(problems) or "nvidia-smi not found on this host (the bench ran without GPUs)"
+    if not gpus:  # what was seen, without the doctor's advice: a bundle records facts (a SIMULATED one too)
+        problems = [NO_SMI if c.detail == checks.nvidia_smi_missing().detail else c.detail for c in inp.checks]
+        reason = "; ".join(problems) or NO_SMI
     return {
         "available": bool(gpus),
         "reason": reason,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 from rich import box
@@ -13,6 +14,7 @@ from rich.text import Text
 from launcher.doctor.causes import Causes, narrow
 from launcher.doctor.diagnose import Report
 from launcher.doctor.eligibility import BLOCKING
+from launcher.profiles.hostfacts import recipe
 
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 LINK_STYLE = {"SYS": "red", "NODE": "yellow", "PHB": "yellow", "PXB": "cyan", "PIX": "cyan"}
@@ -198,12 +200,20 @@ def _lines(r: Report, pn: ProfileNotes, width: int) -> list:
 
 
 SAVE_HINT = "save these facts for `launcher show/check --host-facts`:"
-SAVE_COMMAND = "launcher doctor --out host-facts.json"
+SAVED_HINT = "use them with `launcher show/check --host-facts`:"
+SAVE_COMMAND = recipe()  # the one recipe for a host-facts file, as every other hint gives it
 
 
-def render(r: Report, console: Console) -> None:
+def saved_lines(path: str) -> tuple[str, str]:
+    """What the report says after `--out FILE` wrote the facts: where (a line of its own, never wrapped, like
+    the command that reads them)."""
+    return f"host facts written to {path}", f"  launcher check --all --host-facts {shlex.quote(path)}"
+
+
+def render(r: Report, console: Console, saved: str | None = None) -> None:
     """Bordered tables at 100 columns or more; below that (80 columns, or a pipe without COLUMNS) one
-    item per line. A command to copy is always on a line of its own, never wrapped."""
+    item per line. A command to copy is always on a line of its own, never wrapped. `saved`: the file
+    `--out` wrote the facts to; the closing lines then name it instead of asking for one."""
     pn = profile_notes(r)
     if narrow(console.width):
         for item in _lines(r, pn, console.width):  # Texts come wrapped: soft_wrap keeps a long command whole
@@ -221,5 +231,11 @@ def render(r: Report, console: Console) -> None:
     n = r.counts()
     verdict = Text("FAIL", style="bold red") if r.failed else Text("OK", style="bold green")
     console.print(Text.assemble("doctor: ", verdict, f"  ({n['pass']} pass, {n['warn']} warn, {n['fail']} fail)"))
-    console.print(_hanging(Text(SAVE_HINT, style="dim"), console.width, 0, 0), soft_wrap=True)
-    console.print(Text("  " + SAVE_COMMAND), soft_wrap=True)
+    if saved:
+        written, command = saved_lines(saved)
+        console.print(Text(written), soft_wrap=True)
+        console.print(_hanging(Text(SAVED_HINT, style="dim"), console.width, 0, 0), soft_wrap=True)
+    else:
+        command = "  " + SAVE_COMMAND
+        console.print(_hanging(Text(SAVE_HINT, style="dim"), console.width, 0, 0), soft_wrap=True)
+    console.print(Text(command), soft_wrap=True)

@@ -20,6 +20,7 @@ from launcher.fleet import fleetfile, rolling
 from launcher.fleet import router as router_mod
 from launcher.profiles import adaptive_tiers
 from launcher.profiles import spec_params as spec_params_mod
+from launcher.runtime.api.bodies import ServerStatus
 from launcher.runtime.api.control_client import SyncControlClient
 from launcher.runtime.core.states import SWITCH_TIMEOUT_MAX_S
 
@@ -68,13 +69,14 @@ def cmd_status(args: argparse.Namespace) -> int:
             st = SyncControlClient(h.control, h.token(), url_from=h.url_from()).status()
             error = None
         except RuntimeFailure as exc:
-            st, error = {}, str(exc)
+            st, error = ServerStatus(), str(exc)
         w = listed.get(h.server)  # the fleet file's URLs are normalised already
         rows.append({
             "name": h.name, "server": h.server, "control": h.control,
-            "profile": st.get("profile"), "spec": st.get("spec"), "spec_params": st.get("spec_params"),
-            "state": st.get("state"),
-            "backends": st.get("backends") or [], "error": error,
+            "profile": st.profile, "spec": st.spec,
+            "spec_params": st.spec_params.model_dump() if st.spec_params else None,
+            "state": st.state,
+            "backends": st.backends, "error": error,
             "router": None if router_error else {"listed": w is not None, "healthy": bool(w and w.get("is_healthy"))},
         })
     report = {"router": {"url": fleet.router.url, "error": router_error}, "hosts": rows}

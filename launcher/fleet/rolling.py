@@ -31,6 +31,7 @@ from launcher.fleet.fleetfile import Fleet, Host, require_tokens
 from launcher.fleet.router import RouterClient
 from launcher.profiles import adaptive_tiers as tiers_mod
 from launcher.profiles.adaptive_tiers import AdaptiveTiers
+from launcher.profiles.plan import Plan
 from launcher.profiles.spec_params import SpecParams, point_problems
 from launcher.profiles.spec_params import label as plan_label
 from launcher.runtime.api.control_client import SyncControlClient, switch_deadline_s
@@ -64,12 +65,12 @@ class Target:
                 "spec_params": self.point.model_dump() if self.point is not None else None,
                 "adaptive_tiers": self.tiers.to_json() if self.tiers is not None else None}
 
-    def run_by(self, plan: dict) -> bool:
+    def run_by(self, plan: Plan | None) -> bool:
         """Whether a running plan (GET /plan) on this profile + spec runs the point and the tiers asked for;
         none asked for: any will do."""
-        return ((plan.get("name"), plan.get("spec")) == (self.profile, self.spec)
-                and (self.point is None or plan.get("spec_params") == self.point.model_dump())
-                and (self.tiers is None or plan.get(tiers_mod.FIELD) == self.tiers.to_json()))
+        return (plan is not None and (plan.name, plan.spec) == (self.profile, self.spec)
+                and (self.point is None or plan.spec_params == self.point)
+                and (self.tiers is None or plan.adaptive_tiers == self.tiers.to_json()))
 
 
 class History:
@@ -149,7 +150,7 @@ def _one(host: Host, target: Target, router: RouterClient, log: History,
          timeout_s: float | None, add_timeout_s: float, say: Callable[[str], None]) -> int:
     control = SyncControlClient(host.control, host.token(), url_from=host.url_from())
     status = control.status()
-    if ((status.get("profile"), status.get("spec"), status.get("state")) == (target.profile, target.spec, State.SERVING)
+    if ((status.profile, status.spec, status.state) == (target.profile, target.spec, State.SERVING)
             and _runs_target(control, target)):
         if router.find(host.server) is None:  # e.g. left out by an earlier run that was stopped
             router.add(host.server)
@@ -175,7 +176,7 @@ def _runs_target(control: SyncControlClient, target: Target) -> bool:
     running plan, GET /plan). Neither asked for: any will do, and the plan is not fetched."""
     if target.point is None and target.tiers is None:
         return True
-    return target.run_by(control.running_plan() or {})
+    return target.run_by(control.running_plan())
 
 
 def _out_switch_in(host: Host, target: Target, router: RouterClient,
@@ -186,18 +187,18 @@ def _out_switch_in(host: Host, target: Target, router: RouterClient,
     log.step(host.name, "removed_from_router", was_registered=removed)
     say(f"{host.name}: out of the router; switching (waiting at most {deadline:.0f} s)")
     log.step(host.name, "switching", deadline_s=deadline)
-    code, body = control.switch(target.profile, target.spec, timeout_s, deadline, spec_params=target.point,
-                                adaptive_tiers=target.tiers.to_json() if target.tiers is not None else None)
-    if body.get("timed_out"):
-        log.step(host.name, "switch_timed_out", deadline_s=deadline, error=body.get("error"))
-        say(f"{host.name}: {body.get('error')}")
+    answer = control.switch(target.profile, target.spec, timeout_s, deadline, spec_params=target.point,
+                            adaptive_tiers=target.tiers)
+    if answer.timed_out:
+        log.step(host.name, "switch_timed_out", deadline_s=deadline, error=answer.error)
+        say(f"{host.name}: {answer.error}")
         _restore(host, router, log, add_timeout_s, say)
         return 1
-    outcome = body.get("outcome") or (Outcome.FAILED if code != 200 else Outcome.SWITCHED)
-    log.step(host.name, "switched", outcome=outcome, http=code, error=body.get("error"),
-             backends=body.get("backends"))
+    outcome = answer.outcome or (Outcome.FAILED if answer.code != 200 else Outcome.SWITCHED)
+    log.step(host.name, "switched", outcome=outcome, http=answer.code, error=answer.error,
+             backends=answer.entry.backends if answer.entry else None)
     if outcome not in OK_OUTCOMES:
-        why = body.get("error") or f"outcome {outcome}"
+        why = answer.error or f"outcome {outcome}"
         say(f"{host.name}: switch {outcome}: {why}")
         _restore(host, router, log, add_timeout_s, say)
         return 1
@@ -218,7 +219,7 @@ def _restore(host: Host, router: RouterClient, log: History, add_timeout_s: floa
     (a rolled-back host runs its old plan again); one that is still switching or down stays out.
     A second SIGINT/SIGTERM here is recorded and ends the wait."""
     try:
-        state = SyncControlClient(host.control, host.token(), url_from=host.url_from()).status().get("state")
+        state = SyncControlClient(host.control, host.token(), url_from=host.url_from()).status().state
         if state not in ANSWERING:
             log.step(host.name, "left_out", reason=f"state {state}")
             say(f"{host.name}: left out of the router (state {state}); once it serves, "

@@ -56,7 +56,6 @@ from launcher.profiles.catalog import (  # discovery lives there; callers may im
     available_names,
     check_name,
     find_file,
-    misnamed_files,
     model_overlays,
     search_dirs,
     spec_modes,
@@ -70,8 +69,6 @@ _FLAG_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _BAD_CHARS = ("\0", "\n", "\r")
 MAX_FILE_BYTES = 1 << 20  # a profile, spec or model overlay file larger than this is refused unread (1 MiB)
 DESCRIPTION_MAX = 1000  # characters a description may hold (the plan, /status and history carry it)
-DESCRIPTION_SHOWN = 200  # characters of a description a listing shows (`launcher profiles`, GET /profiles)
-REASON_SHOWN = 300  # characters of an invalid profile's reason a listing shows
 
 
 def check_value(value: str, where: str) -> str:
@@ -379,43 +376,3 @@ def read_model_overlay(path: Path) -> ProfileFile:
 def apply_model_overlay(resolved: Resolved, name: str) -> None:
     """Lay the model overlay `model/<name>.toml` over a resolved profile and its spec mode, last."""
     _lay(resolved, name, MODEL_DIR, read_model_overlay, lambda: unknown_model_overlay(name))
-
-
-def _shown(text: str, limit: int) -> str:
-    """One short line of `text` for a listing: line breaks and other control characters escaped, cut at `limit`."""
-    line = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text[: limit + 1])
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def _invalid(name: str, path: Path, reason: str) -> dict[str, str]:
-    return {"name": name, "description": "", "status": "invalid", "path": str(path),
-            "error": _shown(reason, REASON_SHOWN)}
-
-
-def describe_one(name: str) -> dict[str, str] | None:
-    """A listing's row for profile `name` (None: its file went away since the listing). A profile that cannot be
-    resolved (a damaged file, itself or a parent; an `extends` cycle; no description) is `invalid`, with its reason
-    as one short line; nothing a file holds raises from here."""
-    path = find_file(name)
-    if path is None:
-        return None
-    try:
-        res = load(name)
-    except UserError as exc:
-        return _invalid(name, path, str(exc))
-    except Exception as exc:  # noqa: BLE001 - one file must never take the listing down (nor GET /profiles)
-        return _invalid(name, path, f"{path}: cannot be read ({type(exc).__name__}); fix or remove the file")
-    return {"name": name, "description": _shown(res.description, DESCRIPTION_SHOWN), "status": res.status,
-            "path": str(path)}
-
-
-def describe_all() -> list[dict[str, str]]:
-    """Name, description, status and file of every visible profile (`launcher profiles`, the control API's GET
-    /profiles): a profile that cannot be resolved is listed `invalid` with its reason, a .toml file whose name is
-    no profile name too (catalog.misnamed_files), and every other one still lists."""
-    out = [row for row in map(describe_one, available_names()) if row is not None]
-    for path in misnamed_files():
-        out.append(_invalid(_shown(path.stem, 64), path, f"{path.name}: the file name is not a profile name: use "
-                            "1-64 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit; "
-                            "rename the file"))
-    return out

@@ -41,9 +41,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from launcher.profiles import running_requests
-from launcher.profiles.adaptive_tiers import Routing, read_config
-from launcher.profiles.rules.allreduce import _decode_max_bs
-from launcher.profiles.rules.context import Context, _as_int, graph_config
+from launcher.profiles.rules.context import Context, _as_int, _decode_max_bs, graph_config
+from launcher.profiles.tier_routing import Routing, read_config
 
 # SGLang's tiers without a --speculative-adaptive-config file (adaptive_spec_params.py:28-53).
 DEFAULT_TIERS: dict[int, list[int]] = {1: [1, 3, 5, 7], 8: [0, 1, 3], 32: [0, 1], 64: [0]}

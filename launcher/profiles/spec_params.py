@@ -13,6 +13,7 @@ the rest of the plan (its attention backend, page size, rejection sampling).
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping, MutableMapping
 from typing import Annotated
 
@@ -24,6 +25,8 @@ from launcher.errors import UserError
 KEYS = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")
 EAGLE_ALGORITHMS = ("EAGLE", "EAGLE3")  # the algorithms whose tree these three flags shape
 FLAG = "--spec-params"
+METAVAR = "S,K,D"
+HELP = "EAGLE-3 point: steps, top-k, draft tokens (replaces the eagle3 overlay's; e.g. 1,1,2)"
 MAX_VALUE = 1024  # the largest steps, top-k or draft tokens a point may give
 RANGE = f"steps, topk and draft_tokens are whole numbers from 1 to {MAX_VALUE}"  # said by every refusal of a range
 
@@ -56,6 +59,11 @@ class SpecParams(BaseModel):
     def server_flags(self) -> dict[str, str]:
         """The three server keys (flag names without dashes) this point sets, as the plan carries them."""
         return {key: str(value) for key, value in zip(KEYS, self.values(), strict=True)}
+
+
+def add_argument(parser: argparse.ArgumentParser) -> None:
+    """`--spec-params S,K,D` on a launcher command's parser: the value as given (None: left out), for `parse`."""
+    parser.add_argument(FLAG, default=None, metavar=METAVAR, help=HELP)
 
 
 def point_problems(point: SpecParams) -> list[str]:

@@ -25,7 +25,7 @@ nothing about which all-reduce it runs. Three things decide it (sources in docs/
    the persisted cache or measured at this start) or FlashInfer's seed policy (`pcie_ipc_ar.py:322-385`).
 3. **what the server's start proved, kept where log rotation cannot lose it.** supervisord rotates
    the server log at 50 MB. `start_records.Follower` reads the log incrementally from the last start
-   line (server_exec.START_MARKER) and keeps, per start, each matched line and the ranks that logged it in
+   line (start_lines.START_MARKER) and keeps, per start, each matched line and the ranks that logged it in
    `$KIT_STATE_DIR/starts/<start>.json`. It runs in the control API (its monitor polls it every
    period, a switch polls it before it judges): outside the server's output path, so a slow or
    failed follower can never block or kill the server, as a tee in server_exec could; it follows

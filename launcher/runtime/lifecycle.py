@@ -32,12 +32,13 @@ from launcher.profiles.plan import Plan, reach_url
 from launcher.profiles.spec_params import SpecParams
 from launcher.runtime import activation, log, start_lines
 from launcher.runtime.admission import patch_check, validated_plan
-from launcher.runtime.api import metrics
+from launcher.runtime.api import metrics, tune_hold
+from launcher.runtime.api.bodies import RetryView, ServerStatus, StateEvent
 from launcher.runtime.core import transitions
 from launcher.runtime.core.failures import GateFailed, describe
-from launcher.runtime.core.states import ANSWERING, Outcome, Phase, Resolution, State
-from launcher.runtime.core.transitions import HEALTH_DOWN, HEALTH_OK, Act, Reading, Retry
-from launcher.runtime.process.supervisor_rpc import LIVE_STATES, Supervisor
+from launcher.runtime.core.states import ANSWERING, LIVE_STATES, Outcome, Phase, Resolution, State
+from launcher.runtime.core.transitions import HEALTH_DOWN, HEALTH_OK, Act, Move, Reading, Retry
+from launcher.runtime.process.supervisor_rpc import Supervisor
 from launcher.runtime.records import journal, start_records
 from launcher.runtime.records import state as runtime_state
 from launcher.runtime.records.history import Entry
@@ -71,6 +72,7 @@ class Lifecycle:
         self.state = State.STARTING
         self.resume_state = State.SERVING  # what `down` goes back to when the server answers again
         self.since = time.time()
+        self.events: tuple[Move, ...] = ()  # the last moves of the state, newest last (/status `events`)
         self.health = "unknown"
         self.health_at: float | None = None
         self.restarts = 0
@@ -90,7 +92,7 @@ class Lifecycle:
         self.switch_counts: metrics.SwitchCounts | None = metrics.SwitchCounts.from_history(state_dir)
         self._counts_tried = time.monotonic()
         self._keep_counts()
-        self._history_cache: tuple[object, tuple[list[dict], int]] | None = None
+        self._history_cache: tuple[object, tuple[list[Entry], int]] | None = None
 
     @property
     def retries(self) -> int:
@@ -102,7 +104,7 @@ class Lifecycle:
         """Seconds since the last /health probe; None before the first."""
         return None if self.health_at is None else round(time.time() - self.health_at, 3)
 
-    def history_view(self) -> tuple[list[dict], int]:
+    def history_view(self) -> tuple[list[Entry], int]:
         """history.jsonl's last 20 entries and its skipped lines (state.read_history), read again only
         when the file changed (its inode, size, mtime), so /status and /metrics stay cheap."""
         try:
@@ -146,42 +148,51 @@ class Lifecycle:
                 log.exception()  # the counts in memory stand; the next read tries to keep them again
 
     # ----- what /status shows ----------------------------------------------------------------------
-    def set_state(self, state: State) -> None:
-        """Every move of the state: through the table (transitions.change_state), which refuses a move it lacks."""
-        if transitions.change_state(self.state, state) != self.state:
-            self.state, self.since = state, time.time()
+    def set_state(self, state: State, why: str) -> None:
+        """Every move of the state: through the table (transitions.move), which refuses a move it lacks; a move
+        is one log line and one event in /status `events`."""
+        moved = transitions.move(self.state, state, time.time(), why)
+        if moved is not None:
+            self.state, self.since = state, moved.at
+            self.events = transitions.kept(self.events, moved)
+            log.line(f"state {moved.from_} -> {moved.to}: {why}")
 
-    def status(self) -> dict:
+    def status(self) -> ServerStatus:
         cur = self.current
         hist, skipped = self.history_view()
         counts = self.switch_counts_now()
         health = self.health
         if self.health_at is None or self.health_at < self.switcher.server_changed_at:
             health = "unknown"  # no reading of the server that runs now yet
-        return {
-            "profile": cur.name if cur else None,
-            "spec": cur.spec if cur else None,
-            "digest": cur.digest() if cur else None,
-            "state": self.state,
-            "phase": self.switcher.phase,
-            "since": self.since,
-            "since_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since)),
-            "health": health,
-            "health_age_s": self.health_age_s(),
-            "restarts": self.restarts,
-            "retry": {"attempts": self.retry.attempts, "next_at": self.retry.next_at},
-            "pid": self.pid,
-            "server_url": cur.server_url if cur else None,
-            "last_error": self.last_error,
-            "patch_check": patch_check(),
-            "backends": self.backends,
-            "decode_allreduce": self.decode_allreduce,
-            "spec_adaptive": self.spec_adaptive(),
-            "history": hist,
-            "history_skipped": skipped,
-            "switches": counts.as_status() if counts is not None else None,
-            "build": metrics.build_info(),
-        }
+        now = time.time()
+        held = tune_hold.current(self.sd, now)
+        return ServerStatus(
+            profile=cur.name if cur else None,
+            spec=cur.spec if cur else None,
+            spec_params=cur.spec_params if cur else None,
+            digest=cur.digest() if cur else None,
+            state=self.state,
+            phase=self.switcher.phase,
+            since=self.since,
+            since_iso=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since)),
+            health=health,
+            health_age_s=self.health_age_s(),
+            restarts=self.restarts,
+            retry=RetryView(attempts=self.retry.attempts, next_at=self.retry.next_at),
+            pid=self.pid,
+            server_url=cur.server_url if cur else None,
+            last_error=self.last_error,
+            patch_check=patch_check(),
+            backends=self.backends,
+            decode_allreduce=self.decode_allreduce,
+            spec_adaptive=self.spec_adaptive(),
+            history=hist,
+            history_skipped=skipped,
+            switches=counts.as_status() if counts is not None else None,
+            build=metrics.build_info(),
+            tune_hold=held.view(now) if held else None,
+            events=[StateEvent(at=m.at, to=m.to, why=m.why, **{"from": m.from_}) for m in self.events],
+        )
 
     def spec_adaptive(self) -> dict | None:
         """What SGLang's adaptive EAGLE chose (activation.adaptive_state), read from the running start's record;
@@ -270,13 +281,14 @@ class Lifecycle:
             self.last_error = step.error
         if step.resume is not None:
             self.resume_state = step.resume
+        why = f"health {self.health}, supervisord {info.get('statename')}"
         if Act.CRASH_LOOP in step.actions:
             await self._crash_loop(info)
             return
         if Act.COMMIT in step.actions:
             self._first_healthy(cur, info)
             return
-        self.set_state(step.to)
+        self.set_state(step.to, why if step.error in (transitions.KEEP, None) else f"{why}: {step.error}")
 
     async def _settle_lines(self, health: str, pid: int, busy: bool) -> None:
         """A start that answers before its backends were read (serve's, or supervisord's restart after a crash)
@@ -298,7 +310,7 @@ class Lifecycle:
         """The plan answers: serving; commit it (and say so in history) unless it is the committed one. The entry
         carries the start's time (supervisord's start of the program to this healthy answer): what a switch
         will cost at least, which `bench tune` checks its budget against before it measures anything."""
-        self.set_state(State.SERVING)  # STARTING/FAILED -> SERVING
+        self.set_state(State.SERVING, "the plan answers /health")  # STARTING/FAILED -> SERVING
         self.last_error = None
         self.reset_retries()
         if self.last_good and self.last_good.digest() == cur.digest():
@@ -314,7 +326,7 @@ class Lifecycle:
             entry.lap("total", took)
         self.last_error = entry.error
         try:
-            runtime_state.append_history(self.sd, entry.to_json())
+            runtime_state.append_history(self.sd, entry)
         except OSError as exc:  # a link or a FIFO as history.jsonl (refused, atomic.append_line), a full disk
             self.last_error = f"serving, but this start could not be recorded in the history: {describe(exc)}"
         self.last_good = cur
@@ -340,7 +352,7 @@ class Lifecycle:
             if cause:
                 why += f"; the server log says: {cause}"
             self.last_error = f"server crash loop: {why}); automatic restart in {step.retry.backoff_s:.0f}s"
-            self.set_state(State.FAILED)  # any -> FAILED
+            self.set_state(State.FAILED, self.last_error)  # any -> FAILED
         if not step.start and info.get("statename") in LIVE_STATES:  # supervisord still restarts it: the kit stops it
             await self._stop_looping()
         if step.start:
@@ -369,7 +381,7 @@ class Lifecycle:
 
     async def _recover(self, j: journal.Journal) -> Entry:
         t0 = time.monotonic()
-        self.set_state(State.RECOVERING)  # STARTING -> RECOVERING
+        self.set_state(State.RECOVERING, f"resolving switch {j.id}, cut short in phase '{j.phase_text()}'")
         self.switcher.enter(Phase.RECOVERING)
         rec = j.record()
         why = j.cut_short or "control API or container restart"
@@ -406,12 +418,12 @@ class Lifecycle:
                 entry.outcome, entry.resolution, entry.running = Outcome.INTERRUPTED, done.resolution, label(good)
                 self.current = good
                 self.last_error = entry.gate_error if done.resolution == Resolution.ROLLED_BACK else entry.rollback_error
-        self.set_state(done.state)
+        self.set_state(done.state, f"switch {j.id} cut short: {done.resolution}")
         self.switcher.enter(None)
         entry.lap("total", time.monotonic() - t0)
         try:
             if not runtime_state.history_has(self.sd, j.id):  # its outcome may be in history already
-                runtime_state.append_history(self.sd, entry.to_json())
+                runtime_state.append_history(self.sd, entry)
                 self.recorded(entry)
             journal.clear(self.sd)
         except OSError as exc:
@@ -450,11 +462,11 @@ class Lifecycle:
                 raise RuntimeFailure(f"cannot record a switch: {refusal}; nothing was changed: move it away (a new "
                                      "history.jsonl is created as a regular file) and retry")
             self.prune_adaptive()  # the configs of earlier candidates; this plan's own is rendered by the switch
-            self.set_state(transitions.switch_begins(before))  # any -> SWITCHING
+            self.set_state(transitions.switch_begins(before), f"switch to {plan.name} + {plan.spec}")  # any -> SWITCHING
             try:
                 entry = await self.switcher.run(previous, plan, timeout_s)
             except OSError as exc:  # the journal could not be written: nothing was touched
-                self.set_state(before)  # SWITCHING -> where it began
+                self.set_state(before, f"the switch's journal could not be written: {describe(exc)}")
                 raise RuntimeFailure(
                     f"cannot record the switch in {self.paths.journal} ({describe(exc)}); "
                     "nothing was changed: free space in KIT_STATE_DIR and retry"
@@ -492,7 +504,8 @@ class Lifecycle:
             self.reset_retries()
         elif outcome == Outcome.FAILED:
             self.current = plan if previous is None else previous
-        self.set_state(transitions.switch_ends(before, outcome))  # SWITCHING -> the outcome's state
+        self.set_state(transitions.switch_ends(before, outcome), f"switch {outcome}"
+                       + (f": {self.last_error}" if self.last_error else ""))  # SWITCHING -> the outcome's state
 
 
 def _seconds_since_start(info: dict) -> float | None:

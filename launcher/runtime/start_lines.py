@@ -13,6 +13,9 @@ import re
 from dataclasses import dataclass
 
 UPSTREAM = "https://github.com/sgl-project/sglang/blob/v0.5.23/python/"
+START_MARKER = "server_exec: profile "
+"""Starts the line server_exec writes before each server start (`... digest D pid P start MS: argv`): the
+control API's log follower (start_records.Follower) keeps what each start logged under its pid and start time."""
 EXCEPTION_WINDOW = 400  # lines after a cause line searched for the traceback's exception line
 
 
@@ -173,8 +176,6 @@ class Scanner:
 
     def feed(self, text: str) -> None:
         """`text` holds whole lines only."""
-        from launcher.runtime.process.server_exec import START_MARKER
-
         hits: set[int] = set()
         for key in (START_MARKER, *KEYS):
             at = text.find(key)

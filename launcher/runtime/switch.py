@@ -41,7 +41,7 @@ from launcher.runtime.process.exits import ExitWatch
 from launcher.runtime.process.supervisor_rpc import Supervisor
 from launcher.runtime.records import journal, start_records
 from launcher.runtime.records import state as runtime_state
-from launcher.runtime.records.history import Entry, Rollback
+from launcher.runtime.records.history import Entry, Label, Rollback
 
 __all__ = ["GateFailed", "Switcher", "Timeouts", "describe", "label"]
 
@@ -358,13 +358,10 @@ class Switcher:
         return entry
 
 
-def label(plan: Plan | None) -> dict | None:
+def label(plan: Plan | None) -> Label | None:
     """A plan as history and the journal name it."""
     if plan is None:
         return None
-    sp = plan.spec_params
-    out = {"profile": plan.name, "spec": plan.spec, "spec_params": sp.model_dump() if sp else None,
-           "digest": plan.digest()}
-    if plan.adaptive_tiers is not None:  # a tuned adaptive config (launcher/profiles/adaptive_tiers.py)
-        out["adaptive_tiers"] = plan.adaptive_tiers
-    return out
+    # adaptive_tiers: a tuned adaptive config (launcher/profiles/adaptive_tiers.py), named only when the plan has one
+    return Label(profile=plan.name, spec=plan.spec, spec_params=plan.spec_params, digest=plan.digest(),
+                 adaptive_tiers=plan.adaptive_tiers)

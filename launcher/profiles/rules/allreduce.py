@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from launcher.profiles import running_requests
-from launcher.profiles.rules.context import Context, Finding, _as_int, graph_config
+from launcher.profiles.rules.context import Context, Finding, _as_int, _decode_max_bs
 
 FUSION_PATCH = "sm120-allreduce-fusion"
 
@@ -129,38 +128,6 @@ def fusion_disabled_by_enforce(ctx: Context) -> Iterator[Finding]:
 # SGLang's own view of decode-sized rows: the autotune profiles powers of two up to 512 rows
 # ("Powers of two cover the captured decode batches", pcie_ipc_ar.py:181-194).
 PCIE_IPC_DECODE_ROWS = 512
-# Default decode CUDA-graph max batch at TP >= 4 on GPUs of 60 GB and more (memory_hook.py:132-170):
-# 512 (H100/A100 class, H200/RTX PRO 6000 96 GB class, B200). TP < 4 gets 256 below 160 GB.
-_DEFAULT_MAX_BS = {True: 512, False: 256}
-def _graph_max_bs(ctx: Context) -> tuple[int, str]:
-    """The decode CUDA-graph max batch the flags set, or SGLang's default for a large GPU, and where from."""
-    explicit = _as_int(ctx.server.get("cuda-graph-max-bs-decode"))
-    if explicit is not None:
-        return explicit, "--cuda-graph-max-bs-decode"
-    bs = ctx.server.get("cuda-graph-bs-decode")
-    sizes = [_as_int(b) for b in (bs if isinstance(bs, list) else str(bs).split())] if bs else []
-    if sizes and all(s is not None for s in sizes):
-        return max(s for s in sizes if s is not None), "--cuda-graph-bs-decode"
-    decode = graph_config(ctx.server.get("cuda-graph-config"), "decode")
-    if isinstance(decode.get("max_bs"), int):
-        return decode["max_bs"], "--cuda-graph-config decode.max_bs"
-    sizes = decode.get("bs")
-    if isinstance(sizes, list) and sizes and all(isinstance(b, int) and not isinstance(b, bool) for b in sizes):
-        return max(sizes), "--cuda-graph-config decode.bs"
-    tp = ctx.tp_size()
-    default = _DEFAULT_MAX_BS[tp is None or tp >= 4]
-    return default, f"SGLang's default for GPUs of 60 GB or more at TP {tp if tp is not None else '?'} (memory_hook.py:132-170)"
-
-
-def _decode_max_bs(ctx: Context) -> tuple[int, str]:
-    """The widest captured decode batch in requests: the graph's max batch clamped to the request pool,
-    which is --max-running-requests (base_cuda_graph_runner.py:77-101 via base_runner.py:367-390)."""
-    max_bs, source = _graph_max_bs(ctx)
-    running, why = running_requests.resolve(ctx.server)
-    if running is not None and running < max_bs:
-        return running, f"the request pool of {why}, which clamps the captured batches (base_cuda_graph_runner.py:92-101)"
-    return max_bs, source
-
 
 _EAGLE_FAMILY = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"}
 # SGLang's auto-pick when --speculative-num-steps is unset: 4 draft tokens (3, 1, 4) for every target

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from launcher.profiles import running_requests
 from launcher.profiles.hostfacts import HostFacts
 from launcher.profiles.loader import Resolved
 
@@ -97,3 +98,38 @@ def _graph_config_backend(raw: object, phase: str) -> str | None:
     """`backend` of one phase in --cuda-graph-config's JSON; None when absent or not parseable."""
     backend = graph_config(raw, phase).get("backend")
     return backend if isinstance(backend, str) else None
+
+
+# Default decode CUDA-graph max batch at TP >= 4 on GPUs of 60 GB and more (memory_hook.py:132-170):
+# 512 (H100/A100 class, H200/RTX PRO 6000 96 GB class, B200). TP < 4 gets 256 below 160 GB.
+_DEFAULT_MAX_BS = {True: 512, False: 256}
+
+
+def _graph_max_bs(ctx: Context) -> tuple[int, str]:
+    """The decode CUDA-graph max batch the flags set, or SGLang's default for a large GPU, and where from."""
+    explicit = _as_int(ctx.server.get("cuda-graph-max-bs-decode"))
+    if explicit is not None:
+        return explicit, "--cuda-graph-max-bs-decode"
+    bs = ctx.server.get("cuda-graph-bs-decode")
+    sizes = [_as_int(b) for b in (bs if isinstance(bs, list) else str(bs).split())] if bs else []
+    if sizes and all(s is not None for s in sizes):
+        return max(s for s in sizes if s is not None), "--cuda-graph-bs-decode"
+    decode = graph_config(ctx.server.get("cuda-graph-config"), "decode")
+    if isinstance(decode.get("max_bs"), int):
+        return decode["max_bs"], "--cuda-graph-config decode.max_bs"
+    sizes = decode.get("bs")
+    if isinstance(sizes, list) and sizes and all(isinstance(b, int) and not isinstance(b, bool) for b in sizes):
+        return max(sizes), "--cuda-graph-config decode.bs"
+    tp = ctx.tp_size()
+    default = _DEFAULT_MAX_BS[tp is None or tp >= 4]
+    return default, f"SGLang's default for GPUs of 60 GB or more at TP {tp if tp is not None else '?'} (memory_hook.py:132-170)"
+
+
+def _decode_max_bs(ctx: Context) -> tuple[int, str]:
+    """The widest captured decode batch in requests: the graph's max batch clamped to the request pool,
+    which is --max-running-requests (base_cuda_graph_runner.py:77-101 via base_runner.py:367-390)."""
+    max_bs, source = _graph_max_bs(ctx)
+    running, why = running_requests.resolve(ctx.server)
+    if running is not None and running < max_bs:
+        return running, f"the request pool of {why}, which clamps the captured batches (base_cuda_graph_runner.py:92-101)"
+    return max_bs, source

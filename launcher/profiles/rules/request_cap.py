@@ -7,7 +7,7 @@ more than the scheduler's max_running_requests: `--max-running-requests` when th
 EAGLE/EAGLE3 (srt/arg_groups/speculative_hook.py:1086-1093: only when the flag is absent), both capped lower by
 the KV cache's token capacity (srt/mem_cache/kv_cache_configurator.py:3119-3132). The decode CUDA-graph batch
 sizes stop at that limit (srt/model_executor/runner/base_cuda_graph_runner.py:91-101), and a batch padded past it
-by an explicit list is routed the same as the list's last size at or below the cap (adaptive_tiers.Routing). A tuned tier keyed above the limit was chosen from a level the server never runs.
+by an explicit list is routed the same as the list's last size at or below the cap (tier_routing.Routing). A tuned tier keyed above the limit was chosen from a level the server never runs.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from launcher.profiles import running_requests
-from launcher.profiles.adaptive_tiers import read_config
 from launcher.profiles.rules.context import Context, Finding
+from launcher.profiles.tier_routing import read_config
 
 
 def tiers_above_cap(ctx: Context) -> Iterator[Finding]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from launcher.profiles.adaptive_tiers import read_config
 from launcher.profiles.rules.context import Context, Finding
+from launcher.profiles.tier_routing import read_config
 
 
 def speculation_in_profile(ctx: Context) -> Iterator[Finding]:

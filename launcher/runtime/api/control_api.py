@@ -1,6 +1,6 @@
 """Control API (supervisord's `control` program): the HTTP face of the server's lifecycle.
 
-Routes, the switch body's schema and the bearer-token check; the lifecycle they report and drive is
+Routes and the bearer-token check (every body's model is in bodies.py); the lifecycle they report and drive is
 lifecycle.py, whose moves transitions.py decides. The only process that switches profiles.
 """
 
@@ -13,66 +13,31 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from launcher import settings, state_layout
 from launcher.errors import KitError, UserError, run_cli
-from launcher.profiles.adaptive_tiers import ApiTiers
 from launcher.profiles.loader import check_name
-from launcher.profiles.spec_params import SpecParams
 from launcher.runtime import log
 from launcher.runtime.api import tune_hold
+from launcher.runtime.api.bodies import (
+    CheckAnswer,
+    CheckRequest,
+    HoldRequest,
+    PlanAnswer,
+    ReleaseRequest,
+    SwitchRequest,
+    problem,
+)
 from launcher.runtime.api.metrics import KitCollector
 from launcher.runtime.core.states import SWITCH_TIMEOUT_MAX_S as TIMEOUT_MAX
 from launcher.runtime.core.states import Outcome
 from launcher.runtime.lifecycle import Busy, Lifecycle
 from launcher.runtime.process import parent_death
 from launcher.runtime.records import state as runtime_state
-
-
-class SwitchRequest(BaseModel):
-    """POST /switch body. timeout_s: a finite number of seconds in (0, SWITCH_TIMEOUT_MAX_S];
-    spec_params: an EAGLE-3 point {"steps", "topk", "draft_tokens"} (whole numbers >= 1, nothing else)."""
-
-    model_config = ConfigDict(extra="forbid")
-    profile: Annotated[str, Field(strict=True)]
-    spec: Annotated[str | None, Field(strict=True)] = None
-    timeout_s: Annotated[float | None, Field(strict=True, gt=0, le=TIMEOUT_MAX, allow_inf_nan=False)] = None
-    spec_params: SpecParams | None = None
-    adaptive_tiers: ApiTiers = None  # {"B": [steps]}: launcher/profiles/adaptive_tiers.py, its one parser
-
-
-class HoldRequest(BaseModel):
-    """POST /hold body: take the tune hold (no id) or renew it (the id it was granted under)."""
-
-    model_config = ConfigDict(extra="forbid")
-    holder: Annotated[str, Field(strict=True, min_length=1, max_length=tune_hold.HOLDER_MAX)]
-    ttl_s: Annotated[float, Field(strict=True, ge=tune_hold.TTL_MIN_S, le=tune_hold.TTL_MAX_S, allow_inf_nan=False)]
-    id: Annotated[str | None, Field(strict=True, max_length=tune_hold.ID_MAX)] = None
-    host: Annotated[str | None, Field(strict=True, max_length=tune_hold.HOST_MAX)] = None
-    pid: tune_hold.Pid | None = None  # 1..PID_MAX: a pid the kernel can give
-    take_over_pid: tune_hold.Pid | None = None  # the holder's pid, gone on `host`
-
-
-class ReleaseRequest(BaseModel):
-    """DELETE /hold body."""
-
-    model_config = ConfigDict(extra="forbid")
-    id: Annotated[str, Field(strict=True, max_length=64)]
-
-
-class CheckRequest(BaseModel):
-    """POST /check body: the plan a switch would run, without timeout_s (nothing runs)."""
-
-    model_config = ConfigDict(extra="forbid")
-    profile: Annotated[str, Field(strict=True)]
-    spec: Annotated[str | None, Field(strict=True)] = None
-    spec_params: SpecParams | None = None
-    adaptive_tiers: ApiTiers = None
 
 
 def _dumps(data: object) -> str:
@@ -108,12 +73,7 @@ def _authorized(request: web.Request) -> web.Response | None:
 
 
 async def get_status(request: web.Request) -> web.Response:
-    rt = request.app[LIFECYCLE]
-    st = rt.status()
-    # The running EAGLE point beside profile and spec (None for off/ngram, or before any plan).
-    st.setdefault("spec_params", rt.current.spec_params.model_dump() if rt.current and rt.current.spec_params else None)
-    st["tune_hold"] = _hold_view(rt.sd)
-    return _json(st)
+    return _json(request.app[LIFECYCLE].status().to_json())
 
 
 async def get_metrics(request: web.Request) -> web.Response:
@@ -128,9 +88,9 @@ async def get_metrics(request: web.Request) -> web.Response:
 
 
 async def get_profiles(request: web.Request) -> web.Response:
-    from launcher.profiles.loader import describe_all
+    from launcher.profiles.listing import describe_all
 
-    return _json(await asyncio.to_thread(describe_all))
+    return _json([row.wire() for row in await asyncio.to_thread(describe_all)])
 
 
 async def get_specs(request: web.Request) -> web.Response:
@@ -141,8 +101,7 @@ async def get_specs(request: web.Request) -> web.Response:
 
 async def get_plan(request: web.Request) -> web.Response:
     """The running plan (name, spec, digest, env, argv, flags): what the bench records per cell."""
-    plan = request.app[LIFECYCLE].current
-    return _json({"plan": plan.to_json() if plan else None})
+    return _json(PlanAnswer(plan=request.app[LIFECYCLE].current).to_json())
 
 
 def _bad_request(message: str) -> web.Response:
@@ -167,9 +126,7 @@ async def _plan_request(request: web.Request, model: type[BaseModel], usage: str
         profile = check_name("profile", req.profile)
         spec = check_name("spec", req.spec or settings.default_spec())
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "body"
-        return _bad_request(f"{usage}; {where}: {err['msg']}")
+        return _bad_request(f"{usage}; {problem(exc)}")
     except UserError as exc:
         return _bad_request(str(exc))
     return req, profile, spec
@@ -193,7 +150,7 @@ async def post_check(request: web.Request) -> web.Response:
         return _bad_request(str(exc))
     except KitError as exc:  # a damaged patch record: the plan cannot be judged
         return _json({"error": str(exc)}, status=500)
-    return _json({"plan": plan.to_json(), "digest": plan.digest(), "warnings": plan.warnings})
+    return _json(CheckAnswer(plan=plan, digest=plan.digest(), warnings=plan.warnings).to_json())
 
 
 async def post_switch(request: web.Request) -> web.Response:
@@ -213,13 +170,7 @@ async def post_switch(request: web.Request) -> web.Response:
     except KitError as exc:  # e.g. a damaged patch record, a full disk: nothing was changed
         return _json({"error": str(exc), "outcome": "failed"}, status=500)
     code = 500 if entry.outcome in (Outcome.FAILED, Outcome.INTERRUPTED) else 200
-    return _json({**entry.to_json(), "status": rt.status()}, status=code)
-
-
-def _hold_view(sd: Path) -> dict | None:
-    now = time.time()
-    held = tune_hold.current(sd, now)
-    return held.view(now) if held else None
+    return _json({**entry.to_json(), "status": rt.status().to_json()}, status=code)
 
 
 async def _body(request: web.Request, model: type[BaseModel], usage: str):
@@ -231,9 +182,7 @@ async def _body(request: web.Request, model: type[BaseModel], usage: str):
         return model.model_validate(json.loads(await request.read()))
     except (ValueError, RecursionError) as exc:
         if isinstance(exc, ValidationError):
-            err = exc.errors()[0]
-            where = ".".join(str(x) for x in err["loc"]) or "body"
-            return _bad_request(f"{usage}; {where}: {err['msg']}")
+            return _bad_request(f"{usage}; {problem(exc)}")
         return _bad_request(f"{usage}; it is not valid JSON")
 
 

@@ -12,12 +12,15 @@ from rich.console import Console
 
 from launcher import settings
 from launcher.errors import RuntimeFailure, UserError, run_cli
+from launcher.profiles import spec_params
 from launcher.profiles.spec_params import parse as parse_spec_params
+from launcher.runtime.api.bodies import SwitchAnswer
 from launcher.runtime.api.control_client import ControlClient, SyncControlClient
 from launcher.runtime.core.states import OK_OUTCOMES
+from launcher.runtime.records.history import Entry
 
 
-async def _switch_with_spinner(args: argparse.Namespace, token: str) -> tuple[int, dict]:
+async def _switch_with_spinner(args: argparse.Namespace, token: str) -> SwitchAnswer:
     """POST /switch while polling /status for the phase, shown with the elapsed time."""
     console = Console(stderr=True)
     label = f"switching to {_target(args)}"
@@ -29,7 +32,7 @@ async def _switch_with_spinner(args: argparse.Namespace, token: str) -> tuple[in
                 await asyncio.wait({call}, timeout=0.5)
                 phase = "…"
                 with contextlib.suppress(RuntimeFailure):
-                    phase = (await poller.status(timeout=2)).get("phase") or "…"
+                    phase = (await poller.status(timeout=2)).phase or "…"
                 spinner.update(f"{label}: {phase} ({time.monotonic() - t0:.1f}s)")
         return call.result()
 
@@ -43,25 +46,27 @@ def _switch(args: argparse.Namespace) -> int:
     token = settings.KIT_CONTROL_TOKEN.get()
     if not token:
         raise UserError(f"{settings.KIT_CONTROL_TOKEN.name} is not set; export the token the server was started with")
-    code, body = asyncio.run(_switch_with_spinner(args, token))
+    answer = asyncio.run(_switch_with_spinner(args, token))
+    code = answer.code
     if code == 0:
-        raise RuntimeFailure(body.get("error", "control API unreachable"))
+        raise RuntimeFailure(answer.error or "control API unreachable")
     if code in (400, 401, 403):
-        raise UserError(body.get("error", f"HTTP {code}"))
+        raise UserError(answer.error or f"HTTP {code}")
     if code == 409:
-        raise RuntimeFailure(body.get("error", "another switch is running"))
-    outcome = body.get("outcome")
-    total = body.get("durations", {}).get("total_s")
+        raise RuntimeFailure(answer.error or "another switch is running")
+    entry = answer.entry or Entry()
+    outcome = entry.outcome
+    total = entry.durations.get("total_s")
     if args.json:
-        print(json.dumps(body, indent=2))
+        print(json.dumps(answer.to_json(), indent=2))
     else:
         print(f"{outcome}: {_target(args)}" + (f" in {total:.1f}s" if total is not None else ""))
-        if body.get("error"):
-            print(f"reason: {body['error']}")
-        if body.get("rollback_error"):
-            print(f"rollback: {body['rollback_error']}")
-        _print_backends(body.get("backends") or [])
-        _print_decode(body.get("decode_allreduce"))
+        if answer.error:
+            print(f"reason: {answer.error}")
+        if entry.rollback_error:
+            print(f"rollback: {entry.rollback_error}")
+        _print_backends(entry.backends or [])
+        _print_decode(entry.decode_allreduce)
     return 0 if outcome in OK_OUTCOMES else 1
 
 
@@ -83,23 +88,23 @@ def _print_backends(backends: list[dict]) -> None:
 def _status(args: argparse.Namespace) -> int:
     st = SyncControlClient(args.url).status()
     if args.json:
-        print(json.dumps(st, indent=2))
+        print(json.dumps(st.to_json(), indent=2))
         return 0
-    sp = st.get("spec_params")
-    point = f"({sp.get('steps')},{sp.get('topk')},{sp.get('draft_tokens')})" if isinstance(sp, dict) else ""
-    print(f"{st.get('profile')} + {st.get('spec')}{point}  state={st.get('state')}  health={st.get('health')}  "
-          f"restarts={st.get('restarts')}  since {st.get('since_iso')}")
-    if st.get("patch_check") and st["patch_check"] != "enforce":
-        print(f"patch check: {st['patch_check']} ({settings.KIT_PATCH_CHECK.name})")
-    if st.get("last_error"):
-        print(f"last error: {st['last_error']}")
-    _print_backends(st.get("backends") or [])
-    _print_decode(st.get("decode_allreduce"))
-    for h in st.get("history", [])[-5:]:
-        frm = (h.get("from") or {}).get("profile")
-        to = (h.get("to") or {}).get("profile")
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(h.get("ts") or 0))
-        print(f"  {when}  {frm} -> {to}: {h.get('outcome')}" + (f" ({h['error']})" if h.get("error") else ""))
+    sp = st.spec_params
+    point = f"({sp.steps},{sp.topk},{sp.draft_tokens})" if sp else ""
+    print(f"{st.profile} + {st.spec}{point}  state={st.state}  health={st.health}  "
+          f"restarts={st.restarts}  since {st.since_iso}")
+    if st.patch_check and st.patch_check != "enforce":
+        print(f"patch check: {st.patch_check} ({settings.KIT_PATCH_CHECK.name})")
+    if st.last_error:
+        print(f"last error: {st.last_error}")
+    _print_backends(st.backends)
+    _print_decode(st.decode_allreduce)
+    for h in st.history[-5:]:
+        frm = h.from_.profile if h.from_ else None
+        to = h.to.profile if h.to else None
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(h.ts or 0))
+        print(f"  {when}  {frm} -> {to}: {h.outcome}" + (f" ({h.error})" if h.error else ""))
     return 0
 
 
@@ -120,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("profile")
     s.add_argument("--spec", default=None, help="default $SPEC, else eagle3")
     s.add_argument("--timeout-s", type=_timeout, default=None, help="health-gate timeout for the new profile")
-    s.add_argument("--spec-params", default=None, metavar="S,K,D",
-                   help="EAGLE-3 point: steps, top-k, draft tokens (replaces the eagle3 overlay's; e.g. 1,1,2)")
+    spec_params.add_argument(s)
     s.add_argument("--url", default=None, help="default $KIT_CONTROL_URL, else http://$KIT_CONTROL_HOST:$KIT_CONTROL_PORT")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=_switch)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -41,7 +41,7 @@ from launcher.runtime.records import state as runtime_state
 from launcher.state_layout import StatePaths
 
 if TYPE_CHECKING:
-    from launcher.runtime.lifecycle import Lifecycle
+    from launcher.profiles.plan import Plan
 
 OTHER = "other"  # a label value outside its pattern or vocabulary
 UNKNOWN = "unknown"  # a build fact this process cannot tell
@@ -260,11 +260,37 @@ def _plan_spec_labels(plan: object) -> dict[str, str] | None:
     return out
 
 
+class _SwitchTimes(Protocol):
+    server_changed_at: float
+
+
+class LifecycleView(Protocol):
+    """What the collector reads of the lifecycle (launcher/runtime/lifecycle.py `Lifecycle`), which imports
+    this module for its switch counts: the collector names the reads, not the class."""
+
+    current: Plan | None
+    state: str
+    backends: list[dict]
+    restarts: int
+    switcher: _SwitchTimes
+
+    @property
+    def retries(self) -> int: ...
+
+    def switch_counts_now(self) -> SwitchCounts | None: ...
+
+    def health_age_s(self) -> float | None: ...
+
+    def history_view(self) -> tuple[list[Any], int]: ...
+
+    def spec_adaptive(self) -> dict | None: ...
+
+
 class KitCollector(Collector):
     """Reads the Lifecycle at scrape time. Every family is built on its own: one that fails is left
     out (traceback to the log), the others are still served."""
 
-    def __init__(self, lc: Lifecycle):
+    def __init__(self, lc: LifecycleView):
         self.lc = lc
 
     def collect(self) -> Iterable[Metric]:

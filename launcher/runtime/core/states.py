@@ -2,7 +2,8 @@
 a switch is at. The control API, the switch, `launcher status/switch`, the fleet and the metrics all
 use these names; /status and history.jsonl carry their string values.
 
-Which moves between them are allowed is transitions.py's table.
+Which moves between them are allowed is transitions.py's table. supervisord's process state names are
+here too: the transitions read them, and the core imports nothing that talks to supervisord.
 
 `StrEnum` members are strings, so JSON and comparisons with stored values need no conversion.
 """
@@ -72,5 +73,10 @@ STATE_AFTER = {  # the state a finished switch leaves the server in
     Outcome.FAILED: State.FAILED,
     Outcome.INTERRUPTED: State.FAILED,  # supervisord stopped answering midway: nothing starts the server any more
 }
+
+# supervisord's own process state names (supervisor/states.py), as getProcessInfo's `statename` reads them
+LIVE_STATES = frozenset({"RUNNING", "STARTING", "BACKOFF"})
+UP_STATES = frozenset({"RUNNING", "STARTING"})  # a process that may answer (STARTING: within startsecs)
+DEAD_STATES = frozenset({"FATAL", "EXITED", "STOPPED", "UNKNOWN"})
 
 SWITCH_TIMEOUT_MAX_S = 3600.0  # the largest timeout_s a switch accepts

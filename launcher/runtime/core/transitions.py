@@ -14,8 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from launcher.runtime.core.states import ANSWERING, STATE_AFTER, Outcome, Phase, Resolution, State
-from launcher.runtime.process.supervisor_rpc import DEAD_STATES, LIVE_STATES, UP_STATES
+from launcher.runtime.core.states import (
+    ANSWERING,
+    DEAD_STATES,
+    LIVE_STATES,
+    STATE_AFTER,
+    UP_STATES,
+    Outcome,
+    Phase,
+    Resolution,
+    State,
+)
 
 S = State
 
@@ -61,6 +70,31 @@ def change_state(current: State, new: State) -> State:
     if new != current and new not in MOVES[current]:
         raise IllegalTransition("state", current, new)
     return new
+
+
+EVENTS_KEPT = 50  # the moves /status `events` shows, newest last
+
+
+@dataclass(frozen=True)
+class Move:
+    """One move of the state, as the caller logs it and /status `events` shows it."""
+
+    at: float  # the caller's clock (time.time())
+    from_: State
+    to: State
+    why: str
+
+
+def move(current: State, new: State, at: float, why: str) -> Move | None:
+    """change_state, with the move as the event its caller logs and keeps; None when `new` is the state it is in."""
+    if change_state(current, new) == current:
+        return None
+    return Move(at, current, new, why)
+
+
+def kept(events: tuple[Move, ...], event: Move, cap: int = EVENTS_KEPT) -> tuple[Move, ...]:
+    """`events` with `event` last, the oldest dropped past `cap`."""
+    return (*events, event)[-cap:]
 
 
 def change_phase(current: Phase | None, new: Phase | None) -> Phase | None:

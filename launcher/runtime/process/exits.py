@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.runtime.process.supervisor_rpc import DEAD_STATES
+from launcher.runtime.core.states import DEAD_STATES
 
 EXITED_STATES = DEAD_STATES | {"BACKOFF"}  # BACKOFF: it exited before startsecs and waits to be retried
 

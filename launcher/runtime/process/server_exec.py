@@ -29,6 +29,7 @@ from launcher.runtime import allreduce_check
 from launcher.runtime.process import parent_death
 from launcher.runtime.process.containment import Containment
 from launcher.runtime.records import state as runtime_state
+from launcher.runtime.start_lines import START_MARKER
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
@@ -45,9 +46,6 @@ def server_grace_s(stop_wait_s: float) -> float:
 
 
 MIN_STOP_WAIT_S = int(LEFTOVER_GRACE_S + STOP_MARGIN_S + MIN_SERVER_GRACE_S + 0.999)  # the registry's lower bound
-START_MARKER = "server_exec: profile "
-"""Starts the line written before each server start (`... digest D pid P start MS: argv`): the control API's
-log follower (start_records.Follower) keeps what each start logged under its pid and start time."""
 
 
 class Supervisor:

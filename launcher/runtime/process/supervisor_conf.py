@@ -22,16 +22,9 @@ def _cmd(*parts: str) -> str:
     return shlex.join(parts).replace("%", "%%")
 
 
-def render(paths: Paths) -> Path:
-    """supervisord.conf for the state dir; timings from KIT_STOP_WAIT_S, KIT_START_SECS, KIT_START_RETRIES."""
-    stop_wait_s = settings.KIT_STOP_WAIT_S.get()
-    start_secs = settings.KIT_START_SECS.get()
-    start_retries = settings.KIT_START_RETRIES.get()
-    py = sys.executable
-    state = str(paths.root)
-    pythonpath = os.pathsep.join(p for p in (str(sitecustomize_dir()), os.environ.get("PYTHONPATH", "")) if p)
-    paths.logs.mkdir(parents=True, exist_ok=True)
-    text = f"""; Rendered by `launcher serve`; edits are overwritten at the next start.
+def _supervisord(paths: Paths) -> str:
+    """supervisord itself, its RPC socket and supervisorctl's way to it."""
+    return f"""; Rendered by `launcher serve`; edits are overwritten at the next start.
 [unix_http_server]
 file={paths.socket}
 chmod=0700
@@ -50,7 +43,13 @@ supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
 
 [supervisorctl]
 serverurl=unix://{paths.socket}
+"""
 
+
+def _sglang(paths: Paths, py: str, state: str) -> str:
+    """The SGLang program; timings from KIT_STOP_WAIT_S, KIT_START_SECS, KIT_START_RETRIES."""
+    pythonpath = os.pathsep.join(p for p in (str(sitecustomize_dir()), os.environ.get("PYTHONPATH", "")) if p)
+    return f"""
 [program:sglang]
 ; Runs the rendered plan's argv; sitecustomize applies the plan's env in every Python process.
 command={_cmd(py, '-m', 'launcher.runtime.process.server_exec', '--state-dir', state)}
@@ -58,17 +57,21 @@ environment=PYTHONPATH={_q(pythonpath)},{settings.KIT_STATE_DIR.name}={_q(state)
 priority=100
 autostart=true
 autorestart=true
-startsecs={start_secs}
-startretries={start_retries}
+startsecs={settings.KIT_START_SECS.get()}
+startretries={settings.KIT_START_RETRIES.get()}
 stopsignal=TERM
-stopwaitsecs={stop_wait_s}
+stopwaitsecs={settings.KIT_STOP_WAIT_S.get()}
 stopasgroup=true
 killasgroup=true
 redirect_stderr=true
 stdout_logfile={paths.server_log}
 stdout_logfile_maxbytes=50MB
 stdout_logfile_backups=5
+"""
 
+
+def _logtail(paths: Paths) -> str:
+    return f"""
 [program:logtail]
 ; Copies the rotated server log to the container log.
 command={_cmd('tail', '-n', '0', '-F', str(paths.server_log))}
@@ -80,7 +83,11 @@ stopwaitsecs=2
 stdout_logfile=/dev/stdout
 stdout_logfile_maxbytes=0
 redirect_stderr=true
+"""
 
+
+def _control(py: str, state: str) -> str:
+    return f"""
 [program:control]
 command={_cmd(py, '-m', 'launcher.runtime.api.control_api', '--state-dir', state)}
 environment={settings.KIT_STATE_DIR.name}={_q(state)},PYTHONUNBUFFERED="1"
@@ -94,4 +101,11 @@ redirect_stderr=true
 stdout_logfile=/dev/stdout
 stdout_logfile_maxbytes=0
 """
+
+
+def render(paths: Paths) -> Path:
+    """supervisord.conf for the state dir: supervisord, the SGLang program, a log tail, the control API."""
+    py, state = sys.executable, str(paths.root)
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    text = _supervisord(paths) + _sglang(paths, py, state) + _logtail(paths) + _control(py, state)
     return atomic.write_text(paths.supervisord_conf, text, mode=0o600)

@@ -10,11 +10,7 @@ from supervisor.xmlrpc import SupervisorTransport
 
 from launcher.runtime.core.failures import SupervisorGone
 
-PROGRAM = "sglang"
-# supervisord's own process state names (supervisor/states.py)
-LIVE_STATES = frozenset({"RUNNING", "STARTING", "BACKOFF"})
-UP_STATES = frozenset({"RUNNING", "STARTING"})  # a process that may answer (STARTING: within startsecs)
-DEAD_STATES = frozenset({"FATAL", "EXITED", "STOPPED", "UNKNOWN"})
+PROGRAM = "sglang"  # supervisord's process state names are launcher/runtime/core/states.py's
 
 
 class Supervisor:

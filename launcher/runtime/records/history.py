@@ -10,11 +10,31 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from launcher.profiles.spec_params import SpecParams
 from launcher.runtime.core.states import Outcome, Resolution
 
 ALWAYS = frozenset({"ts", "from_", "to", "outcome", "durations", "error"})  # in every entry
+
+
+class Label(BaseModel):
+    """A plan as history, the journal and the /switch answer name it (switch.label): `adaptive_tiers` appears in the
+    JSON only when the plan has them (a tuned adaptive config)."""
+
+    model_config = ConfigDict(extra="ignore")
+    profile: str
+    spec: str
+    spec_params: SpecParams | None = None  # the plan's EAGLE point; None when not EAGLE
+    digest: str | None = None
+    adaptive_tiers: dict[str, list[int]] | None = None  # {"B": [steps]}, as the plan holds them
+
+    @model_serializer(mode="wrap")
+    def _without_absent_tiers(self, dump: SerializerFunctionWrapHandler) -> dict:
+        data = dump(self)
+        if self.adaptive_tiers is None:
+            data.pop("adaptive_tiers", None)
+        return data
 
 
 class Entry(BaseModel):
@@ -23,8 +43,8 @@ class Entry(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
     ts: float = Field(default_factory=time.time)
     id: str | None = None
-    from_: dict | None = Field(default=None, alias="from")
-    to: dict | None = None
+    from_: Label | None = Field(default=None, alias="from")
+    to: Label | None = None
     outcome: Outcome | None = None
     durations: dict[str, float] = Field(default_factory=dict)
     error: str | None = None
@@ -38,8 +58,10 @@ class Entry(BaseModel):
     interrupted_phase: str | None = None
     finished_as: Outcome | None = None
     resolution: Resolution | None = None
-    running: dict | None = None
+    running: Label | None = None
     gate_error: str | None = None
+    log_tail_cut: int | None = None  # written by state.append_history: log_tail lines cut to fit one line
+    entry_cut: bool | None = None  # likewise: only what says what happened was kept
 
     def lap(self, step: str, seconds: float) -> None:
         self.durations[f"{step}_s"] = round(seconds, 3)

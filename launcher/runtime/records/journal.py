@@ -18,17 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from launcher import atomic
 from launcher.runtime.core.states import Outcome, Phase
 from launcher.runtime.records import state as runtime_state
+from launcher.runtime.records.history import Label
 from launcher.runtime.records.state import STATE_FILE_MODE
 from launcher.state_layout import StatePaths
-
-
-class Label(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    profile: str
-    spec: str
-    spec_params: dict[str, int] | None = None  # the plan's EAGLE point (switch.label); None when not EAGLE
-    digest: str | None = None
-
 
 JOURNAL_CAP = 1 << 20  # switch.json's cap: an id, times, a phase and two plan labels
 DONE = "done"  # the switch finished, but its outcome could not be appended to the history
@@ -70,7 +62,7 @@ class Journal(BaseModel):
         return data
 
 
-def begin(sd: Path, from_: dict | None, to: dict, phase: Phase = Phase.DRAINING) -> Journal:
+def begin(sd: Path, from_: Label | None, to: Label, phase: Phase = Phase.DRAINING) -> Journal:
     """Write the intent; an OSError here means nothing was changed yet."""
     set_aside(sd)
     now = time.time()

@@ -1,7 +1,7 @@
 """The server log's start records, kept where log rotation cannot lose them.
 
 supervisord rotates the server log at 50 MB. `Follower` reads the log incrementally from the last
-start line (server_exec.START_MARKER) through start_lines.Scanner and keeps one record per start in
+start line (start_lines.START_MARKER) through start_lines.Scanner and keeps one record per start in
 `$KIT_STATE_DIR/starts/<start>.json` (activation.py, point 3, says why it runs in the control API).
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from launcher import atomic
 from launcher.runtime.records import state as runtime_state
-from launcher.runtime.start_lines import Scanner, cause_text
+from launcher.runtime.start_lines import START_MARKER, Scanner, cause_text
 
 RECORD_MODE = 0o600
 KEEP_RECORDS = 32  # start records kept in the state dir
@@ -59,8 +59,6 @@ class Follower:
 
     def _boot(self) -> None:
         """Start from the last start line in the log or its backups; without one, from the records kept."""
-        from launcher.runtime.process.server_exec import START_MARKER
-
         marker = START_MARKER.encode()
         files = self._files()
         for i, path in enumerate(files):

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from launcher import atomic, settings, strict_json
 from launcher.profiles.plan import ADAPTIVE_CONFIG_FLAG, Plan
 from launcher.runtime import log
+from launcher.runtime.records.history import Entry
 from launcher.state_layout import StatePaths
 
 STATE_FILE_MODE = 0o600
@@ -156,9 +157,11 @@ def commit(sd: Path, plan: Plan) -> None:
     atomic.write_json(StatePaths(sd).committed, {"committed_at": time.time(), "plan": plan.to_json()}, mode=STATE_FILE_MODE)
 
 
-def append_history(sd: Path, entry: dict) -> None:
+def append_history(sd: Path, entry: Entry | dict) -> None:
     """One line per entry, at most MAX_HISTORY_LINE_BYTES: a longer log tail is cut from its oldest lines
     (`log_tail_cut` says how many), so a reader's tail window always holds whole lines."""
+    if isinstance(entry, Entry):
+        entry = entry.to_json()
     line = _history_line(entry)
     if len(line.encode()) > MAX_HISTORY_LINE_BYTES and entry.get("log_tail"):
         kept = list(entry["log_tail"])
@@ -201,9 +204,9 @@ def history_refusal(sd: Path) -> str | None:
     return None if stat.S_ISREG(st.st_mode) else f"{path} is {atomic.kind(st.st_mode)}, not a regular file"
 
 
-def read_history(sd: Path, last: int = 20) -> tuple[list[dict], int]:
+def read_history(sd: Path, last: int = 20) -> tuple[list[Entry], int]:
     """The last `last` entries of history.jsonl, and how many lines of its tail were skipped as broken
-    (not UTF-8, not JSON, not an object, or longer than the tail window). A history that is not a
+    (not UTF-8, not JSON, not an object of an entry's shape, or longer than the tail window). A history that is not a
     regular file (a symbolic link, a FIFO, a device) reads as empty with one skip (logged once), never followed
     and never blocking; a line with NaN, Infinity or an overflowing number is a broken line."""
     path = StatePaths(sd).history
@@ -223,28 +226,23 @@ def read_history(sd: Path, last: int = 20) -> tuple[list[dict], int]:
         lines = lines[1:]  # the first line of the tail may start mid-line
         if not any(raw.strip() for raw in lines):
             skipped = 1  # one line longer than the whole window: count it, never hide it
-    out: list[dict] = []
+    out: list[Entry] = []
     for raw in lines:
         if not raw.strip():
             continue
         try:
-            entry = parse_json(raw)
-        except ValueError:
-            skipped += 1
-            continue
-        if isinstance(entry, dict):
-            out.append(entry)
-        else:
+            out.append(Entry.model_validate(parse_json(raw)))
+        except ValueError:  # ValidationError is one: not an object, or not an entry's shape
             skipped += 1
     return out[-last:], skipped
 
 
 def history_has(sd: Path, entry_id: str) -> bool:
     """Whether the history's tail already holds an entry with this id (a switch whose journal outlived it)."""
-    return any(e.get("id") == entry_id for e in read_history(sd, 10**6)[0])
+    return any(e.id == entry_id for e in read_history(sd, 10**6)[0])
 
 
-def history(sd: Path, last: int = 20) -> list[dict]:
+def history(sd: Path, last: int = 20) -> list[Entry]:
     return read_history(sd, last)[0]
 
 

@@ -24,9 +24,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from bench.run.logprob_gate import TokenLogprob
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated position: the chosen token, its log-probability, and the top alternatives
+    (token id -> log-probability) the server returned there."""
+
+    token_id: int | str  # an id (/generate), or the token text (the chat API names tokens so)
+    logprob: float
+    top: Mapping[int | str, float] = field(default_factory=dict)
+
 
 LOGPROB_SLACK = 1e-6  # nats above 0 still read as a log-probability (float rounding of a log-softmax)
 LOGPROB_FLOOR = -1e30  # nats: below it a number is no log-probability (and sums of moves stay finite)
