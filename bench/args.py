@@ -20,9 +20,9 @@ import argparse
 import json
 import math
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, replace
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypedDict, TypeVar
 
 from bench.client.server_client import APIS
 from bench.client.workload import WORKLOADS
@@ -32,6 +32,7 @@ from launcher.profiles import spec_params
 
 T = TypeVar("T", bound="CliArgs")
 S = TypeVar("S")
+R = TypeVar("R", bound=Mapping[str, object])  # a command's result as JSON
 _SAME: Any = object()  # Flag.add: the flag's own help
 FLAG_KEY = "flag"  # a settings field's metadata key for its Flag
 
@@ -111,7 +112,8 @@ class Given(argparse.Namespace):
         return self._command.build(self, argv)
 
     def checked(self) -> dict[str, Any]:
-        """Each flag given (or with a command-line default), as its field holds it: `check`ed, naming the flag."""
+        """Each flag given (or with a command-line default), as its field holds it: `check`ed, naming the flag. The
+        settings dataclass's keyword arguments: each value has its own field's type."""
         out = {}
         for f, flag in flag_fields(self._command.settings_type):
             value = getattr(self, f.name, None)
@@ -187,10 +189,11 @@ def points(flag: str, value: str) -> list[spec_params.SpecParams]:
     return spec_params.parse_list(value, flag)
 
 
-def endpoints(given: dict[str, Any]) -> dict[str, str]:
-    """`url` and `control` as given (checked), else from the environment (KIT_SERVER_URL, KIT_CONTROL_*)."""
-    return {"url": given.get("url") or settings.KIT_SERVER_URL.get(),
-            "control": given.get("control") or settings.control_url()}
+def endpoints(given: Mapping[str, object]) -> dict[str, str]:
+    """`url` and `control` as given (checked: `Given.checked`), else from the environment (KIT_SERVER_URL,
+    KIT_CONTROL_*)."""
+    return {"url": str(given.get("url") or settings.KIT_SERVER_URL.get()),
+            "control": str(given.get("control") or settings.control_url())}
 
 
 # ---- the flags bench run and bench tune both take ----------------------------------------------------------
@@ -225,12 +228,20 @@ OUT = Flag("--out", "results folder")
 FLEET = Flag("--fleet", "fleet file")
 
 
+class ParserOptions(TypedDict, total=False):
+    """The `argparse.ArgumentParser` options a subcommand sets besides its `prog` and `description`."""
+
+    epilog: str
+    formatter_class: type[argparse.HelpFormatter]
+    allow_abbrev: bool
+
+
 class CliArgs:
     """Mixin for a subcommand's `*Args` dataclass; `prog` and `description` name its parser."""
 
     prog: ClassVar[str] = "bench"
     description: ClassVar[str | None] = None
-    parser_options: ClassVar[dict[str, Any]] = {}
+    parser_options: ClassVar[ParserOptions] = {}
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -266,7 +277,7 @@ def entry_point(args_type: type[T], work: Callable[[T], int]) -> Callable[[list[
     return main
 
 
-def print_result(result: dict[str, Any], *, as_json: bool, render: Callable[[dict[str, Any]], None]) -> int:
+def print_result(result: R, *, as_json: bool, render: Callable[[R], None]) -> int:
     """`--json` prints the result as JSON; otherwise `render` prints it for a person. Exit 0."""
     if as_json:
         print(json.dumps(result, indent=2))

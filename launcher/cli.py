@@ -170,86 +170,36 @@ def _placeholder_note(names: list[str]) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from launcher.doctor.causes import Causes, applies_to, drop_restated
     from launcher.profiles import sglang_args
-    from launcher.profiles.adaptive_tiers import SPEC_MODE as ADAPTIVE
-    from launcher.profiles.loader import (
-        MODEL_DIR,
-        available_names,
-        find_file,
-        model_overlays,
-        spec_modes,
-        unknown_model_overlay,
-    )
-    from launcher.profiles.plan import check_environ, evaluate, model_overlay_of
+    from launcher.profiles.loader import available_names
+    from launcher.profiles.plan import check_environ
 
     every = args.all or not args.profiles
     names = available_names() if every else args.profiles
     point = _spec_params(args)
     tiers = _adaptive_tiers(args)
-    # A point is EAGLE-3's: with --spec-params the default spec mode is eagle3, and every mode asked
-    # for must run EAGLE (a point for ngram/off is an error naming it, from the plan); tiers are eagle3-adaptive's.
-    spec_arg = args.spec or (ADAPTIVE if tiers is not None else "eagle3" if point is not None else "all")
-    specs = spec_modes() if spec_arg == "all" else [spec_arg]
-    # Every profile: every model overlay too (and none); named profiles: the one MODEL_OVERLAY names.
-    chosen = args.model_overlay if args.model_overlay is not None else ("all" if every else None)
-    overlays: list[str | None] = [None, *model_overlays()] if chosen == "all" else [model_overlay_of(chosen, os.environ)]
-    # A wrong name is the answer, not a FAIL per plan; --all checks every overlay but still names a
-    # wrong MODEL_OVERLAY, which the server would refuse to start with.
-    asked = [o for o in overlays if o]
-    if args.model_overlay is None and settings.MODEL_OVERLAY.get():
-        asked.append(settings.MODEL_OVERLAY.get())
-    for overlay in asked:
-        if find_file(overlay, MODEL_DIR) is None:
-            raise unknown_model_overlay(overlay)
+    specs = _check_specs(args.spec, point, tiers)
+    overlays = _check_overlays(args.model_overlay, every)
     combos = [(spec, overlay) for spec in specs for overlay in overlays]
     use_parser = sglang_args.available()
     if args.require_parser and not use_parser:
         raise UserError("sglang is not importable, so flags cannot be checked; install sglang==0.5.23 (see .ci/run)")
-    facts = _facts(args.host_facts)
-    env = check_environ()
+    # A profile named on the command line, or a point or tiers a mode cannot take: its error is the answer.
+    run = _CheckRun(_facts(args.host_facts), check_environ(), use_parser, point, tiers,
+                    strict=not every or point is not None or tiers is not None)
     bad = 0
-    # Each finding is a cause printed once: an error in full under the first plan it fails, then by
-    # its number ("as above: [1] [2]"); a warning once at the end with the plans it applies to.
-    errors_seen, warned = Causes(), Causes()
-    shown: set[int] = set()
     for name in names:
         for spec, overlay in combos:
-            label = f"{name} + {_combo_label(spec, overlay)}"
-            try:
-                plan, findings = evaluate(name, spec, facts, environ=env, use_parser=use_parser,
-                                          model_overlay=overlay or "", spec_params=point, adaptive_tiers=tiers)
-            except UserError as exc:
-                if not every or point is not None or tiers is not None:  # a point the mode cannot take is the answer, not a row  # a profile named on the command line: its error is the answer
-                    raise
-                # --all: one broken file must not hide the others
-                print(f"FAIL  {label}")
-                _print_errors([errors_seen.add("error", "", str(exc), name)], shown)
-                bad += 1
-                continue
-            # a [requires] refusal another refusal restates (symm-mem's SM and NVLink) is shown once
-            errors = [f for f in drop_restated(findings) if f.level in ("error", "ineligible")]
-            if plan.spec_params_from and plan.spec_params:  # a point the profile file pins, not the overlay's
-                label += f" at spec params {plan.spec_params.text()} ([spec_params] of {plan.spec_params_from})"
-            print(f"{'FAIL' if errors else 'ok  '}  {label}")
-            _print_errors([errors_seen.add(f.level, f.rule, f.render(), name) for f in errors], shown)
-            for f in findings:
-                if f.level == "warning":
-                    warned.add(f.level, f.rule, f.render(), name, _combo_label(spec, overlay))
-            bad += bool(errors)
-    every_combo = "every spec mode and model overlay" if len(overlays) > 1 else "every spec mode"
-    for cause in warned:
-        print(f"warning: {cause.text}")
-        print(f"      for: {applies_to(cause.where, len(combos), every_combo)}")
-    total = len(names) * len(combos)
+            bad += run.check(name, spec, overlay)
+    run.print_warnings(len(combos), "every spec mode and model overlay" if len(overlays) > 1 else "every spec mode")
     shape = f"{len(names)} profile(s) x {len(specs)} spec mode(s)"
     if overlays != [None]:
         shape += f" x {len(overlays)} model overlay(s): {', '.join(o or 'none' for o in overlays)}"
     if point is not None:
         shape += f" at spec params {point.text()}"
-    print(f"{total - bad} ok, {bad} invalid ({shape})")
-    if env.used:
-        print(f"note: unset {', '.join(sorted(env.used))} checked as placeholders")
+    print(f"{len(names) * len(combos) - bad} ok, {bad} invalid ({shape})")
+    if run.env.used:
+        print(f"note: unset {', '.join(sorted(run.env.used))} checked as placeholders")
     if use_parser:
         print(f"flags checked with SGLang {sglang_args.version()}'s argument parser")
     else:
@@ -258,6 +208,84 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{bad} plan(s) invalid", file=sys.stderr)
         return 2
     return 0
+
+
+def _check_specs(spec: str | None, point, tiers) -> list[str]:
+    """The spec modes `check` runs. A point is EAGLE-3's: with --spec-params the default spec mode is eagle3, and
+    every mode asked for must run EAGLE (a point for ngram/off is an error naming it, from the plan); tiers are
+    eagle3-adaptive's."""
+    from launcher.profiles.adaptive_tiers import SPEC_MODE as ADAPTIVE
+    from launcher.profiles.loader import spec_modes
+
+    spec_arg = spec or (ADAPTIVE if tiers is not None else "eagle3" if point is not None else "all")
+    return spec_modes() if spec_arg == "all" else [spec_arg]
+
+
+def _check_overlays(model_overlay: str | None, every: bool) -> list[str | None]:
+    """The model overlays `check` runs: every profile, every model overlay too (and none); named profiles, the one
+    MODEL_OVERLAY names. A wrong name is the answer, not a FAIL per plan; --all checks every overlay but still
+    names a wrong MODEL_OVERLAY, which the server would refuse to start with."""
+    from launcher.profiles.loader import MODEL_DIR, find_file, model_overlays, unknown_model_overlay
+    from launcher.profiles.plan import model_overlay_of
+
+    chosen = model_overlay if model_overlay is not None else ("all" if every else None)
+    overlays: list[str | None] = [None, *model_overlays()] if chosen == "all" else [model_overlay_of(chosen, os.environ)]
+    asked = [o for o in overlays if o]
+    if model_overlay is None and settings.MODEL_OVERLAY.get():
+        asked.append(settings.MODEL_OVERLAY.get())
+    for overlay in asked:
+        if find_file(overlay, MODEL_DIR) is None:
+            raise unknown_model_overlay(overlay)
+    return overlays
+
+
+class _CheckRun:
+    """The plans of one `launcher check`, checked alike. Each finding is a cause printed once: an error in full
+    under the first plan it fails, then by its number ("as above: [1] [2]"); a warning once at the end with the
+    plans it applies to."""
+
+    def __init__(self, facts, env, use_parser: bool, point, tiers, strict: bool):
+        from launcher.doctor.causes import Causes
+
+        self.facts, self.env, self.use_parser, self.point, self.tiers = facts, env, use_parser, point, tiers
+        self.strict = strict  # a plan that cannot be built ends the check (else: its FAIL row, and the next plan)
+        self.errors_seen, self.warned = Causes(), Causes()
+        self.shown: set[int] = set()
+
+    def check(self, name: str, spec: str, overlay: str | None) -> bool:
+        """One plan's row (ok or FAIL, its errors under it); True when the plan is invalid."""
+        from launcher.doctor.causes import drop_restated
+        from launcher.profiles.plan import evaluate
+
+        label = f"{name} + {_combo_label(spec, overlay)}"
+        try:
+            plan, findings = evaluate(name, spec, self.facts, environ=self.env, use_parser=self.use_parser,
+                                      model_overlay=overlay or "", spec_params=self.point, adaptive_tiers=self.tiers)
+        except UserError as exc:
+            if self.strict:
+                raise
+            # --all: one broken file must not hide the others
+            print(f"FAIL  {label}")
+            _print_errors([self.errors_seen.add("error", "", str(exc), name)], self.shown)
+            return True
+        # a [requires] refusal another refusal restates (symm-mem's SM and NVLink) is shown once
+        errors = [f for f in drop_restated(findings) if f.level in ("error", "ineligible")]
+        if plan.spec_params_from and plan.spec_params:  # a point the profile file pins, not the overlay's
+            label += f" at spec params {plan.spec_params.text()} ([spec_params] of {plan.spec_params_from})"
+        print(f"{'FAIL' if errors else 'ok  '}  {label}")
+        _print_errors([self.errors_seen.add(f.level, f.rule, f.render(), name) for f in errors], self.shown)
+        for f in findings:
+            if f.level == "warning":
+                self.warned.add(f.level, f.rule, f.render(), name, _combo_label(spec, overlay))
+        return bool(errors)
+
+    def print_warnings(self, combos: int, every_combo: str) -> None:
+        """Each warning once, with the plans it applies to."""
+        from launcher.doctor.causes import applies_to
+
+        for cause in self.warned:
+            print(f"warning: {cause.text}")
+            print(f"      for: {applies_to(cause.where, combos, every_combo)}")
 
 
 def _print_errors(causes: list, shown: set[int]) -> None:

@@ -28,7 +28,7 @@ STATE_LAYOUT = {
     "committed": COMMITTED_FILE,
     "boot": BOOT_FILE,
     "history": HISTORY_FILE,
-    "switch_counts": "switch-counts.json",  # the switch counters and the history size they cover (metrics.py)
+    "switch_counts": "switch-counts.json",  # the switch counters and the history size they cover (records/switch_counts.py)
     "journal": JOURNAL_FILE,
     "tune_hold": "tune-hold.json",  # the one bench tune allowed to measure this server (tune_hold.py)
     "supervisord_conf": "supervisord.conf",

@@ -15,6 +15,7 @@ from bench.allreduce import cli as ar_cli
 from bench.allreduce.floor import NVLINK4, PCIE_GEN5, floor_us, link_for
 from bench.allreduce.launch import BackendRun
 from bench.allreduce.output import write_all
+from bench.allreduce.records import RunSettings
 from bench.allreduce.results import bus_factor, rows_for
 from bench.allreduce.sizes import default_sizes, parse_size, parse_sizes
 from launcher.errors import UserError
@@ -78,35 +79,29 @@ def test_floor_matches_the_pcie_gen5_anchor():
     assert link_for("nvlink") is NVLINK4 and link_for("pcie-switch") is PCIE_GEN5 and link_for(None) is None
 
 
-def _fields(nranks=2, sizes=(4096, 43008)):
-    return {
-        "backend": "gloo",
-        "profile": None,
-        "nranks": nranks,
-        "graph": False,
-        "dtype": "bf16",
-        "sizes": list(sizes),
-        "hidden": 7168,
-        "device_type": "cpu",
-    }
+def _run(nranks=2, sizes=(4096, 43008)):
+    return RunSettings(nranks=nranks, sizes=list(sizes), dtype="bf16", hidden=7168, iters=4, warmup=0, graph=False,
+                       graph_calls=1, graph_launches=1, timeout_s=10.0, profile=None, profile_env={})
+
+
+def _ranks(*rows_per_rank):
+    """Each rank's result as the worker writes it, from its rows."""
+    return [{"rank": r, "status": "ok", "rows": rows} for r, rows in enumerate(rows_per_rank)]
 
 
 def test_rows_average_the_pipelined_time_over_ranks_take_the_slowest_per_call_sample_and_sum_wrong():
-    ranks = [
-        {
-            "rows": [
-                {"count": 2048, "wrong": 0, "mean_us": 9.0, "samples_us": [10, 10, 10, 10], "method": "m"},
-                {"count": 21504, "wrong": 1, "mean_us": 4.0, "samples_us": [5, 5, 5, 5], "method": "m"},
-            ]
-        },
-        {
-            "rows": [
-                {"count": 2048, "wrong": 0, "mean_us": 11.0, "samples_us": [20, 20, 20, 20], "method": "m"},
-                {"count": 21504, "wrong": 2, "mean_us": 6.0, "samples_us": [7, 7, 7, 7], "method": "m"},
-            ]
-        },
-    ]
-    rows = rows_for(_fields(), BackendRun(status="ok", ranks=ranks), 2, PCIE_GEN5)
+    ranks = _ranks(
+        [
+            {"size_B": 4096, "count": 2048, "wrong": 0, "mean_us": 9.0, "samples_us": [10, 10, 10, 10], "method": "m"},
+            {"size_B": 43008, "count": 21504, "wrong": 1, "mean_us": 4.0, "samples_us": [5, 5, 5, 5], "method": "m"},
+        ],
+        [
+            {"size_B": 4096, "count": 2048, "wrong": 0, "mean_us": 11.0, "samples_us": [20, 20, 20, 20],
+             "method": "m"},
+            {"size_B": 43008, "count": 21504, "wrong": 2, "mean_us": 6.0, "samples_us": [7, 7, 7, 7], "method": "m"},
+        ],
+    )
+    rows = [r.to_json() for r in rows_for(_run(), "gloo", "cpu", BackendRun(status="ok", ranks=ranks), PCIE_GEN5)]
     assert [r["time_us"] for r in rows] == [10.0, 5.0]  # nccl-tests -a 1: the mean over ranks
     assert [r["time_us_per_rank"] for r in rows] == [[9.0, 11.0], [4.0, 6.0]]
     assert [r["time_us_p50"] for r in rows] == [20.0, 7.0]
@@ -119,18 +114,16 @@ def test_rows_average_the_pipelined_time_over_ranks_take_the_slowest_per_call_sa
 
 
 def test_declined_size_and_unavailable_backend_become_skipped_rows():
-    ranks = [
-        {
-            "rows": [
-                {"count": 2048, "skipped": "declined"},
-                {"count": 21504, "wrong": 0, "mean_us": 1.0, "samples_us": [1.0], "method": "m"},
-            ]
-        }
-    ] * 2
-    rows = rows_for(_fields(), BackendRun(status="ok", ranks=ranks), 2, None)
+    rows_of_a_rank = [
+        {"size_B": 4096, "count": 2048, "skipped": "declined"},
+        {"size_B": 43008, "count": 21504, "wrong": 0, "mean_us": 1.0, "samples_us": [1.0], "method": "m"},
+    ]
+    ranks = _ranks(rows_of_a_rank, rows_of_a_rank)
+    rows = [r.to_json() for r in rows_for(_run(), "gloo", "cpu", BackendRun(status="ok", ranks=ranks), None)]
     assert rows[0]["status"] == "skipped" and rows[0]["reason"] == "declined"
     assert rows[1]["status"] == "ok"
-    skipped = rows_for(_fields(), BackendRun(status="unavailable", reason="no lib"), 2, None)
+    skipped = [r.to_json() for r in rows_for(_run(), "gloo", "cpu", BackendRun(status="unavailable", reason="no lib"),
+                                             None)]
     assert skipped == [
         {
             **{k: skipped[0][k] for k in ("backend", "profile", "nranks", "graph", "type")},
@@ -139,25 +132,21 @@ def test_declined_size_and_unavailable_backend_become_skipped_rows():
             "exact": "not run: backend skipped: no lib",  # the exactness verdict: never a PASS
         }
     ]
-    failed = rows_for(_fields(), BackendRun(status="failed", reason="rank 1 hung"), 2, None)
-    assert failed[0]["status"] == "failed"
+    failed = rows_for(_run(), "gloo", "cpu", BackendRun(status="failed", reason="rank 1 hung"), None)
+    assert failed[0].status == "failed"
 
 
 def test_outputs_are_written_for_mixed_rows(tmp_path):
-    ranks = [
-        {
-            "rows": [
-                {"count": 2048, "wrong": 0, "mean_us": 3.5, "samples_us": [3.0, 4.0], "method": "m"},
-                {"count": 21504, "wrong": 0, "mean_us": 5.5, "samples_us": [5.0, 6.0], "method": "m"},
-            ]
-        }
-    ]
-    rows = rows_for(_fields(nranks=1), BackendRun(status="ok", ranks=ranks), 2, PCIE_GEN5)
-    rows += rows_for(
-        {**_fields(), "backend": "mscclpp"}, BackendRun(status="unavailable", reason="missing"), 2, None
+    ranks = _ranks(
+        [
+            {"size_B": 4096, "count": 2048, "wrong": 0, "mean_us": 3.5, "samples_us": [3.0, 4.0], "method": "m"},
+            {"size_B": 43008, "count": 21504, "wrong": 0, "mean_us": 5.5, "samples_us": [5.0, 6.0], "method": "m"},
+        ]
     )
+    rows = rows_for(_run(nranks=1), "gloo", "cpu", BackendRun(status="ok", ranks=ranks), PCIE_GEN5)
+    rows += rows_for(_run(), "mscclpp", "cpu", BackendRun(status="unavailable", reason="missing"), None)
     json_path, csv_path, png_path = write_all(tmp_path, rows, PCIE_GEN5)
-    assert json.loads(json_path.read_text()) == json.loads(json.dumps(rows, sort_keys=True))
+    assert json.loads(json_path.read_text()) == json.loads(json.dumps([r.to_json() for r in rows], sort_keys=True))
     table = list(csv.DictReader(csv_path.open()))
     assert [r["status"] for r in table] == ["ok", "ok", "skipped"]
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -169,13 +158,13 @@ def test_plot_says_its_line_is_time_us_not_p50():
 
     from bench.allreduce.output import latency_figure
 
-    ranks = [{"rows": [{"count": 2048, "wrong": 0, "mean_us": 1928.0, "samples_us": [500.0, 520.0, 540.0, 900.0],
-                        "method": "m"}]}]
-    rows = rows_for({**_fields(nranks=1), "sizes": [4096]}, BackendRun(status="ok", ranks=ranks), 2, None)
+    ranks = _ranks([{"size_B": 4096, "count": 2048, "wrong": 0, "mean_us": 1928.0,
+                     "samples_us": [500.0, 520.0, 540.0, 900.0], "method": "m"}])
+    rows = rows_for(_run(nranks=1, sizes=[4096]), "gloo", "cpu", BackendRun(status="ok", ranks=ranks), None)
     fig = latency_figure(rows, None)
     ax = fig.axes[0]
     [line] = ax.get_lines()
-    assert list(line.get_ydata()) == [rows[0]["time_us"]] and rows[0]["time_us"] != rows[0]["time_us_p50"]
+    assert list(line.get_ydata()) == [rows[0].time_us] and rows[0].time_us != rows[0].time_us_p50
     label = ax.get_ylabel()
     assert "line time_us" in label and "p50 line" not in label and "p50..p99" in label
     plt.close(fig)

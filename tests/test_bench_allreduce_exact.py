@@ -15,6 +15,7 @@ import pytest
 
 from bench.allreduce import exact
 from bench.allreduce.launch import BackendRun
+from bench.allreduce.records import RunSettings
 from bench.allreduce.results import rows_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,10 +57,11 @@ def test_compare_finds_the_first_wrong_element_and_the_corruption_hook_makes_one
     expected = exact._expected(12, 1, 2, mod, "cpu")
     result = expected.to(torch.bfloat16)
     ok = exact.compare(result.clone(), expected)
-    assert ok["wrong"] == 0 and "first" not in ok
+    assert ok.wrong == 0 and ok.first is None
     bad = exact.compare(result.clone(), expected, corrupt=True)
-    assert bad["wrong"] == 1 and bad["first"] == {"index": 6, "got": "-1", "expected": int(expected[6])}
-    assert bad["digest"] != ok["digest"]
+    assert bad.wrong == 1 and bad.first is not None
+    assert bad.first.to_json() == {"index": 6, "got": "-1", "expected": int(expected[6])}
+    assert bad.digest != ok.digest
 
 
 # ----- the negative control: whose kernel ran -----------------------------------------------------------
@@ -107,18 +109,24 @@ def _good(graph=False):
 
 
 def _verdict(ranks, sizes=(2 * HIDDEN * 2,), nranks=2, status="ok", reason=""):
-    return exact.verdict("nccl", status, reason, nranks, HIDDEN, list(sizes), ranks)
+    return exact.verdict("nccl", BackendRun(status=status, reason=reason, ranks=ranks), nranks, HIDDEN, list(sizes))
+
+
+def _result(rank, rows):
+    """One rank's result as the worker writes it."""
+    return {"rank": rank, "status": "ok", "rows": rows}
 
 
 def _ranks(*per_rank_exact):
-    return [{"rows": [{"count": 2 * HIDDEN, "exact": e}]} for e in per_rank_exact]
+    return [_result(r, [{"size_B": 2 * HIDDEN * 2, "count": 2 * HIDDEN, "exact": e}])
+            for r, e in enumerate(per_rank_exact)]
 
 
 def test_pass_needs_every_call_and_replay_right_on_every_rank():
     v = _verdict(_ranks(_rank(_good(graph=True)), _rank(_good(graph=True))))
-    assert v["verdict"] == "PASS" and v["graph_replays"] == exact.EXACT_CALLS
-    assert v["text"].startswith("PASS: every element exact and bit-identical on 2 ranks, 1 size(s) x 3 calls + 3 graph")
-    assert "ncclDevKernel_AllReduce at every size" in v["text"]
+    assert v.verdict == "PASS" and v.graph_replays == exact.EXACT_CALLS
+    assert v.text.startswith("PASS: every element exact and bit-identical on 2 ranks, 1 size(s) x 3 calls + 3 graph")
+    assert "ncclDevKernel_AllReduce at every size" in v.text
 
 
 def test_fail_names_backend_size_call_rank_element_and_a_stale_buffer():
@@ -129,26 +137,26 @@ def test_fail_names_backend_size_call_rank_element_and_a_stale_buffer():
     calls[call] = _call("graph", 2, call, wrong=5, digest="x",
                         first={"index": index, "got": f"{stale:g}", "expected": exact.exact_sum(index, call, 2, mod)})
     v = _verdict(_ranks(_rank(_good(graph=True)), _rank(calls)))
-    assert v["verdict"] == "FAIL"
-    assert v["first_wrong"] | {"text": ""} == {
+    assert v.verdict == "FAIL" and v.first_wrong is not None
+    assert v.first_wrong.to_json() | {"text": ""} == {
         "backend": "nccl", "size_B": 2 * HIDDEN * 2, "shape": [2, HIDDEN], "mode": "graph", "call": 2, "rank": 1,
         "index": index, "got": f"{stale:g}", "expected": exact.exact_sum(index, call, 2, mod), "text": ""}
-    assert v["text"].startswith(f"FAIL: nccl at 28672 B (2 x {HIDDEN}), graph replay 2/3, rank 1: element 7170 "
+    assert v.text.startswith(f"FAIL: nccl at 28672 B (2 x {HIDDEN}), graph replay 2/3, rank 1: element 7170 "
                                 f"(token 1, column 2) = {stale}, expected")
-    assert "graph replay 1/3's sum there: a stale buffer?" in v["text"]
-    assert "5 wrong element(s), 1 of 6 checks failed" in v["text"]
+    assert "graph replay 1/3's sum there: a stale buffer?" in v.text
+    assert "5 wrong element(s), 1 of 6 checks failed" in v.text
 
 
 def test_ranks_that_disagree_bit_for_bit_fail():
     calls = _good()
     calls[2] = _call("eager", 3, 2, digest="other")
     v = _verdict(_ranks(_rank(_good()), _rank(calls)))
-    assert v["verdict"] == "FAIL" and "eager call 3/3: the ranks got different bits (ranks 0; ranks 1)" in v["text"]
+    assert v.verdict == "FAIL" and "eager call 3/3: the ranks got different bits (ranks 0; ranks 1)" in v.text
 
 
 def test_a_kernel_path_not_taken_fails():
     v = _verdict(_ranks(_rank(_good()), _rank(_good(), "not taken", "NCCL ran in its place: ncclDevKernel")))
-    assert v["verdict"] == "FAIL" and "its own kernel path was not taken (rank 1: NCCL ran in its place" in v["text"]
+    assert v.verdict == "FAIL" and "its own kernel path was not taken (rank 1: NCCL ran in its place" in v.text
 
 
 @pytest.mark.parametrize(("kwargs", "why"), [
@@ -159,26 +167,27 @@ def test_a_kernel_path_not_taken_fails():
 def test_what_did_not_run_is_never_a_pass(kwargs, why):
     ranks = [] if kwargs.get("status") else _ranks(_rank(_good()))
     v = _verdict(ranks, **kwargs)
-    assert v["verdict"] == "not run" and v["text"].startswith(why)
+    assert v.verdict == "not run" and v.text.startswith(why)
 
 
 def test_every_size_declined_is_not_run_and_a_declined_size_is_named():
-    declined = [{"rows": [{"count": 1, "skipped": "SGLang would use NCCL"}]}] * 2
-    assert _verdict(declined)["text"] == "not run: the backend declined every size (SGLang would use NCCL)"
-    ranks = [{"rows": [{"count": 1, "skipped": "too big"}, {"count": 2 * HIDDEN, "exact": _rank(_good())}]}] * 2
+    declined = [_result(r, [{"size_B": 28672, "count": 1, "skipped": "SGLang would use NCCL"}]) for r in range(2)]
+    assert _verdict(declined).text == "not run: the backend declined every size (SGLang would use NCCL)"
+    ranks = [_result(r, [{"size_B": 1 << 20, "count": 1, "skipped": "too big"},
+                         {"size_B": 28672, "count": 2 * HIDDEN, "exact": _rank(_good())}]) for r in range(2)]
     v = _verdict(ranks, sizes=(1 << 20, 28672))
-    assert v["verdict"] == "PASS" and v["sizes_declined"] == [1 << 20] and "declined (SGLang sends them" in v["text"]
+    assert v.verdict == "PASS" and v.sizes_declined == [1 << 20] and "declined (SGLang sends them" in v.text
 
 
 def test_every_row_of_a_backend_carries_its_verdict():
-    fields = {"backend": "gloo", "profile": None, "nranks": 2, "graph": False, "dtype": "bf16", "hidden": HIDDEN,
-              "sizes": [28672], "device_type": "cpu"}
-    ranks = [{"rows": [{"count": 2 * HIDDEN, "wrong": 0, "exact": _rank(_good()), "mean_us": 1.0,
-                        "samples_us": [1.0], "method": "m"}]}] * 2
-    (row,) = rows_for(fields, BackendRun(status="ok", ranks=ranks), 2, None)
+    run = RunSettings(nranks=2, sizes=[28672], dtype="bf16", hidden=HIDDEN, iters=1, warmup=0, graph=False,
+                      graph_calls=1, graph_launches=1, timeout_s=10.0, profile=None, profile_env={})
+    ranks = [_result(r, [{"size_B": 28672, "count": 2 * HIDDEN, "wrong": 0, "exact": _rank(_good()), "mean_us": 1.0,
+                          "samples_us": [1.0], "method": "m"}]) for r in range(2)]
+    (row,) = [r.to_json() for r in rows_for(run, "gloo", "cpu", BackendRun(status="ok", ranks=ranks), None)]
     assert row["exact"].startswith("PASS") and row["exact_size"]["identical"] and row["status"] == "ok"
-    (skipped,) = rows_for(fields, BackendRun(status="unavailable", reason="no lib"), 2, None)
-    assert skipped["exact"] == "not run: backend skipped: no lib"
+    (skipped,) = rows_for(run, "gloo", "cpu", BackendRun(status="unavailable", reason="no lib"), None)
+    assert skipped.exact == "not run: backend skipped: no lib"
 
 
 # ----- the real CLI on gloo -----------------------------------------------------------------------------

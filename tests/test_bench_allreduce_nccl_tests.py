@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from bench.allreduce import nccl_tests
+from bench.allreduce.records import ResultRow, RunSettings
 from launcher.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
-RUN = {"nranks": 2, "dtype": "bf16", "graph": False, "iters": 200, "warmup": 20, "graph_calls": 20,
-       "graph_launches": 10, "sizes": [43008], "profile": "nccl-tuned", "timeout_s": 30}
+RUN = RunSettings(nranks=2, dtype="bf16", graph=False, iters=200, warmup=20, graph_calls=20, graph_launches=10,
+                  sizes=[43008], profile="nccl-tuned", timeout_s=30, hidden=7168, profile_env={})
 # all_reduce_perf 2.19's stdout for one size (format of src/util.cu and src/common.cu).
 SAMPLE = """\
 # nccl-tests version 2.19.6 nccl-headers=22809 nccl-library=22809
@@ -39,33 +40,33 @@ SAMPLE = """\
 
 def test_parse_reads_both_halves_and_the_versions():
     parsed = nccl_tests.parse(SAMPLE)
-    assert parsed["nccl_tests_version"] == "2.19.6" and parsed["nccl_library"] == "22809"
-    (row,) = parsed["rows"]
-    assert (row["size_B"], row["count"], row["type"]) == (43008, 21504, "bfloat16")
-    assert row["out_of_place"] == {"time_us": 13.41, "algbw_GBps": 3.21, "busbw_GBps": 3.21, "wrong": 0}
-    assert row["in_place"]["time_us"] == 13.02 and row["in_place"]["wrong"] == 0
+    assert parsed.nccl_tests_version == "2.19.6" and parsed.nccl_library == "22809"
+    (row,) = parsed.rows
+    assert (row.size_B, row.count, row.type) == (43008, 21504, "bfloat16")
+    assert row.out_of_place.model_dump() == {"time_us": 13.41, "algbw_GBps": 3.21, "busbw_GBps": 3.21, "wrong": 0}
+    assert row.in_place.time_us == 13.02 and row.in_place.wrong == 0
 
 
 def test_parse_real_output_from_two_h200s():
     """all_reduce_perf 2.19.6 -g 2 -G 10 on the development machine (docs/evidence/allreduce-calibration-h200x2)."""
     parsed = nccl_tests.parse((REPO / "tests/fixtures/nccl_tests/h200x2_graph_43008.txt").read_text())
-    (row,) = parsed["rows"]
-    assert row["size_B"] == 43008 and row["in_place"] == {"time_us": 8.2, "algbw_GBps": 5.25, "busbw_GBps": 5.25,
-                                                           "wrong": 0}
-    assert parsed["nccl_library"] == "22809"
+    (row,) = parsed.rows
+    assert row.size_B == 43008 and row.in_place.model_dump() == {"time_us": 8.2, "algbw_GBps": 5.25,
+                                                                 "busbw_GBps": 5.25, "wrong": 0}
+    assert parsed.nccl_library == "22809"
 
 
 def test_parse_without_validation_and_of_garbage():
     no_check = SAMPLE.replace("3.21       0", "3.21     N/A").replace("3.30       0", "3.30     N/A")
-    assert nccl_tests.parse(no_check)["rows"][0]["in_place"]["wrong"] is None
-    assert nccl_tests.parse("segfault\n# nothing\n 12 apples\n")["rows"] == []
+    assert nccl_tests.parse(no_check).rows[0].in_place.wrong is None
+    assert nccl_tests.parse("segfault\n# nothing\n 12 apples\n").rows == []
 
 
 def test_command_uses_the_kit_call_counts_per_mode():
     eager = nccl_tests.command(Path("/x/all_reduce_perf"), 43008, RUN)
     assert eager == ["/x/all_reduce_perf", "-b", "43008", "-e", "43008", "-g", "2", "-d", "bfloat16", "-o", "sum",
                      "-c", "1", "-a", "1", "-w", "20", "-n", "200"]
-    graph = nccl_tests.command(Path("/x/all_reduce_perf"), 4096, {**RUN, "graph": True, "dtype": "fp16"})
+    graph = nccl_tests.command(Path("/x/all_reduce_perf"), 4096, RUN.model_copy(update={"graph": True, "dtype": "fp16"}))
     assert graph[-4:] == ["-n", "20", "-G", "10"] and "half" in graph
 
 
@@ -81,24 +82,25 @@ def test_run_sizes_keeps_the_log_and_passes_the_environment(tmp_path):
     binary = _fake_binary(tmp_path, f"cat <<'EOF'\n{SAMPLE}EOF")
     rows = nccl_tests.run_sizes(binary, RUN, {**os.environ, "NCCL_PROTO": "LL"}, tmp_path / "logs", 30)
     (row,) = rows
-    assert row["status"] == "ok" and row["in_place"]["time_us"] == 13.02
+    assert row.status == "ok" and row.row is not None and row.row.in_place.time_us == 13.02
     assert (tmp_path / "proto").read_text().strip() == "LL"
     assert "-n 200" in (tmp_path / "argv").read_text()
-    assert Path(row["log"]).read_text().startswith("# nccl-tests version 2.19.6")
+    assert Path(row.log).read_text().startswith("# nccl-tests version 2.19.6")
     (as_row,) = nccl_tests.as_rows(rows, RUN)
-    assert as_row["backend"] == "nccl-tests" and as_row["time_us"] == 13.02 and as_row["wrong"] == 0
-    assert as_row["samples"] == 200 and as_row["method"].startswith("nccl-tests 2.19.6 all_reduce_perf, in-place")
-    kit = [{"backend": "nccl", "status": "ok", "size_B": 43008, "time_us": 15.624}]
-    nccl_tests.compare(kit, [as_row])
-    assert kit[0]["nccl_tests_time_us"] == 13.02 and kit[0]["kit_over_nccl_tests"] == 1.2
+    assert as_row.backend == "nccl-tests" and as_row.time_us == 13.02 and as_row.wrong == 0
+    assert as_row.samples == 200 and as_row.method.startswith("nccl-tests 2.19.6 all_reduce_perf, in-place")
+    kit = [ResultRow(backend="nccl", profile=None, nranks=2, graph=False, type="bf16", status="ok", size_B=43008,
+                     time_us=15.624)]
+    (compared,) = nccl_tests.compare(kit, [as_row])
+    assert compared.nccl_tests_time_us == 13.02 and compared.kit_over_nccl_tests == 1.2
 
 
 def test_a_failing_binary_becomes_a_failed_row_with_its_last_line(tmp_path):
     binary = _fake_binary(tmp_path, "echo 'NCCL failure common.cu:1 unhandled cuda error' >&2; exit 3")
     (row,) = nccl_tests.run_sizes(binary, RUN, dict(os.environ), tmp_path / "logs", 30)
-    assert row["status"] == "failed" and "exit 3" in row["reason"] and "unhandled cuda error" in row["reason"]
+    assert row.status == "failed" and "exit 3" in row.reason and "unhandled cuda error" in row.reason
     (as_row,) = nccl_tests.as_rows([row], RUN)
-    assert as_row["status"] == "failed" and as_row["backend"] == "nccl-tests"
+    assert as_row.status == "failed" and as_row.backend == "nccl-tests"
 
 
 def test_find_binary_names_the_fix(tmp_path, monkeypatch):

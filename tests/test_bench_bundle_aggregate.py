@@ -10,7 +10,7 @@ from helpers_bench import rec
 
 from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle import summary_stats as stats
-from bench.bundle.schema import Level, RepeatSummary
+from bench.bundle.cell_numbers import Level, RepeatSummary
 from bench.client.request_record import RequestRecord
 
 

@@ -9,7 +9,8 @@ from helpers_bench import rec
 
 from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle import store as bundle
-from bench.bundle.schema import Cell, RepeatSummary
+from bench.bundle.cell_numbers import RepeatSummary
+from bench.bundle.schema import Cell
 from bench.run import logprob_gate
 from bench.run.cell import apply_gate, close_cell, new_cell, record_plan
 from bench.run.logprob_gate import TokenLogprob

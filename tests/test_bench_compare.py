@@ -17,18 +17,18 @@ from helpers_bench import cell, manifest
 
 from bench.bundle import summary_stats
 from bench.bundle.schema import Cell, Manifest
-from bench.report import compare, stats
+from bench.report import compare, compare_render, deltas, fingerprints, gate_sides, stats
 from testsupport.stack import REPO
 
 
 def test_fingerprint_differences_list_every_mismatch():
-    a = compare.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(cell("fused", "eagle3", 80, 1))])
-    b = compare.fingerprint(Manifest.model_validate(manifest(gpu="H200", driver="590.0")), [Cell.model_validate(cell("fused", "eagle3", 80, 1, digest="d2"))])
-    diffs = compare.differences(a, b)
+    a = fingerprints.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(cell("fused", "eagle3", 80, 1))])
+    b = fingerprints.fingerprint(Manifest.model_validate(manifest(gpu="H200", driver="590.0")), [Cell.model_validate(cell("fused", "eagle3", 80, 1, digest="d2"))])
+    diffs = fingerprints.differences(a, b)
     assert any(d.startswith("GPU names") for d in diffs)
     assert any(d.startswith("driver") for d in diffs)
     assert any("plan digest of fused__eagle3" in d for d in diffs)
-    assert compare.differences(a, a) == []
+    assert fingerprints.differences(a, a) == []
 
 
 def _row(rows, metric="tok/s", profile=None):
@@ -36,7 +36,7 @@ def _row(rows, metric="tok/s", profile=None):
 
 
 def test_deltas_carry_welchs_p_value_and_benjamini_hochberg_significance():
-    rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 1.0))], [Cell.model_validate(cell("fused", "eagle3", 90.0, 1.0))])
+    rows = deltas.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 1.0))], [Cell.model_validate(cell("fused", "eagle3", 90.0, 1.0))])
     tps = _row(rows)
     assert tps.delta == 10.0 and tps.a_n == tps.b_n == 3
     assert tps.t == pytest.approx(10.0 / math.sqrt(2 / 3)) and tps.df == pytest.approx(4.0)
@@ -48,14 +48,14 @@ def test_deltas_carry_welchs_p_value_and_benjamini_hochberg_significance():
     assert accept.p_value == 1.0 and accept.t is None and accept.note == "no spread on either side"
     assert "beyond_spread" not in tps.to_json()  # the rule before the t-test (|B - A| > 2 sd) is gone
 
-    rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 3.0))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 3.0))])
+    rows = deltas.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 3.0))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 3.0))])
     assert 0.4 < _row(rows).p_value < 0.5 and _row(rows).significant is False
 
-    rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 0.0, repeats=1))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 0.0))])
+    rows = deltas.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 0.0, repeats=1))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 0.0))])
     one = _row(rows)
     assert one.p_value is None and one.significant is False and one.p_adjusted is None
     assert one.note == "no p-value: fewer than 2 repeats in A (1)"
-    rows = compare.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 1.0))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 1.0, valid=False))])
+    rows = deltas.deltas([Cell.model_validate(cell("fused", "eagle3", 80.0, 1.0))], [Cell.model_validate(cell("fused", "eagle3", 82.0, 1.0, valid=False))])
     assert _row(rows).note == "invalid in B" and _row(rows).significant is False
 
 
@@ -101,7 +101,7 @@ SHIFTED = {("custom-ar", level, metric) for level in (1, 8) for metric in ("tok/
 
 
 def test_two_runs_of_one_distribution_with_2_repeats_flag_nothing_and_a_clear_shift_is_flagged():
-    rows = compare.deltas(*_bundles(seed=20261203))
+    rows = deltas.deltas(*_bundles(seed=20261203))
     assert len(rows) == len(PROFILES) * 2 * 4 and all(r.p_value is not None for r in rows)
     assert _flagged(rows) == set()
     # the rule this replaced (|delta| > 2·sqrt(sdA² + sdB²)) flags some of these same rows: with 2 repeats
@@ -111,28 +111,28 @@ def test_two_runs_of_one_distribution_with_2_repeats_flag_nothing_and_a_clear_sh
     # 2 repeats a side leave Welch's t 1 to 2 degrees of freedom: a shift is clear to it only when it is
     # large against the run-to-run spread (here 50% against 0.1%) ...
     clear = _bundles(seed=20261203, noise=0.001, shifted="custom-ar", shift=0.5)
-    assert _flagged(compare.deltas(*clear)) == SHIFTED
+    assert _flagged(deltas.deltas(*clear)) == SHIFTED
     # ... while 20% against 2% is not told apart from noise
-    assert _flagged(compare.deltas(*_bundles(seed=20261203, shifted="custom-ar"))) < SHIFTED
+    assert _flagged(deltas.deltas(*_bundles(seed=20261203, shifted="custom-ar"))) < SHIFTED
     # 3 repeats a side: 20% against 1% is
-    assert _flagged(compare.deltas(*_bundles(seed=20261203, repeats=3, noise=0.01, shifted="custom-ar"))) == SHIFTED
+    assert _flagged(deltas.deltas(*_bundles(seed=20261203, repeats=3, noise=0.01, shifted="custom-ar"))) == SHIFTED
 
 
 def test_with_no_difference_a_comparison_flags_anything_at_most_at_the_false_discovery_rate():
     """Benjamini-Hochberg under no difference at all: P(any row flagged) <= 5% (here 200 comparisons)."""
-    any_flagged = sum(bool(_flagged(compare.deltas(*_bundles(seed)))) for seed in range(200))
+    any_flagged = sum(bool(_flagged(deltas.deltas(*_bundles(seed)))) for seed in range(200))
     assert any_flagged <= 16  # 10 expected at 5%; binomial(200, 0.05) exceeds 16 with probability < 3%
 
 
 def test_csv_and_summary_carry_the_test():
     a, b = _bundles(seed=7, repeats=3, noise=0.01, shifted="fused")
-    rows = compare.deltas(a, b)
-    lines = list(csv.DictReader(io.StringIO(compare.csv_text(rows))))
-    assert len(lines) == len(rows) and list(lines[0]) == list(compare.CSV_FIELDS)
+    rows = deltas.deltas(a, b)
+    lines = list(csv.DictReader(io.StringIO(compare_render.csv_text(rows))))
+    assert len(lines) == len(rows) and list(lines[0]) == list(deltas.CSV_FIELDS)
     assert {(x["profile"], x["metric"], x["significant"]) for x in lines if x["significant"] == "True"} == {
         ("fused", "tok/s", "True"), ("fused", "TPOT ms", "True")}
     assert float(lines[0]["p_value"]) == pytest.approx(rows[0].p_value)
-    summary = compare.significance_summary(rows)
+    summary = deltas.significance_summary(rows)
     assert summary["rows"] == summary["rows_tested"] == len(rows) and summary["rows_significant"] == 4
     assert summary["fdr"] == 0.05
 
@@ -142,12 +142,12 @@ def test_same_setup_with_other_local_values_is_comparable_and_the_local_values_a
     b = cell("fused", "eagle3", 80, 1, digest="d2")  # another model path or port: another plan digest
     a.update(setup_digest="s1", local={"model-path": "/models/k2", "port": "30000"})
     b.update(setup_digest="s1", local={"model-path": "/data/k2", "port": "31000"})
-    fa, fb = compare.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(a)]), compare.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(b)])
-    assert compare.differences(fa, fb) == []
-    assert compare.local_differences(fa, fb) == [
+    fa, fb = fingerprints.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(a)]), fingerprints.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(b)])
+    assert fingerprints.differences(fa, fb) == []
+    assert fingerprints.local_differences(fa, fb) == [
         "model-path of fused__eagle3: A=/models/k2 B=/data/k2", "port of fused__eagle3: A=30000 B=31000"]
     b["setup_digest"] = "s2"
-    assert compare.differences(fa, compare.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(b)])) == [
+    assert fingerprints.differences(fa, fingerprints.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(b)])) == [
         "setup digest of fused__eagle3: A=s1 B=s2"]
 
 
@@ -175,7 +175,7 @@ def test_host_local_values_shared_by_every_cell_are_one_line_on_stderr(tmp_path,
 def test_a_bundle_without_setup_digests_falls_back_to_plan_digests():
     old = cell("fused", "eagle3", 80, 1, digest="d1")
     new = {**cell("fused", "eagle3", 80, 1, digest="d2"), "setup_digest": "s1"}
-    diffs = compare.differences(compare.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(old)]), compare.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(new)]))
+    diffs = fingerprints.differences(fingerprints.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(old)]), fingerprints.fingerprint(Manifest.model_validate(manifest()), [Cell.model_validate(new)]))
     assert diffs == ["plan digest of fused__eagle3: A=d1 B=d2"]
 
 
@@ -228,18 +228,18 @@ def test_gate_statistics_of_two_hosts_are_reported_never_refused():
                         "logprobs": {"tokens": 255, "p99_delta": 0.012, "max_delta": 0.02, "max_flip_gap": 0.004}}
     b["correctness"] = {"status": "FAIL", "exact_match_rate": 0.5, "reasons": ["max delta 1.2 > 0.33"],
                         "logprobs": {"tokens": 180, "p99_delta": 0.9, "max_delta": 1.2, "max_flip_gap": None}}
-    rows = compare.gate_rows([Cell.model_validate(a)], [Cell.model_validate(b)])
+    rows = gate_sides.gate_rows([Cell.model_validate(a)], [Cell.model_validate(b)])
     assert [asdict(r) for r in rows] == [{"profile": "fused", "spec": "off", "same_verdict": False,
                      "a": {"status": "PASS", "exact_match_rate": 0.75, "tokens": 255, "mean_delta": None, "p99_delta": 0.012,
                            "max_delta": 0.02, "max_flip_gap": 0.004},
                      "b": {"status": "FAIL", "exact_match_rate": 0.5, "tokens": 180, "mean_delta": None, "p99_delta": 0.9,
                            "max_delta": 1.2, "max_flip_gap": None}}]
     old = Cell.model_validate(cell("fused", "off", 90.0, 1.0))  # an older bundle: a verdict, no statistics
-    assert compare.gate_rows([old], [old])[0].a.tokens is None
+    assert gate_sides.gate_rows([old], [old])[0].a.tokens is None
     ma, mb = (Manifest.model_validate({**manifest(), "gate": {"max_delta": 0.33, "min_tokens": 200}}),
               Manifest.model_validate({**manifest(), "gate": {"max_delta": 0.5, "min_tokens": 200}}))
-    assert compare.gate_setting_differences(ma, mb) == ["gate max_delta: A=0.33 B=0.5"]
-    assert compare.differences(compare.fingerprint(ma, []), compare.fingerprint(mb, [])) == []  # no refusal
+    assert gate_sides.gate_setting_differences(ma, mb) == ["gate max_delta: A=0.33 B=0.5"]
+    assert fingerprints.differences(fingerprints.fingerprint(ma, []), fingerprints.fingerprint(mb, [])) == []  # no refusal
 
 
 def _capped(spec: str, cap: int | None, level: str = "64") -> Cell:
@@ -250,15 +250,15 @@ def _capped(spec: str, cap: int | None, level: str = "64") -> Cell:
 
 def test_rows_that_ran_different_loads_say_so():
     """Each side runs min(level, its server's max_running_requests) at once and queues the rest."""
-    same = compare.deltas([_capped("eagle3", 64)], [_capped("eagle3", 2048)])
+    same = deltas.deltas([_capped("eagle3", 64)], [_capped("eagle3", 2048)])
     assert all(r.load_note is None for r in same)
-    rows = compare.deltas([_capped("eagle3", 48)], [_capped("eagle3", 64)])
+    rows = deltas.deltas([_capped("eagle3", 48)], [_capped("eagle3", 64)])
     note = _row(rows).load_note
     assert note.startswith("different loads") and "A ran at most 48 at once (max_running_requests 48)" in note
-    both = _row(compare.deltas([_capped("eagle3", 48)], [_capped("eagle3", 48)])).load_note
+    both = _row(deltas.deltas([_capped("eagle3", 48)], [_capped("eagle3", 48)])).load_note
     assert "both ran 48 at once, not 64" in both and "on A and B" in both
-    older = _row(compare.deltas([_capped("eagle3", None)], [_capped("eagle3", 64)])).load_note
+    older = _row(deltas.deltas([_capped("eagle3", None)], [_capped("eagle3", 64)])).load_note
     assert "loads may differ" in older and "A's running cap is unknown" in older
-    assert _row(compare.deltas([_capped("off", None, "1")], [_capped("off", 2048, "1")])).load_note is None
-    lines = list(csv.DictReader(io.StringIO(compare.csv_text(rows))))
+    assert _row(deltas.deltas([_capped("off", None, "1")], [_capped("off", 2048, "1")])).load_note is None
+    lines = list(csv.DictReader(io.StringIO(compare_render.csv_text(rows))))
     assert lines[0]["load_note"] == note

@@ -34,8 +34,8 @@ def test_probe_answer_is_parsed_from_the_fake_package() -> None:
         "0.0.0-fake", "moonshotai/Kimi-K2.5", "rtx_pro_6000_server", "sglang", "0.5.14")
     assert (est.decode_ms, est.spec_step_ms, est.nextn) == (10.0, 13.0, 3)
     assert est.ratio == pytest.approx(1.3)
-    assert est.allreduce["nccl_version"] == "2.29.2"
-    assert est.allreduce["system_file"].endswith("aiconfigurator_core/systems/rtx_pro_6000_server.yaml")
+    assert est.allreduce.nccl_version == "2.29.2"
+    assert est.allreduce.system_file is not None and est.allreduce.system_file.endswith("aiconfigurator_core/systems/rtx_pro_6000_server.yaml")
     # message sizes in elements, linear between the two nearest rows (invented: 20 µs at 4096, 22 at 8192)
     assert aic.table_us(est, "nccl", 8, 7168) == pytest.approx(21.5)
     assert aic.table_us(est, "nccl", 8, 4 * 7168) == pytest.approx(27.0)
@@ -46,10 +46,10 @@ def test_probe_answer_is_parsed_from_the_fake_package() -> None:
 
 def test_probe_outside_the_table_uses_the_nearest_row_and_says_so() -> None:
     est = aic.ask({**aic.request("m", tokens=1, hidden=1024), "elements": [1024, 65536]}, environ=ENV)
-    nccl = next(t for t in est.allreduce["tables"] if t["label"] == "nccl")
-    low, high = nccl["gpus"]["8"]
-    assert (low["us"], high["us"]) == (pytest.approx(20.0), pytest.approx(28.0))
-    assert "below the table" in low["how"] and "above the table" in high["how"]
+    nccl = next(t for t in est.allreduce.tables if t.label == "nccl")
+    low, high = nccl.gpus["8"]
+    assert (low.us, high.us) == (pytest.approx(20.0), pytest.approx(28.0))
+    assert "below the table" in low.how and "above the table" in high.how
 
 
 @pytest.mark.parametrize(("kit", "aic_", "ratio", "verdict"), [
@@ -61,8 +61,8 @@ def test_probe_outside_the_table_uses_the_nearest_row_and_says_so() -> None:
 ])
 def test_disagreement_ratio(kit: float | None, aic_: float, ratio: float | None, verdict: str) -> None:
     row = aic.ratio_row("x", kit, aic_)
-    assert row["ratio"] == (None if ratio is None else pytest.approx(ratio, abs=1e-3))
-    assert row["verdict"] == verdict
+    assert row.ratio == (None if ratio is None else pytest.approx(ratio, abs=1e-3))
+    assert row.verdict == verdict
 
 
 def test_second_opinion_sets_kit_beside_aic_with_measured_curves() -> None:
@@ -71,7 +71,7 @@ def test_second_opinion_sets_kit_beside_aic_with_measured_curves() -> None:
                            points=((14336, 43.0), (57344, 54.0)))
     op = aic.second_opinion(est, model_source="--model-overlay kimi-k2", tokens=4, hidden=7168,
                             kit_decode_ms=12.2, kit_verify_ms=29.4, kit_cycle_ms=30.4, kit_allreduce_us=None,
-                            curves=[curve])
+                            curves=[curve]).to_json()
     steps = {r["what"].split(" (")[0]: r for r in op["steps"]}
     assert steps["decode step ms"]["ratio"] == pytest.approx(1.22)
     assert steps["verify / decode"]["kit"] == pytest.approx(29.4 / 12.2, abs=1e-4)

@@ -87,3 +87,13 @@ def test_put_on_says_why_when_the_switch_fails_or_another_plan_keeps_running():
     why = asyncio.run(production.put_on(edited, OFF, 5))
     assert why is not None and "it runs digest d-new, not d3" in why
     assert len(edited.switches) == production.ATTEMPTS  # a switch still running from before is waited out, retried
+
+
+def test_a_plan_is_read_from_its_json_and_written_back_the_same():
+    ref = production.PlanRef.of(ADAPTIVE)
+    assert ref.to_json() == ADAPTIVE and production.PlanRef.of(ref) is ref
+    assert production.plan_of("fused", "eagle3", {"steps": 1, "topk": 1, "draft_tokens": 2}, digest="d1") == \
+        production.PlanRef.of(EAGLE).to_json()
+    odd = production.PlanRef.of({"name": "fused", "spec": "eagle3", "spec_params": [1, 1, 2], "digest": 7})
+    assert (odd.spec_params, odd.adaptive_tiers, odd.digest) == (None, None, None)
+    assert production.label_of(odd) == "fused+eagle3"

@@ -22,14 +22,14 @@ def cells(*cs: Cell) -> dict[str, Cell]:
 
 def test_back_on_the_plan_found_by_default():
     t = landing.target(START, cells(cell("baseline"), cell("fast"), cell("wrong", status="FAIL")), None, whole=True)
-    assert t.plan == START and t.rc == 0 and t.verb == "back on" and not t.note
+    assert t.plan.to_json() == START and t.rc == 0 and t.verb == "back on" and not t.note
 
 
 def test_leave_on_a_passed_cell_keeps_its_point_and_digest():
     point = {"steps": 1, "topk": 1, "draft_tokens": 2}
     run = cells(cell("baseline"), cell("fused", point=point, digest="d-fused-112"))
     t = landing.target(START, run, "fused+eagle3(1,1,2)", whole=True)
-    assert (t.plan["name"], t.plan["spec"], t.plan["spec_params"], t.plan["digest"]) == (
+    assert (t.plan.name, t.plan.spec, t.plan.spec_params, t.plan.digest) == (
         "fused", "eagle3", point, "d-fused-112")
     assert t.verb == "left on" and t.rc == 0
 
@@ -40,29 +40,29 @@ def test_leave_on_a_cell_that_did_not_pass_goes_back_with_exit_2():
     for label, said in (("wrong+eagle3", "it is FAIL"), ("mute+eagle3", "it is not enough evidence"),
                         ("dead+eagle3", "it is INVALID (server not healthy)")):
         t = landing.target(START, run, label, whole=True)
-        assert t.plan == START and t.rc == landing.LEAVE_ON_REFUSED, label
+        assert t.plan.to_json() == START and t.rc == landing.LEAVE_ON_REFUSED, label
         assert said in t.note, t.note
 
 
 def test_an_unfinished_run_leaves_no_cell_on_and_adds_no_exit_code():
     t = landing.target(START, cells(cell("baseline"), cell("fused")), "fused+eagle3", whole=False)
-    assert t.plan == START and t.rc == 0 and "did not finish" in t.note
+    assert t.plan.to_json() == START and t.rc == 0 and "did not finish" in t.note
 
 
 def test_a_plan_found_wrong_goes_to_the_reference_never_back():
     run = cells(cell("baseline", digest="d-base"), cell("fast", status="FAIL", digest="d-fast"))
     t = landing.target(START, run, None, whole=True)
-    assert (t.plan["name"], t.plan["spec"], t.plan["digest"]) == ("baseline", "eagle3", "d-base")
+    assert (t.plan.name, t.plan.spec, t.plan.digest) == ("baseline", "eagle3", "d-base")
     assert t.rc == landing.START_WRONG and "FAILed the correctness gate" in t.note
     # the same profile under another digest (another point, edited files) is not the plan found
     other = cells(cell("baseline"), cell("fast", status="FAIL", digest="d-fast-other"))
-    assert landing.target(START, other, None, whole=True).plan == START
+    assert landing.target(START, other, None, whole=True).plan.to_json() == START
 
 
 def test_a_wrong_plan_found_wins_over_a_refused_leave_on_and_keeps_its_exit_code():
     run = cells(cell("baseline", digest="d-base"), cell("fast", status="FAIL", digest="d-fast"))
     t = landing.target(START, run, "fast+eagle3", whole=True)
-    assert t.plan["name"] == "baseline" and t.rc == landing.LEAVE_ON_REFUSED
+    assert t.plan.name == "baseline" and t.rc == landing.LEAVE_ON_REFUSED
     assert "--leave-on fast+eagle3" in t.note and "FAILed" in t.note
 
 
@@ -73,7 +73,7 @@ def _landing(monkeypatch, answer):
     put: list[dict] = []
 
     def put_back(control, token, connect_timeout, switch_timeout, plan):
-        put.append(dict(plan))
+        put.append(plan.to_json())
         if isinstance(answer, BaseException):
             raise answer
         return answer

@@ -10,7 +10,8 @@ from aiohttp import web
 from helpers_bench import cell as cell_file
 
 from bench.bundle.schema import Cell
-from bench.client.server_client import ServerClient, running_cap
+from bench.client.server_answers import running_cap
+from bench.client.server_client import ServerClient
 from bench.client.workload import build_workload
 from bench.run.cell import close_cell, new_cell
 from bench.run.measure import CellMeasurer, over_cap

@@ -9,16 +9,9 @@ import numpy as np
 import pytest
 
 from bench.client.request_record import RequestRecord
-from bench.tune.decision import (
-    Decision,
-    Objective,
-    Repeat,
-    RequestTiming,
-    bootstrap_diff,
-    decide,
-    goodput,
-    power,
-)
+from bench.tune.bootstrap import bootstrap_diff, power
+from bench.tune.decision import Decision, decide
+from bench.tune.objective import Objective, Repeat, RequestTiming, goodput
 
 N = 8  # interleaved repeats per arm: a sane final round
 
@@ -190,7 +183,7 @@ def _prompt_rows(rng, base_tokps, gain=1.0, repeats=4, noise=0.03, concurrency=1
 
 
 def test_paired_by_prompt_finds_a_real_per_prompt_gain():
-    from bench.tune.decision import paired_by_prompt, per_prompt_tokps
+    from bench.tune.paired import paired_by_prompt, per_prompt_tokps
 
     rng = random.Random(11)
     speeds = {f"p{i}": rng.uniform(60.0, 200.0) for i in range(16)}  # prompts differ far more than the gain
@@ -205,7 +198,7 @@ def test_paired_by_prompt_finds_a_real_per_prompt_gain():
 
 
 def test_paired_by_prompt_of_identical_arms_covers_one():
-    from bench.tune.decision import paired_by_prompt, per_prompt_tokps
+    from bench.tune.paired import paired_by_prompt, per_prompt_tokps
 
     covered, trials = 0, 200
     for seed in range(trials):
@@ -219,7 +212,7 @@ def test_paired_by_prompt_of_identical_arms_covers_one():
 
 
 def test_per_prompt_tokps_keeps_the_objective_concurrency_and_successful_requests():
-    from bench.tune.decision import paired_by_prompt, per_prompt_tokps
+    from bench.tune.paired import paired_by_prompt, per_prompt_tokps
 
     rows = [{"prompt_id": "a", "ok": True, "completion_tokens": 100, "e2e_s": 1.0, "concurrency": 1},
             {"prompt_id": "a", "ok": True, "completion_tokens": 100, "e2e_s": 0.5, "concurrency": 1},
@@ -230,7 +223,7 @@ def test_per_prompt_tokps_keeps_the_objective_concurrency_and_successful_request
 
 
 def test_paired_by_prompt_is_reported_but_never_changes_the_outcome():
-    from bench.tune.decision import PairedByPrompt
+    from bench.tune.paired import PairedByPrompt
 
     rng = random.Random(3)
     d = decide(_arms(rng, {"prod": 100.0, "cand": 100.0}), "prod", seed=1)

@@ -6,7 +6,7 @@ import json
 import random
 
 from bench.tune import journal
-from bench.tune.decision import Repeat, RequestTiming
+from bench.tune.objective import Repeat, RequestTiming
 from bench.tune.order import CellState, Halving, next_batch
 from bench.tune.space import Candidate
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from bench.bundle.schema import RepeatSummary
+from bench.bundle.cell_numbers import RepeatSummary
 from bench.client.request_record import RequestRecord
 from bench.tune import levels
-from bench.tune.decision import Objective
 from bench.tune.journal import Entry
+from bench.tune.objective import Objective
 
 
 def _rep(c: int, r: int, tokps: float) -> dict:

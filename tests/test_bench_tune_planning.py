@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from helpers_profiles import ENV
 
-from bench.tune.decision import Objective
+from bench.tune.objective import Objective
 from bench.tune.planning import TuneSpace, server_check
 from bench.tune.settings import TuneSettings
 from bench.tune.space import Candidate

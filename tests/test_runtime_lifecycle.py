@@ -14,8 +14,8 @@ from helpers_runtime import FakeServer, FakeSupervisor, env, plan, serving, swit
 
 from launcher.errors import RuntimeFailure
 from launcher.profiles.render import write_plan
+from launcher.runtime import history_reads
 from launcher.runtime import switch as switch_mod
-from launcher.runtime.api import metrics
 from launcher.runtime.core.states import Outcome, Phase, State
 from launcher.runtime.core.transitions import IllegalTransition
 from launcher.runtime.lifecycle import Busy, Lifecycle
@@ -315,7 +315,7 @@ def test_a_history_read_on_retry_is_kept_at_once(tmp_path):
     assert lc.switch_counts_now() is None and not paths.switch_counts.exists()
     paths.history.unlink()
     _append(tmp_path, "failed")
-    lc._counts_tried -= metrics.RETRY_BASELINE_S  # the retry is due
+    lc.reads.counts_tried -= history_reads.RETRY_BASELINE_S  # the retry is due
     assert lc.switch_counts_now().totals["failed"] == 1
     assert _kept(tmp_path)["history_bytes"] == paths.history.stat().st_size
     assert _kept(tmp_path)["totals"]["failed"] == 1

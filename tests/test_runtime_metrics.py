@@ -20,9 +20,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from launcher.runtime.api import metrics
-from launcher.runtime.api.metrics import KitCollector, SwitchCounts
+from launcher.runtime.api.metrics import KitCollector
 from launcher.runtime.core.states import State
 from launcher.runtime.process.supervisor_rpc import Supervisor
+from launcher.runtime.records.switch_counts import OTHER, SWITCH_OUTCOMES, SwitchCounts
 from launcher.state_layout import StatePaths
 from testsupport.net import until
 from testsupport.stack import KitStack
@@ -292,13 +293,13 @@ def test_a_damaged_counts_file_never_stops_or_blocks_the_control_api(kit_stack):
     stack = kit_stack()
     paths = StatePaths(stack.state_dir)
     assert stack.switch("nccl-tuned").json()["outcome"] == "switched"
-    known = {*metrics.SWITCH_OUTCOMES, metrics.OTHER}
+    known = {*SWITCH_OUTCOMES, OTHER}
     for name, damage in COUNTS_DAMAGE.items():
         _damage_counts(paths.switch_counts, damage)
         logged = stack.log.read_text(errors="replace").count(f"warning: ignoring {paths.switch_counts}")
         restart_control_api(stack)
         st = stack.status()
-        assert st["switches"]["outcomes"] == {**dict.fromkeys(metrics.SWITCH_OUTCOMES, 0), "switched": 1}, name
+        assert st["switches"]["outcomes"] == {**dict.fromkeys(SWITCH_OUTCOMES, 0), "switched": 1}, name
         text = scrape(stack)
         counts = switch_counts(text)
         assert set(counts) <= known and counts["switched"] == 1 and sum(counts.values()) == 1, name
@@ -320,7 +321,7 @@ def _line(outcome: str, total_s: float | None = 1.5) -> str:
 
 def test_switch_counts_from_history(tmp_path):
     sd = tmp_path
-    assert SwitchCounts.from_history(sd).totals == dict.fromkeys(metrics.SWITCH_OUTCOMES, 0)  # none yet: 0
+    assert SwitchCounts.from_history(sd).totals == dict.fromkeys(SWITCH_OUTCOMES, 0)  # none yet: 0
     hist = StatePaths(sd).history
     hist.write_text("\n".join([_line("started", None), _line("switched", 0.4), _line("switched", 4000),
                                _line("rolled_back", None), _line("hacked-" + "x" * 200, 3), "[1]", "{bad",
@@ -407,7 +408,7 @@ def test_a_damaged_or_foreign_counts_file_is_not_trusted(tmp_path, kept):
         paths.switch_counts.write_text(kept)
     assert SwitchCounts.saved(tmp_path) is None
     c = SwitchCounts.from_history(tmp_path)  # from the history alone
-    assert c.totals == {**dict.fromkeys(metrics.SWITCH_OUTCOMES, 0), "switched": 1} and c.unsaved
+    assert c.totals == {**dict.fromkeys(SWITCH_OUTCOMES, 0), "switched": 1} and c.unsaved
 
 
 def test_labels_are_bounded_and_build_info_reads_the_image_patch_set(tmp_path, monkeypatch):

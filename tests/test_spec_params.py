@@ -12,7 +12,7 @@ import pytest
 from helpers_profiles import ENV, clean_env
 
 from bench.bundle import store as bundle
-from bench.report import compare
+from bench.report import deltas as compare_deltas
 from bench.report import render as report
 from launcher.cli import main as launcher_main
 from launcher.errors import UserError
@@ -246,7 +246,7 @@ def test_bench_run_two_eagle3_points_are_two_cells(stack, tmp_path):
     assert "| baseline | eagle3(1,1,2) |" in (run_dir / "summary.md").read_text()
 
     # compare keeps cells apart by point: a bundle against itself matches each cell with itself only
-    deltas = compare.deltas(cells, cells)
+    deltas = compare_deltas.deltas(cells, cells)
     assert {(d.profile, d.spec) for d in deltas} == {("baseline", "off"), ("baseline", "eagle3(1,1,2)"),
                                                           ("baseline", "eagle3(7,1,8)")}
     assert all(d.delta in (0.0, None) for d in deltas)

@@ -97,17 +97,17 @@ def _init_default_group(ctx: RankContext, backend: str) -> None:
     import torch
     import torch.distributed as dist
 
-    kwargs: dict[str, Any] = {}
+    device_id = None  # NCCL binds its communicator to the rank's GPU at init
     if backend == "nccl":
         torch.cuda.set_device(ctx.local_device)
-        kwargs["device_id"] = torch.device("cuda", ctx.local_device)
+        device_id = torch.device("cuda", ctx.local_device)
     dist.init_process_group(
         backend,
         init_method=ctx.init_method,
         rank=ctx.rank,
         world_size=ctx.world,
         timeout=timedelta(seconds=max(ctx.timeout_s, 1.0)),
-        **kwargs,
+        device_id=device_id,
     )
 
 

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from bench.allreduce.sizes import DTYPES, default_sizes, parse_sizes, verify_sizes
 from bench.args import CliArgs, entry_point
 from launcher.errors import RuntimeFailure, UserError
+
+if TYPE_CHECKING:  # pydantic is imported once the inputs are checked
+    from bench.allreduce.records import ResultRow, RunSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,16 +217,16 @@ def plan_backends(backends: list[Any], nranks: int, cuda_devices: int) -> list[t
     return planned
 
 
-def _nccl_tests_rows(*, binary: Path, run: dict[str, Any], kit_rows: list[dict[str, Any]], out_dir: Path,
-                     console: Any, env: dict[str, str]) -> list[dict[str, Any]]:
-    """nccl-tests in the kit's ranks' environment (profile, SGLang's own variables, NCCL safety settings)."""
+def _with_nccl_tests(*, binary: Path, run: RunSettings, kit_rows: list[ResultRow], out_dir: Path,
+                     console: Any, env: dict[str, str]) -> list[ResultRow]:
+    """The kit's rows, compared with nccl-tests' at each size, then nccl-tests' own rows: run in the kit's
+    ranks' environment (profile, SGLang's own variables, NCCL safety settings)."""
     from bench.allreduce import nccl_tests
 
-    with console.status(f"nccl-tests: {len(run['sizes'])} sizes"):
-        results = nccl_tests.run_sizes(binary, run, env, out_dir / "logs", run["timeout_s"])
+    with console.status(f"nccl-tests: {len(run.sizes)} sizes"):
+        results = nccl_tests.run_sizes(binary, run, env, out_dir / "logs", run.timeout_s)
     rows = nccl_tests.as_rows(results, run)
-    nccl_tests.compare(kit_rows, rows)
-    return rows
+    return [*nccl_tests.compare(kit_rows, rows), *rows]
 
 
 def run_main(args: AllreduceArgs) -> int:
@@ -258,63 +262,69 @@ def run_main(args: AllreduceArgs) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kit-allreduce-profile-") as state_dir:
         ranks_env = _ranks_environ(plan, Path(state_dir))
-        return _run_backends(args, planned=planned, sizes=sizes, nranks=nranks, link=link, plan=plan,
-                             ranks_env=ranks_env, nccl_tests_bin=nccl_tests_bin, out_dir=out_dir)
+        run = _settings(args, sizes=sizes, nranks=nranks, plan=plan)
+        return _run_backends(args, planned=planned, run=run, link=link, ranks_env=ranks_env,
+                             nccl_tests_bin=nccl_tests_bin, out_dir=out_dir)
 
 
-def _run_backends(args: AllreduceArgs, *, planned: list[tuple[Any, str | None]], sizes: list[int], nranks: int,
-                  link: Any, plan: Any, ranks_env: dict[str, str], nccl_tests_bin: Path | None,
-                  out_dir: Path) -> int:
+def _settings(args: AllreduceArgs, *, sizes: list[int], nranks: int, plan: Any) -> RunSettings:
+    """What every backend runs with: the flags, and the profile's name and env from the plan."""
+    from bench.allreduce.records import RunSettings
+
+    return RunSettings(
+        nranks=nranks, sizes=sizes, dtype=args.dtype, hidden=args.hidden, iters=args.iters, warmup=args.warmup,
+        graph=args.graph, graph_calls=args.graph_calls, graph_launches=args.graph_launches,
+        timeout_s=args.timeout_s, profile=plan.name if plan is not None else None,
+        profile_env=dict(plan.env) if plan is not None else {}, exact_only=args.exact_only,
+    )
+
+
+def _console() -> Any:
     from rich.console import Console
-
-    from bench.allreduce import output
-    from bench.allreduce.launch import BackendRun, run_backend
-    from bench.allreduce.results import rows_for
 
     console = Console()
     if not console.is_terminal:  # files and pipes: wide enough that no column header is cut
         console = Console(width=max(console.width, 140))
-    rows: list[dict[str, Any]] = []
-    common = {
-        "nranks": nranks,
-        "sizes": sizes,
-        "dtype": args.dtype,
-        "hidden": args.hidden,
-        "iters": args.iters,
-        "warmup": args.warmup,
-        "graph": args.graph,
-        "graph_calls": args.graph_calls,
-        "graph_launches": args.graph_launches,
-        "timeout_s": args.timeout_s,
-        "profile": plan.name if plan is not None else None,
-        "profile_env": dict(plan.env) if plan is not None else {},
-        "exact_only": args.exact_only,
-    }
-    for backend, reason in planned:
-        fields = {"backend": backend.name, **common}
-        if reason is not None:
-            outcome = BackendRun(status="unavailable", reason=reason)
-        else:
-            if args.graph and backend.device_type != "cuda":
-                console.print(
-                    f"[dim]{backend.name}: --graph does not apply to a CPU backend; timing eager calls[/dim]"
-                )
-            with console.status(f"{backend.name}: starting {nranks} ranks") as status:
-                outcome = run_backend(
-                    fields,
-                    out_dir / "logs",
-                    on_progress=lambda seen, name=backend.name: status.update(
-                        f"{name}: " + " | ".join(f"rank {r}: {what}" for r, (_, what) in enumerate(seen))
-                    ),
-                    env=ranks_env,
-                )
-        rows.extend(
-            rows_for({**fields, "device_type": backend.device_type}, outcome, DTYPES[args.dtype], link)
-        )
+    return console
 
+
+def _backend_rows(backend: Any, reason: str | None, run: RunSettings, *, link: Any, ranks_env: dict[str, str],
+                  out_dir: Path, console: Any) -> list[ResultRow]:
+    """One backend's rows: its ranks started and watched, or the reason it was skipped."""
+    from bench.allreduce.launch import run_backend
+    from bench.allreduce.records import BackendRun
+    from bench.allreduce.results import rows_for
+
+    if reason is not None:
+        outcome = BackendRun(status="unavailable", reason=reason)
+    else:
+        if run.graph and backend.device_type != "cuda":
+            console.print(f"[dim]{backend.name}: --graph does not apply to a CPU backend; timing eager calls[/dim]")
+        with console.status(f"{backend.name}: starting {run.nranks} ranks") as status:
+            outcome = run_backend(
+                backend.name,
+                run,
+                out_dir / "logs",
+                on_progress=lambda seen, name=backend.name: status.update(
+                    f"{name}: " + " | ".join(f"rank {r}: {what}" for r, (_, what) in enumerate(seen))
+                ),
+                env=ranks_env,
+            )
+    return rows_for(run, backend.name, backend.device_type, outcome, link)
+
+
+def _run_backends(args: AllreduceArgs, *, planned: list[tuple[Any, str | None]], run: RunSettings, link: Any,
+                  ranks_env: dict[str, str], nccl_tests_bin: Path | None, out_dir: Path) -> int:
+    """Every planned backend, then nccl-tests beside them; the tables, the files, and the exit status."""
+    from bench.allreduce import output
+
+    console = _console()
+    rows = [row for backend, reason in planned
+            for row in _backend_rows(backend, reason, run, link=link, ranks_env=ranks_env, out_dir=out_dir,
+                                     console=console)]
     if nccl_tests_bin is not None:
-        rows.extend(_nccl_tests_rows(binary=nccl_tests_bin, run=common, kit_rows=rows, out_dir=out_dir,
-                                     console=console, env=ranks_env))
+        rows = _with_nccl_tests(binary=nccl_tests_bin, run=run, kit_rows=rows, out_dir=out_dir, console=console,
+                                env=ranks_env)
     if not args.exact_only:
         output.print_table(rows, console)
     if nccl_tests_bin is not None:
@@ -322,14 +332,19 @@ def _run_backends(args: AllreduceArgs, *, planned: list[tuple[Any, str | None]],
     output.print_exact(rows, console)
     written = output.write_all(out_dir, rows, link, plot=not args.exact_only)
     console.print("wrote " + ", ".join(str(p) for p in written))
-    failed = [r for r in rows if r["status"] == "failed"]
-    problems = [f"{r['backend']}: {r['reason']}" for r in failed]
-    problems += [f"{r['backend']}: {r['wrong']} wrong elements at {r['size_B']} B"  # nccl-tests' own check
-                 for r in rows if r["status"] == "ok" and r.get("wrong") and "exact" not in r]
-    problems += [f"exact check {text}" for text in output.exact_verdicts(rows).values() if text.startswith("FAIL")]
+    problems = _problems(rows, output.exact_verdicts(rows).values())
     if problems:
         raise RuntimeFailure("; ".join(problems))
     return 0
+
+
+def _problems(rows: list[ResultRow], verdicts: Iterable[str]) -> list[str]:
+    """What makes the command exit 1: a failed backend, nccl-tests' own wrong elements, an exactness FAIL."""
+    problems = [f"{r.backend}: {r.reason}" for r in rows if r.status == "failed"]
+    problems += [f"{r.backend}: {r.wrong} wrong elements at {r.size_B} B"  # nccl-tests' own check
+                 for r in rows if r.status == "ok" and r.wrong and not r.has("exact")]
+    problems += [f"exact check {text}" for text in verdicts if text.startswith("FAIL")]
+    return problems
 
 
 main = entry_point(AllreduceArgs, run_main)

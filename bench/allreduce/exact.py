@@ -25,8 +25,18 @@ or failed, every size declined, a single rank). Never PASS for something that wa
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 from typing import Any
 
+from bench.allreduce.records import (
+    BackendRun,
+    CallCheck,
+    Comparison,
+    ExactCheck,
+    FirstFail,
+    FirstWrong,
+    Verdict,
+)
 from launcher import settings
 
 EXACT_CALLS = 3
@@ -85,8 +95,8 @@ def digest(flat: Any) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
-def compare(result: Any, expected: Any, corrupt: bool = False) -> dict[str, Any]:
-    """{'wrong': n, 'digest': ..., 'first': {'index', 'got', 'expected'}} for one result against the exact sum.
+def compare(result: Any, expected: Any, corrupt: bool = False) -> Comparison:
+    """One result against the exact sum: wrong elements, its digest, and the first wrong element if any.
 
     `corrupt` (the test hook) overwrites one element of the result itself first, as a broken kernel would."""
     import torch
@@ -97,11 +107,11 @@ def compare(result: Any, expected: Any, corrupt: bool = False) -> dict[str, Any]
     got = flat.to(torch.float64)
     bad = got != expected.to(torch.float64)
     wrong = int(bad.sum().item())
-    out: dict[str, Any] = {"wrong": wrong, "digest": digest(flat)}
+    first = None
     if wrong:
         i = int(bad.nonzero()[0].item())
-        out["first"] = {"index": i, "got": f"{float(got[i].item()):g}", "expected": int(expected[i].item())}
-    return out
+        first = FirstWrong(index=i, got=f"{float(got[i].item()):g}", expected=int(expected[i].item()))
+    return Comparison(wrong=wrong, digest=digest(flat), first=first)
 
 
 def _kernel_names(prof: Any) -> list[str]:
@@ -175,7 +185,7 @@ def path_state(expect: tuple[str, str] | None, names: list[str] | None, how: str
     return "unverified", f"no kernel named as {family}'s; the call launched: {shown}"
 
 
-def check_size(backend: Any, buf: Any, rank: int, world: int, dtype: str, graph: bool) -> dict[str, Any]:
+def check_size(backend: Any, buf: Any, rank: int, world: int, dtype: str, graph: bool) -> ExactCheck:
     """The exact check of one size on this rank (the caller has checked that the backend takes `buf`)."""
     import torch
 
@@ -188,7 +198,7 @@ def check_size(backend: Any, buf: Any, rank: int, world: int, dtype: str, graph:
         if cuda:
             torch.cuda.synchronize()
 
-    calls: list[dict[str, Any]] = []
+    calls: list[CallCheck] = []
     names: list[str] | None = None
     how = ""
     for n in range(EXACT_CALLS):
@@ -200,7 +210,7 @@ def check_size(backend: Any, buf: Any, rank: int, world: int, dtype: str, graph:
         sync()
         expected = _expected(count, n, world, mod, buf.device)
         check = compare(out, expected, corrupt_here and n == CORRUPTED_CALL)
-        calls.append({"mode": "eager", "n": n + 1, "call": n, **check})
+        calls.append(CallCheck(mode="eager", n=n + 1, call=n, **check.model_dump()))
     if graph and cuda:
         captured = torch.cuda.CUDAGraph()
         with backend.capture(), torch.cuda.graph(captured):
@@ -212,24 +222,18 @@ def check_size(backend: Any, buf: Any, rank: int, world: int, dtype: str, graph:
             sync()
             expected = _expected(count, call, world, mod, buf.device)
             check = compare(out, expected, corrupt_here and k == CORRUPTED_CALL)
-            calls.append({"mode": "graph", "n": k + 1, "call": call, **check})
+            calls.append(CallCheck(mode="graph", n=k + 1, call=call, **check.model_dump()))
         del captured
     state, evidence = path_state(getattr(backend, "path", None), names, how)
-    return {
-        "shape": list(shape),
-        "modulus": mod,
-        "calls": calls,
-        "wrong": sum(c["wrong"] for c in calls),
-        "path": state,
-        "path_evidence": evidence,
-    }
+    return ExactCheck(shape=list(shape), modulus=mod, calls=calls, wrong=sum(c.wrong for c in calls), path=state,
+                      path_evidence=evidence)
 
 
 # ----- in the parent: one verdict per backend ------------------------------------------------------------
 
 
-def _call_name(call: dict[str, Any]) -> str:
-    return f"{'eager call' if call['mode'] == 'eager' else 'graph replay'} {call['n']}/{EXACT_CALLS}"
+def _call_name(call: CallCheck) -> str:
+    return f"{'eager call' if call.mode == 'eager' else 'graph replay'} {call.n}/{EXACT_CALLS}"
 
 
 def _where(index: int, shape: list[int]) -> str:
@@ -244,92 +248,120 @@ def _size_text(size: int, shape: list[int], hidden: int) -> str:
     return f"{size} B"
 
 
-def _stale_hint(first: dict[str, Any], call: dict[str, Any], calls: list[dict[str, Any]], world: int,
-                mod: int) -> str:
+def _stale_hint(first: FirstWrong, call: CallCheck, calls: list[CallCheck], world: int, mod: int) -> str:
     """When the wrong value is another call's sum at that element: the buffer did not turn over."""
     try:
-        got = float(first["got"])
+        got = float(first.got)
     except ValueError:
         return ""
     for other in calls:
-        if other["call"] != call["call"] and exact_sum(first["index"], other["call"], world, mod) == got:
+        if other.call != call.call and exact_sum(first.index, other.call, world, mod) == got:
             return f" (that is {_call_name(other)}'s sum there: a stale buffer?)"
     return ""
 
 
-def verdict(backend: str, status: str, reason: str, nranks: int, hidden: int, sizes: list[int],
-            ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """One backend's verdict from its ranks' results: {'verdict', 'text', ...}; see the module docstring."""
-    if status == "unavailable":
-        return _not_run(f"backend skipped: {reason}")
-    if status != "ok":
-        return _not_run(f"the backend failed before its check finished: {reason}")
+@dataclass
+class _Tally:
+    """What the checks of one backend add up to, size by size."""
+
+    backend: str
+    nranks: int
+    hidden: int
+    checked: list[int] = field(default_factory=list)
+    declined: list[tuple[int, str]] = field(default_factory=list)
+    graph_replays: int = 0
+    first_fail: FirstFail | None = None
+    fails: int = 0
+    total_wrong: int = 0
+    checks: int = 0
+    paths: list[tuple[int, str, str]] = field(default_factory=list)
+
+    def add_size(self, size: int, exact: list[ExactCheck]) -> None:
+        """Every call of one size, on every rank: wrong elements, ranks with other bits, the kernel path."""
+        self.checked.append(size)
+        first = exact[0]
+        self.graph_replays = max(self.graph_replays, sum(c.mode == "graph" for c in first.calls))
+        for j, call in enumerate(first.calls):
+            self.checks += 1
+            bad = [(r, e.calls[j]) for r, e in enumerate(exact) if e.calls[j].wrong]
+            self.total_wrong += sum(c.wrong for _, c in bad)
+            digests = {e.calls[j].digest for e in exact}
+            if bad or len(digests) > 1:
+                self.fails += 1
+            if self.first_fail is None:
+                self.first_fail = self._first_fail(size, exact, j, call, bad)
+        for r, e in enumerate(exact):
+            self.paths.append((size, e.path, f"rank {r}: {e.path_evidence}"))
+
+    def _first_fail(self, size: int, exact: list[ExactCheck], j: int, call: CallCheck,
+                    bad: list[tuple[int, CallCheck]]) -> FirstFail | None:
+        """The failure of call `j` at this size (a wrong element first, then ranks with other bits), or None."""
+        shape, mod = exact[0].shape, exact[0].modulus
+        where = f"{self.backend} at {_size_text(size, shape, self.hidden)}, {_call_name(call)}"
+        if bad:
+            rank, c = bad[0]
+            f = c.first
+            assert f is not None  # a call with wrong elements names the first
+            return FirstFail(
+                backend=self.backend, size_B=size, shape=shape, mode=c.mode, call=c.n, rank=rank, index=f.index,
+                got=f.got, expected=f.expected,
+                text=f"{where}, rank {rank}: {_where(f.index, shape)} = {f.got}, expected {f.expected} (the exact "
+                     f"sum over {self.nranks} ranks)" + _stale_hint(f, c, exact[rank].calls, self.nranks, mod),
+            )
+        groups: dict[str, list[int]] = {}
+        for r, e in enumerate(exact):
+            groups.setdefault(e.calls[j].digest, []).append(r)
+        if len(groups) < 2:
+            return None
+        split = "; ".join(f"ranks {', '.join(map(str, rs))}" for rs in groups.values())
+        return FirstFail(backend=self.backend, size_B=size, shape=shape, mode=call.mode, call=call.n,
+                         text=f"{where}: the ranks got different bits ({split})")
+
+    def verdict(self) -> Verdict:
+        """PASS, FAIL (a wrong element, other bits, another kernel path) or `not run` (every size declined)."""
+        scope = {"sizes_checked": self.checked, "sizes_declined": [s for s, _ in self.declined],
+                 "calls": EXACT_CALLS, "graph_replays": self.graph_replays}
+        if not self.checked:
+            why = self.declined[0][1] if self.declined else "no size was given"
+            return Verdict(verdict=NOT_RUN, text=f"not run: the backend declined every size ({why})", **scope)
+        not_taken = next(((s, ev) for s, st, ev in self.paths if st == "not taken"), None)
+        path = _path_summary(self.paths)
+        done = f"{len(self.checked)} size(s) x {EXACT_CALLS} calls" + (
+            f" + {self.graph_replays} graph replays" if self.graph_replays else "")
+        if self.first_fail is not None:
+            text = (f"FAIL: {self.first_fail.text}; {self.total_wrong} wrong element(s), {self.fails} of "
+                    f"{self.checks} checks failed on some rank ({done})")
+            return Verdict(verdict=FAIL, text=text, first_wrong=self.first_fail, path=path, **scope)
+        if not_taken is not None:
+            text = f"FAIL: {self.backend} at {not_taken[0]} B: its own kernel path was not taken ({not_taken[1]})"
+            return Verdict(verdict=FAIL, text=text, path=path, **scope)
+        note = (f"; declined (SGLang sends them to NCCL): {', '.join(str(s) for s, _ in self.declined)} B"
+                if self.declined else "")
+        text = f"PASS: every element exact and bit-identical on {self.nranks} ranks, {done}; path: {path}{note}"
+        return Verdict(verdict=PASS, text=text, path=path, **scope)
+
+
+def verdict(backend: str, outcome: BackendRun, nranks: int, hidden: int, sizes: list[int]) -> Verdict:
+    """One backend's verdict from its ranks' results; see the module docstring."""
+    if outcome.status == "unavailable":
+        return _not_run(f"backend skipped: {outcome.reason}")
+    if outcome.status != "ok":
+        return _not_run(f"the backend failed before its check finished: {outcome.reason}")
     if nranks < 2:
         return _not_run(f"{nranks} rank: an all-reduce over one rank adds nothing (NCCL launches no kernel at "
                         "world size 1); run with --nranks 2 or more")
-    checked, declined, graph_replays = [], [], 0
-    first_fail: dict[str, Any] | None = None
-    fails = total_wrong = checks = 0
-    paths: list[tuple[int, str, str]] = []
+    tally = _Tally(backend, nranks, hidden)
     for i, size in enumerate(sizes):
-        per_rank = [r["rows"][i] for r in ranks]
-        skipped = next((r["skipped"] for r in per_rank if "skipped" in r), None)
+        per_rank = [r.rows[i] for r in outcome.ranks]
+        skipped = next((r.skipped for r in per_rank if r.skipped), None)
         if skipped:
-            declined.append((size, skipped))
+            tally.declined.append((size, skipped))
             continue
-        exact = [r.get("exact") for r in per_rank]
-        if any(e is None for e in exact):
+        exact = [r.exact for r in per_rank if r.exact is not None]
+        if len(exact) < len(per_rank):
             return _not_run(f"no exact check was recorded at {size} B (ranks of another kit version?)")
-        checked.append(size)
-        shape, mod = exact[0]["shape"], exact[0]["modulus"]
-        graph_replays = max(graph_replays, sum(c["mode"] == "graph" for c in exact[0]["calls"]))
-        for j, call in enumerate(exact[0]["calls"]):
-            checks += 1
-            bad = [(r, e["calls"][j]) for r, e in enumerate(exact) if e["calls"][j]["wrong"]]
-            total_wrong += sum(c["wrong"] for _, c in bad)
-            digests = {e["calls"][j]["digest"] for e in exact}
-            if bad or len(digests) > 1:
-                fails += 1
-            if first_fail is not None:
-                continue
-            where = f"{backend} at {_size_text(size, shape, hidden)}, {_call_name(call)}"
-            if bad:
-                rank, c = bad[0]
-                f = c["first"]
-                first_fail = {
-                    "backend": backend, "size_B": size, "shape": shape, "mode": c["mode"], "call": c["n"],
-                    "rank": rank, "index": f["index"], "got": f["got"], "expected": f["expected"],
-                    "text": f"{where}, rank {rank}: {_where(f['index'], shape)} = {f['got']}, expected "
-                            f"{f['expected']} (the exact sum over {nranks} ranks)"
-                            + _stale_hint(f, c, exact[rank]["calls"], nranks, mod),
-                }
-            elif len(digests) > 1:
-                groups: dict[str, list[int]] = {}
-                for r, e in enumerate(exact):
-                    groups.setdefault(e["calls"][j]["digest"], []).append(r)
-                split = "; ".join(f"ranks {', '.join(map(str, rs))}" for rs in groups.values())
-                first_fail = {"backend": backend, "size_B": size, "shape": shape, "mode": call["mode"],
-                              "call": call["n"], "text": f"{where}: the ranks got different bits ({split})"}
-        for r, e in enumerate(exact):
-            paths.append((size, e["path"], f"rank {r}: {e['path_evidence']}"))
-    base = {"sizes_checked": checked, "sizes_declined": [s for s, _ in declined], "calls": EXACT_CALLS,
-            "graph_replays": graph_replays}
-    if not checked:
-        why = declined[0][1] if declined else "no size was given"
-        return _not_run(f"the backend declined every size ({why})") | base
-    not_taken = next(((s, ev) for s, st, ev in paths if st == "not taken"), None)
-    path = _path_summary(paths)
-    done = f"{len(checked)} size(s) x {EXACT_CALLS} calls" + (f" + {graph_replays} graph replays" if graph_replays else "")
-    if first_fail is not None:
-        text = (f"FAIL: {first_fail['text']}; {total_wrong} wrong element(s), {fails} of {checks} checks failed "
-                f"on some rank ({done})")
-        return {"verdict": FAIL, "text": text, "first_wrong": first_fail, "path": path, **base}
-    if not_taken is not None:
-        text = f"FAIL: {backend} at {not_taken[0]} B: its own kernel path was not taken ({not_taken[1]})"
-        return {"verdict": FAIL, "text": text, "path": path, **base}
-    note = f"; declined (SGLang sends them to NCCL): {', '.join(str(s) for s, _ in declined)} B" if declined else ""
-    text = f"PASS: every element exact and bit-identical on {nranks} ranks, {done}; path: {path}{note}"
-    return {"verdict": PASS, "text": text, "path": path, **base}
+        tally.add_size(size, exact)
+    return tally.verdict()
 
 
 def _path_summary(paths: list[tuple[int, str, str]]) -> str:
@@ -344,5 +376,5 @@ def _path_summary(paths: list[tuple[int, str, str]]) -> str:
     return "none checked"
 
 
-def _not_run(why: str) -> dict[str, Any]:
-    return {"verdict": NOT_RUN, "text": f"not run: {why}"}
+def _not_run(why: str) -> Verdict:
+    return Verdict(verdict=NOT_RUN, text=f"not run: {why}")

@@ -27,6 +27,7 @@ from typing import Any
 
 from bench.allreduce import exact
 from bench.allreduce.backends import Backend, BackendUnavailable, RankContext
+from bench.allreduce.records import RankResult, RankRow, RunSettings
 from bench.allreduce.sizes import DTYPES
 from launcher import settings
 
@@ -61,6 +62,12 @@ class RunSpec:
     @classmethod
     def load(cls, path: Path) -> RunSpec:
         return cls(**json.loads(path.read_text()))
+
+    @classmethod
+    def for_backend(cls, backend: str, settings: RunSettings, workdir: Path) -> RunSpec:
+        """One backend's spec: the command's settings, a file-store rendezvous in `workdir`."""
+        return cls(backend=backend, init_method=f"file://{workdir / 'store'}", workdir=str(workdir),
+                   **settings.model_dump())
 
 
 class Progress:
@@ -198,29 +205,26 @@ def _buffer(size: int, spec: RunSpec, device: Any) -> Any:
     return torch.empty(shape, dtype=_torch_dtype(spec.dtype), device=device)
 
 
-def check_size(backend: Backend, size: int, rank: int, spec: RunSpec, device: Any) -> dict[str, Any]:
-    """One size's exact check on this rank: {'size_B', 'count', 'exact', 'wrong'}, or a 'skipped' reason."""
+def check_size(backend: Backend, size: int, rank: int, spec: RunSpec, device: Any) -> RankRow:
+    """One size's exact check on this rank (its `exact` and `wrong`), or the backend's reason to decline it."""
     buf = _buffer(size, spec, device)
-    row: dict[str, Any] = {"size_B": size, "count": buf.numel()}
     reason = backend.supports(buf)
     if reason:
-        row["skipped"] = reason
-        return row
+        return RankRow(size_B=size, count=buf.numel(), skipped=reason)
     backend.barrier()
-    row["exact"] = exact.check_size(backend, buf, rank, spec.nranks, spec.dtype, spec.graph)
-    row["wrong"] = row["exact"]["wrong"]
-    return row
+    check = exact.check_size(backend, buf, rank, spec.nranks, spec.dtype, spec.graph)
+    return RankRow(size_B=size, count=buf.numel(), exact=check, wrong=check.wrong)
 
 
-def measure_size(backend: Backend, row: dict[str, Any], spec: RunSpec, device: Any) -> dict[str, Any]:
-    """Time one size this rank has checked: adds 'mean_us', 'launch_us', 'samples_us', 'method' to its row."""
-    buf = _buffer(row["size_B"], spec, device)
+def measure_size(backend: Backend, row: RankRow, spec: RunSpec, device: Any) -> RankRow:
+    """Time one size this rank has checked: sets `mean_us`, `launch_us`, `samples_us`, `method` on its row."""
+    buf = _buffer(row.size_B, spec, device)
     backend.barrier()
     if spec.graph and buf.is_cuda:
         samples, (mean, launch), method = _measure_graph(backend, buf, spec)
     else:
         samples, (mean, launch), method = _measure_eager(backend, buf, spec)
-    row.update(mean_us=mean, launch_us=launch, samples_us=samples, method=method)
+    row.mean_us, row.launch_us, row.samples_us, row.method = mean, launch, samples, method
     return row
 
 
@@ -242,8 +246,8 @@ def _versions(device: Any) -> dict[str, str]:
     return info
 
 
-def run_rank(spec: RunSpec, rank: int) -> dict[str, Any]:
-    """Everything one rank does; returns the JSON-able result the parent merges."""
+def run_rank(spec: RunSpec, rank: int) -> RankResult:
+    """Everything one rank does; returns the result the parent merges."""
     progress = Progress(Path(spec.workdir), rank)
     # The profile's env is not applied here: the rank was started as a TP worker is (launch.worker_environ),
     # and the kit's sitecustomize applied the rendered profile before this interpreter ran any code.
@@ -272,7 +276,7 @@ def run_rank(spec: RunSpec, rank: int) -> dict[str, Any]:
     try:
         backend.init(ctx)
     except BackendUnavailable as exc:
-        return {"rank": rank, "status": "unavailable", "reason": str(exc)}
+        return RankResult(rank=rank, status="unavailable", reason=str(exc))
     device = torch.device("cuda", ctx.local_device) if backend.device_type == "cuda" else torch.device("cpu")
     progress("initialised")
     if TEST_HANG.get() == rank:
@@ -284,16 +288,11 @@ def run_rank(spec: RunSpec, rank: int) -> dict[str, Any]:
         rows.append(check_size(backend, size, rank, spec, device))
     if not spec.exact_only:
         for row in rows:
-            if "skipped" not in row:
-                progress(f"timing the all-reduce of {row['size_B']} B")
+            if row.skipped is None:
+                progress(f"timing the all-reduce of {row.size_B} B")
                 measure_size(backend, row, spec, device)
     progress("tearing down")
     backend.teardown()
     env_seen = {k: os.environ[k] for k in spec.profile_env if k in os.environ}
-    return {
-        "rank": rank,
-        "status": "ok",
-        "rows": rows,
-        "versions": {**_versions(device), **backend.describe()},
-        "env_applied": env_seen,
-    }
+    return RankResult(rank=rank, status="ok", rows=rows, versions={**_versions(device), **backend.describe()},
+                      env_applied=env_seen)

@@ -22,24 +22,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench.allreduce.harness import RunSpec, read_progress
+from bench.allreduce.records import BackendRun, RankResult, RunSettings
 from bench.allreduce.worker import EXIT_UNAVAILABLE
 
 POLL_S = 0.1
 GRACE_S = 5.0  # how long the other ranks get to exit on their own after one rank failed
-
-
-@dataclass
-class BackendRun:
-    """Outcome of one backend: per-rank results, or why there are none."""
-
-    status: str  # "ok", "unavailable", "failed"
-    reason: str = ""
-    ranks: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _repo_root() -> str:
@@ -158,8 +148,14 @@ def _hung_message(workdir: Path, nranks: int, done: set[int], timeout_s: float, 
 ProgressCallback = Callable[[list[tuple[int, str]]], None]
 
 
+def _rank_result(workdir: Path, rank: int) -> RankResult:
+    """The `rank<R>.json` a worker wrote, parsed."""
+    return RankResult.model_validate_json((workdir / f"rank{rank}.json").read_text())
+
+
 def run_backend(
-    spec_fields: dict[str, Any],
+    backend: str,
+    settings: RunSettings,
     log_dir: Path,
     on_progress: ProgressCallback | None = None,
     env: Mapping[str, str] | None = None,
@@ -168,12 +164,10 @@ def run_backend(
 
     `env`: the ranks' environment (`worker_environ`); by default this process's, without a profile.
     """
-    import json
-
     log_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kit-allreduce-") as tmp:
         workdir = Path(tmp)
-        spec = RunSpec(init_method=f"file://{workdir / 'store'}", workdir=str(workdir), **spec_fields)
+        spec = RunSpec.for_backend(backend, settings, workdir)
         spec_path = workdir / "spec.json"
         spec.save(spec_path)
         logs = [log_dir / f"{spec.backend}-rank{r}.log" for r in range(spec.nranks)]
@@ -197,8 +191,7 @@ def run_backend(
             stop_ranks(procs)
         if outcome is not None:
             return outcome
-        ranks = [json.loads((workdir / f"rank{r}.json").read_text()) for r in range(spec.nranks)]
-        return BackendRun(status="ok", ranks=ranks)
+        return BackendRun(status="ok", ranks=[_rank_result(workdir, r) for r in range(spec.nranks)])
 
 
 def _watch(
@@ -209,8 +202,6 @@ def _watch(
     on_progress: ProgressCallback | None,
 ) -> BackendRun | None:
     """Wait for every rank; None when all finished cleanly, else the failure or skip to report."""
-    import json
-
     last_seen = [read_progress(workdir, r) for r in range(spec.nranks)]
     last_change = time.monotonic()
     failed_at: float | None = None
@@ -220,8 +211,8 @@ def _watch(
             return None
         unavailable = [r for r, c in enumerate(codes) if c == EXIT_UNAVAILABLE]
         if unavailable:
-            result = json.loads((workdir / f"rank{unavailable[0]}.json").read_text())
-            return BackendRun(status="unavailable", reason=result.get("reason", "unavailable"))
+            result = _rank_result(workdir, unavailable[0])
+            return BackendRun(status="unavailable", reason=result.reason or "unavailable")
         bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
         if bad:
             failed_at = failed_at or time.monotonic()

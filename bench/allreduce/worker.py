@@ -6,7 +6,6 @@ Writes `rank<R>.json` next to the spec. Exit 0 when measured, 3 when the backend
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -22,9 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     result = run_rank(spec, rank)
     out = spec_path.parent / f"rank{rank}.json"
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
+    tmp.write_text(result.model_dump_json(exclude_none=True))
     tmp.replace(out)
-    return EXIT_UNAVAILABLE if result["status"] == "unavailable" else 0
+    return EXIT_UNAVAILABLE if result.status == "unavailable" else 0
 
 
 if __name__ == "__main__":

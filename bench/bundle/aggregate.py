@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from bench.bundle import summary_stats as stats
-from bench.bundle.schema import (
+from bench.bundle.cell_numbers import (
     DIST_STATS,
     LATENCY_METRICS,
     SKIP_AGG,

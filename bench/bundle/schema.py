@@ -2,39 +2,30 @@
 
 `Cell` is the one record of a (profile, spec[, point]) result, the type `bench run` and `bench tune`
 write and `bench report`, `compare` and `plots` read: its repeats are `RepeatSummary` records, its levels
-`Level` records. `Manifest` is the manifest as its readers use it. A request row is read as the record
-that measured it (bench/client/request_record.py `RequestRecord`).
+`Level` records (bench/bundle/cell_numbers.py). `Manifest` is the manifest as its readers use it. A request
+row is read as the record that measured it (bench/client/request_record.py `RequestRecord`).
 
 A bundle is a folder of files anyone can edit, copy or damage. Every field the summaries, plots
-and comparisons use is checked here for its type (strict: "12.5" is not a number), numbers must be
-finite (1e999, NaN and Infinity are refused when the JSON is parsed), and names must follow the
-profile name rule, since they become file names. A damaged file is a UserError (exit 2) naming
-the file and the key, never a traceback. Manifest fields nobody reads are left alone, and a cell
-file's keys its record does not hold are not read.
+and comparisons use is checked here for its type (strict: "12.5" is not a number; the field types:
+bench/bundle/strict_types.py), numbers must be finite (1e999, NaN and Infinity are refused when the
+JSON is parsed), and names must follow the profile name rule, since they become file names. A damaged
+file is a UserError (exit 2) naming the file and the key, never a traceback. Manifest fields nobody
+reads are left alone, and a cell file's keys its record does not hold are not read.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PlainValidator,
-    StringConstraints,
-    ValidationError,
-    model_serializer,
-    model_validator,
-)
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from bench import JsonObject
 from bench.bundle import names as bundle_names
+from bench.bundle.cell_numbers import Level, RepeatSummary
+from bench.bundle.strict_types import Num, Part
 from launcher import strict_json
 from launcher.errors import UserError, schema_error
 from launcher.profiles import policy
@@ -42,18 +33,6 @@ from launcher.profiles.adaptive_tiers import SPEC_MODE as ADAPTIVE
 from launcher.profiles.spec_params import SpecParams
 
 Name = Annotated[str, StringConstraints(pattern=f"^{policy.NAME_PATTERN}$")]
-
-
-def _number(value: Any) -> int | float | None:
-    """An int or a finite float, kept as it is (a count stays a whole number); never a string or a bool."""
-    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise PydanticCustomError("finite_number", "Input should be a finite number")
-        return value
-    raise PydanticCustomError("float_type", "Input should be a valid number")
-
-
-Num = Annotated[int | float | None, PlainValidator(_number)]
 M = TypeVar("M", bound=BaseModel)
 
 FIX = "rerun `bench run`, or restore the file from the bundle's original copy"
@@ -64,15 +43,11 @@ HINTS = {
 }
 
 
-class _Part(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
-
-
-class _Gpu(_Part):
+class _Gpu(Part):
     name: str
 
 
-class _Host(_Part):
+class _Host(Part):
     """The host's fingerprint (launcher/doctor/fingerprint.py): what the summary and `bench compare` read."""
 
     available: bool | None = None
@@ -83,18 +58,18 @@ class _Host(_Part):
     reason: str | None = None
 
 
-class _Kit(_Part):
+class _Kit(Part):
     version: str | None = None
     git_sha: str | None = None
     image_id: str | None = None
 
 
-class _Server(_Part):
+class _Server(Part):
     url: str | None = None
     sglang_version: str | None = None
 
 
-class _Settings(_Part):
+class _Settings(Part):
     """What `bench run` measured (bench/run/settings.py RunSettings.to_json): the fields the summary shows."""
 
     concurrency: list[Annotated[int, Field(ge=1)]] = [1]
@@ -109,7 +84,7 @@ class _Settings(_Part):
     repeats: int | None = None
 
 
-class _Gate(_Part):
+class _Gate(Part):
     """The gate's settings (bench/run/correctness.py GateSettings.as_dict: these and the log-probability
     thresholds); older bundles carry min_exact_match instead of the thresholds (and no null_factor)."""
 
@@ -126,12 +101,12 @@ class _Gate(_Part):
     top_k: Num = None
 
     def setting(self, key: str) -> int | float | None:
-        """One setting by its name (GATE_SETTINGS in bench/report/compare.py); None when the bundle has none."""
+        """One setting by its name (GATE_SETTINGS in bench/report/gate_sides.py); None when the bundle has none."""
         value = getattr(self, key, None) if key in type(self).model_fields else (self.model_extra or {}).get(key)
         return value
 
 
-class Manifest(_Part):
+class Manifest(Part):
     """manifest.json (bench/run/matrix.py writes it): the fields its readers use; the rest is kept, unread."""
 
     run_id: str | None = None
@@ -151,172 +126,6 @@ class Manifest(_Part):
         return list(self.settings.concurrency) or [1]
 
 
-# ----- the numbers of a cell: each repeat's, and each level's across repeats (bench/bundle/aggregate.py) --------
-LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")  # each repeat's distributions, ms
-DIST_STATS = ("mean", "median", "std", "p90", "p99")  # bench/bundle/summary_stats.py distribution
-# per-repeat numbers that identify the repeat or its server, never measured: not aggregated, kept when invalid
-SKIP_AGG = frozenset({"repeat", "concurrency", "server_start_time", "restarts_before", "restarts_after", "pid_before",
-                      "pid_after"})
-KEPT_WHEN_INVALID = frozenset({"completed", "failed", "chunks"})  # counts an invalid repeat keeps
-
-
-def flat_key(stat: str, metric: str) -> str:
-    """The on-disk key of one statistic of one latency metric of a repeat: `mean_ttft_ms`, `p99_itl_ms`, ..."""
-    return f"{stat}_{metric}_ms"
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-class Percentiles(BaseModel):
-    """One latency metric's distribution over the requests of one repeat, in ms; on disk as its
-    `<stat>_<metric>_ms` keys (`mean_ttft_ms`, `p99_itl_ms`, ...)."""
-
-    model_config = ConfigDict(strict=True, allow_inf_nan=False, frozen=True)
-    mean: Num = None
-    median: Num = None
-    std: Num = None
-    p90: Num = None
-    p99: Num = None
-
-
-class RepeatSummary(BaseModel):
-    """One measured repeat (bench/bundle/aggregate.py `repeat_summary`, completed by bench/run/repeat.py): its
-    numbers, whether it is valid, its server's identity, and in a tune bundle the phase and round that measured
-    it. On disk (a cell's `per_repeat`) every field stands at the top level, each latency metric as its
-    `<stat>_<metric>_ms` keys, so older bundles load as they are; keys this record does not know are kept."""
-
-    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False, frozen=True)
-    repeat: int | None = None
-    concurrency: int | None = None
-    valid: bool | None = None
-    invalid_reason: str | None = None
-    completed: int | None = None
-    failed: int | None = None
-    duration: Num = None
-    total_output_tokens: int | None = None
-    request_throughput: Num = None
-    output_throughput: Num = None
-    ttft: Percentiles = Percentiles()
-    tpot: Percentiles = Percentiles()
-    itl: Percentiles = Percentiles()
-    e2e_latency: Percentiles = Percentiles()
-    mean_request_output_throughput: Num = None
-    median_request_output_throughput: Num = None
-    accept_length: Num = None
-    accept_length_source: str | None = None
-    chunks: int | None = None
-    client_cpu_us_per_chunk: Num = None
-    server_start_time: Num = None
-    restarts_before: int | None = None
-    restarts_after: int | None = None
-    tune_phase: str | None = None
-    tune_round: int | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _nest(cls, data: Any) -> Any:
-        """The on-disk shape read: each latency metric's `<stat>_<metric>_ms` keys gathered into its Percentiles."""
-        if not isinstance(data, Mapping):
-            return data
-        out = dict(data)
-        for metric in LATENCY_METRICS:
-            dist = {stat: out.pop(flat_key(stat, metric)) for stat in DIST_STATS if flat_key(stat, metric) in out}
-            if dist and metric not in out:
-                out[metric] = dist
-        return out
-
-    @model_serializer(mode="wrap")
-    def _flatten(self, handler: Any) -> JsonObject:
-        data: JsonObject = handler(self)
-        for metric in LATENCY_METRICS:
-            dist = data.pop(metric)
-            data.update({flat_key(stat, metric): dist[stat] for stat in DIST_STATS})
-        for key in ("tune_phase", "tune_round"):  # only a tune bundle's repeats have them
-            if data.get(key) is None:
-                data.pop(key, None)
-        return data
-
-    def to_json(self) -> JsonObject:
-        """The on-disk shape (see the class)."""
-        return self.model_dump(mode="json")
-
-    def numbers(self) -> dict[str, int | float]:
-        """Every number of the repeat by its on-disk key (`output_throughput`, `mean_ttft_ms`, ...)."""
-        return {k: v for k, v in self.to_json().items() if _is_number(v)}
-
-    def nulled(self) -> RepeatSummary:
-        """The repeat made invalid: its counts and identity kept, no number that could be read as a measurement."""
-        gone = {k: None for k in self.numbers() if k not in KEPT_WHEN_INVALID and k not in SKIP_AGG}
-        return RepeatSummary.model_validate({**self.to_json(), **gone, "accept_length_source": None})
-
-
-class Spread(BaseModel):
-    """One number of a level across its valid repeats: `value` (the mean; the sum for counts), `mean`, `sd`
-    (sample); on disk as `<name>`, `<name>_mean` and `<name>_sd`."""
-
-    model_config = ConfigDict(frozen=True)
-    value: int | float | None = None
-    mean: int | float | None = None
-    sd: int | float | None = None
-
-
-SPREAD_SUFFIXES = (("_mean", "mean"), ("_sd", "sd"))
-
-
-class Level(_Part):
-    """One concurrency level's aggregate (bench/bundle/aggregate.py `aggregate`): per number a Spread (its flat
-    keys on disk, each a number or null: a damaged one is named by its key), how many repeats were valid,
-    and the accept length's source label."""
-
-    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False, frozen=True)
-    __pydantic_extra__: dict[str, Num]  # the spreads, and the level's `concurrency`
-    accept_length_source: str | None = None
-    repeats_valid: int | None = None
-
-    @classmethod
-    def of(cls, spreads: Mapping[str, Spread], *, concurrency: int | None = None, repeats_valid: int,
-           accept_length_source: str | None) -> Level:
-        """The level of these spreads, laid out as on disk."""
-        flat: JsonObject = {} if concurrency is None else {"concurrency": concurrency}
-        for name, s in spreads.items():
-            flat.update({f"{name}_mean": s.mean, f"{name}_sd": s.sd, name: s.value})
-        return cls.model_validate({**flat, "accept_length_source": accept_length_source,
-                                   "repeats_valid": repeats_valid})
-
-    def spreads(self) -> dict[str, Spread]:
-        """Every number of the level by name (a lone `<name>_mean` in an older file reads as that mean)."""
-        parts: dict[str, dict[str, Any]] = {}
-        for key, v in (self.model_extra or {}).items():
-            if key == "concurrency":
-                continue
-            name, part = key, "value"
-            for suffix, field in SPREAD_SUFFIXES:
-                if key.endswith(suffix):
-                    name, part = key[: -len(suffix)], field
-            parts.setdefault(name, {})[part] = v
-        return {name: Spread(**p) for name, p in parts.items()}
-
-    def spread(self, name: str) -> Spread:
-        extra = self.model_extra or {}
-        return Spread(value=extra.get(name), mean=extra.get(f"{name}_mean"), sd=extra.get(f"{name}_sd"))
-
-    def mean(self, name: str) -> int | float | None:
-        """The mean over the level's valid repeats of one number (`output_throughput`, `mean_tpot_ms`, ...)."""
-        return self.spread(name).mean
-
-    def sd(self, name: str) -> int | float | None:
-        return self.spread(name).sd
-
-    def value(self, name: str) -> int | float | None:
-        """The level's number: the mean, or the sum for counts (bench/bundle/aggregate.py SUMMED_KEYS)."""
-        return self.spread(name).value
-
-    def to_json(self) -> JsonObject:
-        return self.model_dump(mode="json")
-
-
 # the notes a verdict carries (`note`, `accept_note`), which summary.md repeats
 TEXTS_DIFFER = ("texts may differ between correct profiles: a reordered all-reduce rounds differently in bf16, "
                 "so greedy decoding flips at near-ties; the gate judges log-probabilities, not text")
@@ -325,7 +134,7 @@ ADAPTIVE_ACCEPT = (f"accept length reported, not judged, under {ADAPTIVE}: SGLan
                    "tier, as a wrong all-reduce does; the log-probabilities judge it")
 
 
-class Correctness(_Part):
+class Correctness(Part):
     """The correctness gate's verdict on a cell (bench/run/correctness.py `gate`); `pending` until judged."""
 
     status: str | None = None
@@ -373,8 +182,8 @@ class Cell(bundle_names.CellNames, BaseModel):
     requests_file: str | None = None
     by_concurrency: dict[LevelKey, Level] = {}
     correctness: Correctness = Correctness()
-    # the most requests the server ran at once (its /server_info, bench/client/server_client.py running_cap): a level
-    # above it queued the rest (bench/report/compare.py load_note). None: not reported, or a bundle written before
+    # the most requests the server ran at once (its /server_info, bench/client/server_answers.py running_cap): a level
+    # above it queued the rest (bench/report/deltas.py load_note). None: not reported, or a bundle written before
     # the field existed, which still loads
     max_running_requests: Annotated[int, Field(ge=1)] | None = None
 

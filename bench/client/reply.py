@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from bench.client import logprob_rows
 from bench.client.logprob_rows import TokenLogprob
@@ -27,6 +27,19 @@ MAX_DEPTH = 32
 BIG_INT = 10**18  # integers from here on are refused in bundle files (bench/bundle/schema.py: 19 digits or more)
 
 
+class ReplyJson(TypedDict, total=False):
+    """A reply as a bundle's or a journal's line keeps it (`Reply.to_json`): the raw request and response where the
+    reply has them, else the parsed rows and any problem."""
+
+    prompt_id: str
+    concurrency: int
+    text: str
+    request: Mapping[str, object] | None
+    response: Any
+    logprobs: list[list[Any]] | None
+    problem: str
+
+
 @dataclass(frozen=True)
 class Reply:
     """One greedy reply of a correctness pass at one concurrency level."""
@@ -35,12 +48,12 @@ class Reply:
     concurrency: int
     text: str
     logprobs: list[TokenLogprob] | None  # None: the server sent none, or sent them malformed (`problem`)
-    request: dict[str, Any] | None = None  # {"path": ..., "body": ...} as sent
+    request: Mapping[str, object] | None = None  # {"path": ..., "body": ...} as sent, kept as it is
     response: Any = None  # the reply's JSON body as received (`storable`)
     problem: str | None = None  # why `logprobs` is None though the reply has them: the malformed field, named
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"prompt_id": self.prompt_id, "concurrency": self.concurrency, "text": self.text}
+    def to_json(self) -> ReplyJson:
+        out: ReplyJson = {"prompt_id": self.prompt_id, "concurrency": self.concurrency, "text": self.text}
         if self.response is not None:  # the parsed rows (and any problem) follow from it
             out.update(request=self.request, response=self.response)
         else:
@@ -50,7 +63,7 @@ class Reply:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], api: str = "generate") -> Reply | None:
+    def from_json(cls, data: Mapping[str, object], api: str = "generate") -> Reply | None:
         """What `to_json` wrote (and rows of older bundles: no concurrency, parsed rows only); None for
         anything else. The log-probabilities are parsed again from a kept response."""
         pid = data.get("prompt_id")

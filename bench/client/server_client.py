@@ -5,7 +5,8 @@ streamed line costs a few microseconds, while httpx's async streaming goes throu
 h11 and anyio layers. The client must stay far below the server's chunk interval (a verify pass
 is 10-30 ms); `tools/bench_accuracy.py` measures the CPU cost per chunk.
 What each timing means: bench/client/request_record.py. Reading the stream: bench/client/sse_stream.py; the caps
-on what a bad server can make it hold: bench/client/capped_body.py.
+on what a bad server can make it hold: bench/client/capped_body.py; what the bench reads out of /server_info and
+a correctness pass's reply: bench/client/server_answers.py.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any
 import aiohttp
 
 from bench import JsonObject
-from bench.client import reply as replies
 from bench.client.capped_body import (
     ERROR_BODY_CAP,
     JSON_CAP,
@@ -32,6 +32,7 @@ from bench.client.capped_body import (
 )
 from bench.client.reply import Reply
 from bench.client.request_record import RequestRecord
+from bench.client.server_answers import logprob_reply, running_cap
 from bench.client.sse_events import MalformedEvent, ServerError, StreamLimit, StreamState
 from bench.client.sse_stream import consume
 from bench.client.workload import Prompt
@@ -316,20 +317,9 @@ class ServerClient:
             raise RuntimeFailure(f"prompt {prompt.id}: log-probability request failed: {_why(exc)}") from exc
         if more:
             raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply over {size_text(self.line_cap)}")
-        try:
-            data = replies.storable(json.loads(body))
-        except RecursionError:
-            raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply is not JSON the bench can read "
-                                 "(nested too deep)") from None
-        except ValueError as exc:
-            raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply is not JSON the bench can read "
-                                 f"({_json_why(exc)})") from None
-        if not isinstance(data, dict):
-            raise RuntimeFailure(f"prompt {prompt.id}: log-probability reply is not a JSON object")
         api = "generate" if self.api == "generate" else "chat"
-        rows, problem = replies.read(data, api)  # never raises: a malformed field is no evidence, and says so
-        return Reply(prompt.id, concurrency, replies.text_of(data, api), rows, {"path": path, "body": payload},
-                     data, problem)
+        return logprob_reply(prompt.id, body, api=api, concurrency=concurrency,
+                             request={"path": path, "body": payload})
 
     async def logprob_pass(self, prompts: Sequence[Prompt], top_k: int, concurrency: int) -> list[Reply]:
         """`logprobs` for every prompt with at most `concurrency` in flight (requests then share the server's
@@ -374,30 +364,6 @@ class ServerClient:
         return list(records), time.perf_counter() - t0
 
 
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
-
-
-def running_cap(info: JsonObject) -> int | None:
-    """The most requests the server runs at once, from its /server_info; None when it does not say.
-
-    SGLang 0.5.23 reports two values. `internal_states[i].effective_max_running_requests_per_dp` is the
-    scheduler's own limit on DP rank i (scheduler_components/internal_state.py:73; the scheduler takes it
-    from the memory pool, mem_cache/kv_cache_configurator.py:3119-3132: --max-running-requests, or 48 under
-    speculation, capped by the KV cache's token capacity); their sum is what the server runs at once. The
-    top-level `max_running_requests` is the resolved server argument (server_args.py:316-333; 48 under
-    EAGLE/EAGLE3/NGRAM without --max-running-requests, srt/arg_groups/speculative_hook.py:1086-1093 and
-    :1294-1298; null without speculation): the fallback when no internal state gives the limit. Requests
-    above the limit wait in SGLang's queue, and their wait is part of their TTFT."""
-    states = info.get("internal_states")
-    if isinstance(states, list) and states:
-        per_rank = [_count(s.get("effective_max_running_requests_per_dp")) if isinstance(s, dict) else None
-                    for s in states]
-        if all(n is not None for n in per_rank):
-            return sum(n for n in per_rank if n is not None)
-    return _count(info.get("max_running_requests"))
-
-
 def _send_time_trace() -> aiohttp.TraceConfig:
     """Stamp `trace_request_ctx["sent"]` when the request body has been written to the socket."""
 
@@ -409,15 +375,6 @@ def _send_time_trace() -> aiohttp.TraceConfig:
     trace = aiohttp.TraceConfig()
     trace.on_request_chunk_sent.append(on_chunk_sent)
     return trace
-
-
-def _json_why(exc: ValueError) -> str:
-    """A short reason a body is no JSON the bench reads, never the body itself."""
-    if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at character {exc.pos}"
-    if isinstance(exc, UnicodeDecodeError):
-        return f"not UTF-8 (byte {exc.start})"
-    return str(exc)[:120] or type(exc).__name__
 
 
 def _why(exc: BaseException) -> str:

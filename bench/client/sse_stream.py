@@ -32,6 +32,44 @@ async def drain(resp: aiohttp.ClientResponse, state: StreamState) -> None:
     resp.close()
 
 
+def _joined(buf: bytearray, data: bytes, cap: int) -> bytes | None:
+    """`data` after the partial event waiting in `buf`: the bytes to split into events (`buf` emptied), or None
+    while no event is complete yet (`buf` keeps them). Only the new bytes are searched for the separator."""
+    if not buf:
+        return data
+    seek = len(buf) - 1  # a separator may straddle the old end
+    buf += data
+    if buf.find(b"\n\n", seek) < 0:
+        if len(buf) > cap:
+            raise StreamLimit(f"an SSE event longer than the {size_text(cap)} line cap")
+        return None
+    data = bytes(buf)
+    buf.clear()
+    return data
+
+
+def _counted(raw: bytes, state: StreamState, now: float) -> bool:
+    """Whether a mid-stream cumulative /generate event was read by search alone: it has `completion_tokens`
+    and a null `finish_reason`, and a token count above the last one is marked as a chunk at `now`."""
+    mark = state.last_mark
+    if mark is None:
+        return False
+    i = raw.rfind(b'"completion_tokens"')
+    m = COMPLETION_AT.match(raw, i) if i >= 0 else None
+    j = raw.rfind(b'"finish_reason"')
+    if m is None or j < 0 or FINISH_NULL_AT.match(raw, j) is None:
+        return False
+    ct = int(m.group(1))
+    record = state.r
+    if ct > state.last_tokens:
+        state.check_tokens(ct)
+        record.chunk_gaps_s.append(now - mark)
+        record.chunk_tokens.append(ct - state.last_tokens)
+        state.last_mark, state.last_tokens = now, ct
+    record.completion_tokens = ct
+    return True
+
+
 async def consume(resp: aiohttp.ClientResponse, state: StreamState, *, api: str, incremental_text: bool,
                   line_cap: int) -> bool:
     """Read SSE events as bytes arrive; returns True when the stream ended with [DONE].
@@ -50,10 +88,7 @@ async def consume(resp: aiohttp.ClientResponse, state: StreamState, *, api: str,
     loads = json.loads
     fast = api == "generate" and not incremental_text
     on_event = state.generate_event if api == "generate" else state.chat_event
-    record = state.r
-    gaps, tokens = record.chunk_gaps_s, record.chunk_tokens
     content = resp.content
-    cap = line_cap
     buf = bytearray()
     pending: bytes | None = None  # last searched-only event, parsed at the end if needed
     while True:
@@ -62,38 +97,21 @@ async def consume(resp: aiohttp.ClientResponse, state: StreamState, *, api: str,
             break
         now = perf()
         state.activity = now
-        if buf:
-            seek = len(buf) - 1  # a separator may straddle the old end
-            buf += data
-            if buf.find(b"\n\n", seek) < 0:
-                if len(buf) > cap:
-                    raise StreamLimit(f"an SSE event longer than the {size_text(cap)} line cap")
-                continue
-            data = bytes(buf)
-            buf.clear()
+        if (joined := _joined(buf, data, line_cap)) is None:
+            continue
+        data = joined
         start = 0
         while (cut := data.find(b"\n\n", start)) >= 0:
-            if cut - start > cap:
-                raise StreamLimit(f"an SSE event longer than the {size_text(cap)} line cap")
+            if cut - start > line_cap:
+                raise StreamLimit(f"an SSE event longer than the {size_text(line_cap)} line cap")
             block = data[start:cut]
             start = cut + 2
             for raw in block.split(b"\n") if b"\n" in block else (block,):
                 if not raw.startswith(b"data:"):
                     continue
-                if fast and state.last_mark is not None:
-                    i = raw.rfind(b'"completion_tokens"')
-                    m = COMPLETION_AT.match(raw, i) if i >= 0 else None
-                    j = raw.rfind(b'"finish_reason"')
-                    if m is not None and j >= 0 and FINISH_NULL_AT.match(raw, j) is not None:
-                        ct = int(m.group(1))
-                        if ct > state.last_tokens:
-                            state.check_tokens(ct)
-                            gaps.append(now - state.last_mark)
-                            tokens.append(ct - state.last_tokens)
-                            state.last_mark, state.last_tokens = now, ct
-                        record.completion_tokens = ct
-                        pending = raw
-                        continue
+                if fast and _counted(raw, state, now):
+                    pending = raw
+                    continue
                 payload = raw[5:].strip()
                 if payload == b"[DONE]":
                     if pending is not None:
@@ -104,8 +122,8 @@ async def consume(resp: aiohttp.ClientResponse, state: StreamState, *, api: str,
                 pending = None
                 on_event(decode(loads, payload), now)
         if start < len(data):
-            if len(data) - start > cap:
-                raise StreamLimit(f"an SSE event longer than the {size_text(cap)} line cap")
+            if len(data) - start > line_cap:
+                raise StreamLimit(f"an SSE event longer than the {size_text(line_cap)} line cap")
             buf += data[start:]
     state.end = perf()
     if pending is not None:

@@ -27,19 +27,23 @@ import asyncio
 import contextlib
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.console import Console
 
 from bench import args as flags
-from bench.args import CliArgs, http_url, positive_ints
+from bench.args import CliArgs, ParserOptions, http_url, positive_ints
 from bench.bundle import store as bundle
+from bench.bundle.schema import Cell
 from bench.client.server_client import ServerClient
 from bench.client.workload import build_workload, choose_prompts
 from bench.run import correctness, logprob_gate, passes
 from bench.run.cell import apply_gate
+from bench.run.correctness import LevelJson, LevelsJson, LevelsVerdict, Verdict
+from bench.run.logprob_gate import Thresholds
 from bench.run.server_identity import PROBE_ERRORS
 from bench.run.settings import RunKnobs
 from launcher.errors import RuntimeFailure, UserError, run_cli
@@ -56,7 +60,7 @@ class GateArgs(CliArgs):
     description: ClassVar[str] = ("The correctness gate alone: a candidate server against a reference server "
                                   "(SGLang's /generate), or a results bundle judged again offline. "
                                   "Exit 0 PASS, 1 FAIL, 2 usage error, 3 not enough evidence.")
-    parser_options: ClassVar[dict[str, Any]] = {"allow_abbrev": False}
+    parser_options: ClassVar[ParserOptions] = {"allow_abbrev": False}
 
     reference: str | None = None
     candidate: str | None = None
@@ -100,25 +104,63 @@ class GateArgs(CliArgs):
 
 
 # ----- two servers ---------------------------------------------------------------------------------------
-async def _identity(client: ServerClient) -> dict[str, Any]:
+IDENTITY = ("version", "model_path", "served_model_name", "tp_size")
+
+
+@dataclass(frozen=True)
+class Server:
+    """One server judged: its URL and what its /server_info says of it (the IDENTITY keys it sent, their values
+    as sent; none when it does not answer)."""
+
+    url: str
+    info: Mapping[str, object]
+
+    def to_json(self) -> dict[str, object]:
+        return {"url": self.url, **self.info}
+
+
+@dataclass(frozen=True)
+class ServersResult:
+    """The verdict of a candidate server against a reference server, and what they were asked."""
+
+    reference: Server
+    candidate: Server
+    prompts: int
+    max_tokens: int
+    thresholds: Thresholds
+    exact_match_rate: float | None  # of the texts, information only
+    verdict: LevelsVerdict
+
+    @property
+    def status(self) -> str:
+        return self.verdict.status
+
+    def to_json(self) -> dict[str, object]:
+        """The `--json` output: what was asked, then the verdict's keys (bench/run/correctness.py `LevelsJson`)."""
+        return {"mode": "servers", "reference": self.reference.to_json(), "candidate": self.candidate.to_json(),
+                "prompts": self.prompts, "max_tokens": self.max_tokens, "thresholds": asdict(self.thresholds),
+                "exact_match_rate": self.exact_match_rate, **self.verdict.to_json()}
+
+
+async def _identity(client: ServerClient) -> dict[str, object]:
     """What /server_info says of the server, when it answers (a server without it is judged all the same)."""
     with contextlib.suppress(*PROBE_ERRORS, RuntimeFailure):
         info = await client.server_info()
-        return {k: info.get(k) for k in ("version", "model_path", "served_model_name", "tp_size") if k in info}
+        return {k: info.get(k) for k in IDENTITY if k in info}
     return {}
 
 
-async def _pass(url: str, prompts: list, levels: list[int], a: GateArgs, top_k: int) -> tuple[list[passes.Reply], dict]:
+async def _pass(url: str, prompts: list, levels: list[int], a: GateArgs, top_k: int) -> tuple[list[passes.Reply], Server]:
     async with ServerClient(url, api="generate", max_tokens=a.max_tokens, ignore_eos=False, connect_timeout=10.0,
                             concurrency=max(levels), read_timeout=a.timeout, request_timeout=a.timeout) as client:
         info = await _identity(client)
         replies: list[passes.Reply] = []
         for level in levels:
             replies += await client.logprob_pass(prompts, top_k, level)
-        return replies, info
+        return replies, Server(url, info)
 
 
-def judge_servers(a: GateArgs, say) -> dict[str, Any]:
+def judge_servers(a: GateArgs, say) -> ServersResult:
     t = logprob_gate.thresholds()
     ref_url, cand_url = http_url("--reference", a.reference or ""), http_url("--candidate", a.candidate or "")
     concurrency = positive_ints("--concurrency", a.concurrency)
@@ -131,43 +173,82 @@ def judge_servers(a: GateArgs, say) -> dict[str, Any]:
     prompts = build_workload(workload, n, a.seed)
     ref_levels, cand_levels = passes.reference_levels(concurrency), passes.levels(concurrency)
     say(f"reference {ref_url}: {n} prompts at concurrency {', '.join(map(str, ref_levels))} ...")
-    ref, ref_info = asyncio.run(_pass(ref_url, prompts, ref_levels, a, t.top_k))
+    ref, ref_server = asyncio.run(_pass(ref_url, prompts, ref_levels, a, t.top_k))
     say(f"candidate {cand_url}: {n} prompts at concurrency {', '.join(map(str, cand_levels))} ...")
-    cand, cand_info = asyncio.run(_pass(cand_url, prompts, cand_levels, a, t.top_k))
+    cand, cand_server = asyncio.run(_pass(cand_url, prompts, cand_levels, a, t.top_k))
     verdict = correctness.judge_levels(correctness.Side(CANDIDATE, passes.texts(cand), cand),
                                        correctness.Side(REFERENCE, passes.texts(ref), ref), t)
-    info = correctness.compare_outputs(passes.texts(cand), passes.texts(ref))
-    return {"mode": "servers", "reference": {"url": ref_url, **ref_info}, "candidate": {"url": cand_url, **cand_info},
-            "prompts": n, "max_tokens": a.max_tokens, "thresholds": asdict(t),
-            "exact_match_rate": info["exact_match_rate"], **verdict}
+    texts = correctness.compare_outputs(passes.texts(cand), passes.texts(ref))
+    return ServersResult(ref_server, cand_server, n, a.max_tokens, t, texts.exact_match_rate, verdict)
 
 
 # ----- a bundle ------------------------------------------------------------------------------------------
-def judge_bundle(a: GateArgs) -> dict[str, Any]:
+@dataclass(frozen=True)
+class BundleCell:
+    """One cell of a bundle judged again: its key and the verdict's keys a person reads (None where the verdict
+    has none, e.g. `levels` for a cell not judged on log-probabilities)."""
+
+    key: str
+    status: str | None
+    reasons: list[str] | None
+    baseline: str | None
+    levels: dict[str, LevelJson] | None
+    tolerance: dict[str, object] | None
+    notes: list[str] | None
+
+    @classmethod
+    def of(cls, key: str, cell: Cell) -> BundleCell:
+        """The verdict `apply_gate` gave the cell, read from its record (the keys `Correctness` keeps as they are)."""
+        corr = cell.correctness.model_dump() | (cell.correctness.model_extra or {})
+        return cls(key, corr.get("status"), corr.get("reasons"), corr.get("baseline"), corr.get("levels"),
+                   corr.get("tolerance"), corr.get("notes"))
+
+    def verdict(self) -> Verdict:
+        """The verdict's keys, as `render_levels` reads them."""
+        return {"status": self.status or "", "reasons": self.reasons or [], "levels": self.levels or {},
+                "tolerance": self.tolerance or {}, "notes": self.notes or []}
+
+    def to_json(self) -> dict[str, object]:
+        return {"status": self.status, "reasons": self.reasons, "baseline": self.baseline, "levels": self.levels,
+                "tolerance": self.tolerance, "notes": self.notes, "key": self.key}
+
+
+@dataclass(frozen=True)
+class BundleResult:
+    """Every cell of a bundle judged again: the worst status over them (PASS only when one passed and none is
+    worse), each cell's verdict by its label."""
+
+    bundle: str
+    thresholds: Thresholds
+    status: str
+    cells: dict[str, BundleCell]
+
+    def to_json(self) -> dict[str, object]:
+        return {"mode": "bundle", "bundle": self.bundle, "thresholds": asdict(self.thresholds), "status": self.status,
+                "cells": {label: c.to_json() for label, c in self.cells.items()}}
+
+
+def judge_bundle(a: GateArgs) -> BundleResult:
     t = logprob_gate.thresholds()
     run_dir = Path(a.bundle or "")
     _, cells = bundle.load(run_dir)
     if not cells:
         raise UserError(f"--bundle {run_dir}: no cell records in it")
     judged = apply_gate(run_dir=run_dir, cells={c.key: c for c in cells}, thresholds=t)
-    out = {}
-    for key, cell in judged.items():
-        corr = cell.correctness.model_dump() | (cell.correctness.model_extra or {})
-        out[cell.label] = {k: corr.get(k) for k in ("status", "reasons", "baseline", "levels", "tolerance", "notes")}
-        out[cell.label]["key"] = key
-    statuses = [v["status"] for v in out.values()]
+    out = {cell.label: BundleCell.of(key, cell) for key, cell in judged.items()}
+    statuses = [v.status for v in out.values()]
     status = next((s for s in (logprob_gate.FAIL, logprob_gate.NOT_ENOUGH) if s in statuses), None)
     if status is None:
         status = logprob_gate.PASS if logprob_gate.PASS in statuses else logprob_gate.NOT_ENOUGH
-    return {"mode": "bundle", "bundle": str(run_dir), "thresholds": asdict(t), "status": status, "cells": out}
+    return BundleResult(str(run_dir), t, status, out)
 
 
 # ----- output --------------------------------------------------------------------------------------------
-def _fmt(x: Any, digits: int = 4) -> str:
+def _fmt(x: object, digits: int = 4) -> str:
     return f"{x:.{digits}f}" if isinstance(x, float) else "-" if x is None else str(x)
 
 
-def render_levels(console: Console, verdict: dict[str, Any], indent: str = "  ") -> None:
+def render_levels(console: Console, verdict: LevelsJson | Verdict, indent: str = "  ") -> None:
     tol = verdict.get("tolerance") or {}
     null = tol.get("null")
     console.print(f"{indent}limits ({tol.get('basis')}): mean {_fmt(tol.get('mean_delta'))}, p99 {_fmt(tol.get('p99_delta'))}, "
@@ -186,20 +267,20 @@ def render_levels(console: Console, verdict: dict[str, Any], indent: str = "  ")
         console.print(f"{indent}- {r}", highlight=False)
 
 
-def render(result: dict[str, Any]) -> None:
+def render(result: ServersResult | BundleResult) -> None:
     console = Console(width=160)
-    if result["mode"] == "servers":
-        console.print(f"correctness gate: candidate {result['candidate']['url']} against reference "
-                      f"{result['reference']['url']}: [bold]{result['status']}[/bold]", highlight=False)
-        render_levels(console, result)
+    if isinstance(result, ServersResult):
+        console.print(f"correctness gate: candidate {result.candidate.url} against reference "
+                      f"{result.reference.url}: [bold]{result.status}[/bold]", highlight=False)
+        render_levels(console, result.verdict.to_json())
     else:
-        console.print(f"correctness gate over {result['bundle']}: [bold]{result['status']}[/bold]", highlight=False)
-        for label, v in result["cells"].items():
-            console.print(f"{label} (against {v.get('baseline')}): {v['status']}", highlight=False)
-            if v.get("levels"):
-                render_levels(console, v, "    ")
+        console.print(f"correctness gate over {result.bundle}: [bold]{result.status}[/bold]", highlight=False)
+        for label, v in result.cells.items():
+            console.print(f"{label} (against {v.baseline}): {v.status}", highlight=False)
+            if v.levels:
+                render_levels(console, v.verdict(), "    ")
             else:
-                for r in v.get("reasons") or []:
+                for r in v.reasons or []:
                     console.print(f"    - {r}", highlight=False)
     console.print(f"detection limit: {logprob_gate.DETECTION_LIMIT}", highlight=False)
 
@@ -209,10 +290,10 @@ def work(a: GateArgs) -> int:
     mode = a.mode()
     result = judge_bundle(a) if mode == "bundle" else judge_servers(a, lambda s: err.print(s, highlight=False))
     if a.json:
-        print(json.dumps(result, indent=2, default=str))
+        print(json.dumps(result.to_json(), indent=2, default=str))
     else:
         render(result)
-    return EXIT.get(result["status"], 3)
+    return EXIT.get(result.status, 3)
 
 
 def main(argv: list[str] | None = None) -> int:

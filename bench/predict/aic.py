@@ -36,6 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from bench.predict.records import AicTables, AllreduceOpinion, RatioRow, SecondOpinion
 from launcher import settings
 from launcher.errors import RuntimeFailure, UserError
 
@@ -73,8 +76,7 @@ class Estimate:
     nextn: int
     decode_ms: float
     spec_step_ms: float
-    allreduce: dict[str, Any]
-    raw: dict[str, Any]
+    allreduce: AicTables
 
     @property
     def ratio(self) -> float:
@@ -108,13 +110,14 @@ def resolve_model(*, aic_model: str | None, model_path: str | None, overlay: str
                     "as moonshotai/Kimi-K2.5, or a local model folder with config.json)")
 
 
-def request(model: str, *, tokens: int, hidden: int) -> dict[str, Any]:
-    """What the probe is asked: decode and (tokens - 1)-draft steps, all-reduce at both message sizes."""
+def request(model: str, *, tokens: int, hidden: int) -> dict[str, str | int | list[int]]:
+    """What the probe is asked (aic_probe.py's request): decode and (tokens - 1)-draft steps, all-reduce at
+    both message sizes."""
     return {"model": model, "system": SYSTEM, "backend": BACKEND, "tp": TP, "nextn": tokens - 1, "isl": ISL,
             "osl": OSL, "elements": [hidden, tokens * hidden]}
 
 
-def ask(req: dict[str, Any], *, environ: dict[str, str] | None = None, cwd: Path | None = None,
+def ask(req: dict[str, str | int | list[int]], *, environ: dict[str, str] | None = None, cwd: Path | None = None,
         timeout_s: float = TIMEOUT_S) -> Estimate:
     """Run the probe under the first Python that has aiconfigurator; its checked answer."""
     pythons, how = find_python(environ, cwd)
@@ -140,7 +143,8 @@ def ask(req: dict[str, Any], *, environ: dict[str, str] | None = None, cwd: Path
                      f"{'; '.join(tried)}): {INSTALL_HINT}")
 
 
-def _decode(proc: subprocess.CompletedProcess[str], python: str) -> dict[str, Any]:
+def _decode(proc: subprocess.CompletedProcess[str], python: str) -> dict[str, object]:
+    """The probe's answer: the JSON object on its last line of output."""
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     try:
         answer = json.loads(lines[-1]) if lines else None
@@ -152,18 +156,23 @@ def _decode(proc: subprocess.CompletedProcess[str], python: str) -> dict[str, An
     return answer
 
 
-def _positive(d: dict[str, Any], key: str) -> float:
+def _positive(d: dict[str, object], key: str) -> float:
     value = d.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or value != value:
         raise RuntimeFailure(f"--aic: AIConfigurator's answer has no positive {key} (got {value!r})")
     return float(value)
 
 
-def parse(answer: dict[str, Any]) -> Estimate:
+def _tables(answer: dict[str, object]) -> AicTables:
+    try:
+        return AicTables.model_validate(answer.get("allreduce"))
+    except ValidationError:
+        raise RuntimeFailure("--aic: AIConfigurator's answer has no all-reduce tables") from None
+
+
+def parse(answer: dict[str, object]) -> Estimate:
     """The probe's JSON as an Estimate; RuntimeFailure (exit 1) on an answer missing a figure."""
-    ar = answer.get("allreduce")
-    if not isinstance(ar, dict) or not isinstance(ar.get("tables"), list):
-        raise RuntimeFailure("--aic: AIConfigurator's answer has no all-reduce tables")
+    ar = _tables(answer)
     nextn = answer.get("nextn", 0)
     if isinstance(nextn, bool) or not isinstance(nextn, int) or nextn < 0:
         raise RuntimeFailure(f"--aic: AIConfigurator's answer has no draft count (nextn {nextn!r})")
@@ -172,39 +181,65 @@ def parse(answer: dict[str, Any]) -> Estimate:
         system=str(answer.get("system", "?")), backend=str(answer.get("backend", "?")),
         backend_version=str(answer.get("backend_version", "?")), nextn=nextn,
         decode_ms=_positive(answer, "decode_ms"), spec_step_ms=_positive(answer, "spec_step_ms"),
-        allreduce=ar, raw=answer,
+        allreduce=ar,
     )
 
 
-def ratio_row(what: str, kit: float | None, aic: float | None) -> dict[str, Any]:
+def ratio_row(what: str, kit: float | None, aic: float | None) -> RatioRow:
     """One figure from both models: kit / AIConfigurator, and whether that is outside DISAGREE."""
-    row: dict[str, Any] = {"what": what, "kit": None if kit is None else round(kit, 4),
-                           "aic": None if aic is None else round(aic, 4), "ratio": None, "verdict": ""}
+    kit_r, aic_r = (None if kit is None else round(kit, 4)), (None if aic is None else round(aic, 4))
     if kit is None or aic is None or aic <= 0:
-        row["verdict"] = "kit has no figure" if kit is None else "AIConfigurator has no figure"
-        return row
+        verdict = "kit has no figure" if kit is None else "AIConfigurator has no figure"
+        return RatioRow(what=what, kit=kit_r, aic=aic_r, ratio=None, verdict=verdict)
     r = kit / aic
-    row["ratio"] = round(r, 3)
     if DISAGREE[0] <= r <= DISAGREE[1]:
-        row["verdict"] = "agree"
+        verdict = "agree"
     else:
-        row["verdict"] = "disagree: kit higher" if r > 1 else "disagree: kit lower"
-    return row
+        verdict = "disagree: kit higher" if r > 1 else "disagree: kit lower"
+    return RatioRow(what=what, kit=kit_r, aic=aic_r, ratio=round(r, 3), verdict=verdict)
 
 
 def table_us(est: Estimate, label: str, gpus: int, elements: int) -> float | None:
     """AIConfigurator's all-reduce µs of one table (nccl, sglang_graph, sglang_eager) at a size, or None."""
-    for t in est.allreduce["tables"]:
-        if t.get("label") == label and not t.get("missing"):
-            for p in t.get("gpus", {}).get(str(gpus), []):
-                if p.get("elements") == elements:
-                    return float(p["us"])
+    for t in est.allreduce.tables:
+        if t.label == label and not t.missing:
+            for p in t.gpus.get(str(gpus), []):
+                if p.elements == elements:
+                    return float(p.us)
     return None
+
+
+def _opinion(est: Estimate, phase: str, elements: int, gpus: int, kit: str | None,
+             kit_us: tuple[float, float] | None) -> AllreduceOpinion:
+    """One message size and GPU count: AIConfigurator's NCCL and in-graph tables beside the kit's figure
+    (`kit_us`: as shown, and unrounded for the ratio)."""
+    nccl = table_us(est, "nccl", gpus, elements)
+    return AllreduceOpinion(phase=phase, elements=elements, size_B=elements * ELEM_BYTES, gpus=gpus, aic_nccl_us=nccl,
+                            aic_sglang_graph_us=table_us(est, f"{BACKEND}_graph", gpus, elements), kit=kit,
+                            kit_us=None if kit_us is None else kit_us[0],
+                            vs_nccl=ratio_row("all-reduce µs", None if kit_us is None else kit_us[1], nccl))
+
+
+def _allreduce_opinions(est: Estimate, *, tokens: int, hidden: int, kit_allreduce_us: float | None,
+                        curves: list[Any]) -> list[AllreduceOpinion]:
+    """At the decode and the verify message: the kit's --allreduce-us and each measured curve of 2, 4 or 8
+    ranks beside AIConfigurator's tables for as many GPUs (its NCCL table and its backend's in-graph one)."""
+    out = []
+    measured = [c for c in curves if getattr(c, "nranks", None) in (2, 4, 8)]
+    for phase, elements in (("decode", hidden), ("verify", tokens * hidden)):
+        if kit_allreduce_us is not None:
+            out.append(_opinion(est, phase, elements, TP, "--allreduce-us", (kit_allreduce_us, kit_allreduce_us)))
+        for c in measured:
+            us, how = c.at(elements * ELEM_BYTES)
+            out.append(_opinion(est, phase, elements, c.nranks, f"{c.label} ({how})", (round(us, 3), us)))
+        if kit_allreduce_us is None and not measured:
+            out.append(_opinion(est, phase, elements, TP, None, None))
+    return out
 
 
 def second_opinion(est: Estimate, *, model_source: str, tokens: int, hidden: int, kit_decode_ms: float | None,
                    kit_verify_ms: float | None, kit_cycle_ms: float | None, kit_allreduce_us: float | None,
-                   curves: list[Any]) -> dict[str, Any]:
+                   curves: list[Any]) -> SecondOpinion:
     """Both models side by side: step times, their ratio, and all-reduce latency at decode and verify size."""
     kit_ratio = kit_verify_ms / kit_decode_ms if kit_verify_ms and kit_decode_ms else None
     steps = [
@@ -213,59 +248,38 @@ def second_opinion(est: Estimate, *, model_source: str, tokens: int, hidden: int
         ratio_row(f"cycle ms, draft + verify (AIC: {est.nextn}-draft MTP step)", kit_cycle_ms, est.spec_step_ms),
         ratio_row("verify / decode", kit_ratio, est.ratio),
     ]
-    sizes = [("decode", hidden), ("verify", tokens * hidden)]
-    allreduce = []
-    measured = [c for c in curves if getattr(c, "nranks", None) in (2, 4, 8)]
-    for phase, elements in sizes:
-        size_b = elements * ELEM_BYTES
-        aic_nccl = table_us(est, "nccl", TP, elements)
-        aic_own = table_us(est, f"{BACKEND}_graph", TP, elements)
-        base = {"phase": phase, "elements": elements, "size_B": size_b, "gpus": TP, "aic_nccl_us": aic_nccl,
-                f"aic_{BACKEND}_graph_us": aic_own}
-        if kit_allreduce_us is not None:
-            allreduce.append({**base, "kit": "--allreduce-us", "kit_us": kit_allreduce_us,
-                              "vs_nccl": ratio_row("all-reduce µs", kit_allreduce_us, aic_nccl)})
-        for c in measured:
-            us, how = c.at(size_b)
-            gpus = c.nranks
-            nccl, own = table_us(est, "nccl", gpus, elements), table_us(est, f"{BACKEND}_graph", gpus, elements)
-            allreduce.append({**base, "gpus": gpus, "aic_nccl_us": nccl, f"aic_{BACKEND}_graph_us": own,
-                              "kit": f"{c.label} ({how})", "kit_us": round(us, 3),
-                              "vs_nccl": ratio_row("all-reduce µs", us, nccl)})
-        if kit_allreduce_us is None and not measured:
-            allreduce.append({**base, "kit": None, "kit_us": None, "vs_nccl": ratio_row("all-reduce µs", None, aic_nccl)})
-    return {
-        "aiconfigurator_version": est.version, "model": est.model, "model_source": model_source,
-        "system": est.system, "backend": f"{est.backend} {est.backend_version}", "tp": TP, "isl": ISL, "osl": OSL,
-        "nextn": est.nextn, "decode_ms": round(est.decode_ms, 4), "spec_step_ms": round(est.spec_step_ms, 4),
-        "verify_over_decode": round(est.ratio, 4), "system_file": est.allreduce.get("system_file"),
-        "data_dir": est.allreduce.get("data_dir"), "nccl_version": est.allreduce.get("nccl_version"),
-        "steps": steps, "allreduce": allreduce,
-        "disagree": [r["what"] for r in steps if r["verdict"].startswith("disagree")]
-        + [f"all-reduce {a['phase']} ({a['kit']})" for a in allreduce if a["vs_nccl"]["verdict"].startswith("disagree")],
-    }
+    allreduce = _allreduce_opinions(est, tokens=tokens, hidden=hidden, kit_allreduce_us=kit_allreduce_us,
+                                    curves=curves)
+    return SecondOpinion(
+        aiconfigurator_version=est.version, model=est.model, model_source=model_source,
+        system=est.system, backend=f"{est.backend} {est.backend_version}", tp=TP, isl=ISL, osl=OSL,
+        nextn=est.nextn, decode_ms=round(est.decode_ms, 4), spec_step_ms=round(est.spec_step_ms, 4),
+        verify_over_decode=round(est.ratio, 4), system_file=est.allreduce.system_file,
+        data_dir=est.allreduce.data_dir, nccl_version=est.allreduce.nccl_version,
+        steps=steps, allreduce=allreduce,
+        disagree=[r.what for r in steps if r.verdict.startswith("disagree")]
+        + [f"all-reduce {a.phase} ({a.kit})" for a in allreduce if a.vs_nccl.verdict.startswith("disagree")],
+    )
 
 
-def render(console: Any, op: dict[str, Any]) -> None:
+def render(console: Any, op: SecondOpinion) -> None:
     """The second opinion as two tables and one line of verdict."""
     from bench.report.tables import fmt, table
 
-    console.print(f"second opinion: AIConfigurator {op['aiconfigurator_version']}, {op['model']} "
-                  f"({op['model_source']}) on {op['system']}, {op['backend']}, TP {op['tp']}, batch 1, "
-                  f"ISL {op['isl']}/OSL {op['osl']}; its data: {op['system_file']}", markup=False)
-    rows = [(r["what"], fmt(r["kit"]), fmt(r["aic"]), fmt(r["ratio"], 2, "x"), r["verdict"]) for r in op["steps"]]
+    console.print(f"second opinion: AIConfigurator {op.aiconfigurator_version}, {op.model} "
+                  f"({op.model_source}) on {op.system}, {op.backend}, TP {op.tp}, batch 1, "
+                  f"ISL {op.isl}/OSL {op.osl}; its data: {op.system_file}", markup=False)
+    rows = [(r.what, fmt(r.kit), fmt(r.aic), fmt(r.ratio, 2, "x"), r.verdict) for r in op.steps]
     console.print(table("kit vs AIConfigurator: step times", ("figure", "kit", "AIConfigurator", "kit / AIC",
                                                                "verdict"), rows))
-    own = [k for k in op["allreduce"][0] if k.startswith("aic_") and k.endswith("_graph_us")] if op["allreduce"] else []
-    rows = [(a["phase"], str(a["size_B"]), str(a["gpus"]), a["kit"] or "-", fmt(a["kit_us"], 1),
-             fmt(a["aic_nccl_us"], 1), fmt(a.get(own[0]) if own else None, 1), fmt(a["vs_nccl"]["ratio"], 2, "x"),
-             a["vs_nccl"]["verdict"]) for a in op["allreduce"]]
-    console.print(table(f"all-reduce µs: kit vs AIConfigurator's tables (NCCL {op['nccl_version']}, "
-                        f"{op['backend']} graph)",
+    rows = [(a.phase, str(a.size_B), str(a.gpus), a.kit or "-", fmt(a.kit_us, 1), fmt(a.aic_nccl_us, 1),
+             fmt(a.aic_sglang_graph_us, 1), fmt(a.vs_nccl.ratio, 2, "x"), a.vs_nccl.verdict) for a in op.allreduce]
+    console.print(table(f"all-reduce µs: kit vs AIConfigurator's tables (NCCL {op.nccl_version}, "
+                        f"{op.backend} graph)",
                         ("message", "bytes", "GPUs", "kit source", "kit µs", "AIC NCCL µs", "AIC in-graph µs",
                          "kit / AIC NCCL", "verdict"), rows))
-    if op["disagree"]:
-        console.print(f"the two models disagree on: {', '.join(op['disagree'])} (outside {DISAGREE[0]:g}..{DISAGREE[1]:g})",
+    if op.disagree:
+        console.print(f"the two models disagree on: {', '.join(op.disagree)} (outside {DISAGREE[0]:g}..{DISAGREE[1]:g})",
                       markup=False)
     else:
         console.print("the two models agree within "

@@ -22,7 +22,80 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
+
+
+class Request(TypedDict):
+    """What the kit asks (bench/predict/aic.py `request`)."""
+
+    model: str
+    system: str
+    backend: str
+    tp: int
+    nextn: int
+    isl: int
+    osl: int
+    elements: list[int]
+
+
+class Point(TypedDict):
+    """One message size (elements) of one table: its latency and how the table gave it."""
+
+    elements: int
+    us: float
+    how: str
+
+
+class _TableName(TypedDict):
+    label: str
+    file: str
+
+
+class Table(_TableName, total=False):
+    """One all-reduce table: `missing`, or its version folder and its points per GPU count."""
+
+    missing: bool
+    version: str
+    gpus: dict[str, list[Point]]
+
+
+class Tables(TypedDict):
+    """The all-reduce tables and where the system's data lives (bench/predict/records.py AicTables reads it)."""
+
+    system_file: str
+    data_dir: str
+    nccl_version: str
+    gpu: dict[str, object]
+    node: dict[str, object]
+    tables: list[Table]
+
+
+class Failure(TypedDict):
+    """No answer: KIND (module docstring) and what went wrong."""
+
+    error: str
+    message: str
+
+
+class Answer(TypedDict, total=False):
+    """AIConfigurator's figures (`allreduce` is added once its tables are read)."""
+
+    aiconfigurator_version: str
+    python: str
+    core_dir: str
+    model: str
+    system: str
+    backend: str
+    backend_version: str
+    tp: int
+    nextn: int
+    isl: int
+    osl: int
+    decode_ms: float
+    spec_step_ms: float
+    moe_quant: object
+    gemm_quant: object
+    allreduce: Tables
 
 
 def _interp(points: list[tuple[int, float]], x: int) -> tuple[float, str]:
@@ -55,7 +128,7 @@ def _latest(folder: Path) -> Path | None:
     return versions[-1] if versions else None
 
 
-def allreduce_tables(core_dir: Path, system: str, backend: str, version: str, elements: list[int]) -> dict[str, Any]:
+def allreduce_tables(core_dir: Path, system: str, backend: str, version: str, elements: list[int]) -> Tables:
     """What the installed package's tables say one all-reduce costs, per GPU count and message size."""
     import yaml
 
@@ -64,12 +137,12 @@ def allreduce_tables(core_dir: Path, system: str, backend: str, version: str, el
     spec = yaml.safe_load(system_file.read_text(encoding="utf-8"))
     data_dir = systems / spec["data_dir"]
     nccl_version = str(spec.get("misc", {}).get("nccl_version", ""))
-    out: dict[str, Any] = {"system_file": str(system_file), "data_dir": str(data_dir), "nccl_version": nccl_version,
-                           "gpu": {k: spec.get("gpu", {}).get(k) for k in ("sm_version", "mem_bw")},
-                           "node": {k: spec.get("node", {}).get(k)
-                                    for k in ("num_gpus_per_node", "intra_node_bw", "p2p_latency")},
-                           "tables": []}
-    sources: list[tuple[str, Path, dict[str, Any]]] = [
+    out: Tables = {"system_file": str(system_file), "data_dir": str(data_dir), "nccl_version": nccl_version,
+                   "gpu": {k: spec.get("gpu", {}).get(k) for k in ("sm_version", "mem_bw")},
+                   "node": {k: spec.get("node", {}).get(k)
+                            for k in ("num_gpus_per_node", "intra_node_bw", "p2p_latency")},
+                   "tables": []}
+    sources: list[tuple[str, Path, dict[str, str]]] = [
         ("nccl", data_dir / "comm" / "nccl" / nccl_version / "nccl_perf.parquet",
          {"op_name": "all_reduce", "nccl_dtype": "half"}),
     ]
@@ -83,7 +156,7 @@ def allreduce_tables(core_dir: Path, system: str, backend: str, version: str, el
             out["tables"].append({"label": label, "file": str(path), "missing": True})
             continue
         rows = [r for r in _rows(path) if all(r.get(k) == v for k, v in where.items())]
-        per_gpus: dict[str, Any] = {}
+        per_gpus: dict[str, list[Point]] = {}
         for gpus in sorted({int(r["num_gpus"]) for r in rows}):
             pts = [(int(r["message_size"]), float(r["latency"]) * 1000.0) for r in rows if int(r["num_gpus"]) == gpus]
             per_gpus[str(gpus)] = [
@@ -93,7 +166,8 @@ def allreduce_tables(core_dir: Path, system: str, backend: str, version: str, el
     return out
 
 
-def answer(req: dict[str, Any]) -> dict[str, Any]:
+def answer(req: Request) -> Answer | Failure:
+    """AIConfigurator's figures for the request, or the Failure that names why there are none."""
     try:
         import aiconfigurator
         import aiconfigurator_core
@@ -114,7 +188,7 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
         spec = cli_estimate(req["model"], req["system"], nextn=req["nextn"], nextn_accepted=0.0, **common)
     except Exception as exc:  # noqa: BLE001 - whatever it raises is the answer, named
         return {"error": "estimate", "message": f"{type(exc).__name__}: {exc}"}
-    result = {
+    result: Answer = {
         "aiconfigurator_version": version, "python": sys.executable, "core_dir": str(core_dir),
         "model": req["model"], "system": decode.system_name, "backend": decode.backend_name,
         "backend_version": decode.backend_version, "tp": req["tp"], "nextn": req["nextn"],

@@ -15,11 +15,15 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from bench.args import CliArgs, entry_point, print_result, temperature
 from bench.predict import model
+from bench.predict.records import BundleRow, CollectivesUsed, Prediction, Scenario, SecondOpinion
 from launcher.errors import UserError
+
+if TYPE_CHECKING:
+    from bench.predict.measured import AllreduceCurve
 
 _DOC = __doc__ or ""  # inside the class body, __doc__ is the class's own
 
@@ -113,7 +117,7 @@ class PredictArgs(CliArgs):
                           allreduces=self.allreduces if self.allreduces is not None else coll.decode,
                           broadcasts=coll.verify, broadcast_us=self.broadcast_us)
 
-    def inputs(self) -> dict[str, Any]:
+    def inputs(self) -> dict[str, str | int | float | bool]:
         """The flags given (or defaulted), as the JSON output echoes them."""
         return {k: v for k, v in asdict(self).items() if v is not None and k != "json"}
 
@@ -163,7 +167,7 @@ def _baseline(args: PredictArgs, bundle_baseline: float | None) -> float | None:
 def _curves_scenarios(
     *, allreduce_json: str, tokens: int, hidden: int, step: model.Step, baseline: float | None,
     target_tokps: float | None,
-) -> tuple[list[dict[str, Any]], list[Any], int]:
+) -> tuple[list[Scenario], list[AllreduceCurve], int]:
     """One scenario per measured all-reduce curve, read at the verify pass's message size."""
     from bench.predict.measured import ELEM_BYTES, load_allreduce_curves
 
@@ -179,44 +183,40 @@ def _curves_scenarios(
 
 
 def _compare_bundle(
-    *, bundle_dir: str, step: model.Step, scenarios: list[dict[str, Any]], curves: list[Any], size: int
-) -> list[dict[str, Any]]:
+    *, bundle_dir: str, step: model.Step, scenarios: list[Scenario], curves: list[AllreduceCurve], size: int
+) -> list[BundleRow]:
     """Predicted vs measured tok/s for every speculative entry of the bundle, with % error."""
     from bench.predict.measured import load_bundle
 
     entries, _ = load_bundle(Path(bundle_dir))
     rows = []
     for e in entries:
-        row: dict[str, Any] = {"profile": e.profile, "spec": e.spec, "file": e.file, "valid": e.valid}
-        row["measured_tokps"] = e.output_throughput
-        row["measured_cycle_ms"] = e.median_itl_ms
-        row["accept_length"] = e.accept_length if e.accept_length is not None else step.accept_len
-        if not e.valid or row["accept_length"] is None or not e.output_throughput:
-            row["note"] = "invalid run: not compared" if not e.valid else "no accept length: not compared"
-            rows.append(row)
+        accept = e.accept_length if e.accept_length is not None else step.accept_len
+        row = BundleRow(profile=e.profile, spec=e.spec, file=e.file, valid=e.valid, measured_tokps=e.output_throughput,
+                        measured_cycle_ms=e.median_itl_ms, accept_length=accept)
+        if not e.valid or accept is None or not e.output_throughput:
+            note = "invalid run: not compared" if not e.valid else "no accept length: not compared"
+            rows.append(row.model_copy(update={"note": note}))
             continue
         verify, source = _verify_for_profile(step=step, scenarios=scenarios, curves=curves, size=size,
                                              profile=e.profile)
         if verify is None:
-            row["note"] = "no verify model: give --verify-ms, or --compute-ms with --allreduces and latency"
-            rows.append(row)
+            note = "no verify model: give --verify-ms, or --compute-ms with --allreduces and latency"
+            rows.append(row.model_copy(update={"note": note}))
             continue
-        predicted = model.spec_tokps(row["accept_length"], step.draft_ms, verify)
-        row.update(
-            predicted_verify_ms=round(verify, 4),
-            predicted_cycle_ms=round(step.draft_ms + verify, 4),
-            predicted_tokps=round(predicted, 3),
-            error_pct=round((predicted - e.output_throughput) / e.output_throughput * 100.0, 2)
-            if e.output_throughput
-            else None,
-            allreduce_source=source,
-        )
-        rows.append(row)
+        predicted = model.spec_tokps(accept, step.draft_ms, verify)
+        rows.append(row.model_copy(update={
+            "predicted_verify_ms": round(verify, 4),
+            "predicted_cycle_ms": round(step.draft_ms + verify, 4),
+            "predicted_tokps": round(predicted, 3),
+            "error_pct": round((predicted - e.output_throughput) / e.output_throughput * 100.0, 2),
+            "allreduce_source": source,
+        }))
     return rows
 
 
 def _verify_for_profile(
-    *, step: model.Step, scenarios: list[dict[str, Any]], curves: list[Any], size: int, profile: str
+    *, step: model.Step, scenarios: list[Scenario], curves: list[AllreduceCurve], size: int, profile: str
 ) -> tuple[float | None, str]:
     if curves:
         match = [c for c in curves if c.profile == profile] or [
@@ -226,12 +226,32 @@ def _verify_for_profile(
         us, how = curve.at(size)
         return step.verify_ms(us), f"{curve.label}: {us:.1f} µs ({how})"
     if scenarios:
-        return scenarios[0]["verify_ms"], scenarios[0]["label"]
+        return scenarios[0].verify_ms, scenarios[0].label
     return None, ""
 
 
-def predict(args: PredictArgs) -> dict[str, Any]:
-    """All predictions as one JSON-able dict; top-level keys describe the first scenario."""
+def _flag_scenarios(args: PredictArgs, step: model.Step, baseline: float | None) -> list[Scenario]:
+    """The scenario of --verify-ms, else of --allreduce-us; none without either."""
+    if args.verify_ms is not None:
+        return [model.scenario("--verify-ms", step, baseline=baseline, verify=args.verify_ms, allreduce_us=None,
+                               target_tokps=args.target_tokps)]
+    if args.allreduce_us is not None:
+        return [model.scenario("--allreduce-us", step, baseline=baseline, verify=step.verify_ms(args.allreduce_us),
+                               allreduce_us=args.allreduce_us, source="--allreduce-us",
+                               target_tokps=args.target_tokps)]
+    return []
+
+
+def _collectives_used(args: PredictArgs, step: model.Step) -> CollectivesUsed:
+    c = args.collectives
+    return CollectivesUsed(layers=c.layers, layers_source=c.layers_source, allreduces=c.allreduces,
+                           allgathers=c.allgathers, broadcasts=c.broadcasts, decode=c.decode, verify=c.verify,
+                           temperature=c.temperature, decode_used=step.allreduces,
+                           decode_from="--allreduces" if args.allreduces is not None else "the model")
+
+
+def predict(args: PredictArgs) -> Prediction:
+    """All predictions; the first scenario is the headline."""
     args.check()
     bundle_baseline = None
     if args.bundle:
@@ -240,42 +260,30 @@ def predict(args: PredictArgs) -> dict[str, Any]:
         _, bundle_baseline = load_bundle(Path(args.bundle))
     baseline = _baseline(args, bundle_baseline)
     step = args.step
-    scenarios: list[dict[str, Any]] = []
-    curves: list[Any] = []
+    scenarios = _flag_scenarios(args, step, baseline)
+    curves: list[AllreduceCurve] = []
     size = 0
-    if args.verify_ms is not None:
-        scenarios.append(model.scenario("--verify-ms", step, baseline=baseline, verify=args.verify_ms,
-                                        allreduce_us=None, target_tokps=args.target_tokps))
-    elif args.allreduce_us is not None:
-        scenarios.append(model.scenario("--allreduce-us", step, baseline=baseline,
-                                        verify=step.verify_ms(args.allreduce_us), allreduce_us=args.allreduce_us,
-                                        source="--allreduce-us", target_tokps=args.target_tokps))
     if args.allreduce_json:
         assert args.tokens is not None
         extra, curves, size = _curves_scenarios(allreduce_json=args.allreduce_json, tokens=args.tokens,
                                                 hidden=args.hidden, step=step, baseline=baseline,
                                                 target_tokps=args.target_tokps)
         scenarios.extend(extra)
-    result: dict[str, Any] = (
-        dict(scenarios[0])
-        if scenarios
-        else {"verify_ms": None, "spec_tokps": None, "baseline_tokps": baseline, "breakeven_accept_len": None}
-    )
-    result["inputs"] = args.inputs()
-    result["collectives"] = {**args.collectives.to_json(), "decode_used": step.allreduces,
-                             "decode_from": "--allreduces" if args.allreduces is not None else "the model"}
-    result["scenarios"] = scenarios
+    result = Prediction(baseline_tokps=baseline, inputs=args.inputs(), collectives=_collectives_used(args, step),
+                        scenarios=scenarios)
     if args.aic:
-        result["aic"] = _second_opinion(args, result, curves)
+        result = result.model_copy(update={"aic": _second_opinion(args, result, curves)})
     if args.bundle:
-        result["bundle"] = _compare_bundle(bundle_dir=args.bundle, step=step, scenarios=scenarios, curves=curves,
-                                           size=size)
-        result["bundle_baseline_tokps"] = bundle_baseline
-        result["simulated"] = bundle_simulated(Path(args.bundle))
+        result = result.model_copy(update={
+            "bundle": _compare_bundle(bundle_dir=args.bundle, step=step, scenarios=scenarios, curves=curves,
+                                      size=size),
+            "bundle_baseline_tokps": bundle_baseline,
+            "simulated": bundle_simulated(Path(args.bundle)),
+        })
     return result
 
 
-def _second_opinion(args: PredictArgs, result: dict[str, Any], curves: list[Any]) -> dict[str, Any]:
+def _second_opinion(args: PredictArgs, result: Prediction, curves: list[AllreduceCurve]) -> SecondOpinion:
     """AIConfigurator's estimate beside the kit's first scenario (bench/predict/aic.py)."""
     from bench.predict import aic
 
@@ -283,10 +291,12 @@ def _second_opinion(args: PredictArgs, result: dict[str, Any], curves: list[Any]
                                            overlay=args.model_overlay)
     tokens = args.tokens or 4
     est = aic.ask(aic.request(model_name, tokens=tokens, hidden=args.hidden))
-    decode = args.decode_ms if args.decode_ms is not None else (
-        1000.0 / result["baseline_tokps"] if result.get("baseline_tokps") else None)
+    head = result.headline
+    baseline = head.baseline_tokps if head is not None else result.baseline_tokps
+    decode = args.decode_ms if args.decode_ms is not None else (1000.0 / baseline if baseline else None)
     return aic.second_opinion(est, model_source=source, tokens=tokens, hidden=args.hidden, kit_decode_ms=decode,
-                              kit_verify_ms=result.get("verify_ms"), kit_cycle_ms=result.get("cycle_ms"),
+                              kit_verify_ms=head.verify_ms if head is not None else None,
+                              kit_cycle_ms=head.cycle_ms if head is not None else None,
                               kit_allreduce_us=args.allreduce_us, curves=curves)
 
 
@@ -300,62 +310,73 @@ def bundle_simulated(directory: Path) -> bool:
     return isinstance(manifest, dict) and manifest.get("simulated") is True
 
 
-def _print(result: dict[str, Any]) -> None:
+def _print(result: Prediction) -> None:
     from rich.console import Console
-
-    from bench.report.tables import fmt, table
 
     console = Console()
     if not console.is_terminal:
         console = Console(width=max(console.width, 120))
-    if result.get("simulated"):
+    if result.simulated:
         console.print("SIMULATED: the bundle was measured on the stand-in server; these predictions and break-even "
                       "values say nothing about a GPU host", style="bold red", markup=False)
-    if result["scenarios"]:
-        c = result["collectives"]
-        console.print(f"collectives per step: {c['decode_used']} decode, {c['verify']} verify (3 sampling broadcasts "
-                      f"when temperature > 0; here {c['temperature']:g}). Decode from {c['decode_from']}; the model: "
-                      f"{c['allreduces']} all-reduces + {c['allgathers']} all-gather for {c['layers']} layers "
-                      f"({c['layers_source']})", markup=False)
-        cols = ("scenario", "all-reduce µs", "decode coll. ms", "verify coll. ms", "verify ms", "cycle ms",
-                "spec tok/s", "baseline tok/s", "speed-up", "break-even accept")
-        rows = [(s["label"], fmt(s["allreduce_us"], 1), fmt(s.get("decode_collectives_ms")),
-                 fmt(s.get("verify_collectives_ms")), fmt(s["verify_ms"]), fmt(s["cycle_ms"]), fmt(s["spec_tokps"], 1),
-                 fmt(s["baseline_tokps"], 1), fmt(s["speedup"], 2, "x"), fmt(s["breakeven_accept_len"]))
-                for s in result["scenarios"]]
-        console.print(table("predicted verify and speculative throughput", cols, rows))
-        for s in result["scenarios"]:
-            if "target" in s:
-                console.print(
-                    f"target {s['target']['target_tokps']:g} tok/s ({s['label']}): {s['target']['answer']}"
-                )
-    if "aic" in result:
+    if result.scenarios:
+        _print_scenarios(console, result)
+    if result.aic is not None:
         from bench.predict import aic
 
-        aic.render(console, result["aic"])
-    if "bundle" in result:
-        # a note shared by rows (every row's "no verify model" when no latency was given) is printed once under
-        # the table, and each row shows its number
-        notes = list(dict.fromkeys(b["note"] for b in result["bundle"] if b.get("note")))
-        cols = ("profile", "spec", "accept", "measured tok/s", "predicted tok/s", "error %", "measured cycle ms",
-                "predicted cycle ms", "note")
-        rows = [(b["profile"], b["spec"], fmt(b.get("accept_length")), fmt(b.get("measured_tokps"), 1),
-                 fmt(b.get("predicted_tokps"), 1), fmt(b.get("error_pct"), 1, sign=True),
-                 fmt(b.get("measured_cycle_ms")), fmt(b.get("predicted_cycle_ms")),
-                 f"[{notes.index(b['note']) + 1}]" if b.get("note") else "")
-                for b in result["bundle"]]
-        console.print(table("predicted vs measured (bundle)", cols, rows, left=0))
-        for n, note in enumerate(notes, 1):
-            console.print(f"[{n}] {note}", markup=False)
+        aic.render(console, result.aic)
+    if result.bundle is not None:
+        _print_bundle(console, result.bundle)
     console.print(
         "[dim]verify = compute + decode collectives·all-reduce + verify collectives·broadcast + overhead; spec tok/s = accept/(draft+verify)·1000; "
         "break-even accept = baseline tok/s·(draft+verify)/1000[/dim]"
     )
 
 
+def _print_scenarios(console: Any, result: Prediction) -> None:
+    """The step's collectives, one table row per scenario, and each scenario's target."""
+    from bench.report.tables import fmt, table
+
+    c = result.collectives
+    console.print(f"collectives per step: {c.decode_used} decode, {c.verify} verify (3 sampling broadcasts "
+                  f"when temperature > 0; here {c.temperature:g}). Decode from {c.decode_from}; the model: "
+                  f"{c.allreduces} all-reduces + {c.allgathers} all-gather for {c.layers} layers "
+                  f"({c.layers_source})", markup=False)
+    cols = ("scenario", "all-reduce µs", "decode coll. ms", "verify coll. ms", "verify ms", "cycle ms",
+            "spec tok/s", "baseline tok/s", "speed-up", "break-even accept")
+    rows = [(s.label, fmt(s.allreduce_us, 1), fmt(s.decode_collectives_ms), fmt(s.verify_collectives_ms),
+             fmt(s.verify_ms), fmt(s.cycle_ms), fmt(s.spec_tokps, 1), fmt(s.baseline_tokps, 1),
+             fmt(s.speedup, 2, "x"), fmt(s.breakeven_accept_len))
+            for s in result.scenarios]
+    console.print(table("predicted verify and speculative throughput", cols, rows))
+    for s in result.scenarios:
+        if s.target is not None:
+            console.print(f"target {s.target.target_tokps:g} tok/s ({s.label}): {s.target.answer}")
+
+
+def _print_bundle(console: Any, bundle: list[BundleRow]) -> None:
+    """Predicted vs measured per bundle entry.
+
+    A note shared by rows (every row's "no verify model" when no latency was given) is printed once under
+    the table, and each row shows its number."""
+    from bench.report.tables import fmt, table
+
+    notes = list(dict.fromkeys(b.note for b in bundle if b.note))
+    cols = ("profile", "spec", "accept", "measured tok/s", "predicted tok/s", "error %", "measured cycle ms",
+            "predicted cycle ms", "note")
+    rows = [(b.profile, b.spec, fmt(b.accept_length), fmt(b.measured_tokps, 1), fmt(b.predicted_tokps, 1),
+             fmt(b.error_pct, 1, sign=True), fmt(b.measured_cycle_ms), fmt(b.predicted_cycle_ms),
+             f"[{notes.index(b.note) + 1}]" if b.note else "")
+            for b in bundle]
+    console.print(table("predicted vs measured (bundle)", cols, rows, left=0))
+    for n, note in enumerate(notes, 1):
+        console.print(f"[{n}] {note}", markup=False)
+
+
 def run_main(args: PredictArgs) -> int:
     """Predict, then print JSON or the tables."""
-    return print_result(predict(args), as_json=args.json, render=_print)
+    result = predict(args)
+    return print_result(result.to_json(), as_json=args.json, render=lambda _json: _print(result))
 
 
 main = entry_point(PredictArgs, run_main)

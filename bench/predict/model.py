@@ -33,7 +33,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from bench.predict.records import Scenario, Target
 
 EMBEDDING_ALLREDUCES = 1  # vocab_parallel_embedding.py:525-533
 ALLREDUCES_PER_LAYER = 2  # attention out + MLP/MoE out: deepseek_v2.py:2639/2662/2674, layer_boundary/prepare.py:163-170
@@ -73,11 +74,6 @@ class Collectives:
                 f"{ALLREDUCES_PER_LAYER} x {self.layers} layers, {self.layers_source}) + {self.allgathers} logits "
                 f"all-gather; {self.verify} verify collectives ({SAMPLING_BROADCASTS} sampling broadcasts when "
                 f"temperature > 0, here {self.temperature:g})")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"layers": self.layers, "layers_source": self.layers_source, "allreduces": self.allreduces,
-                "allgathers": self.allgathers, "broadcasts": self.broadcasts, "decode": self.decode,
-                "verify": self.verify, "temperature": self.temperature}
 
 
 def step_collectives(layers: int, temperature: float = 0.0, *, layers_source: str = "given", tp: int = 8,
@@ -182,51 +178,46 @@ def scenario(
     allreduce_us: float | None,
     source: str = "",
     target_tokps: float | None = None,
-) -> dict[str, Any]:
+) -> Scenario:
     """One verify time's predictions: cycle, spec tok/s, speed-up and break-even against the baseline."""
     accept = step.accept_len
-    out: dict[str, Any] = {
-        "label": label,
-        "allreduce_us": None if allreduce_us is None else round(allreduce_us, 3),
-        "allreduce_source": source,
-        "verify_ms": round(verify, 4),
-        "decode_collectives": step.allreduces,
-        "verify_collectives": step.broadcasts,
-        "decode_collectives_ms": None,
-        "verify_collectives_ms": None,
-        "cycle_ms": round(step.draft_ms + verify, 4),
-        "spec_tokps": round(spec_tokps(accept, step.draft_ms, verify), 3) if accept else None,
-        "baseline_tokps": None if baseline is None else round(baseline, 3),
-        "breakeven_accept_len": None
-        if baseline is None
-        else round(breakeven_accept_len(baseline, step.draft_ms, verify), 4),
-    }
+    spec = round(spec_tokps(accept, step.draft_ms, verify), 3) if accept else None
     decode_ms, verify_coll_ms = step.collectives_ms(allreduce_us)
-    out["decode_collectives_ms"] = None if decode_ms is None else round(decode_ms, 4)
-    out["verify_collectives_ms"] = None if verify_coll_ms is None else round(verify_coll_ms, 4)
-    out["speedup"] = round(out["spec_tokps"] / baseline, 4) if baseline and out["spec_tokps"] else None
+    out = Scenario(
+        label=label,
+        allreduce_us=None if allreduce_us is None else round(allreduce_us, 3),
+        allreduce_source=source,
+        verify_ms=round(verify, 4),
+        decode_collectives=step.allreduces,
+        verify_collectives=step.broadcasts,
+        decode_collectives_ms=None if decode_ms is None else round(decode_ms, 4),
+        verify_collectives_ms=None if verify_coll_ms is None else round(verify_coll_ms, 4),
+        cycle_ms=round(step.draft_ms + verify, 4),
+        spec_tokps=spec,
+        baseline_tokps=None if baseline is None else round(baseline, 3),
+        breakeven_accept_len=None if baseline is None else round(breakeven_accept_len(baseline, step.draft_ms, verify), 4),
+        speedup=round(spec / baseline, 4) if baseline and spec else None,
+    )
     if target_tokps and accept:
-        out["target"] = target(step, target_tokps)
+        return out.model_copy(update={"target": target(step, target_tokps)})
     return out
 
 
-def target(step: Step, target_tokps: float) -> dict[str, Any]:
+def target(step: Step, target_tokps: float) -> Target:
     """The verify budget that reaches `target_tokps`, and the all-reduce latency it leaves when it can tell."""
     assert step.accept_len is not None
     budget = verify_budget_ms(target_tokps, step.accept_len, step.draft_ms)
-    result: dict[str, Any] = {"target_tokps": target_tokps, "verify_budget_ms": round(budget, 4)}
     if step.compute_ms is None or step.allreduces is None:
-        result["answer"] = (
+        answer = (
             f"verify must take at most {budget:.2f} ms; give --compute-ms and --allreduces to turn that into an "
             "all-reduce latency"
         )
-        result["allreduce_us_needed"] = None
-        return result
+        return Target(target_tokps=target_tokps, verify_budget_ms=round(budget, 4), allreduce_us_needed=None,
+                      answer=answer)
     needed = allreduce_us_within(budget, step.compute_ms, step.overhead_ms, step.allreduces,
                                  broadcasts=step.broadcasts, broadcast_us=step.broadcast_us)
-    result["allreduce_us_needed"] = round(needed, 3) if needed >= 0 else None
     if needed < 0:
-        result["answer"] = (
+        answer = (
             f"impossible even at 0 µs per all-reduce: compute {step.compute_ms:g} ms + overhead "
             f"{step.overhead_ms:g} ms already exceeds the {budget:.2f} ms verify budget at accept length "
             f"{step.accept_len:g}"
@@ -236,5 +227,6 @@ def target(step: Step, target_tokps: float) -> dict[str, Any]:
         if step.broadcasts:
             also = (f" (and each of the {step.broadcasts} broadcasts too)" if step.broadcast_us is None
                     else f" (with the {step.broadcasts} broadcasts at {step.broadcast_us:g} µs)")
-        result["answer"] = f"each of the {step.allreduces} decode collectives (all-reduces, all-gather) must take at most {needed:.1f} µs{also}"
-    return result
+        answer = f"each of the {step.allreduces} decode collectives (all-reduces, all-gather) must take at most {needed:.1f} µs{also}"
+    return Target(target_tokps=target_tokps, verify_budget_ms=round(budget, 4),
+                  allreduce_us_needed=round(needed, 3) if needed >= 0 else None, answer=answer)

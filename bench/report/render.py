@@ -112,6 +112,23 @@ def markdown(manifest: Manifest, cells: list[Cell], run_dir: str | Path | None =
 
 
 def _markdown(manifest: Manifest, table: list[SummaryRow]) -> str:
+    sim = bool(manifest.simulated)
+    lines = _header_lines(manifest)
+    lines += [
+        "| profile | spec | conc | status | tok/s (mean ± sd) | speedup vs baseline+off | TTFT ms "
+        "| TTFT p50/p90/p99 ms | TPOT ms | TPOT p50/p90/p99 ms | chunk gap ms | accept length | exact match "
+        "| correctness |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    lines += [_table_line(r) for r in table]
+    lines += _reading_lines(manifest, table)
+    if sim:
+        lines += ["", "SIMULATED: every number above comes from the stand-in server."]
+    return "\n".join(lines) + "\n"
+
+
+def _header_lines(manifest: Manifest) -> list[str]:
+    """summary.md's title, its SIMULATED and INCOMPLETE banners, and what was measured where, with what."""
     s = manifest.settings
     sim = bool(manifest.simulated)
     title = f"# {'SIMULATED ' if sim else ''}Bench summary: run {manifest.run_id}"
@@ -124,7 +141,7 @@ def _markdown(manifest: Manifest, table: list[SummaryRow]) -> str:
         why = "interrupted" if manifest.interrupted else "stopped early"
         lines += [f"**INCOMPLETE** ({why}): only the cells below were measured.", ""]
     kit, server = manifest.kit, manifest.server
-    lines += [
+    return lines + [
         f"- Host: {_host_line(manifest)}",
         f"- SGLang: {server.sglang_version or 'unknown'} at {server.url}",
         f"- Kit: {kit.version or 'unknown'} (git {(kit.git_sha or 'unknown')[:12]})"
@@ -134,34 +151,34 @@ def _markdown(manifest: Manifest, table: list[SummaryRow]) -> str:
         f"{s.warmup} warm-up requests after each switch (not counted); "
         f"{s.repeats} repeats at concurrency {', '.join(str(c) for c in s.concurrency)}",
         "",
-        "| profile | spec | conc | status | tok/s (mean ± sd) | speedup vs baseline+off | TTFT ms "
-        "| TTFT p50/p90/p99 ms | TPOT ms | TPOT p50/p90/p99 ms | chunk gap ms | accept length | exact match "
-        "| correctness |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in table:
-        if not r.valid:
-            reason = str(r.invalid_reason).replace("|", "/")
-            reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
-            lines.append(
-                f"| {r.profile} | {r.spec} | {r.concurrency} | INVALID | invalid: {reason} "
-                f"| — | — | — | — | — | — | — | — | {correctness_text(r)} |"
-            )
-            continue
-        speed = "—" if r.speedup_vs_baseline_off is None else f"{r.speedup_vs_baseline_off:.2f}x"
-        accept = fmt_mean_sd(r.accept_length_mean, r.accept_length_sd, 2) if r.accept_length_mean else "—"
-        if r.accept_length_source == "metrics":
-            accept += " (metrics)"
-        exact = "—" if r.exact_match_rate is None else f"{r.exact_match_rate:.0%}"
-        lines.append(
-            f"| {r.profile} | {r.spec} | {r.concurrency} | {r.status} "
-            f"| {fmt_mean_sd(r.output_throughput_mean, r.output_throughput_sd)} | {speed} "
-            f"| {fmt_mean_sd(r.mean_ttft_ms_mean, r.mean_ttft_ms_sd)} | {pooled_text(r, 'ttft', 1)} "
-            f"| {fmt_mean_sd(r.mean_tpot_ms_mean, r.mean_tpot_ms_sd, 2)} | {pooled_text(r, 'tpot', 2)} "
-            f"| {fmt_mean_sd(r.mean_itl_ms_mean, r.mean_itl_ms_sd, 2)} | {accept} | {exact} "
-            f"| {correctness_text(r)} |"
-        )
-    lines += [
+
+
+def _table_line(r: SummaryRow) -> str:
+    """One row of summary.md's table: an invalid one gives its reason (cut at MAX_REASON) and no number."""
+    if not r.valid:
+        reason = str(r.invalid_reason).replace("|", "/")
+        reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
+        return (f"| {r.profile} | {r.spec} | {r.concurrency} | INVALID | invalid: {reason} "
+                f"| — | — | — | — | — | — | — | — | {correctness_text(r)} |")
+    speed = "—" if r.speedup_vs_baseline_off is None else f"{r.speedup_vs_baseline_off:.2f}x"
+    accept = fmt_mean_sd(r.accept_length_mean, r.accept_length_sd, 2) if r.accept_length_mean else "—"
+    if r.accept_length_source == "metrics":
+        accept += " (metrics)"
+    exact = "—" if r.exact_match_rate is None else f"{r.exact_match_rate:.0%}"
+    return (
+        f"| {r.profile} | {r.spec} | {r.concurrency} | {r.status} "
+        f"| {fmt_mean_sd(r.output_throughput_mean, r.output_throughput_sd)} | {speed} "
+        f"| {fmt_mean_sd(r.mean_ttft_ms_mean, r.mean_ttft_ms_sd)} | {pooled_text(r, 'ttft', 1)} "
+        f"| {fmt_mean_sd(r.mean_tpot_ms_mean, r.mean_tpot_ms_sd, 2)} | {pooled_text(r, 'tpot', 2)} "
+        f"| {fmt_mean_sd(r.mean_itl_ms_mean, r.mean_itl_ms_sd, 2)} | {accept} | {exact} "
+        f"| {correctness_text(r)} |"
+    )
+
+
+def _reading_lines(manifest: Manifest, table: list[SummaryRow]) -> list[str]:
+    """How to read summary.md: what each column means, how the bundle's gate judged, what the plots show."""
+    return [
         "",
         "How to read it:",
         "- tok/s: output tokens of all requests of a repeat / its wall time; mean ± sample sd over repeats.",
@@ -179,9 +196,6 @@ def _markdown(manifest: Manifest, table: list[SummaryRow]) -> str:
         "Plots: throughput.png (tok/s, error bars = sd over repeats), tpot.png (per-request TPOT).",
         latency_plot_note(manifest, table),
     ]
-    if sim:
-        lines += ["", "SIMULATED: every number above comes from the stand-in server."]
-    return "\n".join(lines) + "\n"
 
 
 def csv_text(manifest: Manifest, cells: list[Cell], run_dir: str | Path | None = None) -> str:

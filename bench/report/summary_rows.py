@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle import names as bundle_names
@@ -23,6 +22,7 @@ LATENCY_X_LABEL = "median TPOT per request (ms, p50 over the requests of the val
 
 
 CSV = "csv"  # a SummaryRow field's metadata key: False for a field summary.csv leaves out
+CsvValue = str | int | float | bool | None  # what a summary.csv column of a row holds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +74,7 @@ class SummaryRow:
         value: float | None = getattr(self, key)
         return value
 
-    def csv_values(self) -> dict[str, Any]:
+    def csv_values(self) -> dict[str, CsvValue]:
         """The row's summary.csv columns by name."""
         return {name: getattr(self, name) for name in CSV_FIELDS}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich.table import Table
@@ -29,7 +29,7 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], lef
     return t
 
 
-def csv_text(rows: Iterable[dict[str, Any]], fields: Sequence[str]) -> str:
+def csv_text(rows: Iterable[Mapping[str, object]], fields: Sequence[str]) -> str:
     """The rows as CSV with a header: the named fields in order, others dropped, None as an empty cell."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")

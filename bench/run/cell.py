@@ -21,7 +21,8 @@ from bench import JsonObject
 from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle import names as bundle_names
 from bench.bundle import store as bundle
-from bench.bundle.schema import Cell, RepeatSummary
+from bench.bundle.cell_numbers import RepeatSummary
+from bench.bundle.schema import Cell
 from bench.run import correctness, passes
 from bench.run.logprob_gate import Thresholds
 from bench.run.settings import RunSettings
@@ -59,7 +60,7 @@ class CellDraft(bundle_names.CellNames):
     invalid_reason: str | None = None  # why the cell stopped before its repeats were done
     per_repeat: list[RepeatSummary] = field(default_factory=list)  # bench/run/repeat.py's summaries
     adaptive_tiers: dict[str, list[int]] | None = None
-    # the most requests the server ran at once, from its /server_info (bench/client/server_client.py running_cap);
+    # the most requests the server ran at once, from its /server_info (bench/client/server_answers.py running_cap);
     # None when it did not say. No level above it is measured (bench/run/measure.py over_cap)
     max_running_requests: int | None = None
 

@@ -30,8 +30,8 @@ rule already fails it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TypedDict
 
 from bench.bundle.schema import ADAPTIVE_ACCEPT, TEXTS_DIFFER
 from bench.client.request_record import RequestRecord
@@ -46,6 +46,7 @@ UNIT = "character"
 NO_LOGPROBS = "the server returned no log-probabilities"
 
 Logprobs = Mapping[str, Sequence[TokenLogprob] | None]
+Point = Mapping[str, int]  # an EAGLE-3 point: {"steps", "topk", "draft_tokens"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class GateSettings:
     collapse_ratio: float = 0.6
     min_accept: float = 1.05
 
-    def as_dict(self, thresholds: Thresholds) -> dict[str, Any]:
+    def as_dict(self, thresholds: Thresholds) -> dict[str, float | int | None]:
         """What the manifest records of the gate: these and the log-probability thresholds."""
         return {**asdict(self), **asdict(thresholds)}
 
@@ -90,17 +91,23 @@ def first_difference(a: str, b: str) -> int | None:
     return min(len(a), len(b))
 
 
-def compare_outputs(outputs: Mapping[str, str], baseline: Mapping[str, str]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TextComparison:
+    """Two runs' texts on the prompts both have: how many, the share equal, and where the others first part
+    (a CHARACTER index, per prompt and the least of them). Information only: the gate judges log-probabilities."""
+
+    compared: int
+    exact_match_rate: float | None
+    first_divergence: int | None
+    divergence_per_prompt: dict[str, int]
+
+
+def compare_outputs(outputs: Mapping[str, str], baseline: Mapping[str, str]) -> TextComparison:
     common = [k for k in outputs if k in baseline]
     per_prompt = {k: first_difference(outputs[k], baseline[k]) for k in common}
     diverged = {k: v for k, v in per_prompt.items() if v is not None}
-    return {
-        "compared": len(common),
-        "exact_match_rate": (len(common) - len(diverged)) / len(common) if common else None,
-        "first_divergence": min(diverged.values()) if diverged else None,
-        "divergence_unit": UNIT,
-        "divergence_per_prompt": diverged,
-    }
+    return TextComparison(len(common), (len(common) - len(diverged)) / len(common) if common else None,
+                          min(diverged.values()) if diverged else None, diverged)
 
 
 @dataclass(frozen=True)
@@ -112,16 +119,16 @@ class Side:
     texts: Mapping[str, str]
     replies: Sequence[Reply] | None
     accept_length: float | None = None
-    point: Mapping[str, Any] | None = None
+    point: Point | None = None
 
 
-def same_point(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+def same_point(a: Point | None, b: Point | None) -> bool:
     """Whether two cells ran the same EAGLE-3 point: both known and equal in steps, top-k and draft tokens."""
     keys = ("steps", "topk", "draft_tokens")
     return a is not None and b is not None and all(a.get(k) == b.get(k) for k in keys)
 
 
-def point_text(p: Mapping[str, Any] | None) -> str:
+def point_text(p: Point | None) -> str:
     return "({},{},{})".format(*(p.get(k) for k in ("steps", "topk", "draft_tokens"))) if p else "(unknown)"
 
 
@@ -155,7 +162,7 @@ def _named(problems: Mapping[str, str], most: int = 3) -> str:
     return text + (f"; and {len(items) - most} more" if len(items) > most else "")
 
 
-def _common(problems: Mapping[str, str], prompts: Mapping[str, Any]) -> dict[str, str]:
+def _common(problems: Mapping[str, str], prompts: Logprobs) -> dict[str, str]:
     """The reference's problems on the prompts this profile ran (only those are compared)."""
     return {k: v for k, v in problems.items() if k in prompts}
 
@@ -170,13 +177,97 @@ def null_of(ref: Side, top_k: int) -> logprob_gate.Null | None:
                              logprob_gate.compare(levels[lo], levels[hi], top_k))
 
 
-def judge_levels(cell: Side, ref: Side, t: Thresholds) -> dict[str, Any]:
+class LevelJson(TypedDict):
+    """One level's verdict as a cell's record keeps it (`LevelVerdict.to_json`)."""
+
+    status: str
+    reasons: list[str]
+    stats: dict[str, float | int | None] | None
+
+
+class LevelsJson(TypedDict):
+    """The log-probability verdict as a cell's record keeps it (`LevelsVerdict.to_json`); `logprobs` are the
+    first level's statistics."""
+
+    status: str
+    reasons: list[str]
+    levels: dict[str, LevelJson]
+    logprobs: dict[str, float | int | None] | None
+    tolerance: dict[str, object]
+    notes: list[str]
+
+
+class Verdict(TypedDict, total=False):
+    """The correctness verdict of one cell as `gate` writes it and a cell's record keeps it (bench/bundle/schema.py
+    `Correctness` reads status, reasons, exact_match_rate and first_divergence, and keeps the rest as it is).
+    Always there: status, reasons, logprobs and the keys from baseline to note; `levels`, `tolerance` and `notes`
+    (`LevelsJson`) where the cell was judged on log-probabilities; `accept_note` and `divergence_per_prompt`
+    where they apply."""
+
+    status: str
+    reasons: list[str]
+    levels: dict[str, LevelJson]
+    logprobs: dict[str, float | int | None] | None
+    tolerance: dict[str, object]
+    notes: list[str]
+    baseline: str
+    rule: str
+    exact_match_rate: float | None
+    first_divergence: int | None
+    divergence_unit: str
+    divergence_per_prompt: dict[str, int]
+    compared: int
+    accept_length: float | None
+    baseline_accept_length: float | None
+    accept_note: str
+    thresholds: dict[str, float | int | None]
+    note: str
+
+
+@dataclass(frozen=True)
+class LevelVerdict:
+    """The verdict at one concurrency level: PASS, FAIL or NOT_ENOUGH, why, and the statistics compared (None
+    where none could be)."""
+
+    status: str
+    reasons: list[str]
+    stats: logprob_gate.GateStats | None = None
+
+    def to_json(self) -> LevelJson:
+        return {"status": self.status, "reasons": self.reasons, "stats": self.stats.as_dict() if self.stats else None}
+
+
+@dataclass(frozen=True)
+class LevelsVerdict:
+    """The log-probability verdict of a cell against its reference: status, reasons (each naming its level), each
+    level's verdict by its concurrency (as text, the record's key), the limits applied, notes."""
+
+    status: str
+    reasons: list[str]
+    tolerance: logprob_gate.Tolerance
+    levels: dict[str, LevelVerdict] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def first(self) -> logprob_gate.GateStats | None:
+        """The lowest level's statistics: the cell's headline figures."""
+        return self.levels[min(self.levels, key=int)].stats if self.levels else None
+
+    def to_json(self) -> LevelsJson:
+        first = self.first
+        return {"status": self.status, "reasons": self.reasons,
+                "levels": {k: v.to_json() for k, v in self.levels.items()},
+                "logprobs": first.as_dict() if first else None, "tolerance": self.tolerance.as_dict(),
+                "notes": self.notes}
+
+
+def judge_levels(cell: Side, ref: Side, t: Thresholds) -> LevelsVerdict:
     """The log-probability verdict of a cell against its reference, level by level, under limits from the
     reference's null: status, reasons (each naming its level), each level's statistics, the tolerance."""
     mine, theirs = passes.by_level(cell.replies or []), passes.by_level(ref.replies or [])
     bad_mine, bad_theirs = passes.problems_by_level(cell.replies or []), passes.problems_by_level(ref.replies or [])
     tol = logprob_gate.tolerance(t, null_of(ref, t.top_k))
-    per_level: dict[str, Any] = {}
+    per_level: dict[str, LevelVerdict] = {}
     notes = list(tol.notes)
     for level in sorted(mine):
         if level not in theirs:
@@ -209,8 +300,8 @@ def judge_levels(cell: Side, ref: Side, t: Thresholds) -> dict[str, Any]:
                 why = why + unusable
             else:
                 notes += [f"concurrency {level}: {u}" for u in unusable]
-        per_level[str(level)] = {"status": status, "reasons": why, "stats": stats.as_dict() if stats else None}
-    statuses = {v["status"] for v in per_level.values()}
+        per_level[str(level)] = LevelVerdict(status, why, stats)
+    statuses = {v.status for v in per_level.values()}
     worst = next((s for s in (logprob_gate.FAIL, logprob_gate.NOT_ENOUGH) if s in statuses), None)
     if not per_level:
         status, reasons = logprob_gate.NOT_ENOUGH, [f"no level of this profile's correctness pass has a {ref.label} "
@@ -220,19 +311,17 @@ def judge_levels(cell: Side, ref: Side, t: Thresholds) -> dict[str, Any]:
     else:
         status = worst
         reasons = [f"at concurrency {lv}: {w}" if len(mine) > 1 else w
-                   for lv, v in per_level.items() if v["status"] == worst for w in v["reasons"]]
-    first = per_level[min(per_level, key=int)]["stats"] if per_level else None
-    return {"status": status, "reasons": reasons, "levels": per_level, "logprobs": first,
-            "tolerance": tol.as_dict(), "notes": notes}
+                   for lv, v in per_level.items() if v.status == worst for w in v.reasons]
+    return LevelsVerdict(status, reasons, tol, per_level, notes)
 
 
 def gate(spec: str, cell: Side, reference: Side | None, settings: GateSettings = GateSettings(), *,
-         thresholds: Thresholds | None = None) -> dict[str, Any]:
+         thresholds: Thresholds | None = None) -> Verdict:
     """The correctness verdict of one (profile, spec[, point]): status PASS, FAIL, 'not enough evidence' or n/a.
 
     SettingError (exit 2) for a bad KIT_GATE_* threshold when `thresholds` is None."""
     t = thresholds or logprob_gate.thresholds()
-    result: dict[str, Any] = {
+    result: Verdict = {
         "baseline": reference.label if reference is not None else f"{BASELINE}+{spec}",
         "rule": "logprob",
         "exact_match_rate": None,
@@ -257,8 +346,8 @@ def gate(spec: str, cell: Side, reference: Side | None, settings: GateSettings =
         result["accept_note"] = accept_note
     if has_baseline and reference is not None and reference.texts:
         cmp = compare_outputs(cell.texts, reference.texts)
-        result.update({k: cmp[k] for k in ("compared", "exact_match_rate", "first_divergence")})
-        result["divergence_per_prompt"] = cmp["divergence_per_prompt"]
+        result.update(compared=cmp.compared, exact_match_rate=cmp.exact_match_rate,
+                      first_divergence=cmp.first_divergence, divergence_per_prompt=cmp.divergence_per_prompt)
     if reasons:
         result.update(status=logprob_gate.FAIL, reasons=reasons)
         return result
@@ -269,5 +358,5 @@ def gate(spec: str, cell: Side, reference: Side | None, settings: GateSettings =
         side = "this profile" if not cell.replies else reference.label
         result.update(status=logprob_gate.NOT_ENOUGH, reasons=[f"{NO_LOGPROBS} for {side}'s correctness pass"])
         return result
-    result.update(judge_levels(cell, reference, t))
+    result.update(judge_levels(cell, reference, t).to_json())
     return result

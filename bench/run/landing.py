@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from bench.bundle.schema import Cell
 from bench.control import production
+from bench.control.production import PlanRef
 from bench.run import correctness, logprob_gate
 from bench.run.cell import reference_key
 from bench.run.settings import RunSettings
@@ -29,27 +29,28 @@ START_WRONG = 3
 
 @dataclass(frozen=True)
 class Target:
-    plan: dict[str, Any]
+    plan: PlanRef
     what: str  # how the plan is named when production lands there
     verb: str  # "back on", "left on", "now on"
     rc: int = 0  # the exit code this choice adds (LEAVE_ON_REFUSED, START_WRONG), 0 when none
     note: str = ""  # said before the switch, in red when rc is not 0
 
 
-def plan_of_cell(cell: Cell) -> dict[str, Any]:
+def plan_of_cell(cell: Cell) -> PlanRef:
     point = cell.spec_params.model_dump() if cell.spec_params else None
-    return production.plan_of(cell.profile, cell.spec, point, digest=cell.plan_digest)
+    return production.plan_ref(cell.profile, cell.spec, point, digest=cell.plan_digest)
 
 
-def wrong_cell(cells: Mapping[str, Cell], plan: Mapping[str, Any]) -> Cell | None:
+def wrong_cell(cells: Mapping[str, Cell], plan: PlanRef) -> Cell | None:
     """A cell of this run that ran `plan` itself (same digest) and FAILed the gate."""
-    digest = plan.get("digest")
+    digest = plan.digest
     return next((c for c in cells.values() if digest and c.plan_digest == digest
                  and c.correctness.status == logprob_gate.FAIL), None)
 
 
-def target(start: Mapping[str, Any], cells: Mapping[str, Cell], leave_on: str | None, whole: bool) -> Target:
-    """Where production goes (module docstring)."""
+def target(start: production.Plan, cells: Mapping[str, Cell], leave_on: str | None, whole: bool) -> Target:
+    """Where production goes (module docstring). `start`: the plan found running, or /plan's JSON of it."""
+    start = PlanRef.of(start)
     note = ""
     rc = 0
     if leave_on is not None:
@@ -67,10 +68,10 @@ def target(start: Mapping[str, Any], cells: Mapping[str, Cell], leave_on: str | 
     start_label = production.label_of(start)
     wrong = wrong_cell(cells, start)
     if wrong is None:
-        return Target(dict(start), f"{start_label}, the plan it found", "back on", rc, note)
+        return Target(start, f"{start_label}, the plan it found", "back on", rc, note)
     ref = cells.get(reference_key(cells, wrong))
-    ref_plan = plan_of_cell(ref) if ref is not None and ref.valid else production.plan_of(correctness.BASELINE,
-                                                                                           str(start.get("spec")))
+    ref_plan = plan_of_cell(ref) if ref is not None and ref.valid else production.plan_ref(correctness.BASELINE,
+                                                                                            str(start.spec))
     why = "; ".join(wrong.correctness.reasons) or wrong.correctness.status or "FAIL"
     note = (f"{note}; " if note else "") + (
         f"the plan production ran when this bench started, {start_label}, FAILed the correctness gate in this run "
@@ -86,8 +87,11 @@ class Landing:
 
     settings: RunSettings
     token: str | None
-    start: dict[str, Any]  # the /plan found running before the first switch
+    start: PlanRef  # the plan found running before the first switch (/plan's JSON of it is read into one)
     say: Callable[..., None]
+
+    def __post_init__(self) -> None:
+        self.start = PlanRef.of(self.start)
 
     def land(self, cells: Mapping[str, Cell], whole: bool) -> int:
         """Production on its target; the exit code this adds (0, 2, 3), 1 when it could not be put there, 130 when

@@ -55,6 +55,24 @@ from launcher.runtime.activation import flag_map
 from launcher.runtime.api.control_client import ControlClient
 
 EAGLE3 = "eagle3"  # the spec mode `--eagle3` points are switched under
+
+
+def _progress_bar(console: Console) -> Progress:
+    """The run's one progress bar: requests done of all the matrix's, time taken and left."""
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("requests"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+
+
 class MatrixRun:
     """One `bench run`: owns the bundle folder and the cells measured so far.
 
@@ -147,21 +165,10 @@ class MatrixRun:
 
     # ----- the loop ------------------------------------------------------------------------------
     async def run(self, token: str | None) -> Path:
+        """Measure every cell of the matrix into a new bundle (`token`: the control API's); its folder once whole."""
         s = self.s
-        n_max = max(s.concurrency)
         async with contextlib.AsyncExitStack() as stack:
-            server = await stack.enter_async_context(
-                ServerClient(
-                    s.url,
-                    api=s.api,
-                    max_tokens=s.max_tokens,
-                    ignore_eos=s.ignore_eos,
-                    connect_timeout=s.connect_timeout,
-                    concurrency=n_max,
-                    read_timeout=s.read_timeout,
-                    request_timeout=s.request_timeout,
-                )
-            )
+            server = await stack.enter_async_context(self._server_client())
             control = None
             if s.control:
                 control = await stack.enter_async_context(
@@ -184,18 +191,7 @@ class MatrixRun:
             self.matrix = await self._plan_matrix(control, status, info)
             self._start_bundle(status)
             per_cell = len(s.concurrency) * s.repeats * len(self.prompts)
-            with Progress(
-                SpinnerColumn(),
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("requests"),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=self.console,
-                transient=False,
-            ) as progress:
+            with _progress_bar(self.console) as progress:
                 self._progress = progress
                 self._task = progress.add_task("bench", total=per_cell * len(self.matrix))
                 measurer = CellMeasurer(s, server, control, self.prompts, self._say, self._advance)
@@ -207,6 +203,20 @@ class MatrixRun:
         path = self.finish(complete=True)
         assert path is not None
         return path
+
+    def _server_client(self) -> ServerClient:
+        """The client every cell is measured with: room for the highest concurrency level in flight."""
+        s = self.s
+        return ServerClient(
+            s.url,
+            api=s.api,
+            max_tokens=s.max_tokens,
+            ignore_eos=s.ignore_eos,
+            connect_timeout=s.connect_timeout,
+            concurrency=max(s.concurrency),
+            read_timeout=s.read_timeout,
+            request_timeout=s.request_timeout,
+        )
 
     async def _plan_matrix(
         self, control: ControlClient | None, status: dict[str, Any] | None, info: JsonObject

@@ -19,7 +19,7 @@ from bench.client.workload import Prompt
 from bench.run.cell import CellDraft, record_plan
 from bench.run.passes import Reply
 from bench.run.repeat import measure_repeat, server_identity
-from bench.run.server_identity import PROBE_ERRORS, identity_of, is_simulated
+from bench.run.server_identity import PROBE_ERRORS, ServerIdentity, identity_of, is_simulated
 from bench.run.settings import RunSettings
 from launcher.errors import RuntimeFailure, UserError
 from launcher.runtime import activation
@@ -129,26 +129,9 @@ class CellMeasurer:
                 self.say(f"{name}: {cell.invalid_reason}; going on with the next profile")
                 return {}
         on_plan(await self.running_plan(cell))
-        missing = await self.check_backends(cell)
-        if missing:
-            cell.invalid_reason = f"expected backend not active: {missing}"
-            self.say(f"{name}: INVALID ({cell.invalid_reason}); going on with the next profile")
+        info = await self._ready_server(cell)
+        if info is None:
             return {}
-        try:
-            await server.wait_healthy(s.health_timeout)
-            info = await server.server_info()
-        except (RuntimeFailure, *PROBE_ERRORS) as exc:
-            cell.invalid_reason = f"server not healthy: {exc}"
-            return {}
-        server.configure_from_server_info(info)
-        cell.max_running_requests = server.running_cap
-        refused = over_cap(s.concurrency, server.running_cap, name)
-        if refused:
-            cell.invalid_reason = refused
-            raise UserError(refused)
-        sim = is_simulated(info)
-        cell.simulated = sim
-        cell.server = {"version": info.get("version"), **identity_of(info).signals(), "simulated": sim}
         self.phase("warming up")
         seen = await server_identity(server, self.control)  # every repeat must run on this same start
         runs = seen.digest if seen is not None else None
@@ -162,6 +145,44 @@ class CellMeasurer:
             cell.invalid_reason = warm_reason
             return info
         self.phase("measuring")
+        if not await self._measure_repeats(cell, repeats, on_rows, seen):
+            return info
+        if on_logprobs is not None and all(rep.valid for rep in cell.per_repeat):  # an invalid cell is not gated
+            await self._gate_pass(cell, on_logprobs, top_k, pass_levels)
+        return info
+
+    async def _ready_server(self, cell: CellDraft) -> JsonObject | None:
+        """The server's /server_info once the cell's backends run and the server is healthy, the client set up
+        from it and the cell given the server's record; None when the cell is invalid (its reason set). UserError
+        when a concurrency level is above the server's running cap (`over_cap`)."""
+        s, server, name = self.settings, self.server, cell.label
+        missing = await self.check_backends(cell)
+        if missing:
+            cell.invalid_reason = f"expected backend not active: {missing}"
+            self.say(f"{name}: INVALID ({cell.invalid_reason}); going on with the next profile")
+            return None
+        try:
+            await server.wait_healthy(s.health_timeout)
+            info = await server.server_info()
+        except (RuntimeFailure, *PROBE_ERRORS) as exc:
+            cell.invalid_reason = f"server not healthy: {exc}"
+            return None
+        server.configure_from_server_info(info)
+        cell.max_running_requests = server.running_cap
+        refused = over_cap(s.concurrency, server.running_cap, name)
+        if refused:
+            cell.invalid_reason = refused
+            raise UserError(refused)
+        sim = is_simulated(info)
+        cell.simulated = sim
+        cell.server = {"version": info.get("version"), **identity_of(info).signals(), "simulated": sim}
+        return info
+
+    async def _measure_repeats(self, cell: CellDraft, repeats: int,
+                               on_rows: Callable[[list[RequestRecord]], None], seen: ServerIdentity | None) -> bool:
+        """`repeats` timed repeats at every concurrency level into the cell, each on the server start `seen`; after
+        an invalid one, the server must be healthy again. False when it is not (the cell invalid with its reason)."""
+        s, server, name = self.settings, self.server, cell.label
         for c in s.concurrency:
             for r in range(repeats):
                 rep, rows, seen = await measure_repeat(server=server, control=self.control, prompts=self.prompts,
@@ -175,18 +196,21 @@ class CellMeasurer:
                         await server.wait_healthy(s.health_timeout)
                     except RuntimeFailure as exc:
                         cell.invalid_reason = f"server did not come back: {exc}"
-                        return info
-        if on_logprobs is not None and all(rep.valid for rep in cell.per_repeat):  # an invalid cell is not gated
-            self.phase("checking correctness")
-            try:
-                on_logprobs(await self.correctness_pass(top_k, pass_levels))
-            except RuntimeFailure as exc:
-                cell.invalid_reason = f"correctness pass failed: {exc}"
-            except (ValueError, TypeError, LookupError, ArithmeticError, RecursionError) as exc:
-                # a reply the bench could not read (reading it is meant never to raise): this cell's failure, with
-                # its reason, never the run's (which would leave a partial bundle)
-                cell.invalid_reason = f"correctness pass failed: a reply the bench could not read ({_short(exc)})"
-        return info
+                        return False
+        return True
+
+    async def _gate_pass(self, cell: CellDraft, on_logprobs: Callable[[list[Reply]], None], top_k: int,
+                         levels: Sequence[int]) -> None:
+        """The correctness pass's replies to `on_logprobs`; a pass that fails makes the cell invalid with its reason."""
+        self.phase("checking correctness")
+        try:
+            on_logprobs(await self.correctness_pass(top_k, levels))
+        except RuntimeFailure as exc:
+            cell.invalid_reason = f"correctness pass failed: {exc}"
+        except (ValueError, TypeError, LookupError, ArithmeticError, RecursionError) as exc:
+            # a reply the bench could not read (reading it is meant never to raise): this cell's failure, with
+            # its reason, never the run's (which would leave a partial bundle)
+            cell.invalid_reason = f"correctness pass failed: a reply the bench could not read ({_short(exc)})"
 
 
 def over_cap(levels: Sequence[int], cap: int | None, name: str, source: str = "its /server_info") -> str | None:

@@ -11,10 +11,9 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 from bench.bundle import aggregate as bundle_aggregate
-from bench.bundle.schema import RepeatSummary
+from bench.bundle.cell_numbers import RepeatSummary
 from bench.client.request_record import RequestRecord
 from bench.client.server_client import ServerClient
 from bench.client.workload import Prompt
@@ -23,13 +22,13 @@ from launcher.errors import RuntimeFailure
 from launcher.runtime.api.control_client import ControlClient
 
 
-def _number(value: Any) -> int | float | None:
+def _number(value: object) -> int | float | None:
     """A number the server reported, None for anything else (a repeat records numbers only)."""
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     return value if ok else None
 
 
-def _count(value: Any) -> int | None:
+def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -73,7 +72,7 @@ async def measure_repeat(
     after = await server_identity(server, control)
     m1 = await server.metrics_counters() if after is not None else None
     summary = bundle_aggregate.repeat_summary(records, duration)
-    accept: dict[str, Any] = {}
+    accept: dict[str, float | str] = {}  # the accept length from /metrics and its source, when measured there
     if summary.accept_length is None and spec != "off" and m0 and m1:
         dv = m1.get("sglang:spec_verify_calls_total", 0.0) - m0.get("sglang:spec_verify_calls_total", 0.0)
         dt = m1.get("sglang:generation_tokens_total", 0.0) - m0.get("sglang:generation_tokens_total", 0.0)

@@ -12,13 +12,14 @@ exit 2, a server's is a runtime failure (exit 1), both before anything is writte
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from bench import JsonObject
+from pydantic import ValidationError
+
 from launcher.errors import RuntimeFailure, UserError
 from launcher.profiles import adaptive_tiers
 from launcher.profiles.catalog import check_name
+from launcher.runtime.api.bodies import ServerStatus
 
 CURRENT = "current"
 KEYWORDS = ("stable", "all")
@@ -45,8 +46,9 @@ def csv(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
-def resolve_profiles(requested: str, available: Sequence[dict[str, Any]], where: str) -> list[str]:
-    """Names, or the keywords 'stable' / 'all', against the server's profile list (exit 2 on unknown)."""
+def resolve_profiles(requested: str, available: Sequence[Mapping[str, object]], where: str) -> list[str]:
+    """Names, or the keywords 'stable' / 'all', against the server's profile list (exit 2 on unknown): GET /profiles'
+    entries as the control client passes them on (each with a string `name`; `status` read where it is "stable")."""
     names = csv(requested)
     if not names:
         raise UserError("--profiles is empty; give names, 'stable' or 'all'")
@@ -88,7 +90,7 @@ def single_name(flag: str, value: str | None) -> str | None:
     return names[0]
 
 
-def spec_from_server_info(info: JsonObject) -> str | None:
+def spec_from_server_info(info: Mapping[str, object]) -> str | None:
     """The kit's spec-mode name for what a server runs (EAGLE3 -> eagle3, none -> off), if it says."""
     if not info:
         return None
@@ -100,18 +102,31 @@ def spec_from_server_info(info: JsonObject) -> str | None:
     return {"EAGLE3": "eagle3", "NGRAM": "ngram"}.get(str(algo).upper(), str(algo).lower())
 
 
+def status_of(status: ServerStatus | Mapping[str, object] | None) -> ServerStatus | None:
+    """/status as its model, also from the body as the bundle records it (`ServerStatus.to_json`);
+    RuntimeFailure when that body is not /status's shape."""
+    if status is None or isinstance(status, ServerStatus):
+        return status
+    try:
+        return ServerStatus.model_validate(status)
+    except ValidationError as exc:
+        raise RuntimeFailure(f"the control API's /status is not a status the bench can read: {exc.errors()[0]['msg']}; "
+                             "nothing was written") from None
+
+
 def no_switch_label(
     given_profile: str | None,
     given_spec: str | None,
-    status: dict[str, Any] | None,
-    server_info: JsonObject,
+    status: ServerStatus | Mapping[str, object] | None,
+    server_info: Mapping[str, object],
 ) -> tuple[str, str]:
     """(profile, spec) of the one cell: the server's own word first, then the user's names, then `current`."""
-    running_p = (status or {}).get("profile")
+    running = status_of(status)
+    running_p = running.profile if running is not None else None
     if running_p:
         running_p = server_name("profile", running_p, "the control API's /status")
-    if (status or {}).get("spec"):
-        running_s = server_name("spec", (status or {})["spec"], "the control API's /status")
+    if running is not None and running.spec:
+        running_s = server_name("spec", running.spec, "the control API's /status")
     else:
         running_s = spec_from_server_info(server_info)
         if running_s:

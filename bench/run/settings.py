@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from bench import args as flags
 from bench.args import at_least, option, seconds
@@ -78,7 +78,7 @@ class RunSettings(RunKnobs):
     def switching(self) -> bool:
         return not self.no_switch
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The manifest's `settings`: each point as {"steps", "topk", "draft_tokens"}; `--fleet` as each host's
         name (`fleet_host`), not the file's."""
         out = asdict(self)

@@ -30,205 +30,39 @@ CUDA graph) are then left out of the means and counted in `steps_left_out`.
 
 from __future__ import annotations
 
-import bisect
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from bench import JsonObject
 from bench.trace.classify import (
     HOST_ALLGATHER_OPS,
     HOST_ALLREDUCE_ANNOTATIONS,
     HOST_ALLREDUCE_OPS,
     HOST_BROADCAST_OPS,
-    KernelClass,
-    classify_copy,
-    classify_kernel,
 )
 from bench.trace.load import TraceEvent
-from bench.trace.step_names import KIND_PREFERENCE, step_kind
+from bench.trace.result import (
+    CallStats,
+    DeviceTimeline,
+    StepRecord,
+    StepSummary,
+    StreamTimeline,
+    TraceResult,
+)
+from bench.trace.spans import (
+    ANNOTATION_CATS,
+    GpuEvent,
+    Span,
+    SpanIndex,
+    collect,
+    merge_intervals,
+    step_spans,
+    union_length,
+)
+from bench.trace.verdict import verdict
 
-KERNEL_CATS = {"kernel", "gpu_op"}
-COPY_CATS = {"gpu_memcpy", "gpu_memset", "memcpy", "memset"}
-RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
-ANNOTATION_CATS = {"user_annotation"}
-GPU_ANNOTATION_CATS = {"gpu_user_annotation"}
 GAP_US = 5.0  # idle gaps shorter than this are launch jitter, not counted as gaps
-
-@dataclass
-class GpuEvent:
-    name: str
-    pid: Any
-    tid: Any
-    ts: float
-    dur: float
-    corr: Any
-    cls: KernelClass
-
-    @property
-    def end(self) -> float:
-        return self.ts + self.dur
-
-
-@dataclass
-class Span:
-    name: str
-    kind: str
-    pid: Any
-    tid: Any
-    ts: float
-    end: float
-    ext: Any = None  # the profiler's "External id": links a gpu_user_annotation to its CPU range
-    partner: Span | None = None  # for a GPU-side range: the CPU range it mirrors, when known
-    kernels: list[GpuEvent] = field(default_factory=list)
-    host_ops: list[tuple[float, float]] = field(default_factory=list)
-
-
-def union_length(intervals: list[tuple[float, float]]) -> float:
-    """Total length covered by possibly overlapping (start, end) intervals."""
-    return sum(e - s for s, e in merge_intervals(intervals))
-
-
-def merge_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[tuple[float, float]] = []
-    for s, e in sorted(intervals):
-        if merged and s <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
-        else:
-            merged.append((s, e))
-    return merged
-
-
-def _num(x: Any) -> float | None:
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return None
-
-
-class _SpanIndex:
-    """Innermost-span lookup per (pid, tid) by timestamp."""
-
-    def __init__(self, spans: list[Span]) -> None:
-        self.by_key: dict[tuple[Any, Any], tuple[list[float], list[Span]]] = {}
-        groups: dict[tuple[Any, Any], list[Span]] = {}
-        for s in spans:
-            groups.setdefault((s.pid, s.tid), []).append(s)
-        for key, group in groups.items():
-            group.sort(key=lambda s: s.ts)
-            self.by_key[key] = ([s.ts for s in group], group)
-
-    def find(self, pid: Any, tid: Any, ts: float, any_tid: bool = False) -> Span | None:
-        keys = [k for k in self.by_key if k[0] == pid] if any_tid else [(pid, tid)]
-        best: Span | None = None
-        for key in keys:
-            if key not in self.by_key:
-                continue
-            starts, group = self.by_key[key]
-            i = bisect.bisect_right(starts, ts) - 1
-            for j in range(i, max(i - 64, -1), -1):
-                if group[j].ts <= ts <= group[j].end:
-                    if best is None or group[j].ts > best.ts:
-                        best = group[j]
-                    break
-        return best
-
-
-@dataclass(frozen=True)
-class CallStats:
-    """The calls of one collective (or family, or host op): how many, and their duration in µs."""
-
-    count: int = 0
-    mean_us: float | None = None
-    p50_us: float | None = None
-    p99_us: float | None = None
-    total_us: float = 0.0
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One step (a CPU step range, or a GPU annotation without one) and what ran in it."""
-
-    kind: str
-    name: str
-    cpu_ms: float
-    gpu_window_ms: float
-    gpu_busy_ms: float
-    comm_ms: float
-    allreduces: int
-    broadcasts: int
-    allgathers: int
-    comm_kernels: int
-    host_allreduces: int
-    host_comm_ms: float
-
-
-@dataclass(frozen=True)
-class StepSummary:
-    """The steps of one kind: means per step, communication share, collectives per step."""
-
-    steps: int
-    mean_cpu_ms: float
-    mean_gpu_window_ms: float
-    mean_gpu_busy_ms: float
-    mean_comm_ms: float
-    comm_share: float | None
-    allreduces_per_step: float
-    broadcasts_per_step: float
-    allgathers_per_step: float
-    host_allreduces_per_step: float
-    steps_left_out: int
-
-
-@dataclass(frozen=True)
-class StreamTimeline:
-    stream: Any  # the trace's tid, as it names it
-    kernels: int
-    busy_ms: float
-    comm_ms: float
-
-
-@dataclass(frozen=True)
-class DeviceTimeline:
-    """One device's GPU timeline: span, busy, communication and idle time, its idle gaps, its streams."""
-
-    device: Any  # the trace's pid, as it names it
-    span_ms: float
-    busy_ms: float
-    comm_ms: float
-    idle_ms: float
-    idle_gaps: int
-    largest_gap_us: float
-    streams: list[StreamTimeline]
-
-
-@dataclass(frozen=True)
-class TraceResult:
-    """The analysis of one trace (module docstring); `to_json` is `bench trace --json`'s output."""
-
-    source: str  # "gpu", "host" or "none": where the communication figures come from
-    step_marker_tier: int | None
-    kernels: int
-    comm_kernels: int
-    allreduce: CallStats
-    broadcast: CallStats
-    allgather: CallStats
-    comm_by_op: dict[str, CallStats]
-    comm_by_family: dict[str, CallStats]
-    host_allreduce: CallStats
-    host_broadcast: CallStats
-    host_allgather: CallStats
-    devices: list[DeviceTimeline]
-    steps: dict[str, StepSummary]
-    step_records: list[StepRecord]
-    verdict: str = ""
-    file: str | None = None  # the trace file, when read from one
-
-    def to_json(self) -> JsonObject:
-        data = asdict(self)
-        file = data.pop("file")
-        return data if file is None else {"file": file, **data}
 
 
 def _stats(values: list[float]) -> CallStats:
@@ -243,66 +77,6 @@ def _stats(values: list[float]) -> CallStats:
         total_us=round(float(arr.sum()), 3),
     )
 
-
-def _collect(
-    events: list[TraceEvent],
-) -> tuple[list[GpuEvent], dict[Any, tuple[Any, Any, float]], list[TraceEvent]]:
-    kernels: list[GpuEvent] = []
-    launches: dict[Any, tuple[Any, Any, float]] = {}
-    cpu: list[TraceEvent] = []
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        cat = str(e.get("cat", "")).lower()
-        ts, dur = _num(e.get("ts")), _num(e.get("dur"))
-        if ts is None or dur is None:
-            continue
-        args = e.get("args") or {}
-        corr = args.get("correlation") if isinstance(args, dict) else None
-        name = str(e.get("name", ""))
-        if cat in KERNEL_CATS or cat in COPY_CATS:
-            cls = classify_kernel(name) if cat in KERNEL_CATS else classify_copy(name)
-            kernels.append(GpuEvent(name, e.get("pid"), e.get("tid"), ts, dur, corr, cls))
-        elif cat in RUNTIME_CATS:
-            if corr is not None:
-                launches[corr] = (e.get("pid"), e.get("tid"), ts)
-        elif cat in ANNOTATION_CATS or cat in GPU_ANNOTATION_CATS or cat == "cpu_op":
-            cpu.append({**e, "cat": cat, "ts": ts, "dur": dur})
-    return kernels, launches, cpu
-
-
-def _steps(cpu: list[TraceEvent]) -> tuple[list[Span], list[Span], int | None]:
-    """CPU step spans and GPU-annotation step spans of the most specific tier present."""
-    marked = []
-    for e in cpu:
-        if e["cat"] not in ANNOTATION_CATS and e["cat"] not in GPU_ANNOTATION_CATS:
-            continue
-        sk = step_kind(str(e.get("name", "")))
-        if sk is None or not sk[1]:
-            continue
-        marked.append((sk[0], sk[1], e))
-    if not marked:
-        return [], [], None
-    tier = min(t for t, _, _ in marked)
-    host, gpu = [], []
-    for t, kind, e in marked:
-        if t != tier:
-            continue
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        span = Span(
-            str(e["name"]),
-            kind,
-            e.get("pid"),
-            e.get("tid"),
-            e["ts"],
-            e["ts"] + e["dur"],
-            ext=args.get("External id"),
-        )
-        (gpu if e["cat"] in GPU_ANNOTATION_CATS else host).append(span)
-    by_ext = {s.ext: s for s in host if s.ext is not None}
-    for s in gpu:
-        s.partner = by_ext.get(s.ext) if s.ext is not None else None
-    return host, gpu, tier
 
 
 def _host_allreduces(cpu: list[TraceEvent]) -> list[TraceEvent]:
@@ -410,9 +184,9 @@ def _summarise_steps(records: list[StepRecord], source: str) -> dict[str, StepSu
 
 def analyse_events(events: list[TraceEvent], file: str | None = None) -> TraceResult:
     """The full analysis (see module docstring for the definitions); `file`: the trace file it came from."""
-    kernels, launches, cpu = _collect(events)
-    host_spans, gpu_spans, tier = _steps(cpu)
-    host_index, gpu_index = _SpanIndex(host_spans), _SpanIndex(gpu_spans)
+    kernels, launches, cpu = collect(events)
+    host_spans, gpu_spans, tier = step_spans(cpu)
+    host_index, gpu_index = SpanIndex(host_spans), SpanIndex(gpu_spans)
     for k in kernels:
         span = None
         launch = launches.get(k.corr) if k.corr is not None else None
@@ -463,43 +237,3 @@ def analyse_events(events: list[TraceEvent], file: str | None = None) -> TraceRe
     )
     return replace(result, verdict=verdict(result))
 
-
-def _main_kind(steps: dict[str, StepSummary]) -> str | None:
-    for kind in KIND_PREFERENCE:
-        if kind in steps:
-            return kind
-    return next(iter(steps), None)
-
-
-def verdict(result: TraceResult) -> str:
-    """One line: 'communication 70% of verify; 123 all-reduces/step; 3 broadcasts/step; 1 all-gathers/step;
-    mean 205 µs' (the mean is the all-reduces'; broadcasts and all-gathers only when the step has them)."""
-    source = result.source
-    if source == "none":
-        return f"no communication found: no communication kernels and no host all-reduce ops in {result.kernels} GPU events"
-    stats = result.allreduce if source == "gpu" else result.host_allreduce
-    mean = f"mean {stats.mean_us:.0f} µs" if stats.mean_us is not None else "no all-reduces"
-    note = ""
-    if source == "host":
-        note = " (host-side op time: the trace has no communication kernels" + (
-            ", e.g. NCCL with one rank)" if result.kernels else ", CPU-only trace)"
-        )
-    kind = _main_kind(result.steps)
-    if kind is None:
-        if source == "gpu":
-            busy = sum(d.busy_ms for d in result.devices)
-            comm = sum(d.comm_ms for d in result.devices)
-            share = f"{comm / busy:.0%} of GPU busy time" if busy > 0 else "of unknown share"
-        else:
-            share = "of unknown share"
-        return f"communication {share} (no step markers); {stats.count} all-reduces; {mean}{note}"
-    s = result.steps[kind]
-    share = f"{s.comm_share:.0%}" if s.comm_share is not None else "?"
-    others = "".join(f"; {_count_text(n)} {what}/step"
-                     for n, what in ((s.broadcasts_per_step, "broadcasts"), (s.allgathers_per_step, "all-gathers")) if n)
-    return (f"communication {share} of {kind}; {_count_text(s.allreduces_per_step)} all-reduces/step{others}; "
-            f"{mean}{note}")
-
-
-def _count_text(per_step: float) -> str:
-    return f"{per_step:.0f}" if per_step == int(per_step) else f"{per_step:.1f}"

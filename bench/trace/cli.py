@@ -6,9 +6,9 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from bench.args import CliArgs, entry_point, print_result
+from bench.args import CliArgs, ParserOptions, entry_point, print_result
 from launcher.errors import UserError
 
 EPILOG = """step markers recognised: SGLang's step[VERIFY ..]/step[DECODE ..]/step[DRAFT ..]/step[EXTEND ..]
@@ -26,7 +26,7 @@ class TraceArgs(CliArgs):
     description: ClassVar[str] = (
         "Analyse a torch-profiler Chrome trace (.json/.json.gz), or capture one from a running server."
     )
-    parser_options: ClassVar[dict[str, Any]] = {
+    parser_options: ClassVar[ParserOptions] = {
         "epilog": EPILOG, "formatter_class": argparse.RawDescriptionHelpFormatter, "allow_abbrev": False,
     }
 

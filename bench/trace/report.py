@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from bench.report.tables import fmt, table
-from bench.trace.analyse import CallStats, TraceResult
+from bench.trace.result import CallStats, TraceResult
 
 
 def print_report(result: TraceResult, console: Console | None = None) -> None:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from bench import JsonObject
 from bench.bundle import names as bundle_names
@@ -303,19 +302,18 @@ def _plan_for(profile: str, measured: Mapping[str, Mapping[int, float]], off: Ma
                                        tuple(lv for lv in group if lv != level)))
     winners.sort(key=lambda w: w.level)
     statics = [m for lb, m in measured.items() if Candidate.parse(lb).spec == "eagle3" and all(lv in m for lv in levels)]
-    common: dict[str, Any] = dict(profile=profile, winners=tuple(winners),
-                                  predicted=geomean(w.tokps for w in winners),
-                                  best_static=max((_geomean_at(m, levels) for m in statics), default=None),
-                                  by_profile=by_profile, routing=routing, measured=measured, off=off)
+    found = AdaptivePlan(profile=profile, winners=tuple(winners), predicted=geomean(w.tokps for w in winners),
+                         best_static=max((_geomean_at(m, levels) for m in statics), default=None),
+                         by_profile=by_profile, routing=routing, measured=measured, off=off)
     if off and all(level in off and off[level] > max(m[level] for m in measured.values() if level in m)
                    for level in levels):
-        return AdaptivePlan(**common, reason=f"off is faster than every EAGLE measurement at every level on {profile}: "
-                                             f"speculation pays nowhere, and {NO_OFF}")
+        return replace(found, reason=f"off is faster than every EAGLE measurement at every level on {profile}: "
+                                      f"speculation pays nowhere, and {NO_OFF}")
     if len({w.steps for w in winners}) == 1:
-        return AdaptivePlan(**common, reason=f"{winners[0].label} serves every tier ({winners[0].steps} steps at "
-                                             "every level): that static point is the adaptive plan already")
+        return replace(found, reason=f"{winners[0].label} serves every tier ({winners[0].steps} steps at "
+                                      "every level): that static point is the adaptive plan already")
     try:
         tiers = from_levels({w.level: w.steps for w in winners}, routing)
     except UserError as exc:
-        return AdaptivePlan(**common, reason=str(exc))
-    return AdaptivePlan(**common, tiers=tiers)
+        return replace(found, reason=str(exc))
+    return replace(found, tiers=tiers)

@@ -24,8 +24,8 @@ from bench.client.workload import choose_prompts
 from bench.control.hold import MeasureHold, holder_of
 from bench.run import correctness, logprob_gate
 from bench.tune import production, result, space
-from bench.tune.decision import Objective
 from bench.tune.journal import JOURNAL
+from bench.tune.objective import Objective
 from bench.tune.profile_out import check_profile_target
 from bench.tune.runner import TuneRun
 from bench.tune.settings import TuneSettings

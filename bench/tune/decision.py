@@ -41,153 +41,36 @@ found 80% of the time and how often a 3% gain would be found, so that "the runni
 rightly. The false-winner rate and power of this rule under the blocked schedule are simulated in
 tools/tune_schedule_sim.py (docs/tune.md).
 
-**Paired by prompt (reported, not part of the rule).** The rule's interval resamples repeats: it says how
-sure the timing is on *these* prompts. Where the final's request rows are kept, `paired_by_prompt` adds, for
-each correct finalist against the running plan, each prompt's request tok/s (output tokens / end-to-end
-time, averaged over that prompt's final requests at the objective's concurrency) in one arm divided by the
-other's, then the median of those per-prompt ratios with a percentile-bootstrap 95% interval that resamples
-the *prompts* (seeded). It reads as "on a prompt like these, the finalist is x times as fast", and its width
-shows how much the gain depends on which prompts are sent (with greedy EAGLE the accept length is nearly
-fixed per prompt, so repeats alone cannot show that). It never changes the outcome: the winner rule, its
-false-winner floor and its power are the ones above.
+**Paired by prompt** (bench/tune/paired.py) is reported beside the decision, never part of the rule.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from statistics import NormalDist
-from typing import Any, Literal
+from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
 
 import numpy as np
 
 from bench import JsonObject
-from bench.client.request_record import RequestRecord
+from bench.tune.bootstrap import (
+    CONFIDENCE,
+    MIN_GAIN,
+    POWER_GAIN,
+    POWER_TARGET,
+    RESAMPLES,
+    Arm,
+    Power,
+    bootstrap_diff,
+    flat,
+    power,
+)
+from bench.tune.objective import Objective
+from bench.tune.paired import PairedByPrompt
 
-RESAMPLES = 10_000
-CONFIDENCE = 0.95
 MIN_REPEATS = 3  # fewer values per arm cannot be decided on (underpowered)
 FINAL_REPEATS = 8  # the final's default repeats per arm
-POWER_GAIN = 0.03  # the gain every decision states its power for
-POWER_TARGET = 0.8
-MIN_GAIN = 0.01  # a lead's interval must clear 1% of the other's mean
-
-
-@dataclass(frozen=True)
-class RequestTiming:
-    ok: bool
-    ttft_ms: float | None
-    tpot_ms: float | None
-    output_tokens: int
-
-
-@dataclass(frozen=True)
-class Repeat:
-    """One measured repeat: its tok/s, wall time and (for goodput) each request's timings."""
-
-    tokps: float
-    duration_s: float
-    requests: tuple[RequestTiming, ...] = ()
-
-
-@dataclass(frozen=True)
-class Objective:
-    kind: Literal["tokps", "goodput"] = "tokps"
-    concurrency: int = 1
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    goodput_unit: Literal["req/s", "tok/s"] = "req/s"
-    # `bench tune --adaptive`: tok/s judged across these concurrency levels at once, a repeat's value the geometric
-    # mean of its tok/s at each (bench/tune/levels.py); () judges at `concurrency` alone
-    levels: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.kind == "goodput" and (self.ttft_ms is None or self.tpot_ms is None):
-            raise ValueError("goodput needs both a TTFT and a TPOT target")
-        if self.concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if self.levels and self.kind != "tokps":
-            raise ValueError("an objective across concurrency levels is output tok/s")
-
-    @property
-    def unit(self) -> str:
-        return "tok/s" if self.kind == "tokps" else f"goodput {self.goodput_unit}"
-
-    def describe(self) -> str:
-        if self.levels:
-            return f"output tok/s, geometric mean over concurrency {', '.join(str(c) for c in self.levels)}"
-        if self.kind == "tokps":
-            return f"output tok/s at concurrency {self.concurrency}"
-        return (f"goodput ({self.goodput_unit} of requests with TTFT ≤ {self.ttft_ms:g} ms and TPOT ≤ "
-                f"{self.tpot_ms:g} ms) at concurrency {self.concurrency}")
-
-    def value(self, rep: Repeat) -> float:
-        if self.kind == "tokps":
-            return rep.tokps
-        return goodput(rep, self.ttft_ms or 0.0, self.tpot_ms or 0.0, self.goodput_unit)
-
-
-def meets(req: RequestTiming, ttft_ms: float, tpot_ms: float) -> bool:
-    if not req.ok or req.ttft_ms is None or req.ttft_ms > ttft_ms:
-        return False
-    return req.tpot_ms is None or req.tpot_ms <= tpot_ms
-
-
-def goodput(rep: Repeat, ttft_ms: float, tpot_ms: float, unit: str = "req/s") -> float:
-    """Requests/s (or their tok/s) of the repeat's requests that met both targets."""
-    if rep.duration_s <= 0:
-        return 0.0
-    good = [r for r in rep.requests if meets(r, ttft_ms, tpot_ms)]
-    amount = sum(r.output_tokens for r in good) if unit == "tok/s" else len(good)
-    return amount / rep.duration_s
-
-
-Arm = Sequence[float] | Sequence[Sequence[float]]  # values, or the values of each run (one switch each)
-
-
-def runs_of(arm: Arm) -> list[np.ndarray]:
-    """An arm as its runs: a flat list of values is one run per value (independent repeats); a list of lists
-    is the repeats of each run, which share their switch and their stretch of time."""
-    if len(arm) and all(isinstance(v, Sequence | np.ndarray) for v in arm):
-        return [np.asarray(r, dtype=float) for r in arm if len(r)]  # type: ignore[arg-type]
-    return [np.asarray([v], dtype=float) for v in arm]  # type: ignore[list-item]
-
-
-def flat(arm: Arm) -> list[float]:
-    return [float(v) for r in runs_of(arm) for v in r]
-
-
-def _resampled_means(runs: list[np.ndarray], rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """Means of `resamples` two-stage resamples: the arm's runs with replacement, then each chosen run's repeats
-    with replacement. Repeats of one run share its switch and its stretch of time (a neighbour's burst of load,
-    a server that came up a little slower), so they are not independent: resampling whole runs carries the
-    spread between runs into the interval. With one value per run this is the plain bootstrap of the values.
-    Deviations are widened by sqrt(k/(k-1)) over k runs (sqrt(n/(n-1)) over n repeats when there is one run)
-    so their spread is the sample variance's, not the biased (k-1)/k of it."""
-    sizes = np.array([len(r) for r in runs])
-    centre = float(np.concatenate(runs).mean())
-    within = np.stack([r[rng.integers(0, len(r), (resamples, len(r)))].mean(axis=1) for r in runs])  # k x R
-    k = len(runs)
-    if k == 1:
-        n = int(sizes[0])
-        return centre + (within[0] - centre) * (np.sqrt(n / (n - 1)) if n > 1 else 1.0)
-    pick = rng.integers(0, k, (resamples, k))
-    w = sizes[pick]
-    means = (within[pick, np.arange(resamples)[:, None]] * w).sum(axis=1) / w.sum(axis=1)
-    return centre + (means - centre) * np.sqrt(k / (k - 1))
-
-
-def bootstrap_diff(a: Arm, b: Arm, *, seed: int = 0, resamples: int = RESAMPLES,
-                   confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(mean(a) - mean(b), low, high): percentile bootstrap interval of the difference of means, resampling
-    each arm's runs, then their repeats (`_resampled_means`)."""
-    ra, rb = runs_of(a), runs_of(b)
-    rng = np.random.default_rng(seed)
-    ma, mb = _resampled_means(ra, rng, resamples), _resampled_means(rb, rng, resamples)
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.percentile(ma - mb, [tail, 100.0 - tail])
-    return float(np.concatenate(ra).mean() - np.concatenate(rb).mean()), float(low), float(high)
+TOKPS = Objective()  # the default objective: output tok/s at concurrency 1
 
 
 @dataclass(frozen=True)
@@ -210,99 +93,6 @@ KEEPS = {"worse": "every finalist is slower than the running plan",
          "no_gain": "nothing beats the running plan by more than the floor",
          "no correct candidate": "no finalist passed the correctness gate"}
 
-
-@dataclass(frozen=True)
-class Power:
-    """What the final could have found at the spread it measured (running plan against the best finalist)."""
-
-    se: float  # standard error of the difference of means, in the objective's unit
-    detectable_gain: float  # the gain (fraction of the running plan's mean) found 80% of the time
-    power_at_gain: float  # how often a POWER_GAIN gain would be found
-    gain: float = POWER_GAIN
-
-    def describe(self) -> str:
-        return (f"a {self.gain:.0%} gain would be found about {self.power_at_gain:.0%} of the time; "
-                f"a {self.detectable_gain:.1%} gain 80% of the time")
-
-
-def _var_of_mean(arm: Arm) -> float:
-    """Variance of an arm's mean: from its run means when it has several runs, else from its repeats."""
-    runs = runs_of(arm)
-    if len(runs) > 1 and any(len(r) > 1 for r in runs):
-        means = np.array([r.mean() for r in runs])
-        return float(means.var(ddof=1) / len(runs))
-    x = np.concatenate(runs) if runs else np.asarray([], dtype=float)
-    return float(x.var(ddof=1) / len(x)) if len(x) > 1 else 0.0
-
-
-def power(a: Arm, b: Arm, *, min_gain: float = MIN_GAIN, gain: float = POWER_GAIN) -> Power:
-    """Power of the rule for arm `a` against the running plan `b` at their measured spread (normal approximation)."""
-    se, mean = math.sqrt(_var_of_mean(a) + _var_of_mean(b)), float(np.mean(flat(b)))
-    z = NormalDist().inv_cdf(1 - (1 - CONFIDENCE) / 2)
-    if se <= 0 or mean <= 0:
-        return Power(se, min_gain, 1.0 if gain > min_gain else 0.0, gain)
-    detect = min_gain + (z + NormalDist().inv_cdf(POWER_TARGET)) * se / mean
-    return Power(se, detect, NormalDist().cdf((gain - min_gain) * mean / se - z), gain)
-
-
-@dataclass(frozen=True)
-class PairedByPrompt:
-    """One finalist against another arm, prompt by prompt (module docstring): the median of the per-prompt
-    ratios contender/other of `metric`, and its bootstrap interval over prompts."""
-
-    contender: str
-    other: str
-    metric: str
-    prompts: int  # prompts measured in both arms
-    median_ratio: float
-    ci_low: float
-    ci_high: float
-    resamples: int = RESAMPLES
-    confidence: float = CONFIDENCE
-    seed: int = 0
-
-    def describe(self) -> str:
-        return (f"paired by prompt ({self.prompts} prompts, {self.metric}): {self.contender} / {self.other} median "
-                f"ratio {self.median_ratio:.3f} ({self.confidence:.0%} interval {self.ci_low:.3f}..{self.ci_high:.3f})")
-
-
-PAIRED_METRIC = "request tok/s"
-
-
-def per_prompt_tokps(rows: Sequence[RequestRecord], concurrency: int | None = None) -> dict[str, float]:
-    """Prompt id -> the mean request tok/s (completion tokens / end-to-end seconds) of its successful requests,
-    at `concurrency` when given; a prompt with no such request is left out."""
-    got: dict[str, list[float]] = {}
-    for r in rows:
-        if concurrency is not None and (r.concurrency or 1) != concurrency:
-            continue
-        n, e2e = r.completion_tokens, r.e2e_s
-        if not r.ok or not r.prompt_id or not n or not e2e or e2e <= 0:
-            continue
-        got.setdefault(r.prompt_id, []).append(float(n) / float(e2e))
-    return {k: float(np.mean(v)) for k, v in got.items()}
-
-
-def paired_by_prompt(contender: Mapping[str, float], other: Mapping[str, float], *, names: tuple[str, str] = ("a", "b"),
-                     metric: str = PAIRED_METRIC, seed: int = 0, resamples: int = RESAMPLES,
-                     confidence: float = CONFIDENCE) -> PairedByPrompt | None:
-    """The median per-prompt ratio contender/other (prompt id -> value in each) with its percentile-bootstrap
-    interval over the prompts both arms have (resampled with replacement, seeded; deviations widened by
-    sqrt(n/(n-1)) as in `_resampled_means`); None with fewer than 2. With few prompts the interval is still a
-    little narrow: it covered identical arms 90-93% of the time at 8 prompts, 94% at 16, 95% at 32
-    (1,000 simulated pairs each)."""
-    common = sorted(k for k in contender if k in other and other[k] > 0 and contender[k] > 0)
-    if len(common) < 2:
-        return None
-    ratios = np.array([contender[k] / other[k] for k in common])
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(ratios), (resamples, len(ratios)))
-    centre = float(np.median(ratios))
-    medians = centre + (np.median(ratios[idx], axis=1) - centre) * math.sqrt(len(ratios) / (len(ratios) - 1))
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.percentile(medians, [tail, 100.0 - tail])
-    return PairedByPrompt(names[0], names[1], metric, len(common), centre, float(low), float(high),
-                          resamples, confidence, seed)
 
 
 @dataclass(frozen=True)
@@ -370,12 +160,25 @@ RULE = (
 )
 
 
-def _compare(a: str, b: str, role: str, samples: Mapping[str, Arm], means: Mapping[str, float], *,
-             seed: int, resamples: int, confidence: float, min_repeats: int, min_gain: float) -> Comparison:
-    diff, low, high = bootstrap_diff(samples[a], samples[b], seed=seed, resamples=resamples, confidence=confidence)
-    na, nb = len(flat(samples[a])), len(flat(samples[b]))
-    enough = min(na, nb) >= min_repeats
-    return Comparison(a, b, role, diff, low, high, na, nb, enough and low > max(0.0, min_gain * means[b]))
+
+@dataclass(frozen=True)
+class Bar:
+    """What a lead must clear: the bootstrap's resamples and confidence, the repeats each arm needs, and the
+    fraction of the other arm's mean the interval's low end must lie above."""
+
+    resamples: int = RESAMPLES
+    confidence: float = CONFIDENCE
+    min_repeats: int = MIN_REPEATS
+    min_gain: float = MIN_GAIN
+
+    def compare(self, a: str, b: str, role: str, samples: Mapping[str, Arm], means: Mapping[str, float], *,
+                seed: int) -> Comparison:
+        """Arm `a` against arm `b`: the interval of the difference of means, and whether `a` beats `b`."""
+        diff, low, high = bootstrap_diff(samples[a], samples[b], seed=seed, resamples=self.resamples,
+                                         confidence=self.confidence)
+        na, nb = len(flat(samples[a])), len(flat(samples[b]))
+        enough = min(na, nb) >= self.min_repeats
+        return Comparison(a, b, role, diff, low, high, na, nb, enough and low > max(0.0, self.min_gain * means[b]))
 
 
 def decide(
@@ -383,7 +186,7 @@ def decide(
     incumbent: str,
     *,
     rejected: Mapping[str, str] | None = None,
-    objective: Objective = Objective(),
+    objective: Objective = TOKPS,
     seed: int = 0,
     resamples: int = RESAMPLES,
     confidence: float = CONFIDENCE,
@@ -399,61 +202,74 @@ def decide(
     `rejected` names cells that failed the gate or their switch, with why: they are never chosen;
     `incumbent_wrong`: the running plan FAILed the gate, so the outcome is `running_plan_wrong` and the chosen
     plan the fastest correct finalist, else `fallback`."""
-    rejected = dict(rejected or {})
     rule = RULE.format(unit=objective.unit, conf=confidence, resamples=resamples, seed=seed, min_repeats=min_repeats,
                        gain=min_gain, power_gain=POWER_GAIN, target=POWER_TARGET)
     means = {k: float(np.mean(flat(v))) for k, v in samples.items() if flat(v)}
     counts = {k: len(flat(v)) for k, v in samples.items()}
-    correct = sorted((k for k in means if k not in rejected), key=lambda k: -means[k])
-    base = dict(incumbent=incumbent, objective=objective.describe(), rule=rule, means=means, repeats=counts,
-                rejected=rejected, resamples=resamples, confidence=confidence, seed=seed, min_gain=min_gain)
+    # the outcome with no correct finalist; every other outcome is this record with what it found
+    base = Decision("no correct candidate", incumbent, incumbent, None, None, objective.describe(), rule, means, counts,
+                    rejected=dict(rejected or {}), resamples=resamples, confidence=confidence, seed=seed,
+                    min_gain=min_gain)
+    correct = sorted((k for k in means if k not in base.rejected), key=lambda k: -means[k])
     contenders = [k for k in correct if k != incumbent]
-    kw = dict(resamples=resamples, confidence=confidence, min_repeats=min_repeats, min_gain=min_gain)
+    bar = Bar(resamples, confidence, min_repeats, min_gain)
     if incumbent_wrong:
-        return _replace_wrong(samples, incumbent, contenders, means, fallback, base, seed=seed, **kw)
+        return _replace_wrong(base, samples, contenders, fallback, bar)
     if not contenders:
-        return Decision("no correct candidate", incumbent, contender=None, runner_up=None, **base)
+        return base
+    return _against_running_plan(base, samples, contenders, bar)
+
+
+def _against_running_plan(base: Decision, samples: Mapping[str, Arm], contenders: Sequence[str], bar: Bar) -> Decision:
+    """The running plan passed the gate: the finalist that beats it (a winner, or a tie among those that do), else
+    why it stays."""
+    incumbent, means, seed = base.incumbent, base.means, base.seed
     best, runner_up = contenders[0], (contenders[1] if len(contenders) > 1 else None)
     if incumbent not in means:
-        return Decision("underpowered", incumbent, contender=best, runner_up=runner_up,
-                        reason="the running plan was not measured in the final", **base)
-    vs_inc = [_compare(c, incumbent, "running plan", samples, means, seed=seed + i, **kw)
-              for i, c in enumerate(contenders)]
+        return replace(base, outcome="underpowered", contender=best, runner_up=runner_up,
+                       reason="the running plan was not measured in the final")
+    vs_inc = [bar.compare(c, incumbent, "running plan", samples, means, seed=seed + i) for i, c in enumerate(contenders)]
     beats = [c.contender for c in vs_inc if c.significant]
-    pw = power(samples[best], samples[incumbent], min_gain=min_gain)
+    pw = power(samples[best], samples[incumbent], min_gain=bar.min_gain)
     if beats:
         chosen = beats[0]
-        among = [_compare(chosen, other, "runner-up", samples, means, seed=seed + 100 + i, **kw)
+        among = [bar.compare(chosen, other, "runner-up", samples, means, seed=seed + 100 + i)
                  for i, other in enumerate(beats[1:])]
         tied = [c.other for c in among if not c.significant]
-        return Decision("tie" if tied else "winner", chosen, contender=chosen, runner_up=runner_up,
-                        comparisons=[*among, *vs_inc], tied=tied, power=pw, **base)
-    short = [k for k in (best, incumbent) if counts[k] < min_repeats]
+        return replace(base, outcome="tie" if tied else "winner", chosen=chosen, contender=chosen, runner_up=runner_up,
+                       comparisons=[*among, *vs_inc], tied=tied, power=pw)
+    short = [k for k in (best, incumbent) if base.repeats[k] < bar.min_repeats]
+    outcome, reason = _why_it_stays(vs_inc, pw, short, bar.min_repeats)
+    return replace(base, outcome=outcome, contender=best, runner_up=runner_up, comparisons=vs_inc, power=pw,
+                   reason=reason)
+
+
+def _why_it_stays(vs_inc: Sequence[Comparison], pw: Power, short: Sequence[str], min_repeats: int) -> tuple[Outcome, str]:
+    """Nothing beats the running plan: every finalist slower (`worse`), too few repeats or too little power to tell
+    (`underpowered`), or a gain it would have found is not there (`no_gain`); with the reason stated."""
     if all(c.ci_high < 0 for c in vs_inc) and not short:
-        outcome, reason = "worse", ""
-    elif short or pw.power_at_gain < POWER_TARGET:
-        outcome = "underpowered"
-        reason = (f"{', '.join(short)} measured fewer than {min_repeats} times" if short
-                  else "the spread measured is too wide to tell")
-    else:
-        outcome, reason = "no_gain", ""
-    return Decision(outcome, incumbent, contender=best, runner_up=runner_up, comparisons=vs_inc, power=pw,
-                    reason=reason, **base)
+        return "worse", ""
+    if short:
+        return "underpowered", f"{', '.join(short)} measured fewer than {min_repeats} times"
+    if pw.power_at_gain < POWER_TARGET:
+        return "underpowered", "the spread measured is too wide to tell"
+    return "no_gain", ""
 
 
-def _replace_wrong(samples: Mapping[str, Arm], incumbent: str, contenders: Sequence[str], means: Mapping[str, float],
-                   fallback: str | None, base: dict[str, Any], *, seed: int, **kw: Any) -> Decision:
+def _replace_wrong(base: Decision, samples: Mapping[str, Arm], contenders: Sequence[str], fallback: str | None,
+                   bar: Bar) -> Decision:
     """The running plan FAILed the gate: the fastest correct finalist, with its intervals against the others and
     against the wrong plan (where it was measured), else `fallback`; never the running plan."""
-    why = base["rejected"].get(incumbent) or "wrong output"
+    incumbent, means, seed = base.incumbent, base.means, base.seed
+    why = base.rejected.get(incumbent) or "wrong output"
     if not contenders:
         if fallback is None:
             raise ValueError("a wrong running plan with no correct finalist needs a fallback to choose")
-        return Decision(RUNNING_PLAN_WRONG, fallback, contender=None, runner_up=None, reason=why, **base)
+        return replace(base, outcome=RUNNING_PLAN_WRONG, chosen=fallback, reason=why)
     best = contenders[0]
-    comps = [_compare(best, other, "runner-up", samples, means, seed=seed + 100 + i, **kw)
+    comps = [bar.compare(best, other, "runner-up", samples, means, seed=seed + 100 + i)
              for i, other in enumerate(contenders[1:])]
     if incumbent in means:
-        comps.append(_compare(best, incumbent, "running plan", samples, means, seed=seed, **kw))
-    return Decision(RUNNING_PLAN_WRONG, best, contender=best, runner_up=contenders[1] if len(contenders) > 1 else None,
-                    comparisons=comps, reason=why, **base)
+        comps.append(bar.compare(best, incumbent, "running plan", samples, means, seed=seed))
+    return replace(base, outcome=RUNNING_PLAN_WRONG, chosen=best, contender=best,
+                   runner_up=contenders[1] if len(contenders) > 1 else None, comparisons=comps, reason=why)

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, model_serializer, mo
 from bench import JsonObject
 from bench.bundle.schema import Cell
 from bench.client.request_record import RequestRecord
-from bench.tune.decision import Repeat
+from bench.tune.objective import Repeat
 from bench.tune.order import CellState
 from launcher.atomic import append_line
 

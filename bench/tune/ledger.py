@@ -5,7 +5,6 @@ cells finish; bench/tune/result.py reads it for the bundle and tune.json."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from bench.client.request_record import RequestRecord
 from bench.run import correctness, passes
@@ -90,7 +89,7 @@ class Ledger:
         return correctness.Side(label, texts, passed, sum(accepts) / len(accepts) if accepts else None,
                                 self.point_of(label, phases))
 
-    def gate(self, label: str) -> dict[str, Any] | None:
+    def gate(self, label: str) -> correctness.Verdict | None:
         """The correctness verdict of a cell's correctness pass against baseline's under its spec mode (the
         measured texts, and no log-probabilities, when it has none); None before the cell has outputs."""
         if not self.rows_of(label):

@@ -13,10 +13,10 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
-from bench.bundle.schema import RepeatSummary
+from bench.bundle.cell_numbers import RepeatSummary
 from bench.client.request_record import RequestRecord
-from bench.tune.decision import Objective, Repeat, RequestTiming
 from bench.tune.journal import Entry
+from bench.tune.objective import Objective, Repeat, RequestTiming
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -13,6 +13,7 @@ Reads tune.json as bench/tune/tune_file.py's `TuneFile`, defensively: a missing 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
@@ -86,6 +88,100 @@ def _title(tune: TuneFile) -> str:
     return f"{SIM_TITLE if tune.simulated else ''}{describe}\n{line}"
 
 
+@dataclass(frozen=True)
+class _Role:
+    """What a cell is on the plot: wrong output, not verified, failed, the winner, the running plan."""
+
+    wrong: bool
+    unverified: bool
+    failed: bool
+    winner: bool
+    incumbent: bool
+
+    @classmethod
+    def of(cls, cell: TuneCell, label: str, winner_label: str | None, incumbent_label: str | None) -> _Role:
+        # "invalid": never a candidate; red only for a FAIL, dotted for a cell the gate could not vouch for
+        unverified = cell.status == "invalid" and (cell.correctness.status if cell.correctness else None) != "FAIL"
+        wrong = cell.status == "invalid" and not unverified
+        failed = cell.status == "failed"
+        winner = winner_label is not None and label == winner_label and not (wrong or unverified or failed)
+        return cls(wrong, unverified, failed, winner, incumbent_label is not None and label == incumbent_label)
+
+    @property
+    def color(self) -> str:
+        return WRONG_COLOR if self.wrong else UNVERIFIED_COLOR if self.unverified else WINNER_COLOR if self.winner else (
+            INCUMBENT_COLOR if self.incumbent else OTHER_COLOR)
+
+
+def _status_tags(cell: TuneCell, role: _Role, mean: float | None) -> list[str]:
+    """The texts before a cell's numbers: why it is not a candidate (or has no numbers), WINNER, running plan."""
+    tags = []
+    if role.wrong:
+        tags.append(f"WRONG: {_short(_wrong_reason(cell))}")
+    elif role.unverified:
+        tags.append(f"NOT VERIFIED: {_short(_wrong_reason(cell))}")
+    elif role.failed:
+        tags.append(f"failed: {_short(cell.reason or 'server failed')}")
+    elif cell.status == "skipped":
+        tags.append(f"skipped: {_short(cell.reason)}" if cell.reason else "skipped")
+    elif mean is None:
+        tags.append("no numbers")
+    if role.winner:
+        tags.append("WINNER")
+    if role.incumbent:
+        tags.append("running plan")
+    return tags
+
+
+def _bar(ax: Axes, y: int, label: str, role: _Role, mean: float, ci: tuple[float, float] | None) -> None:
+    """One cell's bar with its 95% CI, coloured and hatched for its role; its patch named by the cell's label."""
+    xerr = None
+    if ci is not None:
+        xerr = [[max(0.0, mean - ci[0])], [max(0.0, ci[1] - mean)]]
+    bars = ax.barh(y, mean, height=0.7, xerr=xerr, capsize=3, color=role.color,
+                   hatch="//" if role.wrong else ".." if role.unverified else None,
+                   edgecolor="black" if role.wrong or role.unverified or role.winner else None,
+                   linewidth=1.5 if role.winner else 1.0)
+    bars.patches[0].set_gid(label)
+
+
+def _row(ax: Axes, y: int, cell: TuneCell, label: str, role: _Role) -> None:
+    """One cell's row: its bar when it has numbers, and its text right of the axes."""
+    mean, ci, reps, which = shown(cell)
+    tags = _status_tags(cell, role, mean)
+    if mean is not None and not role.failed and cell.status != "skipped":
+        _bar(ax, y, label, role, mean, ci)
+        ci_text = f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else ""
+        tags.append(f"{_fmt(mean)}{ci_text} ({which}, n={reps})")
+    ax.text(1.02, y, "  ".join(tags), transform=ax.get_yaxis_transform(), va="center", ha="left", fontsize=8,
+            parse_math=False, color=WRONG_COLOR if role.wrong else "black",
+            fontweight="bold" if role.winner or role.wrong else "normal")
+
+
+def _x_max(cells: list[TuneCell]) -> float:
+    """The longest bar with its error bar (1.0 with none): the x axis ends a little past it."""
+    highs = []
+    for c in cells:
+        mean, ci, _, _ = shown(c)
+        if mean is not None:
+            highs.append(max(mean, ci[1] if ci else mean))
+    return max(highs) if highs and max(highs) > 0 else 1.0
+
+
+def _legend(ax: Axes) -> None:
+    """The legend under the axes: one entry per bar style, and what the error bar is."""
+    ax.legend(handles=[
+        Patch(facecolor=WINNER_COLOR, edgecolor="black", label="winner"),
+        Patch(facecolor=INCUMBENT_COLOR, label="running plan"),
+        Patch(facecolor=OTHER_COLOR, label="other candidate"),
+        Patch(facecolor=WRONG_COLOR, hatch="//", edgecolor="black", label="wrong output (not a candidate)"),
+        Patch(facecolor=UNVERIFIED_COLOR, hatch="..", edgecolor="black",
+              label="not enough evidence (not a candidate)"),
+        Line2D([], [], color="black", marker="|", markersize=8, linestyle="-",
+               label="95% CI of the mean (n > 1): final = blocked final repeats, screening = screening repeats"),
+    ], loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=5.5, ncols=2, fontsize=8)
+
+
 def figure(data: TuneFile | Mapping[str, Any]) -> Figure:
     """The plot as a pyplot Figure (the caller closes it: plt.close(fig))."""
     tune = TuneFile.read(data)
@@ -98,58 +194,11 @@ def figure(data: TuneFile | Mapping[str, Any]) -> Figure:
     # No tight_layout: it would squeeze the axes to fit the text column; savefig's bbox_inches="tight"
     # grows the image around the tick labels, the texts and the legend instead.
     fig, ax = plt.subplots(figsize=(7.0, max(3.0, 0.5 * n + 1.8)))
-    highs = []
-    for c in cells:
-        mean, ci, _, _ = shown(c)
-        if mean is not None:
-            highs.append(max(mean, ci[1] if ci else mean))
-    xmax = max(highs) if highs and max(highs) > 0 else 1.0
-    column = ax.get_yaxis_transform()  # x in axes fraction, y in data: the texts right of the axes
-
     labels = []
     for i, c in enumerate(cells):
-        y = n - 1 - i  # first cell at the top
         label = c.label or f"cell {i + 1}"
         labels.append(label)
-        status = c.status
-        mean, ci, reps, which = shown(c)
-        tags = []
-        # "invalid": never a candidate; red only for a FAIL, dotted for a cell the gate could not vouch for
-        is_unverified = status == "invalid" and (c.correctness.status if c.correctness else None) != "FAIL"
-        is_wrong = status == "invalid" and not is_unverified
-        is_failed = status == "failed"
-        is_winner = winner_label is not None and label == winner_label and not (is_wrong or is_unverified or is_failed)
-        is_incumbent = incumbent_label is not None and label == incumbent_label
-        if is_wrong:
-            tags.append(f"WRONG: {_short(_wrong_reason(c))}")
-        elif is_unverified:
-            tags.append(f"NOT VERIFIED: {_short(_wrong_reason(c))}")
-        elif is_failed:
-            tags.append(f"failed: {_short(c.reason or 'server failed')}")
-        elif status == "skipped":
-            tags.append(f"skipped: {_short(c.reason)}" if c.reason else "skipped")
-        elif mean is None:
-            tags.append("no numbers")
-        if is_winner:
-            tags.append("WINNER")
-        if is_incumbent:
-            tags.append("running plan")
-        if mean is not None and not is_failed and status != "skipped":
-            color = WRONG_COLOR if is_wrong else UNVERIFIED_COLOR if is_unverified else WINNER_COLOR if is_winner else (
-                INCUMBENT_COLOR if is_incumbent else OTHER_COLOR)
-            xerr = None
-            if ci is not None:
-                xerr = [[max(0.0, mean - ci[0])], [max(0.0, ci[1] - mean)]]
-            bars = ax.barh(y, mean, height=0.7, xerr=xerr, capsize=3, color=color,
-                           hatch="//" if is_wrong else ".." if is_unverified else None,
-                           edgecolor="black" if is_wrong or is_unverified or is_winner else None,
-                           linewidth=1.5 if is_winner else 1.0)
-            bars.patches[0].set_gid(label)
-            ci_text = f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else ""
-            tags.append(f"{_fmt(mean)}{ci_text} ({which}, n={reps})")
-        ax.text(1.02, y, "  ".join(tags), transform=column, va="center", ha="left", fontsize=8,
-                parse_math=False, color=WRONG_COLOR if is_wrong else "black",
-                fontweight="bold" if is_winner or is_wrong else "normal")
+        _row(ax, n - 1 - i, c, label, _Role.of(c, label, winner_label, incumbent_label))  # first cell at the top
 
     if n:
         ax.set_yticks(range(n - 1, -1, -1), labels, fontsize=9, parse_math=False)
@@ -157,19 +206,10 @@ def figure(data: TuneFile | Mapping[str, Any]) -> Figure:
     else:
         ax.set_yticks([])
         ax.text(0.5, 0.5, "no cells", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlim(0, xmax * 1.05)  # from 0: a cut axis exaggerates small differences
+    ax.set_xlim(0, _x_max(cells) * 1.05)  # from 0: a cut axis exaggerates small differences
     ax.set_xlabel(f"{unit} (mean)" if unit else "mean", parse_math=False)
     ax.set_title(_title(tune), parse_math=False)
-    ax.legend(handles=[
-        Patch(facecolor=WINNER_COLOR, edgecolor="black", label="winner"),
-        Patch(facecolor=INCUMBENT_COLOR, label="running plan"),
-        Patch(facecolor=OTHER_COLOR, label="other candidate"),
-        Patch(facecolor=WRONG_COLOR, hatch="//", edgecolor="black", label="wrong output (not a candidate)"),
-        Patch(facecolor=UNVERIFIED_COLOR, hatch="..", edgecolor="black",
-              label="not enough evidence (not a candidate)"),
-        Line2D([], [], color="black", marker="|", markersize=8, linestyle="-",
-               label="95% CI of the mean (n > 1): final = blocked final repeats, screening = screening repeats"),
-    ], loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=5.5, ncols=2, fontsize=8)
+    _legend(ax)
     _mark_simulated(fig, tune.simulated)
     return fig
 

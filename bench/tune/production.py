@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
+from bench import JsonObject
 from bench.control import production
 from bench.tune import adaptive
 from bench.tune.decision import RUNNING_PLAN_WRONG
@@ -36,7 +36,7 @@ def start_wrong(run: TuneRun) -> bool:
     return run.incumbent is not None and run.cells.wrong(run.incumbent.label)
 
 
-def back_plan(run: TuneRun) -> dict[str, Any]:
+def back_plan(run: TuneRun) -> JsonObject:
     """Where production goes back to: the plan the tune started from, or, when the tune measured it WRONG, the
     gate's reference under its spec mode (the digest its cells ran, when they ran)."""
     if not start_wrong(run):

@@ -19,7 +19,7 @@ from bench.bundle import store as bundle
 from bench.run.cell import close_cell, new_cell
 from bench.run.matrix import MatrixRun
 from bench.tune import decision as rule
-from bench.tune import journal, order, plot, profile_out
+from bench.tune import journal, order, paired, plot, profile_out
 from bench.tune.profile_out import check_profile_target
 from bench.tune.runner import TuneRun
 from bench.tune.space import Candidate
@@ -106,20 +106,20 @@ def winner_of(run: TuneRun) -> Candidate | None:
     return Candidate.parse(d.chosen)
 
 
-def paired_by_prompt(run: TuneRun) -> list[rule.PairedByPrompt]:
+def paired_by_prompt(run: TuneRun) -> list[paired.PairedByPrompt]:
     """Each correct finalist against the running plan, prompt by prompt, from the final's request rows at the
-    objective's concurrency (bench/tune/decision.py): reported in tune.json and the summary, not decided on."""
+    objective's concurrency (bench/tune/paired.py): reported in tune.json and the summary, not decided on."""
     d = run.decision
     if d is None or d.incumbent not in d.means:
         return []
     conc = run.s.objective.concurrency
-    base = rule.per_prompt_tokps(run.cells.rows_of(d.incumbent, ("final",)), conc)
+    base = paired.per_prompt_tokps(run.cells.rows_of(d.incumbent, ("final",)), conc)
     out = []
     finalists = [k for k in d.means if k != d.incumbent and k not in d.rejected]
     for i, label in enumerate(sorted(finalists, key=lambda k: -d.means[k])):
-        got = rule.paired_by_prompt(rule.per_prompt_tokps(run.cells.rows_of(label, ("final",)), conc), base,
-                                    names=(label, d.incumbent), seed=d.seed + 200 + i, resamples=d.resamples,
-                                    confidence=d.confidence)
+        got = paired.paired_by_prompt(paired.per_prompt_tokps(run.cells.rows_of(label, ("final",)), conc), base,
+                                      names=(label, d.incumbent), seed=d.seed + 200 + i, resamples=d.resamples,
+                                      confidence=d.confidence)
         if got is not None:
             out.append(got)
     return out

@@ -29,7 +29,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -43,7 +42,7 @@ from bench.run.cell import close_cell, new_cell
 from bench.run.measure import CellMeasurer
 from bench.run.passes import Reply
 from bench.run.server_identity import PROBE_ERRORS, is_simulated
-from bench.tune import adaptive, journal, levels, order, outside, schedule, space, tune_state
+from bench.tune import adaptive, cell_entry, journal, order, outside, schedule, space, tune_state
 from bench.tune.decision import Decision, decide
 from bench.tune.ledger import Ledger, reference_label
 from bench.tune.planning import REFERENCE_PROFILE, plan_space
@@ -51,27 +50,10 @@ from bench.tune.progress import TuneProgress
 from bench.tune.settings import TuneSettings
 from bench.tune.space import Candidate
 from bench.tune.timing import Timing
-from launcher.errors import KitError, RuntimeFailure, UserError
-from launcher.profiles import loader
+from launcher.errors import RuntimeFailure, UserError
 from launcher.runtime.api.bodies import ServerStatus
 from launcher.runtime.api.control_client import ControlClient
 from launcher.runtime.core.states import ANSWERING, Outcome
-
-SERVER_ONLY = "server-only"  # the profile hash of a profile this machine has no file of
-
-
-def profile_hash(name: str) -> str:
-    """sha256 of the profile's files (its `extends` chain), or SERVER_ONLY when this machine has none."""
-    try:
-        return journal.profile_hash(loader.load(name).chain)
-    except (KitError, OSError):
-        return SERVER_ONLY
-
-
-def overlay_hash(specs: Sequence[str]) -> str:
-    """sha256 of the spec overlays in play: an edited overlay changes every cell under it."""
-    paths = [p for p in (loader.find_file(s, loader.SPEC_DIR) for s in specs) if p is not None]
-    return journal.profile_hash(paths)
 
 
 class TuneRun:
@@ -196,17 +178,11 @@ class TuneRun:
         measured = sum(float(r.duration or 0.0) for r in record.per_repeat)
         restarted = switch and (record.switch or {}).get("outcome") == Outcome.SWITCHED  # unchanged: free
         self.timing.observe(wall, measured, restarted, repeats if record.valid else 0)
-        common = dict(label=cand.label, profile=cand.profile, plan_digest=str(record.plan_digest or ""),
-                      profile_hash=self.hashes.get(cand.profile, SERVER_ONLY), settings_digest=self.settings_digest,
-                      phase=phase, round=rnd)
         detail = journal.Detail(cell=record, rows=rows, plan=plan, wall_s=wall, measure_s=measured,
                                 logprobs=passed if first and record.valid else None)
-        if record.valid:
-            entry = journal.Entry(status="ok", repeats=levels.repeats_of(record.per_repeat, rows, self.s.objective),
-                                  spec=cand.spec, spec_params=params, detail=detail, **common)
-        else:
-            entry = journal.Entry(status="failed", reason=str(record.invalid_reason), spec=cand.spec,
-                                  spec_params=params, detail=detail, **common)
+        entry = cell_entry.entry_of(cand, record, rows, detail, phase=phase, rnd=rnd, spec_params=params,
+                                    objective=self.s.objective, hashes=self.hashes,
+                                    settings_digest=self.settings_digest)
         self.record(entry)
         self.report(entry)
         return entry
@@ -234,7 +210,7 @@ class TuneRun:
             self.say(line)
 
     # ----- the phases ------------------------------------------------------------------------------
-    async def run(self) -> dict[str, Any]:
+    async def run(self) -> Decision:
         s = self.s
         async with contextlib.AsyncExitStack() as stack:
             server = await stack.enter_async_context(ServerClient(
@@ -258,14 +234,14 @@ class TuneRun:
                      + " (predicted tok/s; every profile's best first)")
             self.predictions, self.plan_digests = sp.predictions, sp.plan_digests
             # the correctness pass's top-k too: a pass asked for fewer alternatives cannot be reused for more
-            self.settings_digest = journal.settings_digest({**s.measuring(), "overlays": overlay_hash(s.reference_specs()),
+            self.settings_digest = journal.settings_digest({**s.measuring(), "overlays": cell_entry.overlay_hash(s.reference_specs()),
                                                             "logprob_top_k": self.thresholds.top_k})
             if s.fresh:
                 for src, dst in tune_state.set_aside(self.out):
                     self.say(f"--fresh: {src} kept as {dst.name}")
             self.start_plan = self.load_state(running)
             self.incumbent = Candidate.of_plan(self.start_plan)
-            self.hashes = {n: profile_hash(n) for n in {c.profile for c in self.candidates}
+            self.hashes = {n: cell_entry.profile_hash(n) for n in {c.profile for c in self.candidates}
                            | {self.incumbent.profile, REFERENCE_PROFILE}}
             resumed = journal.resume(self.out, profile_hashes=self.hashes, settings_digest=self.settings_digest,
                                      plan_digests=self.plan_digests)
@@ -287,7 +263,7 @@ class TuneRun:
                 await self.final(measurer)
             self.progress = None
         self.decision = self.decide()
-        return {"decision": self.decision}
+        return self.decision
 
     async def measure_in_place(self, measurer: CellMeasurer, status: ServerStatus, running: JsonObject) -> None:
         """The running plan's screening repeats where it runs, with the budget checked before and after them."""

@@ -5,13 +5,13 @@ on each other and builds it; tune.json records it (`to_json`)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
 
+from bench import JsonObject
 from bench import args as flags
 from bench.args import at_least, option
 from bench.run.settings import RunKnobs, RunSettings
 from bench.tune import decision, order, schedule, space
-from bench.tune.decision import Objective
+from bench.tune.objective import Objective
 from launcher import settings
 from launcher.errors import UserError
 from launcher.profiles.catalog import check_name
@@ -107,7 +107,7 @@ class TuneSettings(RunKnobs):
         --adaptive (its candidate is gated against baseline under the same mode)."""
         return (*self.specs, space.ADAPTIVE_SPEC) if self.adaptive else self.specs
 
-    def measuring(self) -> dict[str, Any]:
+    def measuring(self) -> JsonObject:
         """The settings a repeat's numbers depend on (not the budget, not the space, not where results go).
 
         A --prompts file counts by its content (sha256), not its path: another file, or the same one edited,
@@ -132,7 +132,7 @@ class TuneSettings(RunKnobs):
         return RunSettings(**{**shared, "concurrency": list(self.concurrency), "argv": list(self.argv)},
                            repeats=self.screen_repeats, no_switch=not switching, control_given=True)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """tune.json's `settings`; the goodput targets as `objective` holds them."""
         out = asdict(self)
         for name in ("ttft_ms", "tpot_ms", "goodput_unit"):

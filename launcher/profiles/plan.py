@@ -294,6 +294,26 @@ def evaluate(
     spec = spec or settings.default_spec(env_src)
     overlay = model_overlay_of(model_overlay, env_src)
     res, env, server = resolve(profile, spec, env_src, overlay)
+    point, pinned_by, tiers, tiers_from = _point_and_tiers(res, env, env_src, server, spec, spec_params, adaptive_tiers)
+    flags = compose_flags(server)
+    ctx = rules.Context(resolved=res, spec=spec, env=env, server=server, facts=host_facts, flags=flags,
+                        adaptive_tiers={b: list(steps) for b, steps in tiers.tiers} if tiers is not None else None)
+    findings = rules.evaluate(ctx, use_parser=use_parser)
+    if pinned_by is not None:
+        _blame_profile_point(findings, pinned_by)
+    elif spec_params is not None and point is not None:
+        _blame_option_point(findings, point)
+    plan = _plan_of(profile, spec, res, env, server, flags, findings,
+                    argv=server_cmd(env_src) + flags, overlay=overlay, pinned_by=pinned_by, tiers=tiers, tiers_from=tiers_from)
+    return plan, findings
+
+
+def _point_and_tiers(res: profiles.Resolved, env: Mapping[str, str], env_src: Mapping[str, str], server: dict,
+                     spec: str, spec_params: SpecParams | dict | str | None,
+                     adaptive_tiers: AdaptiveTiers | Mapping | str | None
+                     ) -> tuple[SpecParams | None, Path | None, AdaptiveTiers | None, Path | None]:
+    """(the EAGLE point, the profile file that pinned it, the adaptive tiers, the file that set them), by evaluate's
+    precedence; `server` gets the tiers' config file and the point's three flags."""
     point = coerce_spec_params(spec_params)
     pinned_by: Path | None = None  # the profile file whose [spec_params] the plan runs
     if point is None and res.spec_params is not None and is_eagle(server) and server.get("speculative-adaptive") is not True:
@@ -305,41 +325,28 @@ def evaluate(
             point = tiers.start_point(widest=str(env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")) == "1")
     if point is not None:
         apply_spec_params(server, point, spec)
-    flags = compose_flags(server)
-    ctx = rules.Context(resolved=res, spec=spec, env=env, server=server, facts=host_facts, flags=flags,
-                        adaptive_tiers={b: list(steps) for b, steps in tiers.tiers} if tiers is not None else None)
-    findings = rules.evaluate(ctx, use_parser=use_parser)
-    if pinned_by is not None:
-        _blame_profile_point(findings, pinned_by)
-    elif spec_params is not None and point is not None:
-        _blame_option_point(findings, point)
+    return point, pinned_by, tiers, tiers_from
+
+
+def _plan_of(profile: str, spec: str, res: profiles.Resolved, env: dict, server: dict, flags: list[str], findings: list,
+             *, argv: list[str], overlay: str, pinned_by: Path | None, tiers: AdaptiveTiers | None,
+             tiers_from: Path | None) -> Plan:
+    """The Plan of the composed keys; the rules' `requires` conditions and warnings go into it."""
     requires = res.requires.model_dump(exclude_none=True)
     conditions = [f.message for f in findings if f.level == "requires"]
     if conditions:
         requires["conditions"] = conditions
-    plan = Plan(
-        name=profile,
-        spec=spec,
-        description=res.description,
-        status=res.status,
-        env=env,
-        argv=server_cmd(env_src) + flags,
-        flags=flags,
-        patches=list(res.requires.patches or []),
-        requires=requires,
-        expects=res.expects.backends(),
-        warnings=[f.message for f in findings if f.level == "warning"],
-        sources=[str(p) for p in res.chain],
-        server_url=reach_url(server),
-        model_overlay=overlay,
-        spec_params=from_server(server),
+    return Plan(
+        name=profile, spec=spec, description=res.description, status=res.status, env=env, argv=argv, flags=flags,
+        patches=list(res.requires.patches or []), requires=requires, expects=res.expects.backends(),
+        warnings=[f.message for f in findings if f.level == "warning"], sources=[str(p) for p in res.chain],
+        server_url=reach_url(server), model_overlay=overlay, spec_params=from_server(server),
         spec_params_from=str(pinned_by) if pinned_by is not None else None,
         # a tuned record's file is written when the plan is rendered (render.write_plan): its hash is the record's
         files={**flag_files(flags), **({server["speculative-adaptive-config"]: tiers.sha()} if tiers else {})},
         adaptive_tiers=tiers.to_json() if tiers is not None else None,
         adaptive_tiers_from=str(tiers_from) if tiers_from is not None else None,
     )
-    return plan, findings
 
 
 def _adaptive_tiers(given: AdaptiveTiers | Mapping | str | None, res: profiles.Resolved, server: Mapping[str, object],

@@ -5,7 +5,7 @@ the flag is absent (srt/arg_groups/speculative_hook.py:1086-1093 for EAGLE/EAGLE
 STANDALONE, spec_info.py:255-266; NGRAM :1294-1298, DFLASH :438-442, DSPARK :852-856, FROZEN_KV_MTP :992-996);
 else unknown from the flags (SGLang sizes it from memory). The scheduler may still cap it lower at half the
 KV cache's token capacity (srt/mem_cache/kv_cache_configurator.py:3119-3132): the running server's own figure
-is its /server_info (bench/client/server_client.py `running_cap`).
+is its /server_info (bench/client/server_answers.py `running_cap`).
 """
 
 from __future__ import annotations

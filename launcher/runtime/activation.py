@@ -245,13 +245,18 @@ def assess(plan, record: dict | None, facts=None, facts_note: str = "no host fac
            ) -> tuple[list[dict], dict]:
     """(one status per expected backend, which backend carries the decode all-reduce) for `plan`'s start."""
     flags = flag_map(plan.flags)
-    env = plan.env
-    ranks = expected_ranks(flags)
-    start = _Start(record, ranks)
+    start = _Start(record, expected_ranks(flags))
     raw = {name: _backend_raw(DETECTORS[name], start) for name in KNOWN}
-    tp = flag_int(flags.get("tp-size", 1), 1)
+    stages = _stages(flags, plan.env, raw, start, facts, facts_note)
+    statuses = [_in_order(dict(raw[name]), name, stages) for name in plan.expects]
+    if flags.get("speculative-adaptive") is True:
+        statuses.append(_adaptive_status(start))
+    return statuses, _decode_carrier(flag_int(flags.get("tp-size", 1), 1), raw, stages)
 
-    # SGLang's order per call; each stage: (backend, True/False/None, why)
+
+def _stages(flags: dict, env: dict, raw: dict, start: _Start, facts, facts_note: str
+            ) -> list[tuple[str, bool | None, str]]:
+    """SGLang's order per call; each stage: (backend, True/False/None, why)."""
     stages: list[tuple[str, bool | None, str]] = []
     fusion_on = "flashinfer-allreduce-fusion-backend" in flags and "enforce-disable-flashinfer-allreduce-fusion" not in flags
     fusion = raw["fusion"]
@@ -276,49 +281,47 @@ def assess(plan, record: dict | None, facts=None, facts_note: str = "no host fac
         _ipc_autotune(ipc, start)
     if str(env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")).lower() in ("1", "true", "yes", "on"):
         stages.append(("pcie-ipc", ipc["active"], ipc["evidence"]))
+    return stages
 
-    statuses = []
-    for name in plan.expects:
-        st = dict(raw[name])
-        ahead = []
-        for backend, on, why in stages:
-            if backend == name:
-                break
-            ahead.append((backend, on, why))
-        if st["active"] is True:
-            winner = next(((b, why) for b, on, why in ahead if on is True), None)
-            unsure = next(((b, why) for b, on, why in ahead if on is None), None)
-            if winner:
-                st.update(active=False, verdict="superseded",
-                          evidence=f"{st['evidence']}; but {winner[0]} comes first in SGLang's order and carries the "
-                                   f"reductions: {winner[1]}")
-            elif unsure:
-                st.update(active=None, verdict="unknown",
-                          evidence=f"{st['evidence']}; but whether {unsure[0]} comes first cannot be known: {unsure[1]}")
-        statuses.append(st)
 
-    if flags.get("speculative-adaptive") is True:
-        statuses.append(_adaptive_status(start))
+def _in_order(st: dict, name: str, stages: list[tuple[str, bool | None, str]]) -> dict:
+    """An active backend's status, judged against the stages ahead of it: superseded by one that is on, unknown
+    while one may be."""
+    ahead = []
+    for backend, on, why in stages:
+        if backend == name:
+            break
+        ahead.append((backend, on, why))
+    if st["active"] is True:
+        winner = next(((b, why) for b, on, why in ahead if on is True), None)
+        unsure = next(((b, why) for b, on, why in ahead if on is None), None)
+        if winner:
+            st.update(active=False, verdict="superseded",
+                      evidence=f"{st['evidence']}; but {winner[0]} comes first in SGLang's order and carries the "
+                               f"reductions: {winner[1]}")
+        elif unsure:
+            st.update(active=None, verdict="unknown",
+                      evidence=f"{st['evidence']}; but whether {unsure[0]} comes first cannot be known: {unsure[1]}")
+    return st
 
+
+def _decode_carrier(tp: int, raw: dict, stages: list[tuple[str, bool | None, str]]) -> dict:
+    """{"backend", "why"}: the first stage that is on carries the decode all-reduce, NCCL when none is; None while
+    one may be on, or when the ranks disagree."""
     split = next((raw[b] for b, _, _ in stages if b in raw and raw[b]["verdict"] == "failed"), None)
     if tp <= 1:
-        decode = {"backend": "none", "why": "TP 1: no tensor-parallel all-reduce"}
-    elif split is not None:
-        decode = {"backend": None, "why": f"the ranks disagree: {split['name']} is {split['evidence']}"}
-    else:
-        decode = {"backend": "nccl", "why": "nothing ahead of NCCL is on"}
-        for backend, on, why in stages:
-            if on is True:
-                decode = {"backend": backend, "why": why}
-                break
-            if on is None:
-                decode = {"backend": None, "why": f"unknown: {backend} may be on: {why}"}
-                break
-        if decode["backend"] == "nccl":
-            off = [f"{b}: {why}" for b, on, why in stages if on is False and b != "fusion"]
-            if off:
-                decode["why"] = "nothing ahead of NCCL is on (" + "; ".join(off) + ")"
-    return statuses, decode
+        return {"backend": "none", "why": "TP 1: no tensor-parallel all-reduce"}
+    if split is not None:
+        return {"backend": None, "why": f"the ranks disagree: {split['name']} is {split['evidence']}"}
+    for backend, on, why in stages:
+        if on is True:
+            return {"backend": backend, "why": why}
+        if on is None:
+            return {"backend": None, "why": f"unknown: {backend} may be on: {why}"}
+    off = [f"{b}: {why}" for b, on, why in stages if on is False and b != "fusion"]
+    if off:
+        return {"backend": "nccl", "why": "nothing ahead of NCCL is on (" + "; ".join(off) + ")"}
+    return {"backend": "nccl", "why": "nothing ahead of NCCL is on"}
 
 
 def _adaptive_status(start: _Start) -> dict:

@@ -12,13 +12,13 @@ next state is, and what to do, is decided in transitions.py, whose table every m
 - any -> failed: supervisord gave up (FATAL); it is started again after a doubling backoff;
 - starting -> failed: the first start ended (EXITED, STOPPED, ...);
 - any -> switching -> the state the switch's outcome names; starting -> recovering -> serving/rolled_back/failed.
-The monitor moves nothing while a switch or a recovery holds the lock. States and outcomes are named in states.py.
+The monitor moves nothing while a switch or a recovery holds the lock. States and outcomes are named in states.py;
+the other decisions (restart counting, the crash loop's error, a recovery's fallback) are decisions.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,18 +30,20 @@ from launcher.errors import RuntimeFailure
 from launcher.profiles.adaptive_tiers import AdaptiveTiers
 from launcher.profiles.plan import Plan, reach_url
 from launcher.profiles.spec_params import SpecParams
-from launcher.runtime import activation, log, start_lines
-from launcher.runtime.admission import patch_check, validated_plan
-from launcher.runtime.api import metrics, tune_hold
-from launcher.runtime.api.bodies import RetryView, ServerStatus, StateEvent
-from launcher.runtime.core import transitions
-from launcher.runtime.core.failures import GateFailed, describe
-from launcher.runtime.core.states import ANSWERING, LIVE_STATES, Outcome, Phase, Resolution, State
+from launcher.runtime import activation, log, recovery, start_lines
+from launcher.runtime.admission import validated_plan
+from launcher.runtime.api.bodies import ServerStatus
+from launcher.runtime.core import decisions, transitions
+from launcher.runtime.core.failures import describe
+from launcher.runtime.core.states import ANSWERING, Outcome, Phase, State
 from launcher.runtime.core.transitions import HEALTH_DOWN, HEALTH_OK, Act, Move, Reading, Retry
+from launcher.runtime.history_reads import HistoryReads
 from launcher.runtime.process.supervisor_rpc import Supervisor
 from launcher.runtime.records import journal, start_records
 from launcher.runtime.records import state as runtime_state
 from launcher.runtime.records.history import Entry
+from launcher.runtime.records.switch_counts import SwitchCounts
+from launcher.runtime.status_body import server_status
 from launcher.runtime.switch import Switcher, label, settled_activation
 
 
@@ -86,13 +88,7 @@ class Lifecycle:
         self.decode_allreduce: dict | None = None  # {"backend", "why"}: what carries the decode all-reduce
         self.backends_of: tuple | None = None  # (pid, digest, follower version) they were read for
         self.settled_for: tuple | None = None  # (pid, digest) of the start whose lines had their grace
-        # Switches by outcome (/status `switches`, /metrics kit_switch_*): switch-counts.json plus what
-        # history.jsonl gained since (also lines another process appended while this one was down), kept at
-        # once; then each entry this process appends. None while the history cannot be read (unknown, not 0).
-        self.switch_counts: metrics.SwitchCounts | None = metrics.SwitchCounts.from_history(state_dir)
-        self._counts_tried = time.monotonic()
-        self._keep_counts()
-        self._history_cache: tuple[object, tuple[list[Entry], int]] | None = None
+        self.reads = HistoryReads(state_dir)  # history.jsonl's tail and the switch counts (/status, /metrics)
 
     @property
     def retries(self) -> int:
@@ -105,47 +101,12 @@ class Lifecycle:
         return None if self.health_at is None else round(time.time() - self.health_at, 3)
 
     def history_view(self) -> tuple[list[Entry], int]:
-        """history.jsonl's last 20 entries and its skipped lines (state.read_history), read again only
-        when the file changed (its inode, size, mtime), so /status and /metrics stay cheap."""
-        try:
-            st = os.stat(self.paths.history)
-            key: object = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
-        except FileNotFoundError:
-            key = "absent"
-        except OSError:
-            key = None  # cannot tell whether it changed: read it
-        if key is None or self._history_cache is None or self._history_cache[0] != key:
-            self._history_cache = (key, runtime_state.read_history(self.sd, 20))
-        return self._history_cache[1]
+        """history.jsonl's last 20 entries and its skipped lines, read again only when the file changed."""
+        return self.reads.view()
 
-    def switch_counts_now(self) -> metrics.SwitchCounts | None:
-        """The switch counts; a history that could not be read is tried again now and then (and kept once read)."""
-        if self.switch_counts is None and time.monotonic() - self._counts_tried >= metrics.RETRY_BASELINE_S:
-            self._counts_tried = time.monotonic()
-            self.switch_counts = metrics.SwitchCounts.from_history(self.sd)
-            self._keep_counts()
-        return self.switch_counts
-
-    def recorded(self, entry: Entry) -> None:
-        """`entry` was appended to history.jsonl: count what the history gained since the last read (that entry,
-        and any line another process appended) from the file, the one source, never from memory, and keep the
-        counts. A history that cannot be read now leaves them unknown until a retry reads it (switch_counts_now)."""
-        if self.switch_counts is None:
-            return  # the retry reads the kept counts plus the history, this entry included
-        if not self.switch_counts.catch_up(self.sd):
-            self.switch_counts, self._counts_tried = None, time.monotonic()
-            return
-        self._keep_counts()
-
-    def _keep_counts(self) -> None:
-        """Keep the switch counts in switch-counts.json when they cover another part of history.jsonl than it
-        says: a restart starts from them, so counters never go down, also when the history is replaced or
-        outgrows the window before the next switch."""
-        if self.switch_counts is not None and self.switch_counts.unsaved:
-            try:
-                self.switch_counts.save(self.sd)
-            except OSError:
-                log.exception()  # the counts in memory stand; the next read tries to keep them again
+    def switch_counts_now(self) -> SwitchCounts | None:
+        """The switch counts (/status `switches`, /metrics kit_switch_*); None while the history cannot be read."""
+        return self.reads.counts_now()
 
     # ----- what /status shows ----------------------------------------------------------------------
     def set_state(self, state: State, why: str) -> None:
@@ -158,41 +119,7 @@ class Lifecycle:
             log.line(f"state {moved.from_} -> {moved.to}: {why}")
 
     def status(self) -> ServerStatus:
-        cur = self.current
-        hist, skipped = self.history_view()
-        counts = self.switch_counts_now()
-        health = self.health
-        if self.health_at is None or self.health_at < self.switcher.server_changed_at:
-            health = "unknown"  # no reading of the server that runs now yet
-        now = time.time()
-        held = tune_hold.current(self.sd, now)
-        return ServerStatus(
-            profile=cur.name if cur else None,
-            spec=cur.spec if cur else None,
-            spec_params=cur.spec_params if cur else None,
-            digest=cur.digest() if cur else None,
-            state=self.state,
-            phase=self.switcher.phase,
-            since=self.since,
-            since_iso=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since)),
-            health=health,
-            health_age_s=self.health_age_s(),
-            restarts=self.restarts,
-            retry=RetryView(attempts=self.retry.attempts, next_at=self.retry.next_at),
-            pid=self.pid,
-            server_url=cur.server_url if cur else None,
-            last_error=self.last_error,
-            patch_check=patch_check(),
-            backends=self.backends,
-            decode_allreduce=self.decode_allreduce,
-            spec_adaptive=self.spec_adaptive(),
-            history=hist,
-            history_skipped=skipped,
-            switches=counts.as_status() if counts is not None else None,
-            build=metrics.build_info(),
-            tune_hold=held.view(now) if held else None,
-            events=[StateEvent(at=m.at, to=m.to, why=m.why, **{"from": m.from_}) for m in self.events],
-        )
+        return server_status(self)
 
     def spec_adaptive(self) -> dict | None:
         """What SGLang's adaptive EAGLE chose (activation.adaptive_state), read from the running start's record;
@@ -259,11 +186,10 @@ class Lifecycle:
             self.pid = pid
             self.unhealthy_restarts = 0  # the switch started this server: its own health gate judges it
             return
-        if self.health == HEALTH_OK:
-            self.unhealthy_restarts = 0
-        if pid and self.pid and pid != self.pid:
+        died = decisions.restarted(self.pid, pid)
+        self.unhealthy_restarts = decisions.unhealthy_restarts(self.unhealthy_restarts, self.health == HEALTH_OK, died)
+        if died:
             self.restarts += 1
-            self.unhealthy_restarts += self.health != HEALTH_OK
             cause = start_lines.cause_text(self.follower.record_for(self.pid))  # the start that died, in its own words
             self.death_cause = cause
             if cause:
@@ -320,7 +246,7 @@ class Lifecycle:
         entry = Entry(to=label(cur), outcome=Outcome.STARTED, backends=self.backends,
                       decode_allreduce=self.decode_allreduce,
                       error=f"expected backend not active: {missing}" if missing else None)
-        took = _seconds_since_start(info or {})
+        took = decisions.seconds_since_start(info or {})
         if took is not None:
             entry.lap("start", took)
             entry.lap("total", took)
@@ -342,18 +268,10 @@ class Lifecycle:
         if step.announce:
             # the last start's own word on why, else that of the last start that died before supervisord's restart
             cause = start_lines.cause_text(self.follower.record_for(0)) or self.death_cause
-            if info.get("statename") == "FATAL":
-                reason = info.get("spawnerr") or f"exit status {info.get('exitstatus')}"
-                why = f"supervisord gave up after {settings.KIT_START_RETRIES.get()} retries (FATAL, {reason}"
-            else:  # each start outlived KIT_START_SECS, so supervisord would restart it for ever
-                why = (f"restarted {self.unhealthy_restarts} times without a healthy answer; each start outlived "
-                       f"KIT_START_SECS={settings.KIT_START_SECS.get()}s, so supervisord never gave up: the kit "
-                       f"stopped it (KIT_START_RETRIES={settings.KIT_START_RETRIES.get()}")
-            if cause:
-                why += f"; the server log says: {cause}"
-            self.last_error = f"server crash loop: {why}); automatic restart in {step.retry.backoff_s:.0f}s"
+            self.last_error = decisions.crash_loop_error(info, self.unhealthy_restarts, settings.KIT_START_RETRIES.get(),
+                                                         settings.KIT_START_SECS.get(), cause, step.retry.backoff_s)
             self.set_state(State.FAILED, self.last_error)  # any -> FAILED
-        if not step.start and info.get("statename") in LIVE_STATES:  # supervisord still restarts it: the kit stops it
+        if decisions.stop_the_loop(step.start, info.get("statename")):  # supervisord still restarts it: the kit stops it
             await self._stop_looping()
         if step.start:
             self.unhealthy_restarts, self.pid = 0, 0  # the kit's own start is no restart of the loop
@@ -383,56 +301,20 @@ class Lifecycle:
         t0 = time.monotonic()
         self.set_state(State.RECOVERING, f"resolving switch {j.id}, cut short in phase '{j.phase_text()}'")
         self.switcher.enter(Phase.RECOVERING)
-        rec = j.record()
-        why = j.cut_short or "control API or container restart"
-        entry = Entry(id=j.id, **{"from": rec["from"]}, to=rec["to"], outcome=Outcome.INTERRUPTED,
-                      interrupted_phase=j.phase_text(),
-                      error=f"the switch was cut short in phase '{j.phase_text()}' ({why})")
-        if j.phase == journal.DONE:  # it finished, but its outcome could not be written then
-            entry.finished_as, entry.error = j.finished_as, "the switch finished but its outcome could not be recorded"
-        rendered = runtime_state.rendered_plan(self.sd)
-        try:
-            if rendered is None:
-                raise GateFailed("no readable rendered plan (profile.json)")
-            self.switcher.active = rendered
-            info = await asyncio.to_thread(self.sup.info)
-            if transitions.recovery_needs_start(info.get("statename")):
-                await self.switcher.start_program()
-            await self.switcher.health_gate(rendered.server_url, self.switcher.timeouts.health_s)
-            runtime_state.commit(self.sd, rendered)
-            self.current = self.last_good = rendered
-            self.last_error = None
-            done = transitions.recovery_kept()
-            entry.resolution, entry.running = done.resolution, label(rendered)
-        except Exception as exc:
-            entry.gate_error = describe(exc)
-            good = self.last_good
-            other = good is not None and (rendered is None or good.digest() != rendered.digest())
-            done = transitions.recovery_after_gate_failed(other)
-            if done is not None:
-                entry.resolution = done.resolution
-                self.last_error = entry.gate_error
-            else:
-                entry.rolled_back(await self.switcher.roll_back(good, None))
-                done = transitions.recovery_after_rollback(entry.outcome == Outcome.ROLLED_BACK)
-                entry.outcome, entry.resolution, entry.running = Outcome.INTERRUPTED, done.resolution, label(good)
-                self.current = good
-                self.last_error = entry.gate_error if done.resolution == Resolution.ROLLED_BACK else entry.rollback_error
-        self.set_state(done.state, f"switch {j.id} cut short: {done.resolution}")
+        entry = recovery.interrupted_entry(j)
+        got = await recovery.resolve(entry, self.sd, self.sup, self.switcher, self.current, self.last_good)
+        self.current, self.last_good, self.last_error = got.current, got.last_good, got.error
+        self.set_state(got.done.state, f"switch {j.id} cut short: {got.done.resolution}")
         self.switcher.enter(None)
         entry.lap("total", time.monotonic() - t0)
         try:
             if not runtime_state.history_has(self.sd, j.id):  # its outcome may be in history already
                 runtime_state.append_history(self.sd, entry)
-                self.recorded(entry)
+                self.reads.recorded(entry)
             journal.clear(self.sd)
         except OSError as exc:
             self.last_error = f"recovered, but could not record it: {describe(exc)}"
-        try:
-            info = await asyncio.to_thread(self.sup.info)
-            self.pid = int(info.get("pid") or 0)
-        except Exception:
-            pass
+        await self._read_pid()
         return entry
 
     # ----- a switch --------------------------------------------------------------------------------
@@ -473,13 +355,20 @@ class Lifecycle:
                 ) from exc
             self._after_switch(entry, plan, previous, before)
             if entry.history_error is None:  # else the next start records it, as interrupted
-                self.recorded(entry)
-            try:
-                info = await asyncio.to_thread(self.sup.info)
-                self.pid = int(info.get("pid") or 0)
-            except Exception as exc:  # supervisord gone: the answer still says how the switch ended
-                self.last_error = self.last_error or f"supervisord does not answer: {describe(exc)}"
+                self.reads.recorded(entry)
+            gone = await self._read_pid()
+            if gone is not None:  # supervisord gone: the answer still says how the switch ended
+                self.last_error = self.last_error or f"supervisord does not answer: {gone}"
             return entry
+
+    async def _read_pid(self) -> str | None:
+        """The running server's pid, from supervisord; why it could not be read, else None."""
+        try:
+            info = await asyncio.to_thread(self.sup.info)
+            self.pid = int(info.get("pid") or 0)
+        except Exception as exc:
+            return describe(exc)
+        return None
 
     def prune_adaptive(self) -> None:
         """Tuned adaptive configs that no plan which may start names are removed (state.prune_adaptive): a tune that
@@ -493,7 +382,7 @@ class Lifecycle:
 
     def _after_switch(self, entry: Entry, plan: Plan, previous: Plan | None, before: State) -> None:
         outcome = Outcome(entry.outcome)
-        self.last_error = entry.rollback_error or entry.error if outcome == Outcome.FAILED else entry.error
+        self.last_error = decisions.switch_error(outcome, entry.error, entry.rollback_error)
         if outcome in (Outcome.SWITCHED, Outcome.DEGRADED):
             self.current = self.last_good = plan
             self.backends, self.backends_of = entry.backends or [], None
@@ -507,10 +396,3 @@ class Lifecycle:
         self.set_state(transitions.switch_ends(before, outcome), f"switch {outcome}"
                        + (f": {self.last_error}" if self.last_error else ""))  # SWITCHING -> the outcome's state
 
-
-def _seconds_since_start(info: dict) -> float | None:
-    """supervisord's own clock: `now` less the program's `start` (whole seconds); None when either is missing."""
-    start, now = info.get("start"), info.get("now")
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in (start, now)):
-        return None
-    return float(now - start) if now >= start else None

@@ -238,60 +238,17 @@ class Switcher:
         t0 = time.monotonic()
         j = journal.begin(self.sd, label(current), label(new))
         entry = Entry(id=j.id, **{"from": label(current)}, to=label(new))
-
-        def lap(name: str, since: float) -> float:
-            now = time.monotonic()
-            entry.lap(name, now - since)
-            return now
-
-        t = t0
-        try:
-            if current is not None:
-                await self.drain(current.server_url, self.timeouts.drain_s)
-            t = lap("drain", t)
-        except Exception as exc:  # nothing was stopped: the old server keeps serving
-            lap("drain", t)
-            entry.outcome, entry.error = Outcome.ABORTED, describe(exc)
-            if isinstance(exc, DrainCutShort):
-                entry.drain_cut_short = exc.last
+        go = _Progress(entry, t0)
+        if not await self._drained(current, go):
             return self._finish(entry, j, t0)
-        step = "stop"
         try:
-            journal.advance(self.sd, j, Phase.STOPPING)
-            await self.stop()
-            t = lap("stop", t)
-            step = "start"
-            journal.advance(self.sd, j, Phase.STARTING)
-            await self._call(self.follower.catch_up)
-            starts_before = self.follower.starts
-            await self.start(new)
-            t = lap("start", t)
-            step = "health"
-            journal.advance(self.sd, j, Phase.HEALTH)
-            await self.health_gate(new.server_url, timeout_s or self.timeouts.health_s)
-            t = lap("health", t)
-            step = "activation"
-            entry.backends, entry.decode_allreduce = await self.activation_check(new)
-            lap("activation", t)
-            missing = activation.summary(entry.backends)
-            if missing and settings.KIT_ACTIVATION_FAILURE.get() == "rollback":
-                raise GateFailed(f"expected backend not active: {missing}")
-            runtime_state.commit(self.sd, new)
-            entry.outcome = Outcome.DEGRADED if missing else Outcome.SWITCHED
-            if missing:
-                entry.error = f"expected backend not active, kept ({settings.KIT_ACTIVATION_FAILURE.name}=degraded): {missing}"
+            await self._replace(new, timeout_s, j, go)
             return self._finish(entry, j, t0)
         except Exception as exc:  # the gate, a full disk, a supervisord fault: all take the rollback path
-            lap(step, t)
+            go.lap()
             if isinstance(exc, SupervisorGone):  # nothing can stop or start the server: no rollback either
                 return self._cut_short(entry, j, describe(exc), t0)
-            entry.error = describe(exc)
-            if isinstance(exc, ServerExited):
-                cause = await self.death_cause(starts_before)
-                if cause:
-                    entry.error += f"; the server log says: {cause}"
-            entry.failed_step = step
-            entry.log_tail = runtime_state.tail(state_layout.StatePaths(self.sd).server_log, 50)
+            await self._failed(exc, go)
         if current is None:
             entry.outcome = Outcome.FAILED
             return self._finish(entry, j, t0)
@@ -299,6 +256,62 @@ class Switcher:
         if entry.outcome == Outcome.INTERRUPTED:  # supervisord stopped answering during the rollback
             return self._cut_short(entry, j, entry.rollback_error or "supervisord stopped answering", t0)
         return self._finish(entry, j, t0)
+
+    async def _drained(self, current: Plan | None, go: _Progress) -> bool:
+        """Drain the old server; False, the entry `aborted`, when it could not be: nothing was stopped, the old
+        server keeps serving."""
+        try:
+            if current is not None:
+                await self.drain(current.server_url, self.timeouts.drain_s)
+        except Exception as exc:
+            go.lap()
+            go.entry.outcome, go.entry.error = Outcome.ABORTED, describe(exc)
+            if isinstance(exc, DrainCutShort):
+                go.entry.drain_cut_short = exc.last
+            return False
+        go.lap()
+        return True
+
+    async def _replace(self, new: Plan, timeout_s: float | None, j: journal.Journal, go: _Progress) -> None:
+        """Stop the old server, start `new`, gate its health and its backends, commit it: the entry's outcome
+        switched or degraded. Any failure raises, `go.step` naming the step it ended."""
+        entry = go.entry
+        go.step = "stop"
+        journal.advance(self.sd, j, Phase.STOPPING)
+        await self.stop()
+        go.lap()
+        go.step = "start"
+        journal.advance(self.sd, j, Phase.STARTING)
+        await self._call(self.follower.catch_up)
+        go.starts_before = self.follower.starts
+        await self.start(new)
+        go.lap()
+        go.step = "health"
+        journal.advance(self.sd, j, Phase.HEALTH)
+        await self.health_gate(new.server_url, timeout_s or self.timeouts.health_s)
+        go.lap()
+        go.step = "activation"
+        entry.backends, entry.decode_allreduce = await self.activation_check(new)
+        entry.lap("activation", time.monotonic() - go.t)  # a failure below times the step again, from its start
+        missing = activation.summary(entry.backends)
+        if missing and settings.KIT_ACTIVATION_FAILURE.get() == "rollback":
+            raise GateFailed(f"expected backend not active: {missing}")
+        runtime_state.commit(self.sd, new)
+        entry.outcome = Outcome.DEGRADED if missing else Outcome.SWITCHED
+        if missing:
+            entry.error = f"expected backend not active, kept ({settings.KIT_ACTIVATION_FAILURE.name}=degraded): {missing}"
+
+    async def _failed(self, exc: Exception, go: _Progress) -> None:
+        """The entry of a switch whose step `go.step` failed: why (with the server log's word on a server that
+        exited), the step, and the server log's tail."""
+        entry = go.entry
+        entry.error = describe(exc)
+        if isinstance(exc, ServerExited):
+            cause = await self.death_cause(go.starts_before)
+            if cause:
+                entry.error += f"; the server log says: {cause}"
+        entry.failed_step = go.step
+        entry.log_tail = runtime_state.tail(state_layout.StatePaths(self.sd).server_log, 50)
 
     async def roll_back(self, plan: Plan, j: journal.Journal | None) -> Rollback:
         """Stop whatever runs and bring `plan` back; the outcome (rolled_back; failed; interrupted when supervisord
@@ -356,6 +369,22 @@ class Switcher:
         except OSError:
             pass
         return entry
+
+
+@dataclass
+class _Progress:
+    """A switch under way: its history entry, the step it is at and when the last step ended (its laps)."""
+
+    entry: Entry
+    t: float  # when the last step ended (the switch's start, at first)
+    step: str = "drain"
+    starts_before: int = 0  # start lines the server log held before the new server was started
+
+    def lap(self) -> None:
+        """The step's time, from the end of the last one; the next step is timed from now."""
+        now = time.monotonic()
+        self.entry.lap(self.step, now - self.t)
+        self.t = now
 
 
 def label(plan: Plan | None) -> Label | None:
