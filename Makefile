@@ -315,7 +315,7 @@ TEST_ARGS ?=
 test: $(VENV_TEST_STAMP) ## run the test suite, TEST_WORKERS=4 in parallel (creates .venv on first use)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(TEST_ARGS)
 
-test-fast: $(VENV_TEST_STAMP) ## the tests that start no process (no kit stack, server or CLI subprocess): under 2 minutes
+test-fast: $(VENV_TEST_STAMP) ## the tests not marked stack: they start no process (how long: docs/development.md)
 	$(PY) -m pytest -q -m "not stack" $(TEST_ARGS)
 
 e2e: $(VENV_TEST_STAMP) ## both images from the real Dockerfile and the compose stack, on a CPU machine (root: may start a private dockerd)
@@ -335,10 +335,13 @@ demo-real: $(REAL_VENV)/.real-installed ## the demo's flow (up, switch, bench, r
 # checked no shell script. The compose file is checked by the docker-compose `make test` installs in
 # .venv/compose (created here too unless PY is given), else by PATH's docker compose or docker-compose.
 SHELLCHECK ?= shellcheck
+# import-linter's command beside PY (pyproject.toml's [tool.importlinter] contracts), or PATH's when PY is a bare name.
+LINT_IMPORTS ?= $(if $(findstring /,$(PY)),$(dir $(PY)),)lint-imports
 LINT_COMPOSE = $(if $(or $(VENV_COMPOSE_STAMP),$(wildcard $(VENV)/compose/bin/docker-compose)),$(VENV)/compose/bin/docker-compose,$(COMPOSE))
 lint: $(VENV_KIT_STAMP) $(VENV_COMPOSE_STAMP)
-lint: ## ruff, hadolint, shellcheck (one line says so when it is missing), docker-compose config (.venv/compose's)
+lint: ## ruff, the import contracts (lint-imports), hadolint, shellcheck (one line says so when it is missing), docker-compose config
 	$(PY) -m ruff check .
+	$(LINT_IMPORTS) --no-logo
 	$(HADOLINT) Dockerfile
 	@if command -v $(SHELLCHECK) >/dev/null 2>&1; then $(SHELLCHECK) docker/*.sh && echo "docker/*.sh ok (shellcheck)"; \
 	else echo "make lint: shellcheck not installed, docker/*.sh NOT checked: apt-get install shellcheck (Debian)" >&2; fi

@@ -11,7 +11,7 @@ without blocking (a FIFO is refused, not waited on). All or nothing; never raise
 
 The names below are the settings registry's (launcher/settings.py); a test pins them to it, since
 this file may import nothing of the kit. Likewise _MAX_BYTES is launcher/profiles/env_file.py's MAX_BYTES,
-which the `env_file_size` rule checks every plan against (tests/test_profiles_env_file.py pins the two equal), so a
+which the `env_file_size` rule checks every plan against (tests/launcher/profiles/test_env_file.py pins the two equal), so a
 plan whose env this file would ignore is refused by `launcher check`, /check and /switch instead.
 """
 

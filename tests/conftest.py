@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers_marks import starts_processes  # noqa: E402
+from helpers_tiers import pytest_runtest_call, pytest_runtest_setup, pytest_runtest_teardown  # noqa: E402,F401
 
 from testsupport.stack import KitStack, stop_all  # noqa: E402
 
@@ -35,7 +35,7 @@ def selected_files(args: list[str], start: Path) -> list[Path]:
             out.extend(sorted(path.rglob("test_*.py")))
         elif path.suffix == ".py" and path.is_file():
             out.append(path)
-    return out or sorted(Path(__file__).resolve().parent.glob("test_*.py"))
+    return out or sorted(Path(__file__).resolve().parent.rglob("test_*.py"))
 
 
 def missing_prerequisites(files: list[Path], which=shutil.which) -> list[str]:
@@ -77,15 +77,6 @@ def kit_stack(tmp_path):
 
     yield make
     stop_all(stacks)
-
-
-def pytest_itemcollected(item):
-    """Mark a test that starts a process, itself or through a fixture or helper of the tests, `stack`:
-    `make test-fast` leaves these out."""
-    info = getattr(item, "_fixtureinfo", None)
-    fixtures = [d.func for ds in info.name2fixturedefs.values() for d in ds] if info else []
-    if starts_processes(getattr(item, "obj", None), fixtures):
-        item.add_marker(pytest.mark.stack)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,4 +1,4 @@
-"""Fakes for the runtime's unit tests (tests/test_runtime_switch.py, _lifecycle.py, _control_api.py):
+"""Fakes for the runtime's unit tests (tests/launcher/runtime/test_switch.py, _lifecycle.py, _control_api.py):
 a supervisord whose program starts, exits and is restarted on the test's say, and an HTTP server
 (httpx.MockTransport) whose /health, /health_generate and /metrics answer what the test sets. No
 process, no socket: a switch or a recovery runs in milliseconds."""

@@ -71,6 +71,7 @@ def seconds(value: str) -> int:
     return total
 
 
+@pytest.mark.stack
 def test_default_config(default_cfg):
     project, cfg = default_cfg
     server = cfg["services"]["server"]
@@ -94,6 +95,7 @@ def test_default_config(default_cfg):
     assert mounts["/results"].startswith(str(project / "results"))
 
 
+@pytest.mark.stack
 def test_compose_default_spec_is_the_registrys(default_cfg, tmp_path):
     """Compose names no spec mode of its own: the server it configures, run with the SPEC compose gives
     it, starts the spec mode the settings registry names as default (the one `make` passes too)."""
@@ -109,6 +111,7 @@ def test_compose_default_spec_is_the_registrys(default_cfg, tmp_path):
     assert json.loads((tmp_path / "s" / "profile.json").read_text())["spec"] == settings.default_spec({})
 
 
+@pytest.mark.stack
 def test_the_model_overlay_reaches_the_server_and_is_none_by_default(default_cfg, project):
     """The server reads MODEL_OVERLAY at start and for every switch; the built-in overlays are under the
     profiles mount, a user's under its KIT_PROFILES_DIR folder."""
@@ -119,6 +122,7 @@ def test_the_model_overlay_reaches_the_server_and_is_none_by_default(default_cfg
     assert shell["MODEL_OVERLAY"] == "deepseek-v3"  # the environment wins over .env, as make's does
 
 
+@pytest.mark.stack
 def test_ports_are_loopback_only_by_default_and_configurable(default_cfg, project):
     server = default_cfg[1]["services"]["server"]
     assert sorted(server["ports"]) == ["127.0.0.1:30000:30000/tcp", "127.0.0.1:30100:30100/tcp"]
@@ -128,6 +132,7 @@ def test_ports_are_loopback_only_by_default_and_configurable(default_cfg, projec
     assert sorted(moved["ports"]) == ["10.0.0.5:30100:30100/tcp", "10.0.0.5:8000:30000/tcp"]
 
 
+@pytest.mark.stack
 def test_healthcheck_allows_a_1t_model_load(default_cfg):
     hc = default_cfg[1]["services"]["server"]["healthcheck"]
     assert hc["test"][0] == "CMD" and "http://127.0.0.1:30000/health" in hc["test"]
@@ -135,6 +140,7 @@ def test_healthcheck_allows_a_1t_model_load(default_cfg):
     assert hc["retries"] >= 3
 
 
+@pytest.mark.stack
 def test_bench_service(project):
     cfg = loaded(project, MODEL_PATH="/m", KIT_CONTROL_TOKEN="s3cret")
     bench = cfg["services"]["bench"]
@@ -151,18 +157,21 @@ def test_bench_service(project):
     assert bench["working_dir"] == "/"
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("profile", profile_names() or ["baseline"])
 def test_every_profile_configures(project, profile):
     env = loaded(project, MODEL_PATH="/m", PROFILE=profile, SPEC="ngram")["services"]["server"]["environment"]
     assert env["PROFILE"] == profile and env["SPEC"] == "ngram"
 
 
+@pytest.mark.stack
 def test_draft_model_is_mounted_at_the_same_path(project):
     with_draft = loaded(project, MODEL_PATH="/m", DRAFT_MODEL_PATH="/d/eagle3")["services"]["server"]
     assert "/d/eagle3:/d/eagle3:ro" in with_draft["volumes"]
     assert with_draft["environment"]["DRAFT_MODEL_PATH"] == "/d/eagle3"
 
 
+@pytest.mark.stack
 def test_without_draft_model_a_placeholder_is_mounted(default_cfg):
     project, cfg = default_cfg
     without = cfg["services"]["server"]
@@ -172,6 +181,7 @@ def test_without_draft_model_a_placeholder_is_mounted(default_cfg):
     assert (ROOT / "docker" / "no-draft").is_dir(), "the placeholder folder must exist in the checkout"
 
 
+@pytest.mark.stack
 def test_missing_model_path_fails_naming_it(project):
     proc = config(project)
     assert proc.returncode != 0
@@ -180,6 +190,7 @@ def test_missing_model_path_fails_naming_it(project):
     assert empty.returncode != 0 and "MODEL_PATH is not set" in empty.stderr
 
 
+@pytest.mark.stack
 def test_env_file_is_read(project):
     (project / ".env").write_text("MODEL_PATH=/from/dotenv\nPROFILE=fused\n")
     env = loaded(project)["services"]["server"]["environment"]
@@ -192,6 +203,7 @@ def test_env_example_documents_every_variable():
     assert names - documented == set()
 
 
+@pytest.mark.stack
 def test_env_example_with_model_path_is_a_valid_env_file(project):
     text = (ROOT / ".env.example").read_text().replace("\nMODEL_PATH=\n", "\nMODEL_PATH=/srv/models/kimi\n")
     (project / ".env").write_text(text)
@@ -212,6 +224,7 @@ def test_profile_variables_reach_the_container():
     assert used - passed - image_env - NOT_PASSED == set()
 
 
+@pytest.mark.stack
 def test_image_paths_live_on_volumes(default_cfg):
     """State and FlashInfer caches the image points at must be on the compose file's volumes."""
     targets = [v.split(":")[1] for v in default_cfg[1]["services"]["server"]["volumes"]]
@@ -230,6 +243,7 @@ def test_image_paths_live_on_volumes(default_cfg):
         )
 
 
+@pytest.mark.stack
 def test_kit_profiles_dir_folders_reach_server_and_bench_read_only(project, tmp_path):
     """Compose cannot split KIT_PROFILES_DIR, so `make` lays the launcher's override over the file: each
     folder mounted read-only at its own path in both containers, and the variable passed on."""

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import PREREQUISITES, missing_prerequisites, selected_files
 
 REPO = Path(__file__).resolve().parent.parent
@@ -19,6 +20,7 @@ def pytest_with_path(path: Path, *args: str) -> subprocess.CompletedProcess:
                           env={"PATH": str(path), "HOME": str(path)}, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.stack
 def test_a_missing_tool_stops_pytest_before_any_test_naming_the_package(tmp_path):
     proc = pytest_with_path(tmp_path, "tests/test_monitoring.py", "tests/test_makefile.py::test_help_is_the_default_goal")
     assert proc.returncode == 4, proc.stdout + proc.stderr
@@ -28,6 +30,7 @@ def test_a_missing_tool_stops_pytest_before_any_test_naming_the_package(tmp_path
     assert "passed" not in proc.stdout and "failed" not in proc.stdout  # no test ran
 
 
+@pytest.mark.stack
 def test_tests_that_run_no_such_tool_are_not_stopped(tmp_path):
     proc = pytest_with_path(tmp_path, "tests/test_readme.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -88,6 +88,7 @@ def hadolint_bin() -> str:
 # ---- hadolint -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.stack
 def test_hadolint_is_clean():
     proc = subprocess.run([hadolint_bin(), "--no-color", str(DOCKERFILE)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -103,6 +104,7 @@ def test_every_hadolint_ignore_is_justified_on_its_line():
         assert len(m.group(2).split()) >= 4, f"reason too thin to justify {m.group(1)}: {line!r}"
 
 
+@pytest.mark.stack
 def test_hadolint_would_flag_an_unjustified_unpinned_apt_get(tmp_path):
     """The clean result above means something: the same linter flags what the ignores cover."""
     bad = tmp_path / "Dockerfile"
@@ -252,6 +254,7 @@ def _check_import(site: Path, cuda_home: Path, **env: str) -> subprocess.Complet
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.stack
 def test_mscclpp_import_check_uses_the_stub_when_no_driver_loads(tmp_path):
     cuda = tmp_path / "cuda"
     (cuda / "lib64" / "stubs").mkdir(parents=True)
@@ -265,6 +268,7 @@ def test_mscclpp_import_check_uses_the_stub_when_no_driver_loads(tmp_path):
     assert not first.exists()  # the link folder is removed after the check
 
 
+@pytest.mark.stack
 def test_mscclpp_import_check_fails_without_mscclpp_or_without_a_stub(tmp_path):
     cuda = tmp_path / "cuda"
     (cuda / "lib64" / "stubs").mkdir(parents=True)
@@ -402,6 +406,7 @@ def test_healthcheck_and_entrypoints(dockerfile):
     assert any(w == "RUN" and "pip install /opt/kit" in a for w, a in bench)
 
 
+@pytest.mark.stack
 def test_patch_set_hash_matches_what_the_image_recomputes(tmp_path):
     """make build passes this hash; the image recomputes it with the same script and must agree."""
     script = ROOT / "docker" / "patch-set-hash.sh"
@@ -526,6 +531,7 @@ def fake_so(tmp_path: Path, name: str, listing: str) -> Path:
     return path
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize(
     ("listing", "rc", "verdict"),
     [
@@ -542,6 +548,7 @@ def test_decide(tmp_path, listing, rc, verdict):
     assert proc.stdout.startswith(verdict)
 
 
+@pytest.mark.stack
 def test_check_every_module_with_device_code_needs_sm120(tmp_path):
     env = script_env(tmp_path)
     good = fake_so(tmp_path, "good.so", LISTING_SM90_SM120)
@@ -556,6 +563,7 @@ def test_check_every_module_with_device_code_needs_sm120(tmp_path):
     assert nothing.returncode == 1 and "no DeepEP module with CUDA code" in nothing.stderr
 
 
+@pytest.mark.stack
 def test_check_finds_the_installed_deep_ep(tmp_path):
     site = tmp_path / "site"
     fake_so(site, "deep_ep/__init__.py", "")
@@ -578,6 +586,7 @@ def fake_nccl(tmp_path: Path, version: str) -> Path:
     return root
 
 
+@pytest.mark.stack
 def test_build_if_missing_builds_only_when_sm120_is_absent(tmp_path):
     ref = "0123456789abcdef0123456789abcdef01234567"
     env = script_env(tmp_path, DRY_RUN="1", DEEPEP_REF=ref, DEEPEP_SRC=str(tmp_path / "src"),
@@ -600,6 +609,7 @@ def test_build_if_missing_builds_only_when_sm120_is_absent(tmp_path):
     assert not (tmp_path / "src").exists(), "DRY_RUN must not run anything"
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize(("version", "minimum"), [("2.28.9", None), ("2.30.3", None), ("2.30.4", "2.31.0")])
 def test_build_if_missing_refuses_an_nccl_older_than_deepep_needs_before_compiling(tmp_path, version, minimum):
     extra = {"DEEPEP_NCCL_MIN": minimum} if minimum else {}
@@ -614,6 +624,7 @@ def test_build_if_missing_refuses_an_nccl_older_than_deepep_needs_before_compili
     assert nowhere.returncode == 1 and "include/nccl.h" in nowhere.stderr
 
 
+@pytest.mark.stack
 def test_build_if_missing_needs_a_ref(tmp_path):
     env = script_env(tmp_path, DRY_RUN="1", DEEPEP_REF="")
     proc = run_script(
@@ -622,6 +633,7 @@ def test_build_if_missing_needs_a_ref(tmp_path):
     assert proc.returncode == 2 and "DEEPEP_REF is not set" in proc.stderr
 
 
+@pytest.mark.stack
 def test_install_replaces_the_shipped_package_only_with_a_wheel(tmp_path):
     env = script_env(tmp_path, DRY_RUN="1")
     empty = tmp_path / "none"
@@ -638,6 +650,7 @@ def test_install_replaces_the_shipped_package_only_with_a_wheel(tmp_path):
     assert proc.stderr.index("pip uninstall -y sgl-deep-ep") < proc.stderr.index("pip install --no-deps")
 
 
+@pytest.mark.stack
 def test_skip_policy_and_usage_errors(tmp_path):
     skipped = run_script(["build-if-missing", str(tmp_path / "w")], script_env(tmp_path, DEEPEP_SM120="skip"))
     assert skipped.returncode == 0 and "DEEPEP_SM120=skip" in skipped.stderr
@@ -657,12 +670,14 @@ def _checkout(tmp_path: Path, marker: str) -> Path:
     return src
 
 
+@pytest.mark.stack
 def test_build_mscclpp_refuses_a_folder_that_is_no_checkout(tmp_path):
     r = subprocess.run(["bash", str(ROOT / "docker" / "build-mscclpp.sh"), str(tmp_path), str(tmp_path / "w")],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "is not an MSCCL++ checkout" in r.stderr
 
 
+@pytest.mark.stack
 def test_build_mscclpp_passes_the_archs_and_switches_to_pip(tmp_path):
     src = _checkout(tmp_path, "python/mscclpp")
     (src / "pyproject.toml").write_text("[project]\nname = 'mscclpp'\n")
@@ -687,6 +702,7 @@ def test_build_mscclpp_passes_the_archs_and_switches_to_pip(tmp_path):
     assert bad.returncode == 2 and "MSCCLPP_BUILD_ISOLATION must be 'on' or 'off'" in bad.stderr
 
 
+@pytest.mark.stack
 def test_build_nccl_tests_refuses_a_folder_that_is_no_checkout(tmp_path):
     r = subprocess.run(["bash", str(ROOT / "docker" / "build-nccl-tests.sh"), str(tmp_path), str(tmp_path / "p")],
                        capture_output=True, text=True, timeout=30)

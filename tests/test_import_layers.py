@@ -42,6 +42,7 @@ def _verdict(verdicts: dict[str, str], name: str) -> str:
     return next((v for n, v in verdicts.items() if n.strip("- ").endswith(flat)), "missing")
 
 
+@pytest.mark.stack
 def test_the_repository_keeps_every_contract():
     assert len(CONTRACTS) >= 10 and len(NAMES) == len(CONTRACTS)  # every contract has its own id
     result = _lint(REPO)
@@ -81,6 +82,7 @@ FORBIDDEN = [
 ]
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize(("path", "line", "contract"), FORBIDDEN, ids=[f"{c}:{p}" for p, _, c in FORBIDDEN])
 def test_a_forbidden_import_breaks_its_contract(copy, path, line, contract):
     target = copy / path
@@ -97,6 +99,7 @@ def test_a_forbidden_import_breaks_its_contract(copy, path, line, contract):
     assert re.search(rf"Contracts: \d+ kept, {len(broken)} broken\.", result.stdout), result.stdout
 
 
+@pytest.mark.stack
 def test_the_copy_alone_keeps_every_contract(copy):
     """What the forbidden imports break is theirs: the unchanged copy keeps every contract."""
     result = _lint(copy)

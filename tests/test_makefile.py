@@ -149,6 +149,7 @@ def kit(tmp_path: Path) -> Kit:
 # ---- help ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.stack
 def test_help_is_the_default_goal(kit):
     proc = kit.make()
     assert proc.returncode == 0, proc.stderr
@@ -159,6 +160,7 @@ def test_help_is_the_default_goal(kit):
     assert kit.docker_calls() == []
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("verb", ["fleet-up", "fleet-status", "fleet-switch"])
 def test_fleet_verbs_need_a_fleet_file(kit, verb):
     proc = kit.make(verb, "PY=/opt/py/bin/python")
@@ -194,6 +196,7 @@ DRY_RUN = {
 }
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("verb", sorted(DRY_RUN))
 def test_dry_run_shows_the_docker_command(kit, verb):
     proc = kit.make("-n", verb, "PROFILE=fused", **kit.with_models())
@@ -203,12 +206,14 @@ def test_dry_run_shows_the_docker_command(kit, verb):
     assert kit.compose_calls() == [], "make -n must not run docker"
 
 
+@pytest.mark.stack
 def test_dry_run_up_builds_then_starts(kit):
     out = kit.make("-n", "up", "PROFILE=fused", **kit.with_models()).stdout
     build = out.index(" build --build-arg KIT_VERSION=9.8.7 --build-arg KIT_PATCHES_SHA256=")
     assert build < out.index("docker compose up -d server") < out.index("docker inspect")
 
 
+@pytest.mark.stack
 def test_falls_back_to_docker_compose_v1(kit):
     proc = kit.make("-n", "down", FAKE_NO_PLUGIN="1")
     assert re.search(r"^MODEL_PATH=/nonexistent docker-compose --profile bench down$", proc.stdout, re.M), (
@@ -218,6 +223,7 @@ def test_falls_back_to_docker_compose_v1(kit):
     assert "MODEL_PATH=/nonexistent podman-compose logs -f --tail=200 server" in explicit.stdout
 
 
+@pytest.mark.stack
 def test_host_side_verbs_use_py(kit):
     for verb, expected in (
         ("test", "/opt/py/bin/python -m pytest -q -n 4 --dist loadfile"),
@@ -233,6 +239,7 @@ def test_host_side_verbs_use_py(kit):
         assert expected in proc.stdout, (verb, proc.stdout)
     lint = kit.make("-n", "lint", "PY=/opt/py/bin/python").stdout
     assert "Dockerfile" in lint and "config -q" in lint
+    assert "/opt/py/bin/lint-imports --no-logo" in lint  # the import contracts, with PY's import-linter
 
 
 def lint_kit(kit: Kit) -> dict[str, str]:
@@ -241,9 +248,10 @@ def lint_kit(kit: Kit) -> dict[str, str]:
     compose.parent.mkdir(parents=True)
     compose.write_text(FAKE_DOCKER)
     compose.chmod(0o755)
-    return {"PY": str(fake_python(kit)), "HADOLINT": "true"}
+    return {"PY": str(fake_python(kit)), "HADOLINT": "true", "LINT_IMPORTS": "true"}
 
 
+@pytest.mark.stack
 def test_lint_checks_the_compose_file_with_the_venvs_docker_compose(kit):
     """Neither `docker compose` nor a docker-compose on PATH: the one `make test` put in .venv/compose checks it."""
     tools = lint_kit(kit)
@@ -254,6 +262,7 @@ def test_lint_checks_the_compose_file_with_the_venvs_docker_compose(kit):
     assert [c.split(" |")[0] for c in kit.compose_calls()] == ["docker-compose -f docker-compose.yml config -q"]
 
 
+@pytest.mark.stack
 def test_lint_says_on_one_line_that_shellcheck_is_missing(kit):
     proc = kit.make("lint", *(f"{k}={v}" for k, v in lint_kit(kit).items()), "SHELLCHECK=no-such-shellcheck")
     assert proc.returncode == 0, proc.stderr
@@ -261,6 +270,7 @@ def test_lint_says_on_one_line_that_shellcheck_is_missing(kit):
         "make lint: shellcheck not installed, docker/*.sh NOT checked: apt-get install shellcheck (Debian)"]
 
 
+@pytest.mark.stack
 def test_lint_runs_shellcheck_on_the_scripts_when_installed(kit, tmp_path):
     log = tmp_path / "shellcheck.log"
     fake = tmp_path / "bin" / "shellcheck"
@@ -271,6 +281,7 @@ def test_lint_runs_shellcheck_on_the_scripts_when_installed(kit, tmp_path):
     assert log.read_text().split() == ["docker/patch-set-hash.sh"] and "shellcheck" not in proc.stderr
 
 
+@pytest.mark.stack
 def test_profiles_without_a_python_environment_lists_the_files(kit, tmp_path):
     no_python = tmp_path / "no-python"
     no_python.write_text("#!/bin/sh\necho 'ModuleNotFoundError: launcher' >&2\nexit 1\n")
@@ -283,6 +294,7 @@ def test_profiles_without_a_python_environment_lists_the_files(kit, tmp_path):
 # ---- checks that stop before docker ------------------------------------------------------------------------
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("verb", ["up", "switch", "show", "allreduce"])
 def test_unknown_profile_stops_before_docker(kit, verb):
     proc = kit.make(verb, "PROFILE=nonsense", **kit.with_models())
@@ -293,12 +305,14 @@ def test_unknown_profile_stops_before_docker(kit, verb):
     assert kit.docker_calls() == []
 
 
+@pytest.mark.stack
 def test_base_is_not_a_profile(kit):
     proc = kit.make("up", "PROFILE=base", **kit.with_models())
     assert proc.returncode != 0 and "unknown PROFILE 'base'" in proc.stderr
     assert kit.docker_calls() == []
 
 
+@pytest.mark.stack
 def test_profiles_from_kit_profiles_dir(kit, tmp_path):
     extra_a, extra_b = tmp_path / "extra-a", tmp_path / "extra-b"
     extra_a.mkdir()
@@ -328,6 +342,7 @@ def test_profiles_from_kit_profiles_dir(kit, tmp_path):
     assert "docker-compose -f /x/merged.yml -f .kit/compose.profiles.yml --profile bench down" in own, own
 
 
+@pytest.mark.stack
 def test_a_kit_profiles_dir_folder_that_does_not_exist_stops_before_docker(kit, tmp_path):
     proc = kit.make("up", "PROFILE=fused", **kit.with_models(KIT_PROFILES_DIR=str(tmp_path / "nope")))
     assert proc.returncode == 2 and f"KIT_PROFILES_DIR: {tmp_path / 'nope'} is not a folder" in proc.stderr
@@ -340,6 +355,7 @@ def _model_overlays(kit: Kit, *names: str) -> None:
         (kit.root / "profiles" / "model" / f"{name}.toml").write_text('description = "scratch overlay"\n')
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("verb", ["up", "show", "allreduce"])
 def test_unknown_model_overlay_stops_before_docker(kit, verb):
     _model_overlays(kit, "kimi-k2", "deepseek-v3")
@@ -350,6 +366,7 @@ def test_unknown_model_overlay_stops_before_docker(kit, verb):
     assert kit.docker_calls() == []
 
 
+@pytest.mark.stack
 def test_the_model_overlay_reaches_the_server_and_show(kit):
     _model_overlays(kit, "kimi-k2")
     assert re.search(r"^Model overlays: +kimi-k2$", kit.make("help").stdout, re.M)
@@ -367,6 +384,7 @@ def test_the_model_overlay_reaches_the_server_and_show(kit):
     assert "launcher switch fused --spec off" in switch and "kimi" not in switch.split("launcher switch")[1]
 
 
+@pytest.mark.stack
 def test_the_model_overlay_from_dotenv_and_an_empty_one_on_the_command_line(kit):
     _model_overlays(kit, "kimi-k2")
     (kit.root / ".env").write_text(f"MODEL_PATH={kit.model}\nDRAFT_MODEL_PATH={kit.draft}\nMODEL_OVERLAY=kimi-k2\n")
@@ -381,6 +399,7 @@ def test_the_model_overlay_from_dotenv_and_an_empty_one_on_the_command_line(kit)
     assert "--model-overlay" not in kit.make("-n", "show", "PY=/p").stdout
 
 
+@pytest.mark.stack
 def test_model_overlays_from_kit_profiles_dir(kit, tmp_path):
     extra = tmp_path / "extra"
     (extra / "model").mkdir(parents=True)
@@ -391,6 +410,7 @@ def test_model_overlays_from_kit_profiles_dir(kit, tmp_path):
     assert ok.returncode == 0 and "MODEL_OVERLAY=mine PROFILE=baseline" in ok.stdout, ok.stderr
 
 
+@pytest.mark.stack
 def test_the_default_spec_comes_from_the_launcher(kit):
     """No spec mode is spelled in the Makefile: the default is settings.default_spec()'s answer."""
     assert not re.search(r"^SPEC \?=.*eagle3", (ROOT / "Makefile").read_text(), re.M)
@@ -404,6 +424,7 @@ def test_the_default_spec_comes_from_the_launcher(kit):
     assert "SPEC=off" in kit.make("help", SPEC="off").stdout  # the environment still wins
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("verb", ["up", "switch", "show"])
 def test_unknown_spec_stops_before_docker(kit, verb):
     proc = kit.make(verb, "SPEC=medusa", **kit.with_models())
@@ -412,6 +433,7 @@ def test_unknown_spec_stops_before_docker(kit, verb):
     assert kit.docker_calls() == []
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("verb", ["up", "bench", "tune", "allreduce"])
 def test_missing_model_path_stops_before_docker(kit, verb):
     proc = kit.make(verb)
@@ -420,6 +442,7 @@ def test_missing_model_path_stops_before_docker(kit, verb):
     assert kit.docker_calls() == []
 
 
+@pytest.mark.stack
 def test_both_missing_model_paths_are_reported_together(kit, tmp_path):
     proc = kit.make("up", "SPEC=eagle3")
     assert proc.returncode != 0
@@ -430,12 +453,14 @@ def test_both_missing_model_paths_are_reported_together(kit, tmp_path):
     assert kit.docker_calls() == []
 
 
+@pytest.mark.stack
 def test_show_reads_dotenv_like_up(kit):
     (kit.root / ".env").write_text(f"MODEL_PATH={kit.model}\n")
     proc = kit.make("-n", "show", "PY=/opt/py/bin/python", "PROFILE=fused", "SPEC=off")
     assert "/opt/py/bin/python -m launcher show fused --spec off --env-file .env" in proc.stdout, proc.stdout
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("verb", ["up", "build", "status", "down", "bench"])
 def test_without_an_engine_one_clear_line_and_no_compose(kit, verb):
     proc = kit.make(verb, "SPEC=off", FAKE_NO_ENGINE="1", **kit.with_models())
@@ -463,6 +488,7 @@ def fake_python(kit: Kit) -> Path:
     return py
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("engine", [{"FAKE_NO_ENGINE": "1"}, {"DOCKER": "no-such-docker"}], ids=["daemon-down", "no-docker"])
 def test_doctor_without_an_engine_checks_the_host_from_the_venv(kit, engine):
     """No Docker engine (not started, or not installed): `make doctor` says so on one line and runs the
@@ -478,11 +504,13 @@ def test_doctor_without_an_engine_checks_the_host_from_the_venv(kit, engine):
     assert kit.compose_calls() == []
 
 
+@pytest.mark.stack
 def test_doctor_on_the_host_keeps_the_doctors_exit_status(kit):
     proc = kit.make("doctor", f"PY={fake_python(kit)}", FAKE_NO_ENGINE="1", FAKE_DOCTOR_RC="1")
     assert proc.returncode != 0 and "doctor ran on the host" in proc.stdout
 
 
+@pytest.mark.stack
 def test_doctor_without_an_engine_or_a_kit_python_names_the_command(kit):
     proc = kit.make("doctor", f"PY={fake_python(kit)}", FAKE_NO_ENGINE="1", FAKE_PY_BROKEN="1")
     assert proc.returncode != 0
@@ -492,6 +520,7 @@ def test_doctor_without_an_engine_or_a_kit_python_names_the_command(kit):
     assert "doctor ran on the host" not in proc.stdout and kit.compose_calls() == []
 
 
+@pytest.mark.stack
 def test_doctor_without_an_engine_creates_the_venv_first(kit):
     """Without PY on the command line the host check uses .venv, built first as `make demo` builds it."""
     (kit.root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
@@ -500,6 +529,7 @@ def test_doctor_without_an_engine_creates_the_venv_first(kit):
     assert not any("compose" in line for line in lines)
 
 
+@pytest.mark.stack
 def test_doctor_needs_no_model(kit):
     """The doctor checks the host; a new user runs it before any model is downloaded."""
     proc = kit.make("-n", "doctor")
@@ -509,6 +539,7 @@ def test_doctor_needs_no_model(kit):
     )
 
 
+@pytest.mark.stack
 def test_model_path_must_exist(kit, tmp_path):
     proc = kit.make("up", MODEL_PATH=str(tmp_path / "no-such-model"), DRAFT_MODEL_PATH=str(kit.draft))
     assert proc.returncode != 0
@@ -516,6 +547,7 @@ def test_model_path_must_exist(kit, tmp_path):
     assert kit.docker_calls() == []
 
 
+@pytest.mark.stack
 def test_model_paths_and_profile_from_dotenv(kit):
     (kit.root / ".env").write_text(
         f'# comment\nMODEL_PATH="{kit.model}"\nDRAFT_MODEL_PATH={kit.draft}\nPROFILE=custom-ar\nSPEC=ngram\n'
@@ -527,6 +559,7 @@ def test_model_paths_and_profile_from_dotenv(kit):
     assert "PROFILE=fused SPEC=ngram docker compose up -d server" in overridden.stdout
 
 
+@pytest.mark.stack
 def test_eagle3_needs_a_draft_model(kit):
     proc = kit.make("up", MODEL_PATH=str(kit.model))
     assert proc.returncode != 0
@@ -540,6 +573,7 @@ def test_eagle3_needs_a_draft_model(kit):
 # ---- verbs run against the stand-in docker -------------------------------------------------------------------
 
 
+@pytest.mark.stack
 def test_switch_goes_through_the_control_api_not_a_recreate(kit):
     proc = kit.make("switch", "PROFILE=fused", "SPEC=ngram")
     assert proc.returncode == 0, proc.stderr
@@ -550,6 +584,7 @@ def test_switch_goes_through_the_control_api_not_a_recreate(kit):
         assert forbidden not in calls[0]
 
 
+@pytest.mark.stack
 def test_down_works_without_model_path(kit):
     proc = kit.make("down")
     assert proc.returncode == 0, proc.stderr
@@ -558,6 +593,7 @@ def test_down_works_without_model_path(kit):
     ]
 
 
+@pytest.mark.stack
 def test_up_builds_starts_and_waits_until_healthy(kit):
     proc = kit.make("up", "PROFILE=fused", **kit.with_models())
     assert proc.returncode == 0, proc.stderr
@@ -578,18 +614,21 @@ def test_up_builds_starts_and_waits_until_healthy(kit):
     assert (kit.root / "results").is_dir()
 
 
+@pytest.mark.stack
 def test_up_reports_a_container_that_died(kit):
     proc = kit.make("up", **kit.with_models(FAKE_STATE="exited/"))
     assert proc.returncode != 0
     assert "server is exited/" in proc.stderr and "make logs" in proc.stderr
 
 
+@pytest.mark.stack
 def test_up_gives_up_after_up_timeout(kit):
     proc = kit.make("up", "UP_TIMEOUT=0", **kit.with_models(FAKE_STATE="running/starting"))
     assert proc.returncode != 0
     assert "not healthy after" in proc.stderr and "UP_TIMEOUT" in proc.stderr
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("verb", ["build", "up", "allreduce", "doctor"])
 def test_a_missing_base_image_stops_before_the_build_naming_sglang_image(kit, verb):
     """The Dockerfile's default tag is unverified: where neither docker nor its registry has it, one
@@ -608,6 +647,7 @@ def test_a_missing_base_image_stops_before_the_build_naming_sglang_image(kit, ve
     assert not any(" build " in c for c in calls)
 
 
+@pytest.mark.stack
 def test_the_base_check_asks_for_the_named_image_and_passes_when_docker_has_it(kit):
     mine = "registry.example/sglang:0.5.23-cu130@sha256:" + "1" * 64
     (kit.root / ".env").write_text(f"SGLANG_IMAGE={mine}\n")
@@ -622,6 +662,7 @@ def test_the_base_check_asks_for_the_named_image_and_passes_when_docker_has_it(k
     assert f"docker image inspect '{mine}'" in dry
 
 
+@pytest.mark.stack
 def test_build_passes_pins_only_when_set(kit):
     plain = kit.make("-n", "build").stdout
     assert "--build-arg SGLANG_IMAGE" not in plain
@@ -669,6 +710,7 @@ def test_every_profile_named_in_the_docs_exists():
     assert "base" not in found, "base.toml is not a profile"
 
 
+@pytest.mark.stack
 def test_host_side_verbs_create_the_venv_first(kit):
     """Without PY on the command line, `make test` builds .venv (torch CPU + sglang parser) before pytest."""
     (kit.root / "pyproject.toml").write_text("[project]\nname = 'x'\n")

@@ -63,6 +63,7 @@ def rules_dir(tmp: Path) -> Path:
 
 
 # ---- promtool ------------------------------------------------------------------------------------------
+@pytest.mark.stack
 def test_shipped_config_and_rules_pass_promtool(tmp_path):
     assert run(promtool(), "check", "config", str(MON / "prometheus.yml")).returncode == 0
     # the same config with the repo's folders where the container mounts them, so its rules are checked too
@@ -78,6 +79,7 @@ def test_shipped_config_and_rules_pass_promtool(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.stack
 def test_every_alert_has_a_unit_test_and_they_pass_run_as_documented(tmp_path):
     d = rules_dir(tmp_path)
     proc = run(promtool(), "check", "rules", str(d / "breakeven.yml"))
@@ -97,6 +99,7 @@ def test_every_alert_has_a_unit_test_and_they_pass_run_as_documented(tmp_path):
 
 
 # ---- the break-even writer -------------------------------------------------------------------------------
+@pytest.mark.stack
 def test_breakeven_rules_come_from_bench_predict(tmp_path):
     out = tmp_path / "be.yml"
     proc = write_breakeven(tmp_path, out)
@@ -106,6 +109,7 @@ def test_breakeven_rules_come_from_bench_predict(tmp_path):
                     "labels": {"profile": "custom-ar", "spec": "eagle3"}}
 
 
+@pytest.mark.stack
 def test_breakeven_refuses_bad_input(tmp_path):
     no_baseline = tmp_path / "nobase.json"
     no_baseline.write_text(json.dumps({"breakeven_accept_len": None, "scenarios": []}))
@@ -121,6 +125,7 @@ def test_breakeven_refuses_bad_input(tmp_path):
 
 
 # ---- targets -----------------------------------------------------------------------------------------------
+@pytest.mark.stack
 def test_local_targets_name_the_compose_server(tmp_path):
     proc = run(sys.executable, str(MON / "targets.py"), "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
@@ -130,6 +135,7 @@ def test_local_targets_name_the_compose_server(tmp_path):
     assert json.loads((tmp_path / "sglang-router.json").read_text()) == []
 
 
+@pytest.mark.stack
 def test_fleet_targets_list_every_host_and_the_router(tmp_path):
     fleet = tmp_path / "prod.toml"
     fleet.write_text('[router]\nurl = "http://10.0.0.1:30080"\nprometheus = "10.0.0.1:29000"\n'
@@ -189,6 +195,7 @@ def test_dashboard_shows_what_the_brief_names():
     assert len(ids) == len(set(ids))
 
 
+@pytest.mark.stack
 def test_dashboard_queries_parse(tmp_path):
     """Each panel's and annotation's PromQL, with Grafana's variables filled in, in a rule promtool checks."""
     d = dashboard()

@@ -22,6 +22,8 @@ from tests.test_monitoring import MON, dashboard, grafana_to_promql, panel_exprs
 from testsupport.net import free_port, until
 from testsupport.stack import KitStack, stop_group
 
+pytestmark = pytest.mark.stack  # every test here starts a process
+
 
 def prometheus_bin() -> str:
     found = shutil.which("prometheus")

@@ -14,6 +14,8 @@ from helpers_profiles import ENV, SITECUSTOMIZE_DIR, child_env, clean_env
 from launcher.profiles.plan import build_plan
 from launcher.profiles.render import write_plan
 
+pytestmark = pytest.mark.stack  # every test here starts a process
+
 KEYS = ["NCCL_PROTO", "NCCL_ALGO", "KIT_ACTIVE_PROFILE", "KIT_ACTIVE_SPEC", "CHAIN_MARKER", "A"]
 PROBE = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {KEYS!r}}}))"
 

@@ -59,6 +59,7 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
     return venv / "bin", env, work
 
 
+@pytest.mark.stack
 def test_the_wheel_runs_from_its_own_files(installed):
     bindir, env, work = installed
     where = _run([str(bindir / "python"), "-c", "import launcher, bench; print(launcher.__file__, bench.__file__)"],
@@ -68,6 +69,7 @@ def test_the_wheel_runs_from_its_own_files(installed):
     assert missing.returncode != 0 and "No module named 'testsupport'" in missing.stderr
 
 
+@pytest.mark.stack
 def test_launcher_profiles_lists_the_builtin_profiles(installed):
     bindir, env, work = installed
     r = _run([str(bindir / "launcher"), "profiles", "--json"], cwd=work, env=env)
@@ -77,6 +79,7 @@ def test_launcher_profiles_lists_the_builtin_profiles(installed):
     assert all("site-packages/launcher/builtin_profiles/" in row["path"] for row in rows)
 
 
+@pytest.mark.stack
 def test_launcher_show_fused_eagle3(installed):
     bindir, env, work = installed
     r = _run([str(bindir / "launcher"), "show", "fused", "--spec", "eagle3", "--json"], cwd=work,
@@ -87,12 +90,14 @@ def test_launcher_show_fused_eagle3(installed):
     assert "--speculative-algorithm" in plan["argv"] and "/models/draft" in plan["argv"]
 
 
+@pytest.mark.stack
 def test_launcher_profiles_with_no_profile_found_exits_2_naming_the_folders(installed, tmp_path):
     bindir, env, work = installed
     r = _run([str(bindir / "launcher"), "profiles"], cwd=work, env={**env, "KIT_BUILTIN_PROFILES_DIR": str(tmp_path)})
     assert r.returncode == 2 and f"searched {tmp_path}" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.stack
 def test_serve_dry_run_points_supervisord_at_the_shipped_sitecustomize(installed, tmp_path):
     bindir, env, work = installed
     r = _run([str(bindir / "launcher"), "serve", "--dry-run", "--state-dir", str(tmp_path)], cwd=work,
@@ -103,6 +108,7 @@ def test_serve_dry_run_points_supervisord_at_the_shipped_sitecustomize(installed
     assert Path(conf.split("site-packages/launcher/site")[0].split('"')[-1] + "site-packages/launcher/site/sitecustomize.py").is_file()
 
 
+@pytest.mark.stack
 def test_bench_run_no_switch_against_the_standin(installed, tmp_path):
     """The bench needs neither profiles/ nor MODEL_PATH: the label comes from --profiles, the spec from the server."""
     bindir, env, work = installed

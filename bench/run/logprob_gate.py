@@ -44,7 +44,7 @@ class Limits:
 
 
 # Calibrated on one H200 (docs/evidence/logprob-gate/: dense and mixture-of-experts models at 8 and 24 layers,
-# 5 prompt sets each; tools/gate_calibration.py judges them, tests/test_bench_run_logprob_gate.py checks these
+# 5 prompt sets each; tools/gate_calibration.py judges them, tests/bench/run/test_logprob_gate.py checks these
 # values against its committed output).
 # FLOOR: what the limits start from before the null is added: between the most the correct orders of the dense
 # models reached (null zero: their decode does not depend on the batch) and the least the broken ones reached.

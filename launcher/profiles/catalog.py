@@ -3,7 +3,7 @@
 The one source of truth for names. The loader resolves names through these functions, and the
 Makefile asks this module (`python3 -m launcher.profiles.catalog profiles`) before any docker command
 runs, on a GPU host that may have no kit virtualenv. So nothing imported here may need a third-party
-package (tests/test_profiles_catalog.py runs it with every non-stdlib import refused).
+package (tests/launcher/profiles/test_catalog.py runs it with every non-stdlib import refused).
 
 Folders: each KIT_PROFILES_DIR folder (colon-separated, in order), then the built-in profiles. A
 profile is `<folder>/<name>.toml`, a spec mode `<folder>/spec/<mode>.toml`, a model overlay (the flags

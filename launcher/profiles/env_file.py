@@ -2,7 +2,7 @@
 sitecustomize/sitecustomize.py): its text, and the limits past which the server would never get it.
 
 sitecustomize ignores a file larger than its `_MAX_BYTES` whole (it may import nothing of the kit, so
-tests/test_profiles_env_file.py pins the two constants equal), and Linux refuses to exec a process one of whose
+tests/launcher/profiles/test_env_file.py pins the two constants equal), and Linux refuses to exec a process one of whose
 environment entries is MAX_ARG_STRLEN (32 pages: 131072 bytes) or longer, counting its NUL: SGLang's
 launcher, exec'd by server_exec after sitecustomize applied the file, and each TP worker it spawns.
 Either way the switch rolls back after the server failed to start; the `env_file_size` rule

@@ -138,7 +138,7 @@ NEEDLES: tuple[str, ...] = tuple(
 )
 # Cheap substrings that every needle line contains: the log is searched for these, the hits' lines
 # for the needles (a chatty server writes tens of MB; one search per key keeps that well under a second).
-# Every line SGLang logs with a needle in it holds one of these (tests/test_runtime_activation.py checks).
+# Every line SGLang logs with a needle in it holds one of these (tests/launcher/runtime/test_activation.py checks).
 KEYS: tuple[str, ...] = ("FlashInfer", "flashinfer", "PCIe-IPC", "pcie_ipc_comm", "MSCCL++", "PyMscclpp",
                          "CustomAllreduce", "Custom allreduce", "Scheduler hit an exception",
                          "cuda graph addresses", "AdaptiveSpeculativeParams", "speculative_adaptive disabled",

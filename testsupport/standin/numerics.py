@@ -47,7 +47,7 @@ These MoE figures are INVENTED, SIMULATED ones, shaped like a measurement on a G
 experts, top-8, at TP 8: the reference at another batch size gave a max change of 0.479 nats, p99 0.031 and
 an exact-match rate of 0.84; a correct reordered all-reduce about 1.3x the null's mean change and 1.6x its p99,
 max 0.26-0.51, flip gaps up to about 0.6; broken ones 2.5-5x the mean and 3.3-4.9x the p99). They are not
-measurements, and nothing here runs a model. tests/test_standin_moe_numerics.py measures what they give (64
+measurements, and nothing here runs a model. tests/testsupport/standin/test_moe_numerics.py measures what they give (64
 prompts x 128 tokens: null mean 0.007, p99 0.034, max 0.39; reorder 1.15-1.3x; corrupt 3.9-4.2x). Unlike the
 GPU's, the texts part more often (about 0.6 of the null's prompts agree to the end, not 0.84): the near-ties
 are the dense model's.
