@@ -133,7 +133,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"# spec params: steps {sp.steps}, topk {sp.topk}, draft tokens {sp.draft_tokens}{pinned}")
     if plan.adaptive_tiers is not None:
         pinned = f" (the profile's [adaptive_tiers], {plan.adaptive_tiers_from})" if plan.adaptive_tiers_from else ""
-        print(f"# adaptive tiers (batch size: steps): {plan.adaptive_tiers}{pinned}")
+        print(f"# adaptive tiers (batch size: steps): {plan.adaptive_tiers.to_json()}{pinned}")
     stand_in = f" (with placeholders for {', '.join(placeholders)}; set them for the real one)" if placeholders else ""
     print(f"# digest {plan.digest()}{stand_in}; from {', '.join(plan.sources)}")
     declared = {k: v for k, v in plan.requires.items() if k != "conditions"}

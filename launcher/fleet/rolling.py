@@ -70,7 +70,7 @@ class Target:
         none asked for: any will do."""
         return (plan is not None and (plan.name, plan.spec) == (self.profile, self.spec)
                 and (self.point is None or plan.spec_params == self.point)
-                and (self.tiers is None or plan.adaptive_tiers == self.tiers.to_json()))
+                and (self.tiers is None or plan.adaptive_tiers == self.tiers))
 
 
 class History:

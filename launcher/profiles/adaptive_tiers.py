@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import PlainValidator
+from pydantic import PlainSerializer, PlainValidator
 
 from launcher import atomic
 from launcher.errors import UserError
@@ -293,3 +293,17 @@ def api_value(value: object) -> AdaptiveTiers | None:
 # The type of the control API's `adaptive_tiers` body field: the raw JSON goes to `api_value` (no lax
 # coercion of "3", true or 1.0 first); pydantic passes its UserError through model_validate untouched.
 ApiTiers = Annotated[AdaptiveTiers | None, PlainValidator(api_value)]
+
+
+def stored_value(value: object) -> AdaptiveTiers | None:
+    """A stored plan's or history label's `adaptive_tiers` (`{"B": [steps]}`) -> the record (None: none); ValueError,
+    which pydantic reports as its ValidationError, when damaged: readers of stored records catch that."""
+    try:
+        return api_value(value)
+    except UserError as exc:
+        raise ValueError(str(exc)) from None
+
+
+# The type of `adaptive_tiers` in a Plan and a history Label: the record in memory, `{"B": [steps]}` in JSON.
+PlanTiers = Annotated[AdaptiveTiers | None, PlainValidator(stored_value),
+                      PlainSerializer(lambda tiers: None if tiers is None else tiers.to_json())]

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from launcher import settings
 from launcher.errors import UserError
 from launcher.profiles import loader as profiles
-from launcher.profiles.adaptive_tiers import AdaptiveTiers
+from launcher.profiles.adaptive_tiers import AdaptiveTiers, PlanTiers
 from launcher.profiles.adaptive_tiers import coerce as coerce_adaptive_tiers
 from launcher.profiles.envsubst import Placeholders, UnsetVariable, expand
 from launcher.profiles.hostfacts import HostFacts
@@ -68,7 +68,7 @@ class Plan(BaseModel):
     # Under eagle3-adaptive with a tuned record (the API's `adaptive_tiers` or a profile's [adaptive_tiers]):
     # {"B": [steps]} per batch-size tier, written into the state dir for --speculative-adaptive-config
     # (launcher/profiles/adaptive_tiers.py); its file's hash is in `files`. Left out of `to_json` when None.
-    adaptive_tiers: dict[str, list[int]] | None = None
+    adaptive_tiers: PlanTiers = None
     # The profile file whose [adaptive_tiers] table the plan runs; None when none or the API's record.
     adaptive_tiers_from: str | None = None
 
@@ -344,7 +344,7 @@ def _plan_of(profile: str, spec: str, res: profiles.Resolved, env: dict, server:
         spec_params_from=str(pinned_by) if pinned_by is not None else None,
         # a tuned record's file is written when the plan is rendered (render.write_plan): its hash is the record's
         files={**flag_files(flags), **({server["speculative-adaptive-config"]: tiers.sha()} if tiers else {})},
-        adaptive_tiers=tiers.to_json() if tiers is not None else None,
+        adaptive_tiers=tiers,
         adaptive_tiers_from=str(tiers_from) if tiers_from is not None else None,
     )
 

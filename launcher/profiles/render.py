@@ -9,7 +9,6 @@ from pathlib import Path
 
 from launcher import atomic
 from launcher.profiles import env_file
-from launcher.profiles.adaptive_tiers import from_json
 from launcher.profiles.plan import ADAPTIVE_CONFIG_FLAG, Plan
 from launcher.state_layout import StatePaths
 
@@ -32,7 +31,7 @@ def write_plan(state_dir: Path, plan: Plan) -> Path:
     paths = StatePaths(state_dir)
     if plan.adaptive_tiers is not None:  # the tuned adaptive config, where its --speculative-adaptive-config names it
         config = plan.flags[plan.flags.index(ADAPTIVE_CONFIG_FLAG) + 1]
-        from_json(plan.adaptive_tiers).write(Path(config).parent)
+        plan.adaptive_tiers.write(Path(config).parent)
     texts = (
         (paths.cmdline, shlex.join(plan.argv) + "\n"),
         (paths.profile_env, env_file_text(plan)),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from launcher.profiles.adaptive_tiers import PlanTiers
 from launcher.profiles.spec_params import SpecParams
 from launcher.runtime.core.states import Outcome, Resolution
 
@@ -27,7 +28,7 @@ class Label(BaseModel):
     spec: str
     spec_params: SpecParams | None = None  # the plan's EAGLE point; None when not EAGLE
     digest: str | None = None
-    adaptive_tiers: dict[str, list[int]] | None = None  # {"B": [steps]}, as the plan holds them
+    adaptive_tiers: PlanTiers = None  # as the plan holds them; {"B": [steps]} in JSON
 
     @model_serializer(mode="wrap")
     def _without_absent_tiers(self, dump: SerializerFunctionWrapHandler) -> dict:

@@ -273,13 +273,13 @@ def test_a_target_with_tiers_is_eagle3_adaptive_only_and_a_plan_runs_it_only_wit
     assert target.problems() == [] and target.label() == "fused+eagle3-adaptive[1:1,4:0]"
     assert target.record() == {"profile": "fused", "spec": "eagle3-adaptive", "spec_params": None, "adaptive_tiers": TIERS}
     plan = Plan.model_construct(name="fused", spec="eagle3-adaptive",  # GET /plan's plan: only what run_by reads
-                                spec_params=SpecParams(steps=1, topk=1, draft_tokens=2), adaptive_tiers=TIERS)
+                                spec_params=SpecParams(steps=1, topk=1, draft_tokens=2), adaptive_tiers=tiers)
 
     def but(**change):
         return plan.model_copy(update=change)
 
     assert target.run_by(plan)
-    assert not target.run_by(but(adaptive_tiers={"1": [1], "4": [1]}))
+    assert not target.run_by(but(adaptive_tiers=at.parse("1:1,4:1")))
     assert not target.run_by(but(adaptive_tiers=None)) and not target.run_by(but(name="baseline"))
     assert not target.run_by(None)  # no plan rendered yet
     assert rolling.Target("fused", "eagle3-adaptive").run_by(but(adaptive_tiers=None))  # none asked: any

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from helpers_profiles import ENV, REPO, child_env
+from pydantic import ValidationError
 
 from launcher.errors import UserError
 from launcher.profiles import adaptive_tiers as at
@@ -124,12 +125,24 @@ def _env(tmp_path) -> dict[str, str]:
     return {**ENV, "KIT_STATE_DIR": str(tmp_path)}
 
 
+def test_a_stored_plan_reads_its_tiers_back_as_the_record_and_refuses_damaged_ones(tmp_path):
+    plan = plans.build_plan("baseline", MODE, environ=_env(tmp_path), adaptive_tiers={"1": [2], "4": [1], "16": [0]})
+    stored = json.loads(json.dumps(plan.to_json()))
+    again = plans.Plan.from_json(stored)
+    assert again.adaptive_tiers == at.parse("1:2,4:1,16:0") and again.digest() == plan.digest()
+    for damaged in ({"1": ["2"]}, {"x": [1]}, [1, 2], {}):
+        with pytest.raises(ValidationError, match="adaptive_tiers"):
+            plans.Plan.from_json({**stored, "adaptive_tiers": damaged})
+    assert plans.Plan.from_json({k: v for k, v in stored.items() if k != "adaptive_tiers"}).adaptive_tiers is None
+
+
 def test_a_plan_carries_the_tiers_as_a_state_dir_file_and_starts_from_them(tmp_path):
     plan = plans.build_plan("baseline", MODE, environ=_env(tmp_path), adaptive_tiers={"1": [2], "4": [1], "16": [0]})
     path = _value(plan.flags, "--speculative-adaptive-config")
     assert path == str(tmp_path / "adaptive" / f"{at.parse('1:2,4:1,16:0').sha()}.json")
     assert plan.spec_params.values() == (2, 1, 3)  # the tiers' start, not the overlay's 3,1,4 (not a candidate)
-    assert plan.adaptive_tiers == {"1": [2], "4": [1], "16": [0]} and plan.to_json()["adaptive_tiers"] == plan.adaptive_tiers
+    assert plan.adaptive_tiers == at.parse("1:2,4:1,16:0")
+    assert plan.to_json()["adaptive_tiers"] == {"1": [2], "4": [1], "16": [0]}
     assert not (tmp_path / "adaptive").exists()  # building a plan writes nothing: rendering it does
     write_plan(tmp_path / "state", plan)
     assert json.loads(open(path).read()) == {"1": {"candidate_steps": [2]}, "4": {"candidate_steps": [1]},
@@ -167,10 +180,10 @@ def test_a_profiles_table_applies_under_eagle3_adaptive_only(tmp_path, monkeypat
     env = _user_profile(tmp_path, "[adaptive_tiers]\n1 = [3]\n8 = [0]\n")
     monkeypatch.setenv("KIT_PROFILES_DIR", env["KIT_PROFILES_DIR"])
     plan = plans.build_plan("tuned", MODE, environ=env)
-    assert plan.adaptive_tiers == {"1": [3], "8": [0]} and plan.adaptive_tiers_from.endswith("tuned.toml")
+    assert plan.adaptive_tiers == at.parse("1:3,8:0") and plan.adaptive_tiers_from.endswith("tuned.toml")
     assert plan.spec_params.values() == (3, 1, 4)
     given = plans.build_plan("tuned", MODE, environ=env, adaptive_tiers="1:1,8:0")  # the API's record wins
-    assert given.adaptive_tiers == {"1": [1], "8": [0]} and given.adaptive_tiers_from is None
+    assert given.adaptive_tiers == at.parse("1:1,8:0") and given.adaptive_tiers_from is None
     for spec in ("eagle3", "off"):
         assert plans.build_plan("tuned", spec, environ=env).adaptive_tiers is None
 
