@@ -38,6 +38,12 @@ def pytest_configure(config):
 
 
 @pytest.fixture(scope="session")
+def serving_mark() -> tuple[str, str]:
+    """The variable the serving profile sets, and its value (a fixture: the tests import no conftest by name)."""
+    return MARK_VAR, MARK_VALUE
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     return make_model(tmp_path_factory.mktemp("model") / "tiny-llama", seed=0)
 

@@ -8,7 +8,6 @@ import shlex
 import time
 
 import httpx
-from conftest import MARK_VALUE, MARK_VAR
 
 from launcher.state_layout import StatePaths
 from testsupport.net import until
@@ -47,12 +46,13 @@ def test_serve_runs_the_command_line_the_kit_composed(serving_stack):
     assert all(isinstance(c, int) and c >= 1 for c in caps) and running_cap(info) == sum(caps)
 
 
-def test_the_plan_env_reaches_both_tp_schedulers(serving_stack):
+def test_the_plan_env_reaches_both_tp_schedulers(serving_stack, serving_mark):
     schedulers = serving_stack.schedulers()
     titles = sorted(p.cmdline()[0] for p in schedulers)
     assert titles == ["sglang::scheduler_TP0", "sglang::scheduler_TP1"], titles
     plan_env = json.loads(StatePaths(serving_stack.state_dir).profile_json.read_text())["env"]
-    assert plan_env[MARK_VAR] == MARK_VALUE
+    var, value = serving_mark
+    assert plan_env[var] == value
     for e in overlay.ENV:
         assert plan_env[e.key] == str(e.value)
     for p in schedulers:
