@@ -177,8 +177,8 @@ def test_the_new_server_runs_the_new_flag_and_env(stack, switched):
 
 def test_a_restart_shows_in_the_identity_real_sglang_sends(switched):
     before = identity_of(switched["before"]["info"])
-    assert before["start_time"] is None  # 0.5.23 sends none
-    assert before["startup_time"] and before["random_seed"] is not None
+    assert before.start_time is None  # 0.5.23 sends none
+    assert before.startup_time and before.random_seed is not None
     assert restart_reasons(before, identity_of(switched["again"])) == []  # the same server, asked twice
     reasons = restart_reasons(before, identity_of(switched["after_info"]))
     assert any("startup_time" in r for r in reasons), reasons
