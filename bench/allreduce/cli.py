@@ -166,12 +166,6 @@ def _profile_plan(name: str | None, plan_path: str | None = None) -> Any:
     return plan
 
 
-def _profile_env(name: str | None) -> dict[str, str]:
-    """The profile's environment, from the same plan the server would get (spec mode 'off')."""
-    plan = _profile_plan(name)
-    return dict(plan.env) if plan is not None else {}
-
-
 def _ranks_environ(plan: Any, state_dir: Path) -> dict[str, str]:
     """The ranks' environment, as the server's TP workers get theirs: the plan rendered into
     `state_dir` (profile.env, as `launcher` renders it for the server), named by KIT_PROFILE_ENV and
