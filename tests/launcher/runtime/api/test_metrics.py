@@ -71,6 +71,10 @@ def promtool_check(text: str) -> None:
 
 
 def restart_control_api(stack: KitStack) -> None:
+    """Kill the control API once supervisord holds it RUNNING (a program killed before its startsecs counts as a
+    failed start, and a few of those in a row leave it FATAL), then wait until a new one answers."""
+    sup = Supervisor(StatePaths(stack.state_dir).socket)
+    until(lambda: sup.info("control")["statename"] == "RUNNING", 30, "control API RUNNING in supervisord")
     old = stack.control_pid()
     os.kill(old, signal.SIGKILL)  # supervisord starts it again
 
