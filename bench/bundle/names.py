@@ -11,20 +11,18 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from launcher.errors import RuntimeFailure, UserError
+from launcher.errors import RuntimeFailure
 from launcher.profiles import policy
-from launcher.profiles.spec_params import SpecParams, coerce
+from launcher.profiles.spec_params import SpecParams
 
 MANIFEST = "manifest.json"
 SUFFIX = ".json"
 REQUESTS_SUFFIX = ".requests.jsonl"
 LOGPROBS_SUFFIX = ".logprobs.jsonl"  # the correctness pass: one greedy reply per prompt with its log-probabilities
 
-Point = SpecParams | Mapping[str, Any] | None  # an EAGLE-3 point as callers hold it: the model or its JSON
+Point = SpecParams | None  # an EAGLE-3 point (three whole numbers >= 1 by its type), or none
 
 _NAME = re.compile(policy.NAME_PATTERN)
 
@@ -35,27 +33,14 @@ def make_run_id(now: float | None = None) -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
-def _point(spec_params: Point) -> SpecParams | None:
-    """The point as the model; RuntimeFailure when it is not three whole numbers >= 1 (it names a file)."""
-    if not spec_params:
-        return None
-    try:
-        return coerce(spec_params)
-    except UserError:
-        raise RuntimeFailure(f"spec_params {str(spec_params)[:80]} cannot name a cell: give three whole numbers "
-                             "steps, topk, draft_tokens >= 1") from None
-
-
 def cell_name(profile: str, spec: str, spec_params: Point = None) -> str:
     """`fused__eagle3`, or `fused__eagle3__1-1-2` for a cell at an EAGLE-3 point: a file name and a key."""
-    point = _point(spec_params)
-    return f"{profile}__{spec}" + (f"__{point.tag()}" if point else "")
+    return f"{profile}__{spec}" + (f"__{spec_params.tag()}" if spec_params else "")
 
 
 def point_text(spec_params: Point) -> str:
     """`(1,1,2)` for a point, "" for none: what follows the spec name in a label."""
-    point = _point(spec_params)
-    return point.label() if point else ""
+    return spec_params.label() if spec_params else ""
 
 
 def cell_label(profile: str, spec: str, spec_params: Point = None) -> str:

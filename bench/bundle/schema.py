@@ -16,7 +16,6 @@ reads are left alone, and a cell file's keys its record does not hold are not re
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -135,8 +134,10 @@ ADAPTIVE_ACCEPT = (f"accept length reported, not judged, under {ADAPTIVE}: SGLan
 
 
 class Correctness(Part):
-    """The correctness gate's verdict on a cell (bench/run/correctness.py `gate`); `pending` until judged."""
+    """The correctness gate's verdict on a cell (bench/run/correctness.py `gate`); `pending` until judged. Frozen: a
+    caller that words it otherwise (an invalid run, a missing reference) makes a new one (`model_copy(update=...)`)."""
 
+    model_config = ConfigDict(**Part.model_config, frozen=True)
     status: str | None = None
     reasons: list[str] = []
     exact_match_rate: Num = None  # information only (older bundles: the rule)
@@ -201,9 +202,9 @@ class Cell(bundle_names.CellNames, BaseModel):
         """The first concurrency level's aggregate: the cell's headline numbers."""
         return next(iter(self.by_concurrency.values()), Level())
 
-    def with_correctness(self, verdict: Mapping[str, Any]) -> Cell:
+    def with_correctness(self, verdict: Correctness) -> Cell:
         """The same record judged: `verdict` is the gate's result."""
-        return self.model_copy(update={"correctness": Correctness.model_validate(dict(verdict))})
+        return self.model_copy(update={"correctness": verdict})
 
     def to_json(self) -> JsonObject:
         """The file's content: every field, plus the first level's numbers at the top level."""

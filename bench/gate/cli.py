@@ -34,6 +34,7 @@ from typing import ClassVar
 
 from rich.console import Console
 
+from bench import JsonObject
 from bench import args as flags
 from bench.args import CliArgs, ParserOptions, http_url, positive_ints
 from bench.bundle import store as bundle
@@ -42,7 +43,7 @@ from bench.client.server_client import ServerClient
 from bench.client.workload import build_workload, choose_prompts
 from bench.run import correctness, logprob_gate, passes
 from bench.run.cell import apply_gate
-from bench.run.correctness import LevelJson, LevelsJson, LevelsVerdict, Verdict
+from bench.run.correctness import LevelJson, LevelsJson, LevelsVerdict
 from bench.run.logprob_gate import Thresholds
 from bench.run.server_identity import PROBE_ERRORS
 from bench.run.settings import RunKnobs
@@ -203,7 +204,7 @@ class BundleCell:
         return cls(key, corr.get("status"), corr.get("reasons"), corr.get("baseline"), corr.get("levels"),
                    corr.get("tolerance"), corr.get("notes"))
 
-    def verdict(self) -> Verdict:
+    def verdict(self) -> JsonObject:
         """The verdict's keys, as `render_levels` reads them."""
         return {"status": self.status or "", "reasons": self.reasons or [], "levels": self.levels or {},
                 "tolerance": self.tolerance or {}, "notes": self.notes or []}
@@ -248,7 +249,7 @@ def _fmt(x: object, digits: int = 4) -> str:
     return f"{x:.{digits}f}" if isinstance(x, float) else "-" if x is None else str(x)
 
 
-def render_levels(console: Console, verdict: LevelsJson | Verdict, indent: str = "  ") -> None:
+def render_levels(console: Console, verdict: LevelsJson | JsonObject, indent: str = "  ") -> None:
     tol = verdict.get("tolerance") or {}
     null = tol.get("null")
     console.print(f"{indent}limits ({tol.get('basis')}): mean {_fmt(tol.get('mean_delta'))}, p99 {_fmt(tol.get('p99_delta'))}, "

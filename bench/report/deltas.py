@@ -18,6 +18,7 @@ from bench.bundle import names as bundle_names
 from bench.bundle.schema import Cell
 from bench.report.stats import benjamini_hochberg, welch
 from launcher.profiles.running_requests import SPEC_RUNNING_REQUESTS
+from launcher.profiles.spec_params import SpecParams
 
 METRICS = (
     ("tok/s", "output_throughput"),
@@ -90,7 +91,7 @@ class DeltaRow:
 
     profile: str
     spec: str  # with the EAGLE-3 point after it
-    spec_params: dict[str, int] | None = field(default=None, metadata={CSV: False})
+    spec_params: SpecParams | None = field(default=None, metadata={CSV: False})
     concurrency: int
     metric: str
     a: float | None
@@ -110,7 +111,7 @@ class DeltaRow:
     load_note: str | None = None
 
     def to_json(self) -> JsonObject:
-        return asdict(self)
+        return {**asdict(self), "spec_params": self.spec_params.model_dump() if self.spec_params else None}
 
 
 def _tested(row: DeltaRow, ma: float, sa: float | None, na: int, mb: float, sb: float | None, nb: int) -> DeltaRow:
@@ -144,7 +145,7 @@ def deltas(cells_a: list[Cell], cells_b: list[Cell], fdr: float = FDR) -> list[D
                 mb, sb, nb = _level_stats(cb, level, key)
                 row = DeltaRow(
                     profile=ca.profile, spec=ca.spec + bundle_names.point_text(ca.spec_params),
-                    spec_params=ca.spec_params.model_dump() if ca.spec_params else None,
+                    spec_params=ca.spec_params,
                     concurrency=int(level), metric=label, a=ma, a_sd=sa, a_n=na, b=mb, b_sd=sb, b_n=nb,
                     load_note=load_note(ca, cb, int(level)),
                 )

@@ -22,14 +22,14 @@ from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle import names as bundle_names
 from bench.bundle import store as bundle
 from bench.bundle.cell_numbers import RepeatSummary
-from bench.bundle.schema import Cell
+from bench.bundle.schema import Cell, Correctness
 from bench.run import correctness, passes
 from bench.run.logprob_gate import Thresholds
 from bench.run.settings import RunSettings
 from launcher.errors import RuntimeFailure
 from launcher.profiles.spec_params import SpecParams, coerce
 
-PENDING = {"status": "pending"}  # a record's verdict until the gate has judged it
+PENDING = Correctness(status="pending")  # a record's verdict until the gate has judged it
 # what an earlier measurement of the same cell tells a draft (`adopt`): bench tune joins its journal's cells
 ADOPTED = ("plan_digest", "setup_digest", "local", "plan_spec_params", "server", "backends", "switch", "simulated",
            "max_running_requests")
@@ -72,11 +72,11 @@ class CellDraft(bundle_names.CellNames):
 
 
 def new_cell(*, profile: str, spec: str, settings: RunSettings, num_prompts: int,
-             spec_params: SpecParams | Mapping[str, Any] | None = None,
+             spec_params: SpecParams | None = None,
              adaptive_tiers: dict[str, list[int]] | None = None) -> CellDraft:
     """A cell before anything ran (its switch skipped with --no-switch)."""
     return CellDraft(profile=profile, spec=spec, settings=settings, num_prompts=num_prompts,
-                     spec_params=coerce(spec_params) if spec_params else None, adaptive_tiers=adaptive_tiers,
+                     spec_params=spec_params, adaptive_tiers=adaptive_tiers,
                      switch=None if settings.switching else {"outcome": "skipped (--no-switch)"})
 
 
@@ -134,10 +134,9 @@ def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int) -> Cell
                              f"({err['msg']}); check what the server and its control API report") from None
 
 
-def point_of(cell: Cell) -> dict[str, int] | None:
+def point_of(cell: Cell) -> SpecParams | None:
     """The EAGLE-3 point a cell ran: the one it was switched to, else the one its running plan reported."""
-    point = cell.spec_params or cell.plan_spec_params
-    return point.model_dump() if point is not None else None
+    return cell.spec_params or cell.plan_spec_params
 
 
 def gate_side(run_dir: Path, cell: Cell) -> correctness.Side:
@@ -163,7 +162,7 @@ def apply_gate(*, run_dir: Path, cells: Mapping[str, Cell], thresholds: Threshol
     for key, cell in cells.items():
         ref = sides.get(reference_key(cells, cell))
         result = correctness.gate(cell.spec, sides[key], ref, thresholds=thresholds)
-        if not cell.valid and result["status"] == "PASS":
-            result["status"] = "n/a (invalid run)"  # partial outputs cannot vouch for a profile
+        if not cell.valid and result.status == "PASS":
+            result = result.model_copy(update={"status": "n/a (invalid run)"})  # partial outputs cannot vouch for it
         judged[key] = cell.with_correctness(result)
     return judged

@@ -23,6 +23,7 @@ from bench import args as flags
 from bench.args import Command, Given, stop_on_interrupt
 from bench.client.workload import choose_prompts
 from bench.control.hold import MeasureHold, holder_of
+from bench.control.production import PlanRef
 from bench.run import correctness, logprob_gate
 from bench.run.landing import Landing
 from bench.run.matrix import MatrixRun
@@ -122,8 +123,8 @@ def measure(*, run_settings: RunSettings, token: str | None, console: Console) -
 
     with MeasureHold(client, holder_of("bench run", Path(run_settings.out)), say) as run.hold:
         running = client.running_plan()
-        start = running.to_json() if running is not None else None
-        if not start or not start.get("name"):
+        start = PlanRef.from_json(running.to_json()) if running is not None else None
+        if start is None or not start.name:
             raise RuntimeFailure(f"the control API at {run_settings.control} reports no running plan to go back to "
                                  "(nothing was switched); start the server first (`launcher up`)")
         landing = Landing(run_settings, token, start, say)

@@ -33,20 +33,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TypedDict
 
-from bench.bundle.schema import ADAPTIVE_ACCEPT, TEXTS_DIFFER
+from bench import JsonObject
+from bench.bundle.schema import ADAPTIVE_ACCEPT, TEXTS_DIFFER, Correctness
 from bench.client.request_record import RequestRecord
 from bench.run import logprob_gate, passes
 from bench.run.logprob_gate import Thresholds, TokenLogprob
 from bench.run.passes import Reply
 from launcher.errors import UserError
 from launcher.profiles.adaptive_tiers import SPEC_MODE as ADAPTIVE
+from launcher.profiles.spec_params import SpecParams
 
 BASELINE = "baseline"
 UNIT = "character"
 NO_LOGPROBS = "the server returned no log-probabilities"
 
 Logprobs = Mapping[str, Sequence[TokenLogprob] | None]
-Point = Mapping[str, int]  # an EAGLE-3 point: {"steps", "topk", "draft_tokens"}
+Point = SpecParams  # an EAGLE-3 point
 
 
 @dataclass(frozen=True)
@@ -124,12 +126,11 @@ class Side:
 
 def same_point(a: Point | None, b: Point | None) -> bool:
     """Whether two cells ran the same EAGLE-3 point: both known and equal in steps, top-k and draft tokens."""
-    keys = ("steps", "topk", "draft_tokens")
-    return a is not None and b is not None and all(a.get(k) == b.get(k) for k in keys)
+    return a is not None and b is not None and a.values() == b.values()
 
 
 def point_text(p: Point | None) -> str:
-    return "({},{},{})".format(*(p.get(k) for k in ("steps", "topk", "draft_tokens"))) if p else "(unknown)"
+    return p.label() if p else "(unknown)"
 
 
 def _any_rows(logprobs: Logprobs | None) -> bool:
@@ -195,33 +196,6 @@ class LevelsJson(TypedDict):
     logprobs: dict[str, float | int | None] | None
     tolerance: dict[str, object]
     notes: list[str]
-
-
-class Verdict(TypedDict, total=False):
-    """The correctness verdict of one cell as `gate` writes it and a cell's record keeps it (bench/bundle/schema.py
-    `Correctness` reads status, reasons, exact_match_rate and first_divergence, and keeps the rest as it is).
-    Always there: status, reasons, logprobs and the keys from baseline to note; `levels`, `tolerance` and `notes`
-    (`LevelsJson`) where the cell was judged on log-probabilities; `accept_note` and `divergence_per_prompt`
-    where they apply."""
-
-    status: str
-    reasons: list[str]
-    levels: dict[str, LevelJson]
-    logprobs: dict[str, float | int | None] | None
-    tolerance: dict[str, object]
-    notes: list[str]
-    baseline: str
-    rule: str
-    exact_match_rate: float | None
-    first_divergence: int | None
-    divergence_unit: str
-    divergence_per_prompt: dict[str, int]
-    compared: int
-    accept_length: float | None
-    baseline_accept_length: float | None
-    accept_note: str
-    thresholds: dict[str, float | int | None]
-    note: str
 
 
 @dataclass(frozen=True)
@@ -316,12 +290,20 @@ def judge_levels(cell: Side, ref: Side, t: Thresholds) -> LevelsVerdict:
 
 
 def gate(spec: str, cell: Side, reference: Side | None, settings: GateSettings = GateSettings(), *,
-         thresholds: Thresholds | None = None) -> Verdict:
-    """The correctness verdict of one (profile, spec[, point]): status PASS, FAIL, 'not enough evidence' or n/a.
+         thresholds: Thresholds | None = None) -> Correctness:
+    """The correctness verdict of one (profile, spec[, point]): status PASS, FAIL, 'not enough evidence' or n/a, as a
+    cell's record keeps it (bench/bundle/schema.py `Correctness`: status, reasons, exact_match_rate and
+    first_divergence, and the rest as `_verdict` writes it).
 
     SettingError (exit 2) for a bad KIT_GATE_* threshold when `thresholds` is None."""
-    t = thresholds or logprob_gate.thresholds()
-    result: Verdict = {
+    return Correctness.model_validate(_verdict(spec, cell, reference, settings, thresholds or logprob_gate.thresholds()))
+
+
+def _verdict(spec: str, cell: Side, reference: Side | None, settings: GateSettings, t: Thresholds) -> JsonObject:
+    """The verdict's keys. Always there: status, reasons, logprobs and the keys from baseline to note; `levels`,
+    `tolerance` and `notes` (`LevelsJson`) where the cell was judged on log-probabilities; `accept_note` and
+    `divergence_per_prompt` where they apply."""
+    result: JsonObject = {
         "baseline": reference.label if reference is not None else f"{BASELINE}+{spec}",
         "rule": "logprob",
         "exact_match_rate": None,

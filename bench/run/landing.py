@@ -37,8 +37,7 @@ class Target:
 
 
 def plan_of_cell(cell: Cell) -> PlanRef:
-    point = cell.spec_params.model_dump() if cell.spec_params else None
-    return production.plan_ref(cell.profile, cell.spec, point, digest=cell.plan_digest)
+    return production.plan_ref(cell.profile, cell.spec, cell.spec_params, digest=cell.plan_digest)
 
 
 def wrong_cell(cells: Mapping[str, Cell], plan: PlanRef) -> Cell | None:
@@ -48,9 +47,8 @@ def wrong_cell(cells: Mapping[str, Cell], plan: PlanRef) -> Cell | None:
                  and c.correctness.status == logprob_gate.FAIL), None)
 
 
-def target(start: production.Plan, cells: Mapping[str, Cell], leave_on: str | None, whole: bool) -> Target:
-    """Where production goes (module docstring). `start`: the plan found running, or /plan's JSON of it."""
-    start = PlanRef.of(start)
+def target(start: PlanRef, cells: Mapping[str, Cell], leave_on: str | None, whole: bool) -> Target:
+    """Where production goes (module docstring). `start`: the plan found running."""
     note = ""
     rc = 0
     if leave_on is not None:
@@ -87,11 +85,8 @@ class Landing:
 
     settings: RunSettings
     token: str | None
-    start: PlanRef  # the plan found running before the first switch (/plan's JSON of it is read into one)
+    start: PlanRef  # the plan found running before the first switch
     say: Callable[..., None]
-
-    def __post_init__(self) -> None:
-        self.start = PlanRef.of(self.start)
 
     def land(self, cells: Mapping[str, Cell], whole: bool) -> int:
         """Production on its target; the exit code this adds (0, 2, 3), 1 when it could not be put there, 130 when

@@ -21,7 +21,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rich.console import Console
 from rich.progress import (
@@ -51,10 +51,19 @@ from bench.run.server_identity import PROBE_ERRORS, is_simulated
 from bench.run.settings import RunSettings
 from launcher.errors import RuntimeFailure, UserError
 from launcher.profiles import running_requests
+from launcher.profiles.spec_params import SpecParams
 from launcher.runtime.activation import flag_map
 from launcher.runtime.api.control_client import ControlClient
 
 EAGLE3 = "eagle3"  # the spec mode `--eagle3` points are switched under
+
+
+class MatrixCell(NamedTuple):
+    """One cell of the matrix: a profile, a spec mode and, for an `--eagle3` cell, its EAGLE-3 point."""
+
+    profile: str
+    spec: str
+    point: SpecParams | None = None
 
 
 def _progress_bar(console: Console) -> Progress:
@@ -88,7 +97,7 @@ class MatrixRun:
         self.prompts: list[Prompt] = build_workload(settings.workload, settings.num_prompts, settings.seed)
         self.thresholds = logprob_gate.thresholds()  # a bad KIT_GATE_* setting stops here, before anything runs
         self.cells: dict[str, Cell] = {}  # the records of the cells finished, by name
-        self.matrix: list[tuple[str, str, dict[str, int] | None]] = []  # (profile, spec, EAGLE-3 point)
+        self.matrix: list[MatrixCell] = []
         self.current: CellDraft | None = None  # the cell being measured
         self.manifest: dict[str, Any] = {}
         self.started = False
@@ -220,12 +229,12 @@ class MatrixRun:
 
     async def _plan_matrix(
         self, control: ControlClient | None, status: dict[str, Any] | None, info: JsonObject
-    ) -> list[tuple[str, str, dict[str, int] | None]]:
+    ) -> list[MatrixCell]:
         """The cells, from the server's own lists (switching) or its running profile (--no-switch);
         each profile's spec modes first, then its `--eagle3` points."""
         s = self.s
         if not s.switching:
-            return [(*no_switch_label(s.profiles, s.specs, status, info), None)]
+            return [MatrixCell(*no_switch_label(s.profiles, s.specs, status, info))]
         assert control is not None
         where = f"the control API at {s.control}"
         profiles = resolve_profiles(s.profiles or RunSettings.DEFAULT_PROFILES, await control.profiles(), where)
@@ -234,10 +243,10 @@ class MatrixRun:
         points = list(s.eagle3 or [])
         if points and EAGLE3 not in modes:
             raise UserError(f"--eagle3 needs spec mode {EAGLE3}; {where} knows: {', '.join(modes) or '(none)'}")
-        cells: list[tuple[str, str, dict[str, int] | None]] = []
+        cells: list[MatrixCell] = []
         for p in profiles:
-            cells += [(p, sp, None) for sp in specs]
-            cells += [(p, EAGLE3, dict(point)) for point in points]
+            cells += [MatrixCell(p, sp) for sp in specs]
+            cells += [MatrixCell(p, EAGLE3, point) for point in points]
         labels = [bundle_names.cell_label(*c) for c in cells]
         if s.leave_on is not None and s.leave_on not in labels:
             raise UserError(f"--leave-on {s.leave_on} is not a cell of this run; its cells: {', '.join(labels)} "
@@ -245,7 +254,7 @@ class MatrixRun:
         await self._refuse_over_cap(control, cells)
         return cells
 
-    async def _refuse_over_cap(self, control: ControlClient, cells: list[tuple[str, str, dict[str, int] | None]]) -> None:
+    async def _refuse_over_cap(self, control: ControlClient, cells: list[MatrixCell]) -> None:
         """A --concurrency level above a cell's running cap, as its plan's flags resolve it (POST /check's plan;
         launcher/profiles/running_requests.py: 48 under EAGLE unless --max-running-requests), is exit 2 before
         anything is switched. The server's own figure (/server_info, which the KV cache may hold lower) is
@@ -271,7 +280,7 @@ class MatrixRun:
         self.console.print(f"{prefix}{text}", highlight=False, soft_wrap=True)
 
     async def _run_cell(self, measurer: CellMeasurer, profile: str, spec: str,
-                        point: dict[str, int] | None = None) -> None:
+                        point: SpecParams | None = None) -> None:
         s = self.s
         if self.hold is not None:
             self.hold.check()

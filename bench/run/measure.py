@@ -47,7 +47,7 @@ class CellMeasurer:
         """Switch to the cell's plan; the plan the server was asked for when it did not switch (the cell
         is then invalid with its reason), None when it did."""
         assert self.control is not None
-        point = cell.spec_params.model_dump() if cell.spec_params else None
+        point = cell.spec_params
         if self.on_phase is None:
             self.say(f"switching to {name} ...")
         self.phase("switching")
@@ -64,7 +64,7 @@ class CellMeasurer:
         cell.invalid_reason = f"switch {outcome}: {answer.error or 'no reason given'}"
         wanted = entry.to if entry else None
         record_plan(cell, wanted.model_dump(mode="json") if wanted else None)
-        return {"name": cell.profile, "spec": cell.spec, "spec_params": point, "digest": wanted.digest if wanted else None,
+        return {"name": cell.profile, "spec": cell.spec, "spec_params": point.model_dump() if point else None, "digest": wanted.digest if wanted else None,
                 "error": f"never ran: {cell.invalid_reason}"}
 
     async def running_plan(self, cell: CellDraft) -> JsonObject:

@@ -173,7 +173,7 @@ async def checked(plan: AdaptivePlan, control: ControlClient) -> tuple[AdaptiveP
         cand = plan.candidate
         if cand is None:
             return plan, None
-    answer = await control.check(cand.profile, cand.spec, cand.point_json(), cand.tiers_json())
+    answer = await control.check(cand.profile, cand.spec, cand.switch_point(), cand.tiers_json())
     if answer.ok and answer.digest is not None:
         return plan, answer.digest
     return replace(plan, refused=f"the server refuses {cand.label}: HTTP {answer.code} {answer.error}"), None
@@ -212,9 +212,9 @@ def sharing_a_cell(plan: AdaptivePlan, others: Sequence[Candidate]) -> AdaptiveP
     cand = plan.candidate
     if cand is None:
         return plan
-    name = bundle_names.cell_name(cand.profile, cand.spec, cand.point_json())
+    name = bundle_names.cell_name(cand.profile, cand.spec, cand.switch_point())
     for other in others:
-        if other.label != cand.label and bundle_names.cell_name(other.profile, other.spec, other.point_json()) == name:
+        if other.label != cand.label and bundle_names.cell_name(other.profile, other.spec, other.switch_point()) == name:
             return replace(plan, reason=f"{cand.label} would share the bundle cell {name} with {other.label}, whose "
                                         "tiers differ (a bundle names a cell by its starting point, not its tiers): "
                                         "not measured; switch production to another plan first, or give --eagle3 "

@@ -13,6 +13,7 @@ from bench.tune.objective import Objective
 from bench.tune.space import Candidate
 from launcher.errors import KitError
 from launcher.profiles import loader
+from launcher.profiles.spec_params import SpecParams
 
 SERVER_ONLY = "server-only"  # the profile hash of a profile this machine has no file of
 
@@ -32,7 +33,7 @@ def overlay_hash(specs: Sequence[str]) -> str:
 
 
 def entry_of(cand: Candidate, record: Cell, rows: Sequence[RequestRecord], detail: journal.Detail, *,
-             phase: journal.Phase, rnd: int, spec_params: dict[str, int] | None, objective: Objective,
+             phase: journal.Phase, rnd: int, spec_params: SpecParams | None, objective: Objective,
              hashes: dict[str, str], settings_digest: str) -> journal.Entry:
     """The journal line of a measured cell: `ok` with its repeats as the objective judges them
     (bench/tune/levels.py), or `failed` with why; `hashes`: profile name -> `profile_hash`."""

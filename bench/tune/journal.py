@@ -39,6 +39,7 @@ from bench.client.request_record import RequestRecord
 from bench.tune.objective import Repeat
 from bench.tune.order import CellState
 from launcher.atomic import append_line
+from launcher.profiles.spec_params import SpecParams
 
 JOURNAL = "journal.jsonl"
 VERSION = 1
@@ -104,7 +105,7 @@ class Entry(BaseModel):
     repeats: tuple[Repeat, ...] = ()
     finished_at: float = 0.0
     spec: str = ""
-    spec_params: dict[str, int] | None = None
+    spec_params: SpecParams | None = None
     detail: Detail = Detail()
     v: Literal[1] = VERSION
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bench.bundle.schema import Correctness
 from bench.client.request_record import RequestRecord
 from bench.run import correctness, passes
 from bench.run.logprob_gate import Thresholds
@@ -13,6 +14,7 @@ from bench.run.passes import Reply
 from bench.tune import journal
 from bench.tune.planning import REFERENCE_PROFILE
 from bench.tune.space import Candidate
+from launcher.profiles.spec_params import SpecParams
 
 LOGPROBS = "logprobs"  # a journal entry's detail key of the cell's correctness pass
 
@@ -39,14 +41,14 @@ class Ledger:
             if e.status == "failed":
                 return e.reason or "failed"
         verdict = self.gate(label)
-        if verdict is not None and verdict["status"] != "PASS":
-            why = "; ".join(verdict.get("reasons") or []) or verdict["status"]
-            return f"wrong output: {why}" if verdict["status"] == "FAIL" else f"not verified: {why}"
+        if verdict is not None and verdict.status != "PASS":
+            why = "; ".join(verdict.reasons) or verdict.status
+            return f"wrong output: {why}" if verdict.status == "FAIL" else f"not verified: {why}"
         return None
 
     def wrong(self, label: str) -> bool:
         verdict = self.gate(label)
-        return verdict is not None and verdict["status"] == "FAIL"
+        return verdict is not None and verdict.status == "FAIL"
 
     def rows_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> list[RequestRecord]:
         return [r for e in self.entries_of(label, phases) if e.status == "ok" for r in e.detail.rows]
@@ -61,16 +63,14 @@ class Ledger:
                 return [r for r in replies if r is not None]
         return None
 
-    def point_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> dict[str, int] | None:
+    def point_of(self, label: str, phases: Sequence[str] = journal.PHASES) -> SpecParams | None:
         """The EAGLE-3 point a cell ran: the one it was switched to, else the one its running plan reported."""
         for e in self.entries_of(label, phases):
             if e.status != "ok":
                 continue
-            if e.spec_params:
-                return dict(e.spec_params)
-            reported = e.detail.cell.plan_spec_params if e.detail.cell is not None else None
-            if reported is not None:
-                return reported.model_dump()
+            point = e.spec_params or (e.detail.cell.plan_spec_params if e.detail.cell is not None else None)
+            if point is not None:
+                return point
         return None
 
     def side(self, label: str, phases: Sequence[str] = journal.PHASES) -> correctness.Side | None:
@@ -89,7 +89,7 @@ class Ledger:
         return correctness.Side(label, texts, passed, sum(accepts) / len(accepts) if accepts else None,
                                 self.point_of(label, phases))
 
-    def gate(self, label: str) -> correctness.Verdict | None:
+    def gate(self, label: str) -> Correctness | None:
         """The correctness verdict of a cell's correctness pass against baseline's under its spec mode (the
         measured texts, and no log-probabilities, when it has none); None before the cell has outputs."""
         if not self.rows_of(label):
@@ -99,8 +99,8 @@ class Ledger:
         cell = self.side(label)
         assert cell is not None
         verdict = correctness.gate(spec, cell, self.side(ref_label, ("reference",)), thresholds=self.thresholds)
-        if verdict["status"] == "n/a (no baseline)":
-            verdict["reasons"] = [f"no reference: {ref_label} has no outputs"]
+        if verdict.status == "n/a (no baseline)":
+            return verdict.model_copy(update={"reasons": [f"no reference: {ref_label} has no outputs"]})
         return verdict
 
     def accept_lengths(self, label: str, phases: Sequence[str]) -> list[float]:

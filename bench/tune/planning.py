@@ -89,7 +89,7 @@ async def server_check(s: TuneSettings, control: ControlClient, sp: TuneSpace) -
     refs = [Candidate(REFERENCE_PROFILE, spec) for spec in s.reference_specs()]
     refused: dict[str, str] = {}
     for c in [*refs, *sp.candidates]:
-        answer = await control.check(c.profile, c.spec, c.point_json())
+        answer = await control.check(c.profile, c.spec, c.switch_point())
         code = answer.code
         if code in (401, 403):
             raise UserError(f"the control API refused POST /check (HTTP {code}): {answer.error}; "

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench import JsonObject
 from bench.control import production
+from bench.control.production import PlanRef
 from bench.tune import adaptive
 from bench.tune.decision import RUNNING_PLAN_WRONG
 from bench.tune.ledger import reference_label
@@ -24,7 +24,6 @@ from bench.tune.space import Candidate
 from bench.tune.tune_file import TuneFile
 from launcher.errors import KitError
 from launcher.fleet import fleetfile, rolling
-from launcher.profiles.spec_params import coerce
 from launcher.runtime.api.control_client import SyncControlClient
 from launcher.runtime.core.states import OK_OUTCOMES
 
@@ -36,20 +35,20 @@ def start_wrong(run: TuneRun) -> bool:
     return run.incumbent is not None and run.cells.wrong(run.incumbent.label)
 
 
-def back_plan(run: TuneRun) -> JsonObject:
+def back_plan(run: TuneRun) -> PlanRef:
     """Where production goes back to: the plan the tune started from, or, when the tune measured it WRONG, the
     gate's reference under its spec mode (the digest its cells ran, when they ran)."""
     if not start_wrong(run):
-        return dict(run.start_plan)
-    ref = Candidate.parse(reference_label(str(run.start_plan.get("spec"))))
-    return production.plan_of(ref.profile, ref.spec, digest=chosen_digest(run, ref))
+        return run.start_plan
+    ref = Candidate.parse(reference_label(str(run.start_plan.spec)))
+    return production.plan_ref(ref.profile, ref.spec, digest=chosen_digest(run, ref))
 
 
 def restore(run: TuneRun) -> None:
     """Production back on `back_plan` (when a switch left the plan the tune started from, or that plan is WRONG),
     checked on /status; says when it cannot, with the command that does it."""
     wrong = start_wrong(run)
-    if (not run.switched and not wrong) or not run.start_plan.get("name"):
+    if (not run.switched and not wrong) or not run.start_plan.name:
         return
     plan = back_plan(run)
     label = production.label_of(plan)
@@ -126,7 +125,7 @@ def apply(run: TuneRun, winner: Candidate, data: TuneFile) -> int:
     plan the tune started from, naming both."""
     client = SyncControlClient(run.s.control, run.token, run.s.connect_timeout)
     want = chosen_digest(run, winner)
-    profile, params, tiers, what = winner.profile, winner.point_json(), winner.tiers_json(), winner.label
+    profile, params, tiers, what = winner.profile, winner.switch_point(), winner.tiers_json(), winner.label
     names = [p.get("name") for p in client.profiles()]
     if run.s.profile_name in names and data.profile_file:
         checked = client.check(run.s.profile_name, winner.spec)
@@ -162,7 +161,7 @@ def roll(run: TuneRun, winner: Candidate) -> int:
     history = rolling.default_history(Path(run.s.fleet or ""))
     try:
         return rolling.switch(fleet, winner.profile, winner.spec, history, timeout_s=run.s.switch_timeout,
-                              spec_params=coerce(winner.point_json()), adaptive_tiers=winner.tiers, say=lambda t: run.console.print(t))
+                              spec_params=winner.switch_point(), adaptive_tiers=winner.tiers, say=lambda t: run.console.print(t))
     except KitError as exc:  # the fleet file, a token, a host: said, and the tune's own results stand
         run.console.print(f"--fleet: {exc}", style="bold red")
         return 1

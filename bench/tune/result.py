@@ -16,10 +16,11 @@ from pathlib import Path
 
 from bench.bundle import provenance as bundle_provenance
 from bench.bundle import store as bundle
+from bench.bundle.schema import Correctness
 from bench.run.cell import close_cell, new_cell
-from bench.run.matrix import MatrixRun
+from bench.run.matrix import MatrixCell, MatrixRun
 from bench.tune import decision as rule
-from bench.tune import journal, order, paired, plot, profile_out
+from bench.tune import journal, order, paired, plot, profile_out, tune_state
 from bench.tune.profile_out import check_profile_target
 from bench.tune.runner import TuneRun
 from bench.tune.space import Candidate
@@ -28,6 +29,9 @@ from launcher import atomic
 
 TUNE_JSON = "tune.json"
 TUNE_PNG = "tune.png"
+# the keys of a cell's correctness verdict that tune.json keeps
+SHOWN = ("status", "baseline", "exact_match_rate", "first_divergence", "accept_length", "baseline_accept_length",
+         "reasons", "accept_note", "levels", "tolerance")
 
 
 @dataclass(frozen=True)
@@ -61,15 +65,16 @@ def cell_summary(run: TuneRun, label: str) -> TuneCell:
     entries = run.cells.entries_of(label)
     failed = next((e for e in entries if e.status == "failed"), None)
     verdict = run.cells.gate(label)
+    shown = verdict.model_dump() if verdict is not None else {}
     value = run.s.objective.value
     early = [value(r) for e in entries if e.status == "ok" and e.phase != "final" for r in e.repeats]
     final = [value(r) for e in entries if e.status == "ok" and e.phase == "final" for r in e.repeats]
     tokps = [r.tokps for e in entries if e.status == "ok" for r in e.repeats]
     first = entries[0] if entries else None
-    params = first.spec_params if first else Candidate.parse(label).point_json()
+    params = first.spec_params if first else Candidate.parse(label).switch_point()
     if failed is not None:
         status, reason = "failed", failed.reason
-    elif verdict is not None and verdict["status"] != "PASS":
+    elif verdict is not None and verdict.status != "PASS":
         status, reason = "invalid", run.cells.failure(label)
     elif entries:
         status, reason = "measured", None
@@ -89,10 +94,7 @@ def cell_summary(run: TuneRun, label: str) -> TuneCell:
         "rounds": sorted({e.round for e in entries if e.phase == "screen"}),
         "finalist": label in run.finalists,
         "plan_digest": next((e.plan_digest for e in entries if e.plan_digest), None),
-        "correctness": None if verdict is None else {k: verdict.get(k) for k in
-                                                     ("status", "baseline", "exact_match_rate", "first_divergence",
-                                                      "accept_length", "baseline_accept_length", "reasons",
-                                                      "accept_note", "levels", "tolerance")},
+        "correctness": None if verdict is None else {k: shown.get(k) for k in SHOWN},
     })
 
 
@@ -136,11 +138,11 @@ def tune_json(run: TuneRun, *, run_id: str, complete: bool, interrupted: bool, p
     return TuneFile.model_validate({
         "run_id": run_id, "complete": complete, "interrupted": interrupted, "simulated": run.simulated,
         "objective": {**s.objective.__dict__, "unit": s.objective.unit, "describe": s.objective.describe()},
-        "incumbent": {"label": run.incumbent.label, **{k: run.start_plan.get(k) for k in
-                                                       ("name", "spec", "spec_params", "digest")}}
+        "incumbent": {"label": run.incumbent.label, **{k: v for k, v in run.start_plan.to_json().items()
+                                                       if k in tune_state.KEPT}}
         if run.incumbent else None,
         "winner": None if w is None else {"label": w.label, "profile": w.profile, "spec": w.spec,
-                                          "spec_params": w.point_json(),
+                                          "spec_params": point.model_dump() if (point := w.switch_point()) else None,
                                           **({"adaptive_tiers": w.tiers_json()} if w.tiers else {})},
         "cells": [cell_summary(run, label) for label in labels(run)],
         "excluded": [{"profile": x.profile, "spec": x.spec, "reason": x.reason} for x in run.excluded],
@@ -191,7 +193,8 @@ def _bundle_cell(run: TuneRun, label: str, mr: MatrixRun) -> None:
         bundle.write_logprobs(mr.work_dir, cell.profile, spec, passed, first.spec_params)
     record = close_cell(cell, concurrency=run.s.concurrency, repeats=max(per_c.values(), default=0))
     verdict = run.cells.gate(label)
-    mr.cells[record.key] = record.with_correctness(verdict if verdict is not None else {"status": "n/a (not measured)"})
+    mr.cells[record.key] = record.with_correctness(verdict if verdict is not None else
+                                                   Correctness(status="n/a (not measured)"))
 
 
 def write(run: TuneRun, *, complete: bool, interrupted: bool = False) -> Path:
@@ -201,7 +204,7 @@ def write(run: TuneRun, *, complete: bool, interrupted: bool = False) -> Path:
     mr = MatrixRun(run.s.run_settings(), run.console)
     mr.simulated = run.simulated
     measured = [label for label in labels(run) if run.cells.entries_of(label)]
-    mr.matrix = [(e.profile, e.spec or Candidate.parse(label).spec, e.spec_params)
+    mr.matrix = [MatrixCell(e.profile, e.spec or Candidate.parse(label).spec, e.spec_params)
                  for label in measured for e in run.cells.entries_of(label)[:1]]
     mr._start_bundle(None)
     mr.manifest["tune"] = {"journal": str(Path(run.s.out) / journal.JOURNAL)}

@@ -37,6 +37,7 @@ from bench.client.request_record import RequestRecord
 from bench.client.server_client import ServerClient
 from bench.client.workload import build_workload
 from bench.control.hold import MeasureHold
+from bench.control.production import PlanRef
 from bench.run import logprob_gate, passes
 from bench.run.cell import close_cell, new_cell
 from bench.run.measure import CellMeasurer
@@ -51,6 +52,7 @@ from bench.tune.settings import TuneSettings
 from bench.tune.space import Candidate
 from bench.tune.timing import Timing
 from launcher.errors import RuntimeFailure, UserError
+from launcher.profiles.spec_params import SpecParams
 from launcher.runtime.api.bodies import ServerStatus
 from launcher.runtime.api.control_client import ControlClient
 from launcher.runtime.core.states import ANSWERING, Outcome
@@ -69,7 +71,7 @@ class TuneRun:
         self.simulated = False
         self.hashes: dict[str, str] = {}
         self.settings_digest = ""
-        self.start_plan: JsonObject = {}
+        self.start_plan = PlanRef(None, None)
         self.incumbent: Candidate | None = None
         self.candidates: list[Candidate] = []
         self.ordered: list[Candidate] = []
@@ -106,7 +108,7 @@ class TuneRun:
         return out
 
     # ----- state that survives the process ----------------------------------------------------------
-    def load_state(self, plan: JsonObject) -> JsonObject:
+    def load_state(self, plan: PlanRef) -> PlanRef:
         """The plan this tune started from (bench/tune/tune_state.py): the recorded one when OUT/ holds this
         tune unfinished, else the running plan, recorded now. A resumed tune whose production was left elsewhere
         puts it back at the end, whatever this run switches. A finished tune is no resume: this run decides
@@ -114,15 +116,15 @@ class TuneRun:
         data = tune_state.read(self.out, self.settings_digest)
         if data and data.get("finished"):
             self.say(f"found a finished tune in {self.out} ({data.get('result') or 'results'}): deciding again from its "
-                     f"journal against the plan that runs now, {plan.get('name')}+{plan.get('spec')} (--fresh "
+                     f"journal against the plan that runs now, {plan.name}+{plan.spec} (--fresh "
                      "measures afresh)")
             data = None
         if not data:
             return tune_state.record(self.out, self.settings_digest, plan)
-        start = data["start_plan"]
-        if start.get("digest") != plan.get("digest"):
-            self.say(f"resuming: production was left on {plan.get('name')}+{plan.get('spec')}; the tune started "
-                     f"from {start.get('name')}+{start.get('spec')} and goes back to it")
+        start = PlanRef.from_json(data["start_plan"])
+        if start.digest != plan.digest:
+            self.say(f"resuming: production was left on {plan.name}+{plan.spec}; the tune started "
+                     f"from {start.name}+{start.spec} and goes back to it")
             self.switched = True  # the earlier run's switch: production goes back at the end
         return start
 
@@ -135,13 +137,13 @@ class TuneRun:
 
     # ----- measuring one cell ---------------------------------------------------------------------
     async def measure(self, measurer: CellMeasurer, cand: Candidate, repeats: int, *, phase: journal.Phase,
-                      rnd: int = 0, switch: bool = True, spec_params: dict[str, int] | None = None,
+                      rnd: int = 0, switch: bool = True, spec_params: SpecParams | None = None,
                       disturbed: int = 0) -> journal.Entry:
         """Switch (unless measuring in place), warm up, `repeats` repeats; one journal line either way. A cell
         that a switch from outside made invalid is measured again (switching back), not recorded."""
         if self.hold is not None:
             self.hold.check()
-        params = spec_params if spec_params is not None else cand.point_json()
+        params = spec_params if spec_params is not None else cand.switch_point()
         if self.progress is not None:
             self.progress.cell(cand.label, "switching" if switch else "warming up", phase, rnd)
         m = replace(measurer, settings=self.s.run_settings(switching=switch))
@@ -223,8 +225,8 @@ class TuneRun:
                 await server.wait_healthy(s.health_timeout)
             await server.preflight()
             plan = await control.running_plan()
-            running = plan.to_json() if plan is not None else None  # as tune_state records it
-            if not running:
+            running = PlanRef.from_json(plan.to_json()) if plan is not None else None  # as tune_state records it
+            if running is None:
                 raise RuntimeFailure(f"the control API at {s.control} reports no running plan; wait until it serves")
             with contextlib.suppress(*PROBE_ERRORS):
                 self.simulated = is_simulated(await server.server_info())
@@ -265,7 +267,7 @@ class TuneRun:
         self.decision = self.decide()
         return self.decision
 
-    async def measure_in_place(self, measurer: CellMeasurer, status: ServerStatus, running: JsonObject) -> None:
+    async def measure_in_place(self, measurer: CellMeasurer, status: ServerStatus, running: PlanRef) -> None:
         """The running plan's screening repeats where it runs, with the budget checked before and after them."""
         assert self.incumbent is not None
         inc = self.incumbent
@@ -274,9 +276,9 @@ class TuneRun:
         if last and self.timing.switch_s is None:
             self.timing.switch_s = float(last[-1].durations["total_s"])
             self.check_minimum()  # the switches alone (no repeat timed yet): a budget they overrun measures nothing
-        if running.get("digest") == self.start_plan.get("digest") and not self.cells.entries_of(inc.label, ("screen",)):
+        if running.digest == self.start_plan.digest and not self.cells.entries_of(inc.label, ("screen",)):
             await self.measure(measurer, inc, self.s.screen_repeats, phase="screen", switch=False,
-                               spec_params=self.start_plan.get("spec_params"))
+                               spec_params=self.start_plan.spec_params)
         if self.timing.repeat_s is not None:  # a switch not timed yet counts as free: a lower bound
             self.check_minimum()
 
@@ -376,7 +378,7 @@ class TuneRun:
             if n < 1:
                 self.say(f"the budget ends the final after {i} of {len(runs)} blocks: deciding on the repeats it has")
                 return
-            params = self.start_plan.get("spec_params") if run.arm == self.incumbent.label else None
+            params = self.start_plan.spec_params if run.arm == self.incumbent.label else None
             await self.measure(measurer, by_label[run.arm], n, phase="final", rnd=run.block + 1, spec_params=params)
 
     def decide(self) -> Decision:

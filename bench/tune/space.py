@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from bench.control.production import PlanRef
 from launcher.errors import UserError
 from launcher.profiles import adaptive_tiers, spec_params
 from launcher.profiles.adaptive_tiers import AdaptiveTiers
@@ -53,21 +54,20 @@ class Candidate:
             raise ValueError(f"{self.profile}+{self.spec}: adaptive tiers go with spec {ADAPTIVE_SPEC} and only there")
 
     @classmethod
-    def of_plan(cls, plan: Mapping[str, object]) -> Candidate:
+    def of_plan(cls, plan: PlanRef) -> Candidate:
         """The candidate a running plan (/plan) is: its profile, spec mode and, under eagle3, its point."""
-        params = plan.get("spec_params") if plan.get("spec") == "eagle3" else None
-        point = spec_params.coerce(params) if isinstance(params, Mapping) else None
-        tiers = plan.get("adaptive_tiers") if plan.get("spec") == ADAPTIVE_SPEC else None
-        return cls(str(plan.get("name")), str(plan.get("spec")), point,
-                   adaptive_tiers.from_json(tiers) if isinstance(tiers, Mapping) else None)
+        point = plan.spec_params if plan.spec == "eagle3" else None
+        tiers = plan.adaptive_tiers if plan.spec == ADAPTIVE_SPEC else None
+        return cls(str(plan.name), str(plan.spec), point, adaptive_tiers.from_json(tiers) if tiers is not None else None)
 
-    def point_json(self) -> dict[str, int] | None:
-        """The point as the control API's `spec_params` takes it, or None (the spec mode's own flags). With tiers, the
-        point the server starts from (AdaptiveTiers.start_point, the plan's own choice made explicit), which also
-        keeps its bundle cell apart from the reference's (bench/bundle/names.py names a cell by its point)."""
+    def switch_point(self) -> SpecParams | None:
+        """The point a switch to this candidate sends (the control API's `spec_params`), or None (the spec mode's own
+        flags). With tiers, the point the server starts from (AdaptiveTiers.start_point, the plan's own choice made
+        explicit), which also keeps its bundle cell apart from the reference's (bench/bundle/names.py names a cell by
+        its point)."""
         if self.tiers is not None:
-            return self.tiers.start_point().model_dump()
-        return self.point.model_dump() if self.point else None
+            return self.tiers.start_point()
+        return self.point
 
     def tiers_json(self) -> dict[str, list[int]] | None:
         """The tiers as the control API's `adaptive_tiers` takes them, or None (the spec overlay's own config)."""

@@ -12,9 +12,10 @@ import math
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from bench import JsonObject
+from launcher.profiles.spec_params import SpecParams
 
 
 def _number(x: Any) -> float | None:
@@ -46,11 +47,23 @@ def _part(x: Any) -> Any:
     return x if isinstance(x, Mapping) else None
 
 
+def _point(x: Any) -> SpecParams | None:
+    if isinstance(x, SpecParams):
+        return x
+    if not isinstance(x, Mapping):
+        return None
+    try:
+        return SpecParams.model_validate(dict(x))
+    except ValidationError:
+        return None
+
+
 Number = Annotated[float | None, BeforeValidator(_number)]
 Count = Annotated[int, BeforeValidator(_count)]
 Text = Annotated[str | None, BeforeValidator(_text)]
 Interval = Annotated[tuple[float, float] | None, BeforeValidator(_interval)]
 Texts = Annotated[list[str], BeforeValidator(_texts)]
+Point = Annotated[SpecParams | None, BeforeValidator(_point)]
 
 
 class _Part(BaseModel):
@@ -70,7 +83,7 @@ class TuneCell(_Part):
     label: Text = None
     profile: Text = None
     spec: Text = None
-    spec_params: Any = None
+    spec_params: Point = None
     status: Text = None
     reason: Text = None
     role: Text = None

@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 
 from bench import JsonObject
+from bench.control.production import PlanRef
 from bench.tune import journal
 from launcher import atomic
 
 STATE = "tune-state.json"
+KEPT = ("name", "spec", "spec_params", "digest")  # what the state keeps of the start plan, in this order
 
 
 def read(out: Path, settings_digest: str) -> JsonObject | None:
@@ -28,12 +30,13 @@ def read(out: Path, settings_digest: str) -> JsonObject | None:
     return None
 
 
-def record(out: Path, settings_digest: str, plan: JsonObject) -> JsonObject:
-    """A new tune's start plan (its name, spec, point and digest), written before anything is switched."""
-    keep = {k: plan.get(k) for k in ("name", "spec", "spec_params", "digest")}
+def record(out: Path, settings_digest: str, plan: PlanRef) -> PlanRef:
+    """A new tune's start plan (its name, spec, point and digest), written before anything is switched; what a
+    resumed tune reads back (its adaptive tiers are not kept)."""
+    keep = {k: v for k, v in plan.to_json().items() if k in KEPT}
     out.mkdir(parents=True, exist_ok=True)
     atomic.write_text(out / STATE, json.dumps({"settings_digest": settings_digest, "start_plan": keep}, indent=2))
-    return keep
+    return PlanRef.from_json(keep)
 
 
 def mark_finished(out: Path, settings_digest: str, written: Path) -> None:

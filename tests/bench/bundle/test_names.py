@@ -1,23 +1,23 @@
-"""bench.bundle.names: a cell's name, label and files, from the model of a point or its JSON alike."""
+"""bench.bundle.names: a cell's name, label and files, from its profile, spec and EAGLE-3 point."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+from pydantic import ValidationError
 
 from bench.bundle import names as bundle_names
 from launcher.errors import RuntimeFailure
 from launcher.profiles.spec_params import SpecParams
 
-POINT = {"steps": 3, "topk": 1, "draft_tokens": 4}
+POINT = SpecParams(steps=3, topk=1, draft_tokens=4)
 
 
 def test_names_and_labels_with_and_without_a_point():
-    for point in (POINT, SpecParams(**POINT)):
-        assert bundle_names.cell_name("fused", "eagle3", point) == "fused__eagle3__3-1-4"
-        assert bundle_names.cell_label("fused", "eagle3", point) == "fused+eagle3(3,1,4)"
-        assert bundle_names.point_text(point) == "(3,1,4)"
+    assert bundle_names.cell_name("fused", "eagle3", POINT) == "fused__eagle3__3-1-4"
+    assert bundle_names.cell_label("fused", "eagle3", POINT) == "fused+eagle3(3,1,4)"
+    assert bundle_names.point_text(POINT) == "(3,1,4)"
     assert bundle_names.cell_name("fused", "off") == "fused__off" and bundle_names.point_text(None) == ""
     assert bundle_names.requests_file("fused", "eagle3", POINT) == "fused__eagle3__3-1-4.requests.jsonl"
 
@@ -30,13 +30,19 @@ def test_run_ids_are_utc_stamps_that_never_collide():
 @pytest.mark.parametrize(("profile", "spec", "point", "words"), [
     ("../x", "off", None, "profile name"),
     ("fused", "a/b", None, "spec name"),
-    ("fused", "eagle3", {"steps": 0, "topk": 1, "draft_tokens": 2}, "cannot name a cell"),
-    ("fused", "eagle3", {"steps": True, "topk": 1, "draft_tokens": 2}, "cannot name a cell"),
 ])
-def test_a_file_is_named_only_by_good_names_and_whole_numbers(tmp_path, profile, spec, point, words):
+def test_a_file_is_named_only_by_good_names(tmp_path, profile, spec, point, words):
     with pytest.raises(RuntimeFailure, match=words):
         bundle_names.cell_file(tmp_path, profile, spec, bundle_names.SUFFIX, point)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("point", [{"steps": 0, "topk": 1, "draft_tokens": 2},
+                                   {"steps": True, "topk": 1, "draft_tokens": 2},
+                                   {"steps": "1", "topk": 1, "draft_tokens": 2}])
+def test_a_point_that_is_not_three_whole_numbers_never_reaches_a_file_name(point):
+    with pytest.raises(ValidationError):
+        SpecParams.model_validate(point)
 
 
 def test_inside_keeps_a_name_in_the_folder(tmp_path):

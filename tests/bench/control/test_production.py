@@ -10,13 +10,17 @@ import shlex
 import pytest
 
 from bench.control import production
+from bench.control.production import PlanRef
 from bench.tune.space import Candidate
+from launcher.profiles.spec_params import SpecParams
 from launcher.runtime.api.bodies import ServerStatus, SwitchAnswer
 
-EAGLE = {"name": "fused", "spec": "eagle3", "spec_params": {"steps": 1, "topk": 1, "draft_tokens": 2}, "digest": "d1"}
-ADAPTIVE = {"name": "fused", "spec": "eagle3-adaptive", "spec_params": {"steps": 3, "topk": 1, "draft_tokens": 4},
-            "adaptive_tiers": {"1": [3], "4": [1], "16": [0]}, "digest": "d2"}
-OFF = {"name": "baseline", "spec": "off", "spec_params": None, "digest": "d3"}
+# the plans as /plan's JSON names them, and as the record read from it
+EAGLE_JSON = {"name": "fused", "spec": "eagle3", "spec_params": {"steps": 1, "topk": 1, "draft_tokens": 2}, "digest": "d1"}
+ADAPTIVE_JSON = {"name": "fused", "spec": "eagle3-adaptive", "spec_params": {"steps": 3, "topk": 1, "draft_tokens": 4},
+                 "adaptive_tiers": {"1": [3], "4": [1], "16": [0]}, "digest": "d2"}
+OFF_JSON = {"name": "baseline", "spec": "off", "spec_params": None, "digest": "d3"}
+EAGLE, ADAPTIVE, OFF = (PlanRef.from_json(p) for p in (EAGLE_JSON, ADAPTIVE_JSON, OFF_JSON))
 
 
 @pytest.mark.parametrize("plan", [EAGLE, ADAPTIVE, OFF])
@@ -38,7 +42,7 @@ def test_runs_needs_the_digest_only_when_the_plan_has_one():
     st = {"profile": "baseline", "spec": "off", "digest": "d3", "state": "serving"}
     assert production.runs(_status(st), OFF)
     assert not production.runs(_status({**st, "digest": "other"}), OFF)
-    assert production.runs(_status({**st, "digest": "other"}), {**OFF, "digest": None})
+    assert production.runs(_status({**st, "digest": "other"}), PlanRef.from_json({**OFF_JSON, "digest": None}))
     assert not production.runs(_status({**st, "state": "switching"}), OFF)
     assert not production.runs(_status({**st, "spec": "eagle3"}), OFF)
 
@@ -75,7 +79,8 @@ def test_put_on_switches_only_when_needed_and_checks_the_result():
     adaptive = FakeClient([ELSEWHERE, {**SERVING_OFF, "profile": "fused", "spec": "eagle3-adaptive", "digest": "d2"}],
                           [(200, {"outcome": "switched"})])
     assert asyncio.run(production.put_on(adaptive, ADAPTIVE, 5)) is None
-    assert adaptive.switches == [("fused", "eagle3-adaptive", ADAPTIVE["spec_params"], ADAPTIVE["adaptive_tiers"])]
+    assert adaptive.switches == [("fused", "eagle3-adaptive", SpecParams(steps=3, topk=1, draft_tokens=4),
+                                  ADAPTIVE_JSON["adaptive_tiers"])]
 
 
 def test_put_on_says_why_when_the_switch_fails_or_another_plan_keeps_running():
@@ -90,10 +95,10 @@ def test_put_on_says_why_when_the_switch_fails_or_another_plan_keeps_running():
 
 
 def test_a_plan_is_read_from_its_json_and_written_back_the_same():
-    ref = production.PlanRef.of(ADAPTIVE)
-    assert ref.to_json() == ADAPTIVE and production.PlanRef.of(ref) is ref
-    assert production.plan_of("fused", "eagle3", {"steps": 1, "topk": 1, "draft_tokens": 2}, digest="d1") == \
-        production.PlanRef.of(EAGLE).to_json()
-    odd = production.PlanRef.of({"name": "fused", "spec": "eagle3", "spec_params": [1, 1, 2], "digest": 7})
-    assert (odd.spec_params, odd.adaptive_tiers, odd.digest) == (None, None, None)
+    assert ADAPTIVE.to_json() == ADAPTIVE_JSON and ADAPTIVE.spec_params == SpecParams(steps=3, topk=1, draft_tokens=4)
+    assert production.plan_ref("fused", "eagle3", SpecParams(steps=1, topk=1, draft_tokens=2), digest="d1") == EAGLE
+    assert EAGLE.to_json() == {**EAGLE_JSON, "adaptive_tiers": None}
+    for params in ([1, 1, 2], {"steps": 0, "topk": 1, "draft_tokens": 2}, {"steps": "1", "topk": 1, "draft_tokens": 2}):
+        odd = PlanRef.from_json({"name": "fused", "spec": "eagle3", "spec_params": params, "digest": 7})
+        assert (odd.spec_params, odd.adaptive_tiers, odd.digest) == (None, None, None)
     assert production.label_of(odd) == "fused+eagle3"

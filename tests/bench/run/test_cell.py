@@ -10,7 +10,7 @@ from helpers_bench import rec
 from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle import store as bundle
 from bench.bundle.cell_numbers import RepeatSummary
-from bench.bundle.schema import Cell
+from bench.bundle.schema import Cell, Correctness
 from bench.run import logprob_gate
 from bench.run.cell import apply_gate, close_cell, new_cell, record_plan
 from bench.run.logprob_gate import TokenLogprob
@@ -19,7 +19,7 @@ from bench.run.settings import RunSettings
 from launcher.errors import RuntimeFailure, UserError
 from launcher.profiles.spec_params import SpecParams
 
-POINT = {"steps": 1, "topk": 1, "draft_tokens": 2}
+POINT = SpecParams(steps=1, topk=1, draft_tokens=2)
 
 
 def settings(**kw) -> RunSettings:
@@ -36,7 +36,8 @@ def repeat(c: int, r: int, duration: float, valid: bool = True, reason: str | No
 
 def measured(s: RunSettings, durations: dict[int, list[float]], spec_params=None):
     draft = new_cell(profile="fused", spec="eagle3", settings=s, num_prompts=2, spec_params=spec_params)
-    record_plan(draft, {"digest": "d1", "setup_digest": "s1", "local": {"port": "30000"}, "spec_params": spec_params})
+    record_plan(draft, {"digest": "d1", "setup_digest": "s1", "local": {"port": "30000"},
+                        "spec_params": spec_params.model_dump() if spec_params else None})  # /plan's JSON
     draft.switch = {"outcome": "switched", "http_status": 200, "error": None, "durations": {}}
     draft.server, draft.backends, draft.simulated = {"version": "0.5.23"}, [], True
     for c, ds in durations.items():
@@ -88,7 +89,7 @@ def test_missing_repeats_and_a_stopped_cell_are_invalid():
 def test_no_switch_is_recorded_and_a_point_names_the_cell():
     cell = close_cell(measured(settings(no_switch=True), {1: [1.0, 1.0], 4: [1.0, 1.0]}, POINT),
                       concurrency=[1, 4], repeats=2)
-    assert cell.spec_params == SpecParams(**POINT) and cell.plan_spec_params == SpecParams(**POINT)
+    assert cell.spec_params == POINT and cell.plan_spec_params == POINT
     assert cell.key == "fused__eagle3__1-1-2" and cell.label == "fused+eagle3(1,1,2)"
     assert cell.requests_file == "fused__eagle3__1-1-2.requests.jsonl"
     assert new_cell(profile="p", spec="off", settings=settings(no_switch=True), num_prompts=1).switch == {
@@ -97,8 +98,9 @@ def test_no_switch_is_recorded_and_a_point_names_the_cell():
 
 def test_round_trip_write_then_read_gives_the_same_record(tmp_path):
     cell = close_cell(measured(settings(), {1: [2.0, 4.0], 4: [1.0, 1.5]}, POINT), concurrency=[1, 4], repeats=2)
-    cell = cell.with_correctness({"status": "FAIL", "reasons": ["exact match 50% < 90%"], "exact_match_rate": 0.5,
-                                  "first_divergence": 3, "baseline": "baseline+eagle3", "compared": 2})
+    cell = cell.with_correctness(Correctness.model_validate({
+        "status": "FAIL", "reasons": ["exact match 50% < 90%"], "exact_match_rate": 0.5, "first_divergence": 3,
+        "baseline": "baseline+eagle3", "compared": 2}))
     path = bundle.write_cell(tmp_path, cell)
     assert path.name == "fused__eagle3__1-1-2.json"
     back = bundle.read_cell(path)
@@ -121,6 +123,13 @@ def test_the_record_is_frozen_and_the_gate_gives_new_records(tmp_path):
     assert judged["fused__eagle3"].correctness.exact_match_rate == 1.0
     assert judged["fused__eagle3"].correctness.model_extra["logprobs"]["tokens"] == 250
     assert base.correctness.status == "pending"  # the record given is left as it was
+    with pytest.raises(ValueError, match="frozen"):
+        judged["fused__eagle3"].correctness.status = "FAIL"  # a verdict is worded otherwise only as a new one
+    invalid = base.model_copy(update={"valid": False})
+    again = apply_gate(run_dir=tmp_path, cells={"fused__eagle3": invalid, "baseline__eagle3": baseline},
+                       thresholds=logprob_gate.thresholds({}))
+    assert again["fused__eagle3"].correctness.status == "n/a (invalid run)"  # partial outputs vouch for nothing
+    assert again["fused__eagle3"].correctness.model_extra["logprobs"]["tokens"] == 250
 
 
 @pytest.mark.parametrize(("change", "field"), [

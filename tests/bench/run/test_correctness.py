@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from bench.bundle.schema import Correctness
 from bench.client.request_record import RequestRecord
 from bench.run import correctness, logprob_gate
 from bench.run.logprob_gate import TokenLogprob
 from bench.run.passes import Reply
+from launcher.profiles.spec_params import SpecParams
 
 
 def test_first_difference_is_a_character_index():
@@ -44,15 +46,22 @@ def ref(accept=None, point=None, null_shift=0.0):
 
 
 T = logprob_gate.thresholds({})
-P314 = {"steps": 3, "topk": 1, "draft_tokens": 4}
-P112 = {"steps": 1, "topk": 1, "draft_tokens": 2}
+
+
+def gate(*args, **kw) -> dict:
+    """The gate's verdict as a cell's record writes it (its JSON), checked to be that record."""
+    verdict = correctness.gate(*args, **kw)
+    assert isinstance(verdict, Correctness) and verdict.model_config.get("frozen")
+    return verdict.model_dump()
+P314 = SpecParams(steps=3, topk=1, draft_tokens=4)
+P112 = SpecParams(steps=1, topk=1, draft_tokens=2)
 
 
 def test_a_reordered_sum_passes_though_texts_differ():
     texts = {"p1": "one two", "p2": "three FOUR"}  # exact match 50%: the old 90% rule would have failed it
     base = correctness.Side("baseline+eagle3", {"p1": "one two", "p2": "three four"}, replies({1: lps(), 8: lps(0.002)}))
     cand = correctness.Side("fused+eagle3", texts, replies({1: lps(0.002, flip_at=40), 8: lps(0.002, flip_at=40)}))
-    ok = correctness.gate("eagle3", cand, base, thresholds=T)
+    ok = gate("eagle3", cand, base, thresholds=T)
     assert ok["status"] == "PASS", ok["reasons"]
     assert ok["exact_match_rate"] == 0.5 and ok["first_divergence"] == 6  # still reported, as information
     assert ok["logprobs"]["tokens"] == 200 and ok["logprobs"]["flips"] == 5 and ok["rule"] == "logprob"
@@ -61,14 +70,14 @@ def test_a_reordered_sum_passes_though_texts_differ():
 
 
 def test_a_broken_reduction_fails_naming_the_move_and_the_level():
-    bad = correctness.gate("eagle3", side("fused+eagle3", {1: lps(0.6), 8: lps(0.6)}), ref(), thresholds=T)
+    bad = gate("eagle3", side("fused+eagle3", {1: lps(0.6), 8: lps(0.6)}), ref(), thresholds=T)
     assert bad["status"] == "FAIL" and any("at concurrency 1: " in r and "0.6000 nats" in r for r in bad["reasons"])
     assert any(r.startswith("at concurrency 8: ") for r in bad["reasons"])
     assert bad["exact_match_rate"] == 1.0  # identical texts do not save it
 
 
 def test_a_fault_only_at_the_highest_level_fails():
-    bad = correctness.gate("eagle3", side("fused+eagle3", {1: lps(), 8: lps(0.6)}), ref(), thresholds=T)
+    bad = gate("eagle3", side("fused+eagle3", {1: lps(), 8: lps(0.6)}), ref(), thresholds=T)
     assert bad["status"] == "FAIL" and bad["levels"]["1"]["status"] == "PASS"
     assert bad["levels"]["8"]["status"] == "FAIL" and all(r.startswith("at concurrency 8: ") for r in bad["reasons"])
 
@@ -78,22 +87,22 @@ def test_the_limits_scale_with_the_null_the_reference_measures():
     another batch size (a mixture-of-experts model), and the verdict names the null it used."""
     shift = 2 * logprob_gate.FLOOR.mean_delta
     cand = side("fused+eagle3", {1: lps(shift)})
-    quiet = correctness.gate("eagle3", cand, ref(null_shift=0.0), thresholds=T)
+    quiet = gate("eagle3", cand, ref(null_shift=0.0), thresholds=T)
     assert quiet["status"] == "FAIL"
-    noisy = correctness.gate("eagle3", cand, ref(null_shift=0.8 * shift), thresholds=T)
+    noisy = gate("eagle3", cand, ref(null_shift=0.8 * shift), thresholds=T)
     assert noisy["status"] == "PASS", noisy["reasons"]
     assert noisy["tolerance"]["null"]["label"] == "baseline+eagle3 at concurrency 1 against 8"
     assert abs(noisy["tolerance"]["mean_delta"] - (logprob_gate.FLOOR.mean_delta + T.null_factor * 0.8 * shift)) < 1e-9
 
 
 def test_no_logprobs_is_not_enough_evidence_never_a_pass():
-    r = correctness.gate("eagle3", correctness.Side("fused+eagle3", {"p1": "x"}, None, 2.0), ref(2.0), thresholds=T)
+    r = gate("eagle3", correctness.Side("fused+eagle3", {"p1": "x"}, None, 2.0), ref(2.0), thresholds=T)
     assert r["status"] == "not enough evidence" and "no log-probabilities" in r["reasons"][0]
     none_sent = side("fused+off", {1: {k: None for k in lps()}})
-    r = correctness.gate("off", none_sent, ref(), thresholds=T)
+    r = gate("off", none_sent, ref(), thresholds=T)
     assert r["status"] == "not enough evidence"
     assert r["reasons"] == [f"{correctness.NO_LOGPROBS} for this profile's correctness pass"]
-    few = correctness.gate("off", side("fused+off", {1: lps(n=10)}), side("baseline+off", {1: lps(n=10)}), thresholds=T)
+    few = gate("off", side("fused+off", {1: lps(n=10)}), side("baseline+off", {1: lps(n=10)}), thresholds=T)
     assert few["status"] == "not enough evidence" and "50 common-prefix tokens" in few["reasons"][0]
 
 
@@ -110,28 +119,28 @@ def test_a_malformed_reply_keeps_a_level_from_a_pass_naming_the_prompt_and_the_f
     """Four good prompts would PASS (240 tokens); the fifth's malformed reply could be the one that fails."""
     cand = side("fused+eagle3", {1: lps(), 8: lps()})
     cand = correctness.Side(cand.label, cand.texts, with_malformed(cand.replies))
-    r = correctness.gate("eagle3", cand, ref(), thresholds=T)
+    r = gate("eagle3", cand, ref(), thresholds=T)
     assert r["status"] == "not enough evidence" and r["levels"]["8"]["status"] == "PASS"
     assert r["reasons"] == [f"at concurrency 1: 1 prompt(s) of this profile's correctness pass have no usable "
                             f"log-probabilities, so the rest cannot vouch for it: prompt 4: {BAD_TOPS}"]
     base = ref()  # the same on the reference's side, named by its label
     base = correctness.Side(base.label, base.texts, with_malformed(base.replies, level=8))
-    r = correctness.gate("eagle3", side("fused+eagle3", {1: lps(), 8: lps()}), base, thresholds=T)
+    r = gate("eagle3", side("fused+eagle3", {1: lps(), 8: lps()}), base, thresholds=T)
     assert r["status"] == "not enough evidence" and "8: 1 prompt(s) of baseline+eagle3's correctness pass" in r["reasons"][0]
     left_out = correctness.Side(cand.label, cand.texts, with_malformed(side("x", {1: lps()}).replies, problem=None))
-    r = correctness.gate("eagle3", left_out, ref(), thresholds=T)
+    r = gate("eagle3", left_out, ref(), thresholds=T)
     assert r["status"] == "not enough evidence" and r["reasons"][0].endswith("prompt 4: the reply has no log-probabilities")
 
 
 def test_a_fail_elsewhere_stands_beside_a_malformed_reply_and_all_malformed_is_not_enough_evidence():
     broken = side("fused+eagle3", {1: lps(0.6)})
     broken = correctness.Side(broken.label, broken.texts, with_malformed(broken.replies))
-    r = correctness.gate("eagle3", broken, ref(), thresholds=T)
+    r = gate("eagle3", broken, ref(), thresholds=T)
     assert r["status"] == "FAIL" and any(f"prompt 4: {BAD_TOPS}" in n for n in r["notes"])
     everything = side("fused+eagle3", {1: {k: None for k in lps()}})
     everything = correctness.Side(everything.label, everything.texts,
                                   [Reply(x.prompt_id, 1, "t", None, problem=BAD_TOPS) for x in everything.replies])
-    r = correctness.gate("eagle3", everything, ref(), thresholds=T)
+    r = gate("eagle3", everything, ref(), thresholds=T)
     assert r["status"] == "not enough evidence"
     assert r["reasons"] == [f"this profile's correctness pass has no usable log-probabilities: prompt 0: {BAD_TOPS}; "
                             f"prompt 1: {BAD_TOPS}; prompt 2: {BAD_TOPS}; and 2 more"]
@@ -139,26 +148,26 @@ def test_a_fail_elsewhere_stands_beside_a_malformed_reply_and_all_malformed_is_n
 
 def test_accept_length_collapse_at_the_same_point_and_no_baseline():
     base = ref(2.0, P314)
-    collapsed = correctness.gate("eagle3", side("fused+eagle3", {1: lps()}, 1.0, P314), base, thresholds=T)
+    collapsed = gate("eagle3", side("fused+eagle3", {1: lps()}, 1.0, P314), base, thresholds=T)
     assert collapsed["status"] == "FAIL"
     assert any("1.05" in r for r in collapsed["reasons"]) and any("60%" in r for r in collapsed["reasons"])
-    assert correctness.gate("eagle3", side("f", {1: lps()}, 1.1, P314), base, thresholds=T)["status"] == "FAIL"
-    assert correctness.gate("off", side("f", {1: lps()}), None, thresholds=T)["status"] == "n/a (no baseline)"
-    assert correctness.gate("eagle3", side("f", {1: lps()}, 1.0), None, thresholds=T)["status"] == "FAIL"  # absolute
+    assert gate("eagle3", side("f", {1: lps()}, 1.1, P314), base, thresholds=T)["status"] == "FAIL"
+    assert gate("off", side("f", {1: lps()}), None, thresholds=T)["status"] == "n/a (no baseline)"
+    assert gate("eagle3", side("f", {1: lps()}, 1.0), None, thresholds=T)["status"] == "FAIL"  # absolute
     empty = correctness.Side("f", {}, None)
-    assert correctness.gate("off", empty, base, thresholds=T)["status"] == "n/a (not measured)"
+    assert gate("off", empty, base, thresholds=T)["status"] == "n/a (not measured)"
 
 
 def test_a_point_is_never_judged_against_another_points_accept_length():
     """(1,1,2) accepts at most 2 tokens a pass: 1.9 against a (3,1,4) reference of 3.4 is below 60% of it, yet
     right. The rule is skipped with a note naming both points; against a (1,1,2) reference it applies."""
     small = side("fused+eagle3(1,1,2)", {1: lps()}, 1.9, P112)
-    r = correctness.gate("eagle3", small, ref(3.4, P314), thresholds=T)
+    r = gate("eagle3", small, ref(3.4, P314), thresholds=T)
     assert r["status"] == "PASS", r["reasons"]
     assert "(1,1,2)" in r["accept_note"] and "(3,1,4)" in r["accept_note"]
-    same = correctness.gate("eagle3", side("fused+eagle3(1,1,2)", {1: lps()}, 1.1, P112), ref(1.9, P112), thresholds=T)
+    same = gate("eagle3", side("fused+eagle3(1,1,2)", {1: lps()}, 1.1, P112), ref(1.9, P112), thresholds=T)
     assert same["status"] == "FAIL" and any("same point (1,1,2)" in r for r in same["reasons"])
-    unknown = correctness.gate("eagle3", side("f", {1: lps()}, 1.9, None), ref(3.4, P314), thresholds=T)
+    unknown = gate("eagle3", side("f", {1: lps()}, 1.9, None), ref(3.4, P314), thresholds=T)
     assert unknown["status"] == "PASS" and "accept_note" in unknown  # an unknown point is not the same point
 
 
@@ -187,10 +196,10 @@ def test_under_eagle3_adaptive_the_accept_length_is_reported_not_judged():
     """A 0-step tier reads accept length 1.0 on a correct plan (SGLang counts its 1-token verify), so under
     eagle3-adaptive only the log-probabilities judge: a good pass is a PASS and a broken one still FAILs."""
     base = side("baseline+eagle3-adaptive", {1: lps(), 8: lps()}, 2.4, P314)
-    good = correctness.gate("eagle3-adaptive", side("f", {1: lps()}, 1.0, P314), base, thresholds=T)
+    good = gate("eagle3-adaptive", side("f", {1: lps()}, 1.0, P314), base, thresholds=T)
     assert good["status"] == "PASS" and good["accept_length"] == 1.0 and "0-step" in good["accept_note"]
-    bad = correctness.gate("eagle3-adaptive", side("f", {1: lps(0.6)}, 1.0, P314), base, thresholds=T)
+    bad = gate("eagle3-adaptive", side("f", {1: lps(0.6)}, 1.0, P314), base, thresholds=T)
     assert bad["status"] == "FAIL" and any("0.6000 nats" in r for r in bad["reasons"])
     assert not any("accept length" in r for r in bad["reasons"])
-    static = correctness.gate("eagle3", side("f", {1: lps()}, 1.0, P314), base, thresholds=T)
+    static = gate("eagle3", side("f", {1: lps()}, 1.0, P314), base, thresholds=T)
     assert static["status"] == "FAIL" and "accept_note" not in static  # a static point still is

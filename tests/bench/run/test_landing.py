@@ -4,14 +4,17 @@ test_bench_run_production.py put it there through the real control API)."""
 from __future__ import annotations
 
 from bench.bundle.schema import Cell, Correctness
+from bench.control.production import PlanRef
 from bench.run import landing
+from launcher.profiles.spec_params import SpecParams
 
-START = {"name": "fast", "spec": "eagle3", "spec_params": {"steps": 3, "topk": 1, "draft_tokens": 4}, "digest": "d-fast",
-         "adaptive_tiers": None}
+START_JSON = {"name": "fast", "spec": "eagle3", "spec_params": {"steps": 3, "topk": 1, "draft_tokens": 4},
+              "digest": "d-fast", "adaptive_tiers": None}
+START = PlanRef.from_json(START_JSON)
 
 
 def cell(profile: str, spec: str = "eagle3", status: str = "PASS", digest: str | None = None, valid: bool = True,
-         point: dict | None = None) -> Cell:
+         point: SpecParams | None = None) -> Cell:
     return Cell(profile=profile, spec=spec, valid=valid, plan_digest=digest or f"d-{profile}", spec_params=point,
                 invalid_reason=None if valid else "server not healthy", correctness=Correctness(status=status))
 
@@ -22,11 +25,11 @@ def cells(*cs: Cell) -> dict[str, Cell]:
 
 def test_back_on_the_plan_found_by_default():
     t = landing.target(START, cells(cell("baseline"), cell("fast"), cell("wrong", status="FAIL")), None, whole=True)
-    assert t.plan.to_json() == START and t.rc == 0 and t.verb == "back on" and not t.note
+    assert t.plan.to_json() == START_JSON and t.rc == 0 and t.verb == "back on" and not t.note
 
 
 def test_leave_on_a_passed_cell_keeps_its_point_and_digest():
-    point = {"steps": 1, "topk": 1, "draft_tokens": 2}
+    point = SpecParams(steps=1, topk=1, draft_tokens=2)
     run = cells(cell("baseline"), cell("fused", point=point, digest="d-fused-112"))
     t = landing.target(START, run, "fused+eagle3(1,1,2)", whole=True)
     assert (t.plan.name, t.plan.spec, t.plan.spec_params, t.plan.digest) == (
@@ -40,13 +43,13 @@ def test_leave_on_a_cell_that_did_not_pass_goes_back_with_exit_2():
     for label, said in (("wrong+eagle3", "it is FAIL"), ("mute+eagle3", "it is not enough evidence"),
                         ("dead+eagle3", "it is INVALID (server not healthy)")):
         t = landing.target(START, run, label, whole=True)
-        assert t.plan.to_json() == START and t.rc == landing.LEAVE_ON_REFUSED, label
+        assert t.plan.to_json() == START_JSON and t.rc == landing.LEAVE_ON_REFUSED, label
         assert said in t.note, t.note
 
 
 def test_an_unfinished_run_leaves_no_cell_on_and_adds_no_exit_code():
     t = landing.target(START, cells(cell("baseline"), cell("fused")), "fused+eagle3", whole=False)
-    assert t.plan.to_json() == START and t.rc == 0 and "did not finish" in t.note
+    assert t.plan.to_json() == START_JSON and t.rc == 0 and "did not finish" in t.note
 
 
 def test_a_plan_found_wrong_goes_to_the_reference_never_back():
@@ -56,7 +59,7 @@ def test_a_plan_found_wrong_goes_to_the_reference_never_back():
     assert t.rc == landing.START_WRONG and "FAILed the correctness gate" in t.note
     # the same profile under another digest (another point, edited files) is not the plan found
     other = cells(cell("baseline"), cell("fast", status="FAIL", digest="d-fast-other"))
-    assert landing.target(START, other, None, whole=True).plan.to_json() == START
+    assert landing.target(START, other, None, whole=True).plan.to_json() == START_JSON
 
 
 def test_a_wrong_plan_found_wins_over_a_refused_leave_on_and_keeps_its_exit_code():
@@ -80,13 +83,13 @@ def _landing(monkeypatch, answer):
 
     monkeypatch.setattr(landing.production, "put_back", put_back)
     s = RunSettings(url="http://s", out="o", control="http://c:9000")
-    return landing.Landing(s, "t", dict(START), lambda text, style=None: said.append((text, style))), said, put
+    return landing.Landing(s, "t", START, lambda text, style=None: said.append((text, style))), said, put
 
 
 def test_land_says_where_production_is(monkeypatch):
     land, said, put = _landing(monkeypatch, (None, "fast+eagle3"))
     assert land.land(cells(cell("baseline"), cell("fast")), whole=True) == 0
-    assert put == [START] and said == [("production back on fast+eagle3(3,1,4), the plan it found", None)]
+    assert put == [START_JSON] and said == [("production back on fast+eagle3(3,1,4), the plan it found", None)]
 
 
 def test_a_restore_that_fails_is_exit_1_naming_what_runs_and_the_command(monkeypatch):

@@ -12,6 +12,7 @@ from bench.tune.ledger import Ledger
 from bench.tune.space import Candidate
 from launcher.profiles import tier_routing as tr
 from launcher.profiles.plan import Plan
+from launcher.profiles.spec_params import SpecParams
 from launcher.runtime.api.bodies import CheckAnswer
 
 LEVELS = (1, 4, 16)
@@ -179,7 +180,7 @@ def test_the_server_judges_the_candidate_keyed_for_the_plans_own_routing():
     ok = Control(["--speculative-algorithm", "EAGLE3", "--speculative-adaptive"])
     got, digest = asyncio.run(adaptive.checked(plan, ok))
     assert digest == "abc" and got.tiers == plan.tiers and got.routing == tr.Routing(None, 48)
-    start = {"steps": 3, "topk": 1, "draft_tokens": 4}  # the tiers' start, explicit
+    start = SpecParams(steps=3, topk=1, draft_tokens=4)  # the tiers' start, explicit
     assert ok.asked == [("p", "eagle3-adaptive", None, None), ("p", "eagle3-adaptive", start, {"1": [3], "4": [1],
                                                                                              "16": [1]})]
     # a plan with an explicit capture list: 16 concurrent requests are a batch of 16 padded to 32; under the cap

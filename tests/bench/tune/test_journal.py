@@ -9,6 +9,7 @@ from bench.tune import journal
 from bench.tune.objective import Repeat, RequestTiming
 from bench.tune.order import CellState, Halving, next_batch
 from bench.tune.space import Candidate
+from launcher.profiles.spec_params import SpecParams
 
 SETTINGS = journal.settings_digest({"concurrency": 1, "num_prompts": 16, "max_tokens": 256})
 
@@ -162,6 +163,10 @@ def test_reference_entries_keep_their_spec_point_and_detail_and_count_toward_scr
     assert r.torn == 1 and len(r.entries) == 1
     back = r.entries[0]
     assert (back.phase, back.spec, back.spec_params, back.detail) == ("reference", "eagle3", ref.spec_params, ref.detail)
+    assert back.spec_params == SpecParams(steps=3, topk=1, draft_tokens=4)  # the point as its model, from its JSON
+    line = path.read_text().splitlines()[0]
+    assert json.loads(line)["spec_params"] == {"steps": 3, "topk": 1, "draft_tokens": 4}
+    assert json.dumps(back.to_json(), sort_keys=True, ensure_ascii=False) == line  # written back the same
     assert back.detail.rows[0].text == " alpha" and back.detail.cell is not None and back.detail.cell.spec == "eagle3"
     assert r.states() == {"baseline+eagle3": CellState((50.0,))}
     assert r.states(("screen",)) == {}

@@ -42,7 +42,7 @@ def test_a_failed_cell_is_rejected_with_its_reason():
 def test_same_texts_as_the_reference_pass():
     texts = {"p0": "the same words", "p1": "and more"}
     led = _ledger(_entry("baseline+off", phase="reference", texts=texts), _entry("fused+off", texts=texts))
-    assert led.gate("fused+off")["status"] == "PASS"
+    assert led.gate("fused+off").status == "PASS"
     assert led.failure("fused+off") is None and not led.wrong("fused+off")
 
 
@@ -72,7 +72,7 @@ def _point_entry(label, point, accept, *, phase="screen", plan_point=None):
     e = _entry(label.split("(")[0], phase=phase, texts=texts, accept=accept)
     if plan_point is not None:
         assert e.detail.cell is not None
-        cell = e.detail.cell.model_copy(update={"plan_spec_params": SpecParams(**plan_point)})
+        cell = e.detail.cell.model_copy(update={"plan_spec_params": plan_point})
         e = e.model_copy(update={"detail": e.detail.model_copy(update={"cell": cell})})
     return e.model_copy(update={"label": label, "spec_params": point})
 
@@ -80,14 +80,14 @@ def _point_entry(label, point, accept, *, phase="screen", plan_point=None):
 def test_each_eagle3_point_is_judged_against_its_own_points_accept_length():
     """(1,1,2) accepts at most 2 tokens a pass: 1.9 against the reference's 3.4 at (3,1,4) (the overlay's point,
     as its running plan reported it) is not WRONG; the rule is skipped with a note naming both points."""
-    p314 = {"steps": 3, "topk": 1, "draft_tokens": 4}
-    p112 = {"steps": 1, "topk": 1, "draft_tokens": 2}
+    p314 = SpecParams(steps=3, topk=1, draft_tokens=4)
+    p112 = SpecParams(steps=1, topk=1, draft_tokens=2)
     ref = _point_entry("baseline+eagle3", None, 3.4, phase="reference", plan_point=p314)
     small = _point_entry("fused+eagle3(1,1,2)", p112, 1.9)
     led = _ledger(ref, small)
     verdict = led.gate("fused+eagle3(1,1,2)")
-    assert verdict["status"] == "PASS", verdict["reasons"]
-    assert not led.wrong("fused+eagle3(1,1,2)") and "(3,1,4)" in verdict["accept_note"]
+    assert verdict.status == "PASS", verdict.reasons
+    assert not led.wrong("fused+eagle3(1,1,2)") and "(3,1,4)" in verdict.model_extra["accept_note"]
     collapsed = _point_entry("fused+eagle3(3,1,4)", p314, 1.9)  # the same point: 1.9 < 60% of 3.4
     led = _ledger(ref, collapsed)
     assert led.wrong("fused+eagle3(3,1,4)") and "60%" in led.failure("fused+eagle3(3,1,4)")

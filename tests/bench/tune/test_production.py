@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
+from bench.control.production import PlanRef
 from bench.tune import journal, production
 from bench.tune.ledger import Ledger
 from bench.tune.space import Candidate
@@ -50,7 +51,7 @@ def _run(fake, monkeypatch):
     out = io.StringIO()
     run = SimpleNamespace(
         s=SimpleNamespace(control="http://c", connect_timeout=1, switch_timeout=1, profile_name="tuned"),
-        token="t", cells=cells, plan_digests={}, start_plan={"name": "baseline", "spec": "off"},
+        token="t", cells=cells, plan_digests={}, start_plan=PlanRef("baseline", "off"),
         incumbent=Candidate("baseline", "off"),
         console=Console(file=out, width=200), switched=True)
     return run, restored, out
@@ -116,14 +117,14 @@ class WrongStart:
 def test_a_start_plan_measured_wrong_is_never_put_back_the_reference_is(monkeypatch):
     put: list[dict] = []
     monkeypatch.setattr(production.production, "put_back",
-                        lambda control, token, ct, st, plan: put.append(dict(plan)) or (None, "baseline+eagle3"))
+                        lambda control, token, ct, st, plan: put.append(plan) or (None, "baseline+eagle3"))
     out = io.StringIO()
     run = SimpleNamespace(s=SimpleNamespace(control="http://c", connect_timeout=1, switch_timeout=1), token="t",
                           cells=WrongStart(), plan_digests={}, incumbent=Candidate("wrong", "eagle3"),
-                          start_plan={"name": "wrong", "spec": "eagle3", "digest": "d-wrong"},
+                          start_plan=PlanRef("wrong", "eagle3", digest="d-wrong"),
                           console=Console(file=out, width=300), switched=False)
     production.restore(run)  # also when the tune never switched: the wrong plan is what runs
-    assert [(p["name"], p["spec"], p["digest"]) for p in put] == [("baseline", "eagle3", "d-ref")]
+    assert [(p.name, p.spec, p.digest) for p in put] == [("baseline", "eagle3", "d-ref")]
     text = out.getvalue()
     assert "wrong+eagle3, FAILed the correctness gate: production goes to baseline+eagle3" in text
     assert "production now on baseline+eagle3" in text and run.switched is False
@@ -132,5 +133,5 @@ def test_a_start_plan_measured_wrong_is_never_put_back_the_reference_is(monkeypa
 def test_a_correct_start_plan_never_switched_is_left_alone(monkeypatch):
     monkeypatch.setattr(production.production, "put_back", lambda *a: pytest.fail("nothing to put back"))
     run = SimpleNamespace(cells=WrongStart(), incumbent=Candidate("fast", "eagle3"), switched=False,
-                          start_plan={"name": "fast", "spec": "eagle3"}, console=Console(file=io.StringIO()))
+                          start_plan=PlanRef("fast", "eagle3"), console=Console(file=io.StringIO()))
     production.restore(run)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from helpers_profiles import clean_env, facts
 
+from bench.control.production import PlanRef
 from bench.tune.space import (
     DEFAULT_POINTS,
     ELIGIBLE,
@@ -68,8 +69,9 @@ def test_candidate_labels_are_stable_and_round_trip():
     assert Candidate("baseline", "off").label == "baseline+off"
     for cand in (c, Candidate("nccl-tuned", "ngram"), Candidate("baseline", "off")):
         assert Candidate.parse(cand.label) == cand
-    assert c.point_json() == {"steps": 1, "topk": 1, "draft_tokens": 2}
-    assert Candidate.of_plan({"name": "fused", "spec": "eagle3", "spec_params": c.point_json()}) == c
+    assert c.switch_point() == P(1, 1, 2)
+    plan = {"name": "fused", "spec": "eagle3", "spec_params": {"steps": 1, "topk": 1, "draft_tokens": 2}}
+    assert Candidate.of_plan(PlanRef.from_json(plan)) == c
     with pytest.raises(ValueError):
         Candidate("fused", "off", P(1, 1, 2))
     with pytest.raises(UserError):

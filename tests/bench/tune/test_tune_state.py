@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import json
 
+from bench.control.production import PlanRef
 from bench.tune import tune_state
 
-PLAN = {"name": "baseline", "spec": "off", "spec_params": None, "digest": "abc", "argv": ["not", "kept"]}
+PLAN = PlanRef.from_json({"name": "baseline", "spec": "off", "spec_params": None, "digest": "abc",
+                          "adaptive_tiers": {"1": [1]}, "argv": ["not", "kept"]})
+EAGLE = {"name": "fused", "spec": "eagle3", "spec_params": {"steps": 3, "topk": 1, "draft_tokens": 4}, "digest": "d"}
 
 
 def test_the_start_plan_is_recorded_and_read_back_only_by_the_same_settings(tmp_path):
     kept = tune_state.record(tmp_path, "s1", PLAN)
-    assert kept == {"name": "baseline", "spec": "off", "spec_params": None, "digest": "abc"}
-    assert tune_state.read(tmp_path, "s1")["start_plan"] == kept
+    assert kept == PlanRef("baseline", "off", None, None, "abc")
+    assert tune_state.read(tmp_path, "s1")["start_plan"] == {"name": "baseline", "spec": "off", "spec_params": None,
+                                                             "digest": "abc"}
     assert tune_state.read(tmp_path, "other") is None
+
+
+def test_a_point_is_written_as_its_json_and_read_back_the_same(tmp_path):
+    kept = tune_state.record(tmp_path, "s1", PlanRef.from_json(EAGLE))
+    text = (tmp_path / tune_state.STATE).read_text()
+    assert json.loads(text)["start_plan"] == EAGLE
+    assert text == json.dumps({"settings_digest": "s1", "start_plan": EAGLE}, indent=2)
+    assert PlanRef.from_json(tune_state.read(tmp_path, "s1")["start_plan"]) == kept
 
 
 def test_a_damaged_or_foreign_state_reads_as_none(tmp_path):
