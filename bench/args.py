@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, replace
 from typing import Any, ClassVar, Generic, TypedDict, TypeVar
 
+from bench.client import arrivals
 from bench.client.server_client import APIS
 from bench.client.workload import WORKLOADS
 from launcher import settings
@@ -182,6 +183,19 @@ def seconds(flag: str, value: float) -> float:
     if not 0 < value < math.inf:
         raise UserError(f"{flag} {value}: must be a positive number of seconds")
     return value
+
+
+def rates(flag: str, value: str) -> list[float]:
+    """`--request-rate 0.5,1,2`: open-loop request rates, requests/s (bench/client/arrivals.py)."""
+    return arrivals.parse_rates(value, flag)
+
+
+def burstiness(flag: str, value: float) -> float:
+    """`--burstiness`: the gamma shape of the gaps between arrivals, a finite number > 0 (1: Poisson)."""
+    if not 0 < value < math.inf:
+        raise UserError(f"{flag} {value}: give a number above 0 (1, the default, is a Poisson process; below 1 "
+                        "burstier, above 1 more regular)")
+    return float(value)
 
 
 def points(flag: str, value: str) -> list[spec_params.SpecParams]:

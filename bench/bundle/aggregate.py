@@ -78,7 +78,8 @@ def schema_keys() -> list[str]:
             "client_cpu_us_per_chunk"]
 
 
-def aggregate(repeats: Sequence[RepeatSummary], valid: bool, concurrency: int | None = None) -> Level:
+def aggregate(repeats: Sequence[RepeatSummary], valid: bool, concurrency: int | None = None,
+              request_rate: float | None = None) -> Level:
     """Across repeats, per number: its mean (sum for counts), mean and sample sd. All None if invalid."""
     numbers = [r.numbers() for r in repeats]
     good = [n for r, n in zip(repeats, numbers, strict=True) if r.valid]
@@ -89,7 +90,7 @@ def aggregate(repeats: Sequence[RepeatSummary], valid: bool, concurrency: int | 
         total = sum(n.get(k) or 0 for n in good) if valid else None
         spreads[k] = Spread(value=total if k in SUMMED_KEYS else mean, mean=mean, sd=sd)
     sources = {r.accept_length_source for r in repeats if r.valid and r.accept_length_source}
-    return Level.of(spreads, concurrency=concurrency, repeats_valid=len(good),
+    return Level.of(spreads, concurrency=concurrency, request_rate=request_rate, repeats_valid=len(good),
                     accept_length_source=",".join(sorted(sources)) if sources and valid else None)
 
 

@@ -19,8 +19,11 @@ from bench.bundle.strict_types import Num, Part
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")  # each repeat's distributions, ms
 DIST_STATS = ("mean", "median", "std", "p90", "p99")  # bench/bundle/summary_stats.py distribution
 # per-repeat numbers that identify the repeat or its server, never measured: not aggregated, kept when invalid
-SKIP_AGG = frozenset({"repeat", "concurrency", "server_start_time", "restarts_before", "restarts_after", "pid_before",
+SKIP_AGG = frozenset({"repeat", "concurrency", "request_rate", "server_start_time", "restarts_before", "restarts_after", "pid_before",
                       "pid_after"})
+OPEN_LOOP_KEYS = ("request_rate", "scheduled_rate", "achieved_rate", "running_max", "running_mean", "queued_max",
+                  "queued_mean")
+OPTIONAL_KEYS = ("tune_phase", "tune_round", *OPEN_LOOP_KEYS)  # left out of a repeat's record when None
 KEPT_WHEN_INVALID = frozenset({"completed", "failed", "chunks"})  # counts an invalid repeat keeps
 
 
@@ -77,6 +80,14 @@ class RepeatSummary(BaseModel):
     restarts_after: int | None = None
     tune_phase: str | None = None
     tune_round: int | None = None
+    # an open-loop repeat's (bench/client/open_loop.py); absent from a closed-loop repeat's record
+    request_rate: Num = None  # the rate asked for, requests/s
+    scheduled_rate: Num = None  # the rate of the schedule drawn: (requests - 1) / its span
+    achieved_rate: Num = None  # the rate the requests left at: (requests - 1) / first send to last send
+    running_max: Num = None  # the server's running requests (/metrics) while the repeat ran: most, mean
+    running_mean: Num = None
+    queued_max: Num = None  # and its waiting requests
+    queued_mean: Num = None
 
     @model_validator(mode="before")
     @classmethod
@@ -97,7 +108,7 @@ class RepeatSummary(BaseModel):
         for metric in LATENCY_METRICS:
             dist = data.pop(metric)
             data.update({flat_key(stat, metric): dist[stat] for stat in DIST_STATS})
-        for key in ("tune_phase", "tune_round"):  # only a tune bundle's repeats have them
+        for key in OPTIONAL_KEYS:  # a tune bundle's repeats, an open-loop repeat's
             if data.get(key) is None:
                 data.pop(key, None)
         return data
@@ -141,9 +152,12 @@ class Level(Part):
 
     @classmethod
     def of(cls, spreads: Mapping[str, Spread], *, concurrency: int | None = None, repeats_valid: int,
-           accept_length_source: str | None) -> Level:
-        """The level of these spreads, laid out as on disk."""
+           accept_length_source: str | None, request_rate: float | None = None) -> Level:
+        """The level of these spreads, laid out as on disk: a closed-loop level names its `concurrency`, an
+        open-loop one its `request_rate`."""
         flat: JsonObject = {} if concurrency is None else {"concurrency": concurrency}
+        if request_rate is not None:
+            flat["request_rate"] = request_rate
         for name, s in spreads.items():
             flat.update({f"{name}_mean": s.mean, f"{name}_sd": s.sd, name: s.value})
         return cls.model_validate({**flat, "accept_length_source": accept_length_source,
@@ -153,7 +167,7 @@ class Level(Part):
         """Every number of the level by name (a lone `<name>_mean` in an older file reads as that mean)."""
         parts: dict[str, dict[str, Any]] = {}
         for key, v in (self.model_extra or {}).items():
-            if key == "concurrency":
+            if key in ("concurrency", "request_rate"):
                 continue
             name, part = key, "value"
             for suffix, field in SPREAD_SUFFIXES:

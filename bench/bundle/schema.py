@@ -25,6 +25,7 @@ from bench import JsonObject
 from bench.bundle import names as bundle_names
 from bench.bundle.cell_numbers import Level, RepeatSummary
 from bench.bundle.strict_types import Num, Part
+from bench.client.arrivals import rate_text
 from launcher import strict_json
 from launcher.errors import UserError, schema_error
 from launcher.profiles import policy
@@ -147,6 +148,7 @@ class Correctness(Part):
 
 
 LevelKey = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,5}$")]
+RateKey = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?$", max_length=24)]  # arrivals.rate_text
 
 
 class Cell(bundle_names.CellNames, BaseModel):
@@ -182,6 +184,8 @@ class Cell(bundle_names.CellNames, BaseModel):
     per_repeat: list[RepeatSummary] = []
     requests_file: str | None = None
     by_concurrency: dict[LevelKey, Level] = {}
+    rate_levels: list[Annotated[float, Field(gt=0)]] = []  # the open-loop rates measured (`--request-rate`), req/s
+    by_rate: dict[RateKey, Level] = {}  # each rate's aggregate, keyed by bench/client/arrivals.py rate_text
     correctness: Correctness = Correctness()
     # the most requests the server ran at once (its /server_info, bench/client/server_answers.py running_cap): a level
     # above it queued the rest (bench/report/deltas.py load_note). None: not reported, or a bundle written before
@@ -197,6 +201,10 @@ class Cell(bundle_names.CellNames, BaseModel):
     def level(self, concurrency: str | int) -> Level:
         """The aggregate at one concurrency level (empty when the cell has none there)."""
         return self.by_concurrency.get(str(concurrency)) or Level()
+
+    def rate_level(self, rate: float) -> Level:
+        """The aggregate at one open-loop rate (empty when the cell has none there)."""
+        return self.by_rate.get(rate_text(rate)) or Level()
 
     def first_level(self) -> Level:
         """The first concurrency level's aggregate: the cell's headline numbers."""

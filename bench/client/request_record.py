@@ -26,7 +26,7 @@ DERIVED = ("tpot_s", "output_tps", "accept_length")  # written with the row, com
 
 class RequestRecord(BaseModel):
     """Everything measured for one request; `ok` False means the run that holds it is invalid. `concurrency`
-    and `repeat` place it in its cell (set when it is written)."""
+    (closed loop) or `request_rate` (open loop) and `repeat` place it in its cell (set when it is written)."""
 
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False, populate_by_name=True)
 
@@ -44,6 +44,8 @@ class RequestRecord(BaseModel):
     finish_reason: str | None = None
     text: str | None = ""
     concurrency: int | None = None
+    request_rate: float | None = None  # an open-loop repeat's rate, requests/s (closed loop: None)
+    scheduled_s: float | None = None  # open loop: when it was due, seconds after the repeat started
     repeat: int | None = None
     # the derived numbers a row was written with: read when the row cannot give them again (older rows)
     written_tpot_s: float | None = Field(None, alias="tpot_s")
@@ -78,9 +80,9 @@ class RequestRecord(BaseModel):
             return self.written_accept_length
         return self.completion_tokens / self.spec_verify_ct
 
-    def placed(self, concurrency: int, repeat: int) -> RequestRecord:
-        """The same record at a level and repeat of its cell."""
-        return self.model_copy(update={"concurrency": concurrency, "repeat": repeat})
+    def placed(self, concurrency: int | None, repeat: int, request_rate: float | None = None) -> RequestRecord:
+        """The same record at a level (a concurrency, or an open-loop rate) and repeat of its cell."""
+        return self.model_copy(update={"concurrency": concurrency, "request_rate": request_rate, "repeat": repeat})
 
     @model_serializer(mode="wrap")
     def _row(self, handler: Any) -> JsonObject:
@@ -88,7 +90,7 @@ class RequestRecord(BaseModel):
         for key in DERIVED:
             data.pop(f"written_{key}", None)
             data[key] = getattr(self, key)
-        for key in ("concurrency", "repeat"):
+        for key in ("concurrency", "request_rate", "scheduled_s", "repeat"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data

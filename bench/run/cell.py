@@ -10,7 +10,7 @@ its verdict.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from bench.bundle import names as bundle_names
 from bench.bundle import store as bundle
 from bench.bundle.cell_numbers import RepeatSummary
 from bench.bundle.schema import Cell, Correctness
+from bench.client.arrivals import rate_text
 from bench.run import correctness, passes
 from bench.run.logprob_gate import Thresholds
 from bench.run.settings import RunSettings
@@ -105,15 +106,18 @@ def verdict(reps: list[RepeatSummary], stopped: str | None, expected: int) -> st
     return None
 
 
-def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int) -> Cell:
-    """The cell's record: its verdict over the repeats and the aggregate numbers per concurrency level.
+def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int, rates: Sequence[float] = ()) -> Cell:
+    """The cell's record: its verdict over the repeats and the aggregate numbers per concurrency level and per
+    open-loop rate.
 
     RuntimeFailure naming the field when what the servers reported cannot be recorded."""
     reps = cell.per_repeat
-    reason = verdict(reps, cell.invalid_reason, len(concurrency) * repeats)
+    reason = verdict(reps, cell.invalid_reason, (len(concurrency) + len(rates)) * repeats)
     valid = reason is None
     by_c = {str(c): bundle_aggregate.aggregate([x for x in reps if x.concurrency == c], valid, concurrency=c)
             for c in concurrency}
+    by_rate = {rate_text(r): bundle_aggregate.aggregate([x for x in reps if x.request_rate == r], valid,
+                                                        request_rate=r) for r in rates}
     s = cell.settings
     try:
         return Cell(
@@ -125,7 +129,7 @@ def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int) -> Cell
             concurrency_levels=list(s.concurrency), warmup=s.warmup, per_repeat=list(reps),
             max_running_requests=cell.max_running_requests,
             requests_file=bundle_names.requests_file(cell.profile, cell.spec, cell.spec_params),
-            by_concurrency=by_c, correctness=PENDING,
+            by_concurrency=by_c, rate_levels=list(rates), by_rate=by_rate, correctness=PENDING,
         )
     except ValidationError as exc:
         err = exc.errors()[0]

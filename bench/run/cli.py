@@ -60,6 +60,10 @@ def settings_from(given: Given, argv: list[str]) -> RunSettings:
                         + ("drop --no-switch (or --leave-on)" if no_switch else "it is empty"))
     if given.eagle3 is not None and no_switch:
         raise UserError("--eagle3 switches to each point; drop --no-switch (or --eagle3)")
+    for flag, value in (("--burstiness", given.burstiness), ("--max-concurrency", given.max_concurrency)):
+        if value is not None and given.request_rate is None:
+            raise UserError(f"{flag} shapes the open-loop arrivals of --request-rate; give --request-rate R[,R...] "
+                            f"(or drop {flag})")
     return RunSettings(**{
         **values, **flags.endpoints(values), "workload": workload, "num_prompts": num_prompts,
         "prompts_sha256": prompts_sha, "leave_on": leave_on.strip() if leave_on else None,

@@ -314,7 +314,8 @@ class MatrixRun:
         return passes.levels(self.s.concurrency, keys)
 
     def _close_cell(self, cell: CellDraft) -> None:
-        record = close_cell(cell, concurrency=self.s.concurrency, repeats=self.s.repeats)
+        record = close_cell(cell, concurrency=self.s.concurrency, repeats=self.s.repeats,
+                            rates=self.s.request_rate or ())
         self.cells[record.key] = record
         if self.current is cell:
             self.current = None

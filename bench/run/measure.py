@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bench import JsonObject
+from bench.client.arrivals import Arrivals
 from bench.client.request_record import RequestRecord
 from bench.client.server_client import ServerClient
 from bench.client.workload import Prompt
@@ -180,18 +181,21 @@ class CellMeasurer:
 
     async def _measure_repeats(self, cell: CellDraft, repeats: int,
                                on_rows: Callable[[list[RequestRecord]], None], seen: ServerIdentity | None) -> bool:
-        """`repeats` timed repeats at every concurrency level into the cell, each on the server start `seen`; after
-        an invalid one, the server must be healthy again. False when it is not (the cell invalid with its reason)."""
+        """`repeats` timed repeats at every concurrency level, then at every open-loop rate, into the cell, each on the
+        server start `seen`; after an invalid one, the server must be healthy again. False when it is not (the cell
+        invalid with its reason)."""
         s, server, name = self.settings, self.server, cell.label
-        for c in s.concurrency:
+        loads: list[int | Arrivals] = [*s.concurrency, *s.arrivals()]
+        for load in loads:
             for r in range(repeats):
                 rep, rows, seen = await measure_repeat(server=server, control=self.control, prompts=self.prompts,
-                                                       spec=cell.spec, concurrency=c, repeat=r, since=seen,
-                                                       on_done=self.on_request)
+                                                       spec=cell.spec, concurrency=load, repeat=r, since=seen,
+                                                       on_done=self.on_request, seed=s.seed)
                 cell.per_repeat.append(rep)
                 on_rows(rows)
                 if not rep.valid:
-                    self.say(f"{name} c={c} repeat {r + 1}: INVALID ({rep.invalid_reason})")
+                    where = f"c={load}" if isinstance(load, int) else load.label()
+                    self.say(f"{name} {where} repeat {r + 1}: INVALID ({rep.invalid_reason})")
                     try:
                         await server.wait_healthy(s.health_timeout)
                     except RuntimeFailure as exc:

@@ -14,6 +14,8 @@ from dataclasses import replace
 
 from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle.cell_numbers import RepeatSummary
+from bench.client.arrivals import Arrivals
+from bench.client.open_loop import run_open
 from bench.client.request_record import RequestRecord
 from bench.client.server_client import ServerClient
 from bench.client.workload import Prompt
@@ -49,25 +51,51 @@ async def server_identity(server: ServerClient, control: ControlClient | None) -
     return ident
 
 
+def rate_over(times: Sequence[float]) -> float | None:
+    """Requests per second of sends at `times`: (n - 1) over the span from the first to the last."""
+    span = max(times, default=0.0) - min(times, default=0.0)
+    return (len(times) - 1) / span if len(times) > 1 and span > 0 else None
+
+
+async def _send(server: ServerClient, prompts: Sequence[Prompt], load: int | Arrivals, repeat: int, seed: int,
+                on_done: Callable[[RequestRecord], None] | None) -> tuple[list[RequestRecord], float, dict[str, object]]:
+    """Send the repeat closed loop (`load` requests in flight) or open loop (`load`'s arrivals); the records, the
+    wall time, and an open-loop repeat's own numbers (its rates and the server's load meanwhile)."""
+    if isinstance(load, int):
+        records, duration = await server.run(prompts, load, on_done=on_done)
+        return records, duration, {}
+    schedule = load.schedule(len(prompts), seed, repeat)
+    records, duration, seen = await run_open(server, prompts, load, schedule, on_done=on_done)
+    return records, duration, {
+        "request_rate": load.rate, "scheduled_rate": rate_over(schedule),
+        "achieved_rate": rate_over([r.start_s for r in records]),
+        "running_max": seen.running_max, "running_mean": seen.running_mean, "queued_max": seen.queued_max,
+        "queued_mean": seen.queued_mean,
+    }
+
+
 async def measure_repeat(
     *,
     server: ServerClient,
     control: ControlClient | None,
     prompts: Sequence[Prompt],
     spec: str,
-    concurrency: int,
+    concurrency: int | Arrivals,
     repeat: int,
     since: ServerIdentity | None = None,
     on_done: Callable[[RequestRecord], None] | None = None,
+    seed: int = 0,
 ) -> tuple[RepeatSummary, list[RequestRecord], ServerIdentity | None]:
     """The repeat's summary (valid or with its reason; an invalid one keeps its counts, but no number that could
     be read as a measurement), each request placed at its level and repeat (for the requests file), and the
-    server's identity after it. `since`: the identity the cell saw last (after its warm-up, or its previous
-    repeat): a server restarted in between ran another start, maybe another plan, and the repeat is invalid."""
+    server's identity after it. `concurrency`: the closed loop's requests in flight, or an open loop's arrivals
+    (drawn from `seed`, bench/client/arrivals.py). `since`: the identity the cell saw last (after its warm-up,
+    or its previous repeat): a server restarted in between ran another start, maybe another plan, and the
+    repeat is invalid."""
     before = await server_identity(server, control)
     m0 = await server.metrics_counters()
     cpu0 = time.process_time()
-    records, duration = await server.run(prompts, concurrency, on_done=on_done)
+    records, duration, open_loop = await _send(server, prompts, concurrency, repeat, seed, on_done)
     cpu = time.process_time() - cpu0
     after = await server_identity(server, control)
     m1 = await server.metrics_counters() if after is not None else None
@@ -85,8 +113,9 @@ async def measure_repeat(
     if since is not None and before is not None:
         reasons += [r.replace("during the run", "since the cell's previous step") for r in restart_reasons(since, before)]
     reasons += restart_reasons(before, after)
+    level, rate = (concurrency, None) if isinstance(concurrency, int) else (None, concurrency.rate)
     rep = summary.model_copy(update={
-        "repeat": repeat, "concurrency": concurrency,
+        "repeat": repeat, "concurrency": level, **open_loop,
         "client_cpu_us_per_chunk": cpu / summary.chunks * 1e6 if summary.chunks else None, **accept,
         "valid": not reasons, "invalid_reason": "; ".join(reasons) or None,
         "server_start_time": _number(before.start_time if before else None),
@@ -94,4 +123,4 @@ async def measure_repeat(
         "restarts_after": _count(after.restarts if after else None),
     })
     rep = RepeatSummary.model_validate(rep.to_json())  # what the servers reported, checked as the record holds it
-    return (rep if rep.valid else rep.nulled()), [rec.placed(concurrency, repeat) for rec in records], after
+    return (rep if rep.valid else rep.nulled()), [rec.placed(level, repeat, rate) for rec in records], after

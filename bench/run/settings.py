@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from bench import args as flags
 from bench.args import at_least, option, seconds
+from bench.client.arrivals import Arrivals
 from launcher.profiles.spec_params import SpecParams
 
 
@@ -60,6 +61,17 @@ class RunSettings(RunKnobs):
         None, extend=" measured as extra cells per profile, each switched with its point and labelled "
                      "profile+eagle3(S,K,D), e.g. --eagle3 '1,1,2;3,1,4'; the server refuses a point SGLang would not "
                      "run as given (HTTP 400, exit 2)")
+    request_rate: list[float] | None = option(
+        "--request-rate", None, metavar="R[,R...]", check=flags.rates,
+        help="open-loop request rates, requests/s, measured as extra levels of every cell besides --concurrency's: "
+             "requests leave on a schedule drawn from --seed (the same for every profile) whether or not earlier ones "
+             "finished, so they queue as real arrivals do (docs/bench.md, Open-loop load)")
+    burstiness: float = option("--burstiness", 1.0, check=flags.burstiness,
+                               help="with --request-rate, the gamma shape of the gaps between arrivals, as vLLM's "
+                                    "bench serve: 1 Poisson (default), below 1 burstier, above 1 more regular")
+    max_concurrency: int | None = option("--max-concurrency", None, type=int, check=at_least(1),
+                                         help="with --request-rate, at most this many requests in flight; one over it "
+                                              "waits in the client (default: no cap)")
     repeats: int = option("--repeats", 3, help="measured repeats per concurrency level (default {default})",
                           check=at_least(1))
     ignore_eos: bool = option("--ignore-eos", False, help="always generate --max-tokens tokens")
@@ -77,6 +89,10 @@ class RunSettings(RunKnobs):
     @property
     def switching(self) -> bool:
         return not self.no_switch
+
+    def arrivals(self) -> list[Arrivals]:
+        """The open-loop loads `--request-rate` asks for, each with `--burstiness` and `--max-concurrency`."""
+        return [Arrivals(rate, self.burstiness, self.max_concurrency) for rate in self.request_rate or ()]
 
     def to_json(self) -> dict[str, object]:
         """The manifest's `settings`: each point as {"steps", "topk", "draft_tokens"}; `--fleet` as each host's

@@ -59,6 +59,7 @@ class Stats:
     spec_passes: int = 0
     running: int = 0
     running_gauge: int = 0  # what /metrics' num_running_reqs reads (settings.running_gauge_after_tokens)
+    waiting: int = 0  # requests arrived but not yet running (over the running cap): /metrics' num_queue_reqs
     generation_requests: int = 0
     num_requests_total: int = 0
     prompt_tokens_total: int = 0
@@ -206,7 +207,11 @@ class Engine:
         verify_ct = 0
         streaming = "true" if stream else "false"
         first_at: float | None = None
-        await self.slots.acquire()  # at most args.running_cap run at once; the rest wait here, as in SGLang's queue
+        self.stats.waiting += 1
+        try:
+            await self.slots.acquire()  # at most args.running_cap run at once; the rest wait here, as in SGLang's queue
+        finally:
+            self.stats.waiting -= 1
         t0 = last_at = loop.time()  # nothing from here to `try` can raise: the slot is released in its `finally`
         self.stats.running += 1
         gauged = self.settings.running_gauge_after_tokens == 0

@@ -64,7 +64,7 @@ def render_metrics(engine: Engine) -> str:
         lines.extend(_family(f"sglang:{name}", "counter", doc, [(f"sglang:{name}_total", labels, value)]))
 
     gauge("num_running_reqs", "The number of running requests.", stats.running_gauge)
-    gauge("num_queue_reqs", "The number of requests in the waiting queue.", 0)
+    gauge("num_queue_reqs", "The number of requests in the waiting queue.", stats.waiting)
     uptime = max(1e-9, time.monotonic() - engine.start_monotonic)
     gauge("gen_throughput", "The generation throughput (token/s).", stats.generation_tokens_total / uptime)
     if args.speculative:
