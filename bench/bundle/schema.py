@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from bench import JsonObject
 from bench.bundle import names as bundle_names
+from bench.bundle.acceptance import Acceptance
 from bench.bundle.cell_numbers import Level, RepeatSummary
 from bench.bundle.strict_types import Num, Part
 from launcher import strict_json
@@ -181,6 +182,9 @@ class Cell(bundle_names.CellNames, BaseModel):
     per_repeat: list[RepeatSummary] = []
     requests_file: str | None = None
     by_concurrency: dict[LevelKey, Level] = {}
+    # per level, acceptance by draft position (bench/bundle/acceptance.py), for levels whose valid repeats carried
+    # correct-drafts histograms; absent on disk when empty (no speculation, an invalid cell, an older bundle)
+    acceptance: dict[LevelKey, Acceptance] = {}
     correctness: Correctness = Correctness()
     # the most requests the server ran at once (its /server_info, bench/client/server_answers.py running_cap): a level
     # above it queued the rest (bench/report/deltas.py load_note). None: not reported, or a bundle written before
@@ -208,6 +212,8 @@ class Cell(bundle_names.CellNames, BaseModel):
     def to_json(self) -> JsonObject:
         """The file's content: every field, plus the first level's numbers at the top level."""
         data = self.model_dump(mode="json")
+        if not data["acceptance"]:
+            del data["acceptance"]
         return {**data, **self.first_level().to_json()}
 
 
