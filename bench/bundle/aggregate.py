@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from bench.bundle import acceptance
 from bench.bundle import summary_stats as stats
 from bench.bundle.cell_numbers import (
     DIST_STATS,
@@ -66,6 +67,7 @@ def repeat_summary(records: Sequence[RequestRecord], duration: float) -> RepeatS
         **latency,
         mean_request_output_throughput=per_req["mean"], median_request_output_throughput=per_req["median"],
         accept_length=accept, accept_length_source="meta_info" if accept is not None else None,
+        spec_correct_drafts_histogram=acceptance.pool(r.spec_correct_drafts_histogram for r in ok),
         chunks=sum(r.chunks for r in ok),
     )
 

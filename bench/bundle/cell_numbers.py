@@ -9,9 +9,9 @@ The record that holds them: bench/bundle/schema.py `Cell`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from bench import JsonObject
 from bench.bundle.strict_types import Num, Part
@@ -23,7 +23,7 @@ SKIP_AGG = frozenset({"repeat", "concurrency", "request_rate", "server_start_tim
                       "pid_after"})
 OPEN_LOOP_KEYS = ("request_rate", "scheduled_rate", "achieved_rate", "running_max", "running_mean", "queued_max",
                   "queued_mean")
-OPTIONAL_KEYS = ("tune_phase", "tune_round", *OPEN_LOOP_KEYS)  # left out of a repeat's record when None
+OPTIONAL_KEYS = ("tune_phase", "tune_round", "spec_correct_drafts_histogram", *OPEN_LOOP_KEYS)  # left out of a repeat's record when None
 KEPT_WHEN_INVALID = frozenset({"completed", "failed", "chunks"})  # counts an invalid repeat keeps
 
 
@@ -73,6 +73,9 @@ class RepeatSummary(BaseModel):
     median_request_output_throughput: Num = None
     accept_length: Num = None
     accept_length_source: str | None = None
+    # the repeat's ok requests' correct-drafts histograms pooled (bench/bundle/acceptance.py); absent on disk when
+    # None (no speculation, a server that sends none, an invalid repeat, a bundle written before it existed)
+    spec_correct_drafts_histogram: list[Annotated[int, Field(ge=0)]] | None = None
     chunks: int | None = None
     client_cpu_us_per_chunk: Num = None
     server_start_time: Num = None
@@ -124,7 +127,8 @@ class RepeatSummary(BaseModel):
     def nulled(self) -> RepeatSummary:
         """The repeat made invalid: its counts and identity kept, no number that could be read as a measurement."""
         gone = {k: None for k in self.numbers() if k not in KEPT_WHEN_INVALID and k not in SKIP_AGG}
-        return RepeatSummary.model_validate({**self.to_json(), **gone, "accept_length_source": None})
+        return RepeatSummary.model_validate({**self.to_json(), **gone, "accept_length_source": None,
+                                             "spec_correct_drafts_histogram": None})
 
 
 class Spread(BaseModel):

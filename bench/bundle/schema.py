@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from bench import JsonObject
 from bench.bundle import names as bundle_names
+from bench.bundle.acceptance import Acceptance
 from bench.bundle.cell_numbers import Level, RepeatSummary
 from bench.bundle.strict_types import Num, Part
 from bench.client.arrivals import rate_text
@@ -186,6 +187,9 @@ class Cell(bundle_names.CellNames, BaseModel):
     by_concurrency: dict[LevelKey, Level] = {}
     rate_levels: list[Annotated[float, Field(gt=0)]] = []  # the open-loop rates measured (`--request-rate`), req/s
     by_rate: dict[RateKey, Level] = {}  # each rate's aggregate, keyed by bench/client/arrivals.py rate_text
+    # per level, acceptance by draft position (bench/bundle/acceptance.py), for levels whose valid repeats carried
+    # correct-drafts histograms; absent on disk when empty (no speculation, an invalid cell, an older bundle)
+    acceptance: dict[LevelKey, Acceptance] = {}
     correctness: Correctness = Correctness()
     # the most requests the server ran at once (its /server_info, bench/client/server_answers.py running_cap): a level
     # above it queued the rest (bench/report/deltas.py load_note). None: not reported, or a bundle written before
@@ -217,6 +221,9 @@ class Cell(bundle_names.CellNames, BaseModel):
     def to_json(self) -> JsonObject:
         """The file's content: every field, plus the first level's numbers at the top level."""
         data = self.model_dump(mode="json")
+        for key in ("acceptance", "rate_levels", "by_rate"):  # absent unless measured: older readers see no change
+            if not data[key]:
+                del data[key]
         return {**data, **self.first_level().to_json()}
 
 

@@ -11,12 +11,14 @@ Layout of `<out>/<run-id>/` (names: bench/bundle/names.py):
                                     `bench gate --bundle` re-judges a bundle from these files alone
     <profile>__<spec>__<S>-<K>-<D>.json (and .requests.jsonl)  a cell at an EAGLE-3 point (`bench run
                                     --eagle3 S,K,D`): `spec_params` {steps, topk, draft_tokens} in the file
-    summary.csv, summary.md, *.png  rebuilt from the files above by `bench report`
+    summary.csv, summary.md, *.png  rebuilt from the files above by `bench report` (acceptance.csv too when a
+                                    cell carries acceptance by draft position)
 
 A cell's record (bench/bundle/schema.py `Cell`) carries profile, spec, spec_params,
 plan_spec_params, valid, invalid_reason, simulated, plan_digest, setup_digest, local, switch,
 server, backends, api, workload, num_prompts, max_tokens, repeats, concurrency_levels, warmup,
-per_repeat (each repeat's numbers), requests_file, by_concurrency (each level's aggregate) and
+per_repeat (each repeat's numbers), requests_file, by_concurrency (each level's aggregate),
+acceptance (each level's acceptance by draft position, when measured: bench/bundle/acceptance.py) and
 correctness (the gate's verdict). Its numbers (bench/bundle/aggregate.py) follow
 `sglang.benchmark.serving` where they overlap: completed, duration, total_output_tokens,
 request_throughput, output_throughput (aggregate tok/s), {mean,median,std,p90,p99}_{ttft,tpot,itl,

@@ -8,6 +8,9 @@ request, filled while it streams and written as one line of a cell's `<name>.req
 * TPOT: (e2e - TTFT) / (completion_tokens - 1), as in sglang.benchmark.serving.
 * accept length: completion_tokens / spec_verify_ct from the final meta_info (None when the
   server reports no verify passes: no speculation, or an API that does not return them).
+* correct-drafts histogram: the final meta_info's (or chat's `sglext.spec_tokens_details`)
+  `spec_correct_drafts_histogram`, bin k = verify passes that accepted k draft tokens, the bonus token
+  excluded (None when the server sends none; bench/bundle/acceptance.py derives the per-position rates).
 
 A row read back from a requests file is checked as this record (strict: "0.01" is not a number). Rows of
 older kits may lack `repeat` or `ttft_s`; the derived numbers they were written with are kept then.
@@ -41,6 +44,7 @@ class RequestRecord(BaseModel):
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     spec_verify_ct: int | None = None
+    spec_correct_drafts_histogram: list[int] | None = None
     finish_reason: str | None = None
     text: str | None = ""
     concurrency: int | None = None
@@ -90,7 +94,7 @@ class RequestRecord(BaseModel):
         for key in DERIVED:
             data.pop(f"written_{key}", None)
             data[key] = getattr(self, key)
-        for key in ("concurrency", "request_rate", "scheduled_s", "repeat"):
+        for key in ("concurrency", "request_rate", "scheduled_s", "repeat", "spec_correct_drafts_histogram"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data

@@ -11,6 +11,8 @@ from bench.client.request_record import RequestRecord
 
 COMPLETION_AT = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,18})(?!\d)')
 FINISH_NULL_AT = re.compile(rb'"finish_reason"\s*:\s*null')
+HISTOGRAM = "spec_correct_drafts_histogram"
+MAX_BINS = 1024  # a correct-drafts histogram's most bins: one per draft token, far fewer in any real config
 
 
 class ServerError(Exception):
@@ -55,6 +57,22 @@ def _count(value: Any, what: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise MalformedEvent(f"{what} is {str(value)[:40]!r}, not a non-negative integer")
     return value
+
+
+def _histogram(value: Any, what: str) -> list[int] | None:
+    """A histogram of counts: a list (at most MAX_BINS long) of non-negative integers, or absent."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_BINS:
+        shown = f"a list of {len(value)}" if isinstance(value, list) else type(value).__name__
+        raise MalformedEvent(f"{what} is {shown}, not a list of at most {MAX_BINS} counts")
+    counts: list[int] = []
+    for i, v in enumerate(value):
+        count = _count(v, f"{what}[{i}]")
+        if count is None:
+            raise MalformedEvent(f"{what}[{i}] is null, not a non-negative integer")
+        counts.append(count)
+    return counts
 
 
 def _text(value: Any, what: str) -> str | None:
@@ -122,6 +140,8 @@ class StreamState:
             self._set_text(self.r.text + text if self.incremental else text)
         if "spec_verify_ct" in meta:
             self.r.spec_verify_ct = _count(meta.get("spec_verify_ct"), "meta_info.spec_verify_ct")
+        if HISTOGRAM in meta:
+            self.r.spec_correct_drafts_histogram = _histogram(meta.get(HISTOGRAM), f"meta_info.{HISTOGRAM}")
         prompt_tokens = _count(meta.get("prompt_tokens"), "meta_info.prompt_tokens")
         if prompt_tokens is not None:
             self.r.prompt_tokens = prompt_tokens
@@ -159,3 +179,5 @@ class StreamState:
         details = _obj(details, "sglext.spec_tokens_details")
         if "spec_verify_ct" in details:
             self.r.spec_verify_ct = _count(details.get("spec_verify_ct"), "spec_tokens_details.spec_verify_ct")
+        if HISTOGRAM in details:
+            self.r.spec_correct_drafts_histogram = _histogram(details.get(HISTOGRAM), f"spec_tokens_details.{HISTOGRAM}")

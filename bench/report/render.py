@@ -3,7 +3,9 @@
 The summaries are a pure function of manifest.json, the result files and the request files, so
 `bench run` and `bench report` write byte-identical summary.md for the same bundle. The p50/p90/p99
 of TTFT and TPOT come from the request files (bundle_aggregate.request_percentiles: every request of
-the valid repeats of a level, pooled); a bundle whose request rows lack them shows '—' there.
+the valid repeats of a level, pooled); a bundle whose request rows lack them shows '—' there. Cells that
+carry acceptance by draft position add a section to summary.md and rows to acceptance.csv
+(bench/report/acceptance_table.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from bench.args import CliArgs, entry_point
 from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle import store as bundle
 from bench.bundle.schema import ADAPTIVE_ACCEPT, TEXTS_DIFFER, Cell, Manifest
-from bench.report import tables
+from bench.report import acceptance_table, tables
 from bench.report.stats import fmt_mean_sd
 from bench.report.summary_rows import CSV_FIELDS, SummaryRow, latency_curves, rows
 from launcher import atomic
@@ -108,10 +110,10 @@ def gate_lines(manifest: Manifest) -> list[str]:
 
 def markdown(manifest: Manifest, cells: list[Cell], run_dir: str | Path | None = None) -> str:
     """summary.md; with `run_dir`, the TTFT/TPOT percentiles from its request files."""
-    return _markdown(manifest, rows(manifest, cells, run_dir))
+    return _markdown(manifest, rows(manifest, cells, run_dir), cells)
 
 
-def _markdown(manifest: Manifest, table: list[SummaryRow]) -> str:
+def _markdown(manifest: Manifest, table: list[SummaryRow], cells: list[Cell]) -> str:
     sim = bool(manifest.simulated)
     lines = _header_lines(manifest)
     lines += [
@@ -121,6 +123,7 @@ def _markdown(manifest: Manifest, table: list[SummaryRow]) -> str:
         "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     lines += [_table_line(r) for r in table]
+    lines += acceptance_table.markdown_lines(cells)
     lines += _reading_lines(manifest, table)
     if sim:
         lines += ["", "SIMULATED: every number above comes from the stand-in server."]
@@ -208,7 +211,8 @@ def _csv(table: list[SummaryRow]) -> str:
 
 
 def build(run_dir: str | Path) -> list[Path]:
-    """Write summary.csv, summary.md and the PNG plots of one bundle; returns the paths."""
+    """Write summary.csv, summary.md (acceptance.csv when a cell has acceptance) and the PNG plots of one bundle;
+    returns the paths."""
     from bench.report import plots
 
     d = Path(run_dir)
@@ -216,8 +220,11 @@ def build(run_dir: str | Path) -> list[Path]:
     table = rows(manifest, cells, d)
     written = [
         atomic.write_text(d / "summary.csv", _csv(table)),
-        atomic.write_text(d / "summary.md", _markdown(manifest, table)),
+        atomic.write_text(d / "summary.md", _markdown(manifest, table, cells)),
     ]
+    accepted = acceptance_table.csv_text(cells)
+    if accepted is not None:
+        written.append(atomic.write_text(d / acceptance_table.CSV_FILE, accepted))
     written += plots.write_all(d, manifest, cells, table)
     return written
 

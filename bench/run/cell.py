@@ -3,7 +3,8 @@
 `CellDraft` is what measuring a cell learns (bench/run/measure.py fills it: the switch, the plan, the
 backends, the server, the repeats, or why it stopped). `close_cell` builds the cell's record
 (`bundle_schema.Cell`) from it, once: a cell is invalid when any of its repeats is, or when fewer
-ran than asked; its numbers are each concurrency level's aggregate. The gate compares each cell's
+ran than asked; its numbers are each concurrency level's aggregate, and, where the valid repeats carried
+correct-drafts histograms, its acceptance by draft position (bench/bundle/acceptance.py). The gate compares each cell's
 outputs with `baseline`'s under the same spec mode, after every cell has run, and gives each record
 its verdict.
 """
@@ -18,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from bench import JsonObject
+from bench.bundle import acceptance as bundle_acceptance
 from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle import names as bundle_names
 from bench.bundle import store as bundle
@@ -118,6 +120,7 @@ def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int, rates: 
             for c in concurrency}
     by_rate = {rate_text(r): bundle_aggregate.aggregate([x for x in reps if x.request_rate == r], valid,
                                                         request_rate=r) for r in rates}
+    accepted = {str(c): bundle_acceptance.of_repeats(x for x in reps if x.concurrency == c) for c in concurrency}
     s = cell.settings
     try:
         return Cell(
@@ -130,6 +133,7 @@ def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int, rates: 
             max_running_requests=cell.max_running_requests,
             requests_file=bundle_names.requests_file(cell.profile, cell.spec, cell.spec_params),
             by_concurrency=by_c, rate_levels=list(rates), by_rate=by_rate, correctness=PENDING,
+            acceptance={c: a for c, a in accepted.items() if a is not None and valid},
         )
     except ValidationError as exc:
         err = exc.errors()[0]

@@ -227,6 +227,7 @@ MALFORMED_GENERATE = [
     {"text": 5, "meta_info": {"completion_tokens": 1}},
     {"text": "x", "meta_info": {"completion_tokens": 1, "spec_verify_ct": "2", "finish_reason": "stop"}},
     {"text": "x", "meta_info": {"completion_tokens": 1, "prompt_tokens": [1]}},
+    {"text": "x", "meta_info": {"completion_tokens": 1, "spec_correct_drafts_histogram": [1, "2"]}},
     {"error": ["not", "an", "object"]},
     [1, 2],
     b"[" * 100000,
@@ -242,6 +243,7 @@ MALFORMED_CHAT = [
     {"choices": [], "usage": {"completion_tokens": "3"}},
     {"choices": [], "sglext": "x"},
     {"choices": [], "sglext": {"spec_tokens_details": ["a"]}},
+    {"choices": [], "sglext": {"spec_tokens_details": {"spec_correct_drafts_histogram": {"0": 1}}}},
 ]
 
 

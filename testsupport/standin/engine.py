@@ -33,6 +33,9 @@ class Chunk:
     finished: bool
     positions: list[numerics.Position] = field(default_factory=list)  # every token so far, with log-probabilities
     batch: int = 1  # requests in flight when this chunk's pass ran (its new tokens were decoded at it)
+    # verifies so far by their correct drafts (bin k: k accepted, the bonus token excluded), as SGLang's
+    # spec_correct_drafts_histogram (simulation.count_verify)
+    correct_drafts_histogram: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -205,6 +208,7 @@ class Engine:
         decoded: list[numerics.Position] = []
         output_ids: list[int] = []
         verify_ct = 0
+        histogram = [0] * max(1, self.args.speculative_num_draft_tokens or 1)  # bins 0 .. draft tokens - 1
         streaming = "true" if stream else "false"
         first_at: float | None = None
         self.stats.waiting += 1
@@ -235,11 +239,12 @@ class Engine:
                     self.stats.running_gauge += 1
                 if count and (speculative or self.adaptive_on):  # a 0-step adaptive pass is a verify of 1 token
                     verify_ct += 1
+                    simulation.count_verify(histogram, count)
                     self.stats.spec_tokens += count
                     self.stats.spec_passes += 1
                 await self._record_step()
                 yield Chunk(k, new_ids, output_ids, len(output_ids), verify_ct, len(output_ids) >= total,
-                            decoded[:len(output_ids)], batch)
+                            decoded[:len(output_ids)], batch, list(histogram))
             self.stats.num_requests_total += 1
             self.stats.prompt_tokens_total += simulation.prompt_token_count(prompt)
             self.stats.generation_tokens_total += len(output_ids)
@@ -299,7 +304,8 @@ class Engine:
     ) -> dict[str, object]:
         """SGLang's ``meta_info`` for one chunk. As 0.5.23 sends it (managers/tokenizer_manager.py, around 2755 and
         3150-3172): the ``spec_*`` keys, ``spec_verify_ct`` included, only in the finished chunk and only under
-        speculation with drafts proposed; never in the chunks before it, never without speculation."""
+        speculation with drafts proposed; never in the chunks before it, never without speculation. The correct
+        drafts are the histogram's weighted sum: each chunk is one verify with its tokens less one correct."""
         meta: dict[str, object] = {
             "id": rid,
             "finish_reason": {"type": "length", "length": max_new_tokens} if chunk.finished else None,
@@ -312,12 +318,14 @@ class Engine:
         drafts = self.args.speculative_num_draft_tokens
         if chunk.finished and chunk.spec_verify_ct > 0 and drafts and drafts > 1:
             proposed = chunk.spec_verify_ct * (drafts - 1)
-            correct = chunk.completion_tokens - chunk.spec_verify_ct
+            histogram = chunk.correct_drafts_histogram
+            correct = sum(k * n for k, n in enumerate(histogram))  # = completion_tokens - spec_verify_ct
             meta["spec_accept_rate"] = correct / proposed
             meta["spec_accept_length"] = chunk.completion_tokens / chunk.spec_verify_ct
             meta["spec_num_correct_drafts"] = correct
             meta["spec_num_proposed_drafts"] = proposed
             meta["spec_verify_ct"] = chunk.spec_verify_ct
+            meta["spec_correct_drafts_histogram"] = list(histogram)
         if chunk.finished:
             meta["e2e_latency"] = time.monotonic() - t0
         return meta

@@ -26,6 +26,12 @@ How a request of ``N = max_new_tokens`` tokens is served (N is always reached: t
   a 1-node tree rooted at the last token (``eagle_worker_v2.py:1469-1472, 1678-1685``) and the result is
   committed like any verify (``batch_result_processor.py:829-832``), so it lowers the accept length.
 
+Each verify pass is also counted by its correct drafts, as SGLang 0.5.23's ``spec_correct_drafts_histogram``
+(``count_verify``): a chunk of ``c`` tokens is one verify with ``c - 1`` correct drafts (the bonus token
+excluded), the last chunk cut short by ``max_new_tokens`` included at what it carried, so the histogram sums to
+``spec_verify_ct`` and its weighted sum is ``completion_tokens - spec_verify_ct`` (``spec_num_correct_drafts``).
+It has one bin per draft token (0 .. D - 1), more only when an adaptive tier's longer chain accepts more.
+
 The lifetime ``avg_spec_accept_length`` in /server_info is total tokens over total verify passes of
 all chunks sent so far, which (SGLang-like) is cumulative since start.
 
@@ -160,6 +166,23 @@ def chunk_token_counts(max_new_tokens: int, accept_length: float, speculative: b
         counts.append(total - done)
         done = total
     return counts
+
+
+def count_verify(histogram: list[int], tokens: int) -> None:
+    """One verify pass that committed ``tokens`` tokens: bin ``tokens - 1`` (its correct drafts, the bonus token
+    excluded) gains 1, the histogram grown to reach it when a pass accepts more than it has bins."""
+    correct = max(0, tokens - 1)
+    histogram.extend([0] * (correct + 1 - len(histogram)))
+    histogram[correct] += 1
+
+
+def correct_drafts_histogram(counts: list[int], draft_tokens: int) -> list[int]:
+    """The histogram a request of these chunk token counts reports (every chunk with tokens is a verify)."""
+    histogram = [0] * max(1, draft_tokens)
+    for count in counts:
+        if count:
+            count_verify(histogram, count)
+    return histogram
 
 
 def expected_counts(max_new_tokens: int, accept_length: float, speculative: bool) -> tuple[int, int]:

@@ -161,3 +161,17 @@ def test_a_draft_adopts_an_earlier_measurement_of_the_same_cell():
     draft.adopt(earlier.model_copy(update={"server": None}))
     assert (draft.plan_digest, draft.setup_digest, draft.switch["outcome"]) == ("d1", "s1", "switched")
     assert draft.simulated is True and draft.server is None and draft.per_repeat == []
+
+
+def test_a_cell_keeps_each_levels_acceptance_when_its_repeats_carried_histograms():
+    draft = measured(settings(), {1: [1.0, 1.0], 4: [1.0, 1.0]})
+    hists = {1: [1, 3], 4: [3, 1]}
+    draft.per_repeat = [r.model_copy(update={"spec_correct_drafts_histogram": hists[r.concurrency]})
+                        for r in draft.per_repeat]
+    cell = close_cell(draft, concurrency=[1, 4], repeats=2)
+    assert {c: a.correct_drafts_histogram for c, a in cell.acceptance.items()} == {"1": [2, 6], "4": [6, 2]}
+    assert cell.acceptance["1"].position_rates == [0.75]
+    draft.invalid_reason = "interrupted"
+    assert close_cell(draft, concurrency=[1, 4], repeats=2).acceptance == {}  # an invalid cell reports no numbers
+    plain = close_cell(measured(settings(), {1: [1.0, 1.0], 4: [1.0, 1.0]}), concurrency=[1, 4], repeats=2)
+    assert plain.acceptance == {} and "acceptance" not in plain.to_json()

@@ -189,6 +189,28 @@ def test_run_writes_bundle_and_report_rebuilds_identical_summary(standin, tmp_pa
     assert (run_dir / "throughput.png").is_file() and (run_dir / "tpot.png").is_file()
 
 
+def test_run_records_acceptance_by_draft_position_consistent_with_the_accept_length(standin, tmp_path):
+    s = standin(ttft_ms="5", verify_ms="2", accept_length="2.5")  # EAGLE3, 4 draft tokens, a chain
+    r = bench("--url", s.url, "--no-switch", "--repeats", "2", "--num-prompts", "2", "--max-tokens", "16",
+              "--concurrency", "1,2", "--warmup", "0", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    run_dir = only_bundle(tmp_path)
+    cell = json.loads((run_dir / "current__eagle3.json").read_text())
+    assert set(cell["acceptance"]) == {"1", "2"}
+    for level, acc in cell["acceptance"].items():
+        rates = acc["position_rates"]
+        assert len(rates) == 3 and all(a >= b for a, b in zip(rates, rates[1:], strict=False)), rates
+        assert sum(acc["correct_drafts_histogram"]) == acc["verifies"] > 0
+        accept = cell["by_concurrency"][level]["accept_length"]
+        assert 1 + sum(rates) == pytest.approx(accept, abs=1e-9) == acc["accept_length"]
+    # 16 tokens at 2.5 per pass: 2, 3, 2, 3, 2, 3, 1 per request, 4 requests a level
+    assert cell["acceptance"]["1"]["correct_drafts_histogram"] == [4, 12, 12, 0]
+    assert "## Acceptance by draft position" in (run_dir / "summary.md").read_text()
+    assert (run_dir / "acceptance.csv").read_text().startswith("profile,spec,spec_params,concurrency,")
+    rows = [json.loads(x) for x in (run_dir / "current__eagle3.requests.jsonl").read_text().splitlines()]
+    assert all(row["spec_correct_drafts_histogram"] == [1, 3, 3, 0] for row in rows)
+
+
 def test_chat_api_accept_length_from_metrics(standin, tmp_path):
     s = standin(ttft_ms="5", verify_ms="3", accept_length="2")
     r = bench("--url", s.url, "--no-switch", "--api", "chat", "--repeats", "1", "--num-prompts", "2",
@@ -197,6 +219,7 @@ def test_chat_api_accept_length_from_metrics(standin, tmp_path):
     cell = json.loads((only_bundle(tmp_path) / "current__eagle3.json").read_text())
     # per request, from the sglext chunk SGLang sends when asked (return_spec_tokens_details), as /generate does
     assert cell["accept_length"] == 2.0 and cell["accept_length_source"] == "meta_info"
+    assert cell["acceptance"]["1"]["accept_length"] == 2.0  # the histogram comes in the same sglext chunk
 
 
 def test_server_death_makes_run_invalid_and_bundle_still_written(standin, tmp_path):

@@ -324,6 +324,7 @@ def test_streaming_generate_reports_exact_accept_length(tmp_path: Path) -> None:
         final = events[-1]["meta_info"]
         assert (final["completion_tokens"], final["spec_verify_ct"]) == expected_counts(65, 2.5, True)
         assert final["spec_accept_length"] == 2.5
+        assert final["spec_correct_drafts_histogram"] == [0, 13, 13, 0]  # 2, 3, 2, 3, ...: 1 and 2 correct drafts
         assert final["finish_reason"]["type"] == "length"
         assert all(e["meta_info"]["finish_reason"] is None for e in events[:-1])
         per_chunk = [e["meta_info"]["completion_tokens"] for e in events]
@@ -383,6 +384,8 @@ def test_chat_completions_stream_and_non_stream(spec_server: Standin) -> None:
     assert asked.index(ext) == len(asked) - 2 and ext["choices"] == []
     details = ext["sglext"]["spec_tokens_details"]
     assert details["spec_verify_ct"] == expected_counts(10, 2.5, True)[1] and details["spec_accept_length"] == 2.5
+    hist = details["spec_correct_drafts_histogram"]  # the same as /generate's meta_info
+    assert sum(hist) == details["spec_verify_ct"] and sum(k * n for k, n in enumerate(hist)) == 10 - sum(hist)
     whole = spec_server.client.post("/v1/chat/completions", json={**body, "stream": False}).json()
     assert whole["object"] == "chat.completion"
     assert whole["choices"][0]["message"]["content"] == streamed
