@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from bench.client.request_record import RequestRecord
+from bench.report.load_rows import LoadPoint
 
 
 def rec(pid: str, ttft: float, e2e: float, tokens: int, verify: int | None, gaps: list[float], ok: bool = True) -> RequestRecord:
@@ -27,3 +30,10 @@ def manifest(gpu: str = "RTX PRO 6000", driver: str = "580.1", sglang: str = "0.
     return {"run_id": "r", "complete": True, "simulated": False, "settings": {"concurrency": [1]},
             "host": {"available": True, "gpus": [{"name": gpu}] * 8, "driver": driver},
             "server": {"sglang_version": sglang}}
+
+
+def load_point(cell: str, load: str, total: float | None, per_user: float | None, status: str = "OK", **kw) -> LoadPoint:
+    """A load-view point with the given fields, every other one None."""
+    base = {f.name: None for f in fields(LoadPoint)}
+    return LoadPoint(**{**base, "cell": cell, "load": load, "status": status, "total_tps": total,
+                        "per_user_tps": per_user, "frontier": False, **kw})

@@ -105,15 +105,19 @@ POOLED_KEYS = [pooled_key(name, q) for name in POOLED_METRICS for q in POOLED_PE
 
 
 def request_percentiles(requests: Iterable[RequestRecord], repeats: Iterable[RepeatSummary],
-                        concurrency: int) -> dict[str, float | None]:
-    """p50/p90/p99 (ms) of TTFT and TPOT over the ok requests of the valid repeats at one concurrency level.
+                        concurrency: int | None, request_rate: float | None = None) -> dict[str, float | None]:
+    """p50/p90/p99 (ms) of TTFT and TPOT over the ok requests of the valid repeats at one level: a concurrency,
+    or (`concurrency` None) an open-loop `request_rate`.
 
     `requests`: a cell's request rows; `repeats`: its per-repeat summaries. A row counts when it is ok and its
-    (concurrency, repeat) is a valid repeat's; rows without a repeat index (or values) count for nothing, so a
+    (level, repeat) is a valid repeat's; rows without a repeat index (or values) count for nothing, so a
     bundle whose rows lack them gets None. Linear interpolation between closest ranks (stats.percentile)."""
-    good = {r.repeat for r in repeats if r.valid and r.concurrency == concurrency}
+    def at(x: RequestRecord | RepeatSummary) -> bool:
+        return x.concurrency == concurrency and x.request_rate == request_rate
+
+    good = {r.repeat for r in repeats if r.valid and at(r)}
     good.discard(None)
-    rows = [r for r in requests if r.ok is True and r.concurrency == concurrency and r.repeat in good]
+    rows = [r for r in requests if r.ok is True and at(r) and r.repeat in good]
     out: dict[str, float | None] = {}
     for name, field in POOLED_METRICS.items():
         values = [getattr(r, field) for r in rows]

@@ -79,10 +79,10 @@ def throughput(path: Path, rows: list[SummaryRow], simulated: bool, concurrency:
     ax.set_ylabel("output tok/s (mean ± sd over repeats)")
     ax.set_ylim(bottom=0)  # a cut axis exaggerates small differences
     ax.set_title(f"{SIM_TITLE if simulated else ''}throughput per profile, concurrency {concurrency}")
-    return _save(fig, path, simulated)
+    return save(fig, path, simulated)
 
 
-def _save(fig: Any, path: Path, simulated: bool) -> Path:
+def save(fig: Any, path: Path, simulated: bool) -> Path:
     _mark_simulated(fig, simulated)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -112,7 +112,7 @@ def tpot(path: Path, run_dir: Path, cells: list[Cell], simulated: bool, concurre
     ax.set_ylabel("TPOT per request (ms)")
     ax.set_ylim(bottom=0)  # a cut axis exaggerates small differences
     ax.set_title(f"{SIM_TITLE if simulated else ''}TPOT distribution, concurrency {concurrency}")
-    return _save(fig, path, simulated)
+    return save(fig, path, simulated)
 
 
 LINESTYLES = {"FAIL": "--", UNVERIFIED: ":"}
@@ -140,7 +140,7 @@ def throughput_latency(path: Path, rows: list[SummaryRow], simulated: bool) -> P
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)  # a cut axis exaggerates small differences
     ax.set_title(f"{SIM_TITLE if simulated else ''}throughput vs median TPOT by concurrency", fontsize=11)
-    return _save(fig, path, simulated)
+    return save(fig, path, simulated)
 
 
 def write_all(run_dir: Path, manifest: Manifest, cells: list[Cell], rows: list[SummaryRow]) -> list[Path]:

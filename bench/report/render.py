@@ -19,7 +19,8 @@ from bench.args import CliArgs, entry_point
 from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle import store as bundle
 from bench.bundle.schema import ADAPTIVE_ACCEPT, TEXTS_DIFFER, Cell, Manifest
-from bench.report import acceptance_table, tables
+from bench.report import acceptance_table, load_rows, tables
+from bench.report.load_rows import LoadPoint
 from bench.report.stats import fmt_mean_sd
 from bench.report.summary_rows import CSV_FIELDS, SummaryRow, latency_curves, rows
 from launcher import atomic
@@ -110,10 +111,10 @@ def gate_lines(manifest: Manifest) -> list[str]:
 
 def markdown(manifest: Manifest, cells: list[Cell], run_dir: str | Path | None = None) -> str:
     """summary.md; with `run_dir`, the TTFT/TPOT percentiles from its request files."""
-    return _markdown(manifest, rows(manifest, cells, run_dir), cells)
+    return _markdown(manifest, rows(manifest, cells, run_dir), cells, load_rows.points(cells, run_dir))
 
 
-def _markdown(manifest: Manifest, table: list[SummaryRow], cells: list[Cell]) -> str:
+def _markdown(manifest: Manifest, table: list[SummaryRow], cells: list[Cell], loads: list[LoadPoint]) -> str:
     sim = bool(manifest.simulated)
     lines = _header_lines(manifest)
     lines += [
@@ -124,6 +125,7 @@ def _markdown(manifest: Manifest, table: list[SummaryRow], cells: list[Cell]) ->
     ]
     lines += [_table_line(r) for r in table]
     lines += acceptance_table.markdown_lines(cells)
+    lines += load_rows.markdown_lines(manifest, cells, loads)
     lines += _reading_lines(manifest, table)
     if sim:
         lines += ["", "SIMULATED: every number above comes from the stand-in server."]
@@ -213,15 +215,18 @@ def _csv(table: list[SummaryRow]) -> str:
 def build(run_dir: str | Path) -> list[Path]:
     """Write summary.csv, summary.md (acceptance.csv when a cell has acceptance) and the PNG plots of one bundle;
     returns the paths."""
-    from bench.report import plots
+    from bench.report import load_plots, plots
 
     d = Path(run_dir)
     manifest, cells = bundle.load(d)
-    table = rows(manifest, cells, d)
+    table, loads = rows(manifest, cells, d), load_rows.points(cells, d)
     written = [
         atomic.write_text(d / "summary.csv", _csv(table)),
-        atomic.write_text(d / "summary.md", _markdown(manifest, table, cells)),
+        atomic.write_text(d / "summary.md", _markdown(manifest, table, cells, loads)),
     ]
+    if load_rows.several_loads(manifest, cells):
+        written.append(atomic.write_text(d / load_rows.CSV_FILE, load_rows.csv_text(loads)))
+        written += load_plots.write_all(d, loads, bool(manifest.simulated), load_rows.sla_targets(manifest))
     accepted = acceptance_table.csv_text(cells)
     if accepted is not None:
         written.append(atomic.write_text(d / acceptance_table.CSV_FILE, accepted))
