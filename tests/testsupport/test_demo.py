@@ -70,8 +70,8 @@ def test_the_compact_table_fits_100_columns_whatever_the_bundle():
     assert next(r for r in table if r.startswith("fused ")).split()[-1] == "FAIL"
     assert next(r for r in table if r.startswith("crashy ")).split()[3:] == ["—"] * 4 + ["INVALID"]
     lines = summary.splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith("| "))
-    rows = next((i for i in range(first, len(lines)) if not lines[i].startswith("| ")), len(lines)) - first - 1
+    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = next((i for i in range(first, len(lines)) if not lines[i].startswith("|")), len(lines)) - first - 2
     assert len(table) == 2 + rows  # every row of the results table (the load table after it is not the demo's)
 
 
