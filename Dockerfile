@@ -240,8 +240,10 @@ FROM ${BENCH_BASE_IMAGE} AS bench
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1 MPLCONFIGDIR=/tmp/matplotlib
 WORKDIR /opt/kit
 COPY . /opt/kit/
+# The energy extra: nvidia-ml-py, so the bench samples GPU power where NVML answers (docs/bench.md, Energy).
 RUN --mount=type=cache,target=/root/.cache/pip \
-    python3 -m pip install /opt/kit \
+    python3 -m pip install "/opt/kit[energy]" \
+    && python3 -c 'import pynvml' \
     && bench --help > /dev/null
 ARG KIT_VERSION=unknown
 ARG KIT_REVISION=unknown

@@ -79,12 +79,15 @@ def stub_probe(tmp_path: Path, environ: dict[str, str] | None = None) -> Probe:
 
 
 def live_probe(host: dict[str, str], rc: int = 0, stderr: str = "") -> Probe:
-    """nvidia-smi on PATH answering each query with the named fixture file (or failing with `rc`)."""
+    """nvidia-smi on PATH answering each query with the named fixture file (or failing with `rc`); a query
+    `host` names no file for (the optional power query) fails as an nvidia-smi without that field would."""
     names = {tuple(SMI_ARGS[what]): name for what, name in host.items()}
 
     def run(argv: list[str]) -> CommandResult:
         if rc != 0:
             return CommandResult(rc, "", stderr)
+        if tuple(argv[1:]) not in names:
+            return CommandResult(2, "", f'Field "{argv[1]}" is not a valid field to query.')
         return CommandResult(0, (FIX / names[tuple(argv[1:])]).read_text(), "")
 
     return Probe(which=lambda n: "/usr/bin/nvidia-smi" if n == "nvidia-smi" else None, run=run, environ={})

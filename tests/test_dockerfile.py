@@ -403,7 +403,20 @@ def test_healthcheck_and_entrypoints(dockerfile):
     assert next(a for w, a in server if w == "ENTRYPOINT") == '["launcher", "serve"]'
     bench = stage_of(dockerfile, "bench")
     assert next(a for w, a in bench if w == "ENTRYPOINT") == '["bench"]'
-    assert any(w == "RUN" and "pip install /opt/kit" in a for w, a in bench)
+    assert any(w == "RUN" and 'pip install "/opt/kit[energy]"' in a for w, a in bench)
+
+
+def test_the_bench_image_alone_gets_nvml_through_the_energy_extra(dockerfile):
+    """nvidia-ml-py is the energy extra, pinned to a range; the bench stage installs it, the server's
+    requirements (project.dependencies) do not carry it."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    [spec] = project["optional-dependencies"]["energy"]
+    assert re.fullmatch(r"nvidia-ml-py>=[\d.]+,<\d+", spec), spec
+    assert not any("nvidia-ml-py" in d for d in project["dependencies"])
+    bench = stage_of(dockerfile, "bench")
+    assert any(w == "RUN" and "/opt/kit[energy]" in a and "import pynvml" in a for w, a in bench)
 
 
 @pytest.mark.stack

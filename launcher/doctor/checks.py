@@ -14,6 +14,7 @@ from typing import Literal
 from launcher import settings
 from launcher.doctor import nccl
 from launcher.doctor.p2p import STATUS_MEANING, P2PMatrix
+from launcher.doctor.power import PowerLimit, watts
 from launcher.doctor.probe import DockerState, Probe
 
 Status = Literal["pass", "warn", "fail"]
@@ -107,6 +108,31 @@ def p2p(matrix: P2PMatrix) -> Check:
         f"P2P not OK for {len(bad)} pair(s): {shown}{more}; profiles that need P2P are ineligible",
         "check IOMMU/ACS (kernel-cmdline below) and the BIOS (ACS, Above 4G decoding, Resizable BAR), then re-run",
     )
+
+
+def power_limit(limits: list[PowerLimit]) -> Check:
+    """A GPU capped below its default limit runs slower: speed figures taken on it are not comparable."""
+    capped = [p for p in limits if p.capped]
+    if not capped:
+        known = [p for p in limits if p.limit_w is not None and p.default_w is not None]
+        if not known:
+            return Check("power-limit", "pass", f"power limits of the {len(limits)} GPU(s) unknown: the driver does not report them")
+        return Check("power-limit", "pass", f"{len(known)} of {len(limits)} GPU(s) at or above their default power limit")
+    shown = ", ".join(f"GPU {p.index} at {watts(p.limit_w)} (default {watts(p.default_w)})" for p in capped)
+    return Check(
+        "power-limit",
+        "warn",
+        f"power-capped: {shown}; tokens/s and latency depend on the limit, so compare only results taken under the same limits",
+        f"{_restore_power(capped)} restores the default (until reboot), or keep the cap and record it with the results",
+    )
+
+
+def _restore_power(capped: list[PowerLimit]) -> str:
+    """One `nvidia-smi -pl` per default wattage, naming its GPUs."""
+    by_default: dict[float, list[int]] = {}
+    for p in capped:
+        by_default.setdefault(p.default_w or 0.0, []).append(p.index)
+    return " and ".join(f"`sudo nvidia-smi -i {','.join(map(str, ids))} -pl {w:g}`" for w, ids in by_default.items())
 
 
 # --- kernel and driver ----------------------------------------------------------------------

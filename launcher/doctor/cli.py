@@ -38,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="saved `nvidia-smi --query-gpu=name,compute_cap,driver_version,pci.bus_id --format=csv` output",
     )
     p.add_argument(
+        "--power-file",
+        metavar="F",
+        help="saved `nvidia-smi --query-gpu=index,power.limit,power.default_limit,power.min_limit,power.max_limit "
+        "--format=csv,noheader,nounits` output (optional: without it, power limits are read live or shown unknown)",
+    )
+    p.add_argument(
         "--root",
         metavar="DIR",
         default=None,
@@ -60,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
         "topo": Path(args.topo_file) if args.topo_file else None,
         "p2p": Path(args.p2p_file) if args.p2p_file else None,
         "gpus": Path(args.gpus_file) if args.gpus_file else None,
+        "power": Path(args.power_file) if args.power_file else None,
     }
     result = diagnose.run(Probe(root=root), files, nccl_version=args.nccl_version, spec=args.spec)
     data = result.to_json()

@@ -57,10 +57,12 @@ def run(
     spec: str = "off",
 ) -> Report:
     inp = facts_mod.read_inputs(probe, files)
+    facts_mod.read_power(probe, files.get("power"), inp)
     gpus_live = inp.sources.get("gpus") == "nvidia-smi" and bool(inp.gpus)
     host_checks, nccl_found = checks_mod.run_host_checks(probe, nccl_version, gpus_live)
     facts, details = facts_mod.build(inp, nccl_found)
-    all_checks = [*inp.checks, *facts_mod.topology_checks(facts, inp, checks_mod.tp_size(probe.environ)), *host_checks]
+    power = [checks_mod.power_limit(inp.power)] if inp.power else []  # unknown limits are a fact, not a check
+    all_checks = [*inp.checks, *facts_mod.topology_checks(facts, inp, checks_mod.tp_size(probe.environ)), *power, *host_checks]
     if not facts.gpus and facts.interconnect is None:
         eligibility = elig_mod.no_facts("unknown: no GPU facts (nvidia-smi gave none; see the nvidia-smi check)")
     else:

@@ -1,4 +1,5 @@
-"""From the three `nvidia-smi` outputs (files or live) to HostFacts plus the details behind them."""
+"""From the three `nvidia-smi` outputs (files or live) to HostFacts plus the details behind them; the
+power limits (a fourth, optional query) go into the details only."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from launcher.doctor import checks
 from launcher.doctor import gpus as gpus_mod
 from launcher.doctor import p2p as p2p_mod
+from launcher.doctor import power as power_mod
 from launcher.doctor import topo as topo_mod
 from launcher.doctor.checks import Check
 from launcher.doctor.probe import SMI_ARGS, Probe
@@ -26,6 +28,8 @@ class Inputs:
     p2p: p2p_mod.P2PMatrix | None = None
     gpus: list[GpuFact] | None = None
     rdma_devices: list[str] | None = None  # /sys/class/infiniband; None: not readable
+    power: list[power_mod.PowerLimit] | None = None
+    power_unknown: str = ""  # why `power` is None
     sources: dict[str, str] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
 
@@ -71,6 +75,44 @@ def read_inputs(probe: Probe, files: dict[str, Path | None]) -> Inputs:
         driver = out.gpus[0].driver_version if out.gpus else ""
         out.checks.append(checks.nvidia_smi_ok(len(out.gpus), driver, out.sources))
     return out
+
+
+def read_power(probe: Probe, path: Path | None, inp: Inputs) -> None:
+    """Power limits from `path`, else from nvidia-smi when the GPU facts came from it too (never this
+    host's limits beside another host's GPUs). Missing or unreadable live output leaves them unknown,
+    with the reason; a saved file that is not the expected output, or of other GPUs, is exit 2. Only the
+    doctor reads them (a bench's host fingerprint does not run the extra query)."""
+    label = f"nvidia-smi {' '.join(SMI_ARGS['power'])}"
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise UserError(f"{path}: cannot read ({exc.strerror}); pass the file saved from `{label}`") from exc
+        limits = power_mod.parse(text, str(path))
+        if inp.gpus is not None and sorted(p.index for p in limits) != sorted(g.index for g in inp.gpus):
+            raise UserError(f"{path} has GPUs {sorted(p.index for p in limits)}, the GPU facts "
+                            f"{sorted(g.index for g in inp.gpus)}; save `{label}` on the same host")
+        inp.power, inp.sources["power"] = limits, str(path)
+        return
+    if inp.gpus is None:
+        inp.power_unknown = "not read: no GPU facts (see the nvidia-smi check)"
+        return
+    if inp.sources.get("gpus") != "nvidia-smi":
+        inp.power_unknown = "not read: the GPU facts came from a file; pass --power-file, saved beside it"
+        return
+    res = probe.nvidia_smi("power")
+    if res is None or res.rc != 0:
+        inp.power_unknown = f"nvidia-smi's power query failed: {res.first_error_line() if res else 'nvidia-smi not found'}"
+        return
+    try:
+        limits = power_mod.parse(res.stdout, label)
+    except FormatError as exc:
+        inp.power_unknown = f"nvidia-smi's power query not understood: {str(exc).split('; expected')[0]}"
+        return
+    if sorted(p.index for p in limits) != sorted(g.index for g in inp.gpus or []):
+        inp.power_unknown = f"nvidia-smi listed power limits for GPUs {sorted(p.index for p in limits)}, not the GPUs it listed before"
+        return
+    inp.power, inp.sources["power"] = limits, "nvidia-smi"
 
 
 def _agree(inp: Inputs) -> None:
@@ -139,9 +181,17 @@ def build(inp: Inputs, nccl_version: str | None) -> tuple[HostFacts, dict]:
             "nics": t.nics,
             "nvswitch": topo_mod.nvswitch_likely(t),
         }
+    details["power"] = power_details(inp)
     if inp.p2p is not None:
         details["p2p_bad"] = [{"pair": [a, b], "status": s, "meaning": p2p_mod.STATUS_MEANING[s]} for a, b, s in bad]
     return facts, details
+
+
+def power_details(inp: Inputs) -> dict:
+    """`{"limits": [{index, limit_w, default_w, min_w, max_w}, ...]}`, or `{"unknown": why}`."""
+    if inp.power is None:
+        return {"unknown": inp.power_unknown or "not read"}
+    return {"limits": [p.to_dict() for p in inp.power]}
 
 
 def topology_checks(facts: HostFacts, inp: Inputs, tp: int) -> list[Check]:

@@ -18,12 +18,14 @@ from pathlib import Path
 
 from launcher.doctor import nccl
 from launcher.doctor.gpus import COMMAND as GPU_QUERY
+from launcher.doctor.power import COMMAND as POWER_QUERY
 
 NVIDIA_SMI = "nvidia-smi"
 SMI_ARGS = {
     "topo": ["topo", "-m"],
     "p2p": ["topo", "-p2p", "r"],
     "gpus": GPU_QUERY[1:],
+    "power": POWER_QUERY[1:],  # optional: power facts that cannot be read are unknown, never a failure
 }
 CONTAINER_TOOLS = ("nvidia-ctk", "nvidia-container-cli")
 
@@ -82,7 +84,7 @@ class Probe:
 
     # --- nvidia-smi -------------------------------------------------------------------
     def nvidia_smi(self, what: str) -> CommandResult | None:
-        """Output of one of the three queries; None when nvidia-smi is not on PATH."""
+        """Output of one of the queries; None when nvidia-smi is not on PATH."""
         exe = self.which(NVIDIA_SMI)
         if exe is None:
             return None

@@ -14,6 +14,7 @@ from rich.text import Text
 from launcher.doctor.causes import Causes, narrow
 from launcher.doctor.diagnose import Report
 from launcher.doctor.eligibility import BLOCKING
+from launcher.doctor.power import PowerLimit
 from launcher.profiles.hostfacts import recipe
 
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
@@ -43,8 +44,17 @@ def _facts_rows(r: Report) -> list[tuple[str, str | Text]]:
     # From nvidia-smi topo -m and /sys/class/infiniband; none makes ep-deepep ineligible (docs/evidence.md).
     nics = ", ".join(f.rdma_nics or []) or ("none" if f.rdma_nics == [] else "")
     rows.append(("RDMA NICs", nics or Text("unknown", style="dim")))
+    rows.append(("power limits", _power(r.details.get("power", {}))))
     rows.append(("read from", ", ".join(f"{k}: {v}" for k, v in r.details.get("sources", {}).items()) or "nothing"))
     return rows
+
+
+def _power(power: dict) -> str | Text:
+    """One line per GPU, as `GPU 0: power limit 600 W (default 600 W, range 150-600 W)`, or why unknown."""
+    if "limits" not in power:
+        return Text(f"unknown ({power.get('unknown', 'not read')})", style="dim")
+    limits = [PowerLimit(**p) for p in power["limits"]]
+    return "\n".join(p.describe() + (" (power-capped)" if p.capped else "") for p in limits)
 
 
 def facts_table(r: Report) -> Table:

@@ -214,3 +214,22 @@ def test_unfit_host_gets_a_verdict_and_fix_for_each_problem(tmp_path):
     assert by_name["nccl"].status == "warn" and "fake" in by_name["nccl"].detail
     assert by_name["nvidia-container"].status == "fail"
     assert all(c.fix for c in found if c.status != "pass")
+
+
+# --- power limits ----------------------------------------------------------------------------
+
+
+def test_power_limit_warns_for_gpus_capped_below_their_default():
+    from launcher.doctor.power import PowerLimit, parse
+
+    at_default = checks.power_limit(parse(read("pcie8_power.csv")))
+    assert (at_default.name, at_default.status) == ("power-limit", "pass")
+    assert at_default.detail == "8 of 8 GPU(s) at or above their default power limit"
+    capped = checks.power_limit(parse(read("pcie8_power_capped.csv")))
+    assert capped.status == "warn"
+    assert "power-capped: GPU 3 at 450 W (default 600 W), GPU 5 at 400 W (default 600 W)" in capped.detail
+    assert capped.fix.startswith("`sudo nvidia-smi -i 3,5 -pl 600` restores the default")
+    mixed = checks.power_limit([PowerLimit(0, 300.0, 350.0, None, None), PowerLimit(1, 500.0, 600.0, None, None)])
+    assert "`sudo nvidia-smi -i 0 -pl 350` and `sudo nvidia-smi -i 1 -pl 600`" in mixed.fix
+    unknown = checks.power_limit([PowerLimit(0, None, None, None, None)])
+    assert unknown.status == "pass" and "unknown" in unknown.detail

@@ -88,6 +88,18 @@ def test_single_gpu_json_keeps_interconnect_null(tmp_path, capsys):
     assert HostFacts.model_validate(data).gpus[0].name == "NVIDIA H200"
 
 
+@pytest.mark.stack
+def test_power_file_puts_the_limits_in_the_json(tmp_path, capsys):
+    args = [*file_args("pcie8"), "--power-file", str(FIX / "pcie8_power_capped.csv"), "--json"]
+    rc = main([*args, "--root", str(healthy_root(tmp_path)), "--nccl-version", "2.31.2"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == (1 if any(c["status"] == "fail" for c in data["checks"]) else 0)
+    assert [p["limit_w"] for p in data["power"]["limits"]] == [600.0, 600.0, 600.0, 450.0, 600.0, 400.0, 600.0, 600.0]
+    assert data["sources"]["power"] == str(FIX / "pcie8_power_capped.csv")
+    assert {c["name"]: c["status"] for c in data["checks"]}["power-limit"] == "warn"
+    HostFacts.model_validate(data)
+
+
 # --- bad input -> exit 2 with the line ------------------------------------------------------------
 
 

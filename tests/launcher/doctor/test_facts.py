@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers_doctor import HOSTS, files, live_probe, stub_probe
+from helpers_doctor import FIX, HOSTS, files, live_probe, read, stub_probe
 
 from launcher.doctor import facts as facts_mod
 from launcher.doctor.facts import nvlink_multicast
@@ -128,3 +128,66 @@ def test_rdma_nics_join_the_topology_legend_and_sys_class_infiniband(tmp_path):
     ib.rmdir()
     inp = facts_mod.read_inputs(probe, {"gpus": files("switch4")["gpus"]})
     assert facts_mod.build(inp, None)[0].rdma_nics == []
+
+
+# --- power limits: optional, never a failure ------------------------------------------------
+
+
+def test_power_limits_from_a_saved_file(tmp_path):
+    probe = stub_probe(tmp_path)
+    inp = facts_mod.read_inputs(probe, files("pcie8"))
+    facts_mod.read_power(probe, FIX / "pcie8_power_capped.csv", inp)
+    assert [p.index for p in inp.power if p.capped] == [3, 5]
+    assert inp.sources["power"] == str(FIX / "pcie8_power_capped.csv")
+    details = facts_mod.build(inp, None)[1]
+    assert details["power"]["limits"][3] == {"index": 3, "limit_w": 450.0, "default_w": 600.0, "min_w": 150.0, "max_w": 600.0}
+
+
+def test_a_power_file_of_other_gpus_or_unreadable_is_exit_2(tmp_path):
+    probe = stub_probe(tmp_path)
+    inp = facts_mod.read_inputs(probe, files("h200x1"))
+    with pytest.raises(UserError, match=r"has GPUs \[0, 1, 2, 3, 4, 5, 6, 7\], the GPU facts \[0\]") as err:
+        facts_mod.read_power(probe, FIX / "pcie8_power.csv", inp)
+    assert err.value.exit_code == 2
+    with pytest.raises(UserError, match="cannot read"):
+        facts_mod.read_power(probe, tmp_path / "missing.csv", inp)
+    bad = tmp_path / "power.csv"
+    bad.write_text(read("h200x1_gpus.csv"))
+    with pytest.raises(FormatError, match=f"{bad}:"):
+        facts_mod.read_power(probe, bad, inp)
+
+
+def test_power_limits_read_live_only_beside_live_gpu_facts(tmp_path):
+    live = {"topo": HOSTS["pcie8"][0], "p2p": HOSTS["pcie8"][1], "gpus": HOSTS["pcie8"][2]}
+    inp = facts_mod.read_inputs(live_probe({**live, "power": "pcie8_power.csv"}), {})
+    facts_mod.read_power(live_probe({**live, "power": "pcie8_power.csv"}), None, inp)
+    assert inp.sources["power"] == "nvidia-smi" and len(inp.power) == 8 and inp.power_unknown == ""
+    # GPU facts from a file: this host's limits would sit beside another host's GPUs, so none are read
+    inp = facts_mod.read_inputs(stub_probe(tmp_path), files("pcie8"))
+    facts_mod.read_power(live_probe({**live, "power": "pcie8_power.csv"}), None, inp)
+    assert inp.power is None and "pass --power-file" in inp.power_unknown and "power" not in inp.sources
+    assert facts_mod.build(inp, None)[1]["power"] == {"unknown": inp.power_unknown}
+
+
+@pytest.mark.parametrize(
+    ("power_file", "needle"),
+    [
+        (None, 'power query failed: Field "--query-gpu=index,power.limit'),  # an nvidia-smi without the fields
+        ("pcie8_gpus.csv", "power query not understood"),
+        ("gpu1_power_na.csv", "power limits for GPUs [0], not the GPUs it listed before"),
+    ],
+)
+def test_live_power_limits_that_cannot_be_read_are_unknown_not_a_failure(power_file, needle):
+    live = {"topo": HOSTS["pcie8"][0], "p2p": HOSTS["pcie8"][1], "gpus": HOSTS["pcie8"][2]}
+    probe = live_probe({**live, **({"power": power_file} if power_file else {})})
+    inp = facts_mod.read_inputs(probe, {})
+    facts_mod.read_power(probe, None, inp)
+    assert inp.power is None and needle in inp.power_unknown, inp.power_unknown
+    assert [c.status for c in inp.checks] == ["pass"]  # the nvidia-smi check alone, still passing
+
+
+def test_power_without_any_gpu_facts_is_unknown(tmp_path):
+    probe = stub_probe(tmp_path)
+    inp = facts_mod.read_inputs(probe, {})
+    facts_mod.read_power(probe, None, inp)
+    assert inp.power is None and inp.power_unknown == "not read: no GPU facts (see the nvidia-smi check)"

@@ -192,3 +192,30 @@ def test_a_command_longer_than_the_line_stands_whole_on_its_own():
     Console(file=out, width=40, color_system=None).print(report._hanging(text, 40, 2, 6), soft_wrap=True)
     lines = out.getvalue().splitlines()
     assert "      `a-very-long-command --with --many --options --that --do --not --fit`" in lines, lines
+
+
+# --- power limits ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_power_limits_are_a_line_per_gpu_and_a_cap_is_a_warning(tmp_path, width):
+    from helpers_doctor import FIX
+
+    r = diagnose.run(stub_probe(fresh(tmp_path)), {**files("pcie8"), "power": FIX / "pcie8_power_capped.csv"})
+    out = io.StringIO()
+    report.render(r, Console(file=out, width=width, force_terminal=False, color_system=None))
+    flat = " ".join(out.getvalue().split())
+    assert "GPU 0: power limit 600 W (default 600 W, range 150-600 W)" in flat
+    assert "GPU 3: power limit 450 W (default 600 W, range 150-600 W) (power-capped)" in flat
+    [check] = [c for c in r.checks if c.name == "power-limit"]
+    assert check.status == "warn" and not r.failed and "power-limit" in flat
+    assert check.detail.startswith("power-capped: GPU 3 at 450 W (default 600 W), GPU 5 at 400 W (default 600 W)")
+    assert r.to_json()["power"]["limits"][5]["limit_w"] == 400.0
+
+
+def test_power_limits_not_read_say_why_and_add_no_check(tmp_path):
+    r = diagnose.run(stub_probe(fresh(tmp_path)), files("pcie8"))
+    text = " ".join(text_of("pcie8", 80, tmp_path).split())
+    assert "power limits: unknown (not read: the GPU facts came from a file; pass --power-file, saved beside it)" in text
+    assert "power-limit" not in {c.name for c in r.checks}
+    assert r.to_json()["power"] == {"unknown": "not read: the GPU facts came from a file; pass --power-file, saved beside it"}
