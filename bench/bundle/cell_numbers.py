@@ -23,7 +23,8 @@ SKIP_AGG = frozenset({"repeat", "concurrency", "request_rate", "server_start_tim
                       "pid_after"})
 OPEN_LOOP_KEYS = ("request_rate", "scheduled_rate", "achieved_rate", "running_max", "running_mean", "queued_max",
                   "queued_mean")
-OPTIONAL_KEYS = ("tune_phase", "tune_round", "spec_correct_drafts_histogram", *OPEN_LOOP_KEYS)  # left out of a repeat's record when None
+ENERGY_KEYS = ("energy_joules", "average_watts", "joules_per_token", "energy_method", "energy_note")
+OPTIONAL_KEYS = ("tune_phase", "tune_round", "spec_correct_drafts_histogram", *OPEN_LOOP_KEYS, *ENERGY_KEYS)  # left out of a repeat's record when None
 KEPT_WHEN_INVALID = frozenset({"completed", "failed", "chunks"})  # counts an invalid repeat keeps
 
 
@@ -91,6 +92,12 @@ class RepeatSummary(BaseModel):
     running_mean: Num = None
     queued_max: Num = None  # and its waiting requests
     queued_mean: Num = None
+    # the GPUs' energy over the repeat, where NVML answered (bench/client/power.py); else `energy_note` says why
+    energy_joules: Num = None  # every GPU together
+    average_watts: Num = None
+    joules_per_token: Num = None  # energy_joules / total_output_tokens
+    energy_method: str | None = None  # energy-counter or power-samples
+    energy_note: str | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -107,6 +107,14 @@ class _Gate(Part):
         return value
 
 
+class Energy(Part):
+    """Whether the run measured GPU energy (bench/client/power.py), over how many GPUs, or why not."""
+
+    measured: bool = False
+    gpus: int | None = None
+    reason: str | None = None
+
+
 class Manifest(Part):
     """manifest.json (bench/run/matrix.py writes it): the fields its readers use; the rest is kept, unread."""
 
@@ -120,6 +128,7 @@ class Manifest(Part):
     settings: _Settings = _Settings()
     gate: _Gate = _Gate()
     matrix: list[str] = []
+    energy: Energy | None = None  # None: a bundle written before the bench measured energy
 
     @property
     def levels(self) -> list[int]:

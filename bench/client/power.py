@@ -107,6 +107,13 @@ def open_nvml() -> Nvml | str:
     return Nvml(pynvml, handles)
 
 
+def status(nvml: Nvml | str | None) -> dict[str, object]:
+    """What a bundle's manifest records of energy: measured over how many GPUs, or why not."""
+    if isinstance(nvml, Nvml):
+        return {"measured": True, "gpus": nvml.gpu_count, "reason": None}
+    return {"measured": False, "gpus": None, "reason": nvml or "this command does not measure energy"}
+
+
 def trapezoid(times: Sequence[float], watts: Sequence[float]) -> float:
     """Joules under a power trace (seconds, watts), straight lines between the samples."""
     if len(times) != len(watts):

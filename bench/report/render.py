@@ -19,7 +19,7 @@ from bench.args import CliArgs, entry_point
 from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle import store as bundle
 from bench.bundle.schema import ADAPTIVE_ACCEPT, TEXTS_DIFFER, Cell, Manifest
-from bench.report import acceptance_table, load_rows, tables
+from bench.report import acceptance_table, energy_table, load_rows, tables
 from bench.report.load_rows import LoadPoint
 from bench.report.stats import fmt_mean_sd
 from bench.report.summary_rows import CSV_FIELDS, SummaryRow, latency_curves, rows
@@ -126,6 +126,7 @@ def _markdown(manifest: Manifest, table: list[SummaryRow], cells: list[Cell], lo
     lines += [_table_line(r) for r in table]
     lines += acceptance_table.markdown_lines(cells)
     lines += load_rows.markdown_lines(manifest, cells, loads)
+    lines += energy_table.markdown_lines(manifest, cells)
     lines += _reading_lines(manifest, table)
     if sim:
         lines += ["", "SIMULATED: every number above comes from the stand-in server."]
@@ -227,6 +228,9 @@ def build(run_dir: str | Path) -> list[Path]:
     if load_rows.several_loads(manifest, cells):
         written.append(atomic.write_text(d / load_rows.CSV_FILE, load_rows.csv_text(loads)))
         written += load_plots.write_all(d, loads, bool(manifest.simulated), load_rows.sla_targets(manifest))
+    energy = energy_table.csv_text(manifest, cells)
+    if energy is not None:
+        written.append(atomic.write_text(d / energy_table.CSV_FILE, energy))
     accepted = acceptance_table.csv_text(cells)
     if accepted is not None:
         written.append(atomic.write_text(d / acceptance_table.CSV_FILE, accepted))

@@ -39,6 +39,7 @@ from bench.bundle import names as bundle_names
 from bench.bundle import provenance as bundle_provenance
 from bench.bundle import store as bundle
 from bench.bundle.schema import Cell
+from bench.client import power
 from bench.client.request_record import RequestRecord
 from bench.client.server_client import ServerClient
 from bench.client.workload import Prompt, build_workload
@@ -108,7 +109,7 @@ class MatrixRun:
         self._task: Any = None
 
     # ----- lifecycle -----------------------------------------------------------------------------
-    def _start_bundle(self, server_status: dict[str, Any] | None) -> None:
+    def _start_bundle(self, server_status: dict[str, Any] | None, nvml: power.Nvml | str | None = None) -> None:
         host = bundle_provenance.host_fingerprint()  # before the folder exists: nothing is left behind if it fails
         self.work_dir.mkdir(parents=True, exist_ok=False)
         self.manifest = {
@@ -126,6 +127,7 @@ class MatrixRun:
             "settings": self.s.to_json(),
             "gate": correctness.GateSettings().as_dict(self.thresholds),
             "matrix": [bundle_names.cell_name(p, s, sp) for p, s, sp in self.matrix],
+            "energy": power.status(nvml),
         }
         bundle.write_manifest(self.work_dir, self.manifest)
         self.started = True
@@ -198,12 +200,16 @@ class MatrixRun:
                 info = await server.server_info()
             self.simulated = is_simulated(info)
             self.matrix = await self._plan_matrix(control, status, info)
-            self._start_bundle(status)
-            per_cell = len(s.concurrency) * s.repeats * len(self.prompts)
+            nvml = power.open_nvml()
+            if not isinstance(nvml, str):
+                stack.callback(nvml.close)
+            self._start_bundle(status, nvml)
+            per_cell = (len(s.concurrency) + len(s.request_rate or ())) * s.repeats * len(self.prompts)
             with _progress_bar(self.console) as progress:
                 self._progress = progress
                 self._task = progress.add_task("bench", total=per_cell * len(self.matrix))
-                measurer = CellMeasurer(s, server, control, self.prompts, self._say, self._advance)
+                measurer = CellMeasurer(s, server, control, self.prompts, self._say, self._advance,
+                                        nvml=None if isinstance(nvml, str) else nvml)
                 for profile, spec, point in self.matrix:
                     before = progress.tasks[0].completed
                     await self._run_cell(measurer, profile, spec, point)

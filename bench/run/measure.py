@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from bench import JsonObject
 from bench.client.arrivals import Arrivals
+from bench.client.power import Nvml
 from bench.client.request_record import RequestRecord
 from bench.client.server_client import ServerClient
 from bench.client.workload import Prompt
@@ -39,6 +40,7 @@ class CellMeasurer:
     say: Callable[[str], None]
     on_request: Callable[[RequestRecord], None] | None = None
     on_phase: Callable[[str], None] | None = None  # "switching", "warming up", "measuring"
+    nvml: Nvml | None = None  # every repeat's GPU energy, where NVML answers (bench/client/power.py)
 
     def phase(self, what: str) -> None:
         if self.on_phase is not None:
@@ -190,7 +192,7 @@ class CellMeasurer:
             for r in range(repeats):
                 rep, rows, seen = await measure_repeat(server=server, control=self.control, prompts=self.prompts,
                                                        spec=cell.spec, concurrency=load, repeat=r, since=seen,
-                                                       on_done=self.on_request, seed=s.seed)
+                                                       on_done=self.on_request, seed=s.seed, nvml=self.nvml)
                 cell.per_repeat.append(rep)
                 on_rows(rows)
                 if not rep.valid:

@@ -16,6 +16,7 @@ from bench.bundle import aggregate as bundle_aggregate
 from bench.bundle.cell_numbers import RepeatSummary
 from bench.client.arrivals import Arrivals
 from bench.client.open_loop import run_open
+from bench.client.power import EnergyReading, Nvml, PowerSampler, per_token
 from bench.client.request_record import RequestRecord
 from bench.client.server_client import ServerClient
 from bench.client.workload import Prompt
@@ -74,6 +75,16 @@ async def _send(server: ServerClient, prompts: Sequence[Prompt], load: int | Arr
     }
 
 
+def energy_fields(reading: EnergyReading | str | None, output_tokens: int | None) -> dict[str, object]:
+    """A repeat's energy numbers from its reading; the reason when NVML gave none; nothing without NVML."""
+    if reading is None:
+        return {}
+    if isinstance(reading, str):
+        return {"energy_note": reading}
+    return {"energy_joules": reading.total_joules, "average_watts": reading.average_watts,
+            "joules_per_token": per_token(reading, output_tokens or 0), "energy_method": reading.method}
+
+
 async def measure_repeat(
     *,
     server: ServerClient,
@@ -85,17 +96,24 @@ async def measure_repeat(
     since: ServerIdentity | None = None,
     on_done: Callable[[RequestRecord], None] | None = None,
     seed: int = 0,
+    nvml: Nvml | None = None,
 ) -> tuple[RepeatSummary, list[RequestRecord], ServerIdentity | None]:
     """The repeat's summary (valid or with its reason; an invalid one keeps its counts, but no number that could
     be read as a measurement), each request placed at its level and repeat (for the requests file), and the
     server's identity after it. `concurrency`: the closed loop's requests in flight, or an open loop's arrivals
     (drawn from `seed`, bench/client/arrivals.py). `since`: the identity the cell saw last (after its warm-up,
     or its previous repeat): a server restarted in between ran another start, maybe another plan, and the
-    repeat is invalid."""
+    repeat is invalid. With `nvml`, every GPU's energy over the requests (bench/client/power.py)."""
     before = await server_identity(server, control)
     m0 = await server.metrics_counters()
     cpu0 = time.process_time()
-    records, duration, open_loop = await _send(server, prompts, concurrency, repeat, seed, on_done)
+    if nvml is None:
+        records, duration, open_loop = await _send(server, prompts, concurrency, repeat, seed, on_done)
+        reading: EnergyReading | str | None = None
+    else:
+        async with PowerSampler(nvml) as sampler:
+            records, duration, open_loop = await _send(server, prompts, concurrency, repeat, seed, on_done)
+        reading = sampler.reading()
     cpu = time.process_time() - cpu0
     after = await server_identity(server, control)
     m1 = await server.metrics_counters() if after is not None else None
@@ -115,7 +133,7 @@ async def measure_repeat(
     reasons += restart_reasons(before, after)
     level, rate = (concurrency, None) if isinstance(concurrency, int) else (None, concurrency.rate)
     rep = summary.model_copy(update={
-        "repeat": repeat, "concurrency": level, **open_loop,
+        "repeat": repeat, "concurrency": level, **open_loop, **energy_fields(reading, summary.total_output_tokens),
         "client_cpu_us_per_chunk": cpu / summary.chunks * 1e6 if summary.chunks else None, **accept,
         "valid": not reasons, "invalid_reason": "; ".join(reasons) or None,
         "server_start_time": _number(before.start_time if before else None),

@@ -1,4 +1,5 @@
-"""bench/run/repeat.py through `bench run --request-rate`: open-loop levels against a real kit stack."""
+"""bench/run/repeat.py: a repeat's energy numbers; open-loop levels through `bench run --request-rate` against a
+real kit stack, where NVML is not installed (the test venv has no nvidia-ml-py), so the run says so."""
 
 from __future__ import annotations
 
@@ -10,9 +11,19 @@ from collections import defaultdict
 import pytest
 
 from bench.bundle import store as bundle
+from bench.client.power import NOT_INSTALLED, EnergyReading
+from bench.run.repeat import energy_fields
 from testsupport.stack import REPO, standin_stack
 
-pytestmark = pytest.mark.stack  # a kit stack and `bench run`
+
+def test_energy_fields_from_a_reading_a_reason_or_nothing():
+    reading = EnergyReading(method="energy-counter", seconds=2.0, gpu_joules=[300.0, 100.0], total_joules=400.0,
+                            average_watts=200.0, samples=2, gpu_count=2)
+    assert energy_fields(reading, 800) == {"energy_joules": 400.0, "average_watts": 200.0, "joules_per_token": 0.5,
+                                           "energy_method": "energy-counter"}
+    assert energy_fields(reading, 0)["joules_per_token"] is None
+    assert energy_fields("NVML stopped answering: x", 10) == {"energy_note": "NVML stopped answering: x"}
+    assert energy_fields(None, 10) == {}
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +32,7 @@ def stack(tmp_path_factory):
         yield s
 
 
+@pytest.mark.stack  # a kit stack and `bench run`
 def test_two_profiles_see_the_same_arrivals_and_the_client_keeps_the_schedule(stack, tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "bench.run.cli", "--url", stack.server_url, "--control", stack.control_url,
@@ -56,4 +68,12 @@ def test_two_profiles_see_the_same_arrivals_and_the_client_keeps_the_schedule(st
             assert rep.running_max is not None and rep.running_max >= 1 and rep.queued_max is not None
         assert cell.first_level().value("output_throughput")  # the closed-loop level (--concurrency 1) ran too
     assert all(len(v) == 2 and v[0] == v[1] for v in schedules.values())  # each repeat: one schedule for both
+    # no NVML here: the manifest says why, the repeats carry no energy number, the summary says so
+    assert manifest.energy is not None and not manifest.energy.measured and manifest.energy.reason == NOT_INSTALLED
+    assert all(rep.energy_joules is None and rep.joules_per_token is None for c in cells for rep in c.per_repeat)
+    summary = (run_dir / "summary.md").read_text()
+    assert f"Energy: not measured ({NOT_INSTALLED})" in summary and "J / output token" not in summary
+    assert not (run_dir / "energy.csv").exists()
+    assert (run_dir / "frontier.png").is_file() and (run_dir / "latency_rate.png").is_file()
+    assert "](frontier.png)" in summary and "](latency_rate.png)" in summary
     assert schedules[(20.0, 0)] != schedules[(20.0, 1)]  # and each repeat its own draw
