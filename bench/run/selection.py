@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from launcher.errors import RuntimeFailure, UserError
 from launcher.profiles import adaptive_tiers
 from launcher.profiles.catalog import check_name
+from launcher.profiles.listing import ProfileRow
 from launcher.runtime.api.bodies import ServerStatus
 
 CURRENT = "current"
@@ -46,17 +47,17 @@ def csv(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
-def resolve_profiles(requested: str, available: Sequence[Mapping[str, object]], where: str) -> list[str]:
+def resolve_profiles(requested: str, available: Sequence[ProfileRow], where: str) -> list[str]:
     """Names, or the keywords 'stable' / 'all', against the server's profile list (exit 2 on unknown): GET /profiles'
-    entries as the control client passes them on (each with a string `name`; `status` read where it is "stable")."""
+    rows as the control client reads them."""
     names = csv(requested)
     if not names:
         raise UserError("--profiles is empty; give names, 'stable' or 'all'")
-    known = [str(d["name"]) for d in available]
+    known = [d.name for d in available]
     if names == ["all"]:
         chosen = known
     elif names == ["stable"]:
-        chosen = [str(d["name"]) for d in available if d.get("status") == "stable"]
+        chosen = [d.name for d in available if d.status == "stable"]
     else:
         for n in names:
             if n not in known:

@@ -40,7 +40,7 @@ class TuneSpace:
 
 async def plan_space(s: TuneSettings, control: ControlClient, say: Callable[[str], None]) -> TuneSpace:
     """Candidates from the flags, checked against the server's own profile and spec lists (exit 2)."""
-    known = [p["name"] for p in await control.profiles()]
+    known = [p.name for p in await control.profiles()]
     modes = await control.spec_modes()
     for spec in s.specs:
         if spec not in modes:

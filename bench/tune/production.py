@@ -126,7 +126,7 @@ def apply(run: TuneRun, winner: Candidate, data: TuneFile) -> int:
     client = SyncControlClient(run.s.control, run.token, run.s.connect_timeout)
     want = chosen_digest(run, winner)
     profile, params, tiers, what = winner.profile, winner.switch_point(), winner.tiers_json(), winner.label
-    names = [p.get("name") for p in client.profiles()]
+    names = [p.name for p in client.profiles()]
     if run.s.profile_name in names and data.profile_file:
         checked = client.check(run.s.profile_name, winner.spec)
         if checked.ok and want is not None and checked.digest == want:

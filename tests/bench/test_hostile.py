@@ -27,6 +27,7 @@ from bench.report import compare
 from bench.report import render as report
 from bench.run import selection
 from launcher.errors import RuntimeFailure, UserError
+from launcher.profiles.listing import ProfileRow
 from testsupport.hostile import DONE, HostileServer, forever, generate_events, repeat, sse, stream
 from testsupport.net import free_port
 
@@ -96,7 +97,8 @@ def test_names_from_the_user_and_from_server_lists_follow_the_name_rule(tmp_path
     r = bench("--url", "http://127.0.0.1:1", "--no-switch", "--profiles", "../x", "--out", str(tmp_path))
     assert r.returncode == 2 and "--profiles: profile name '../x' is not valid" in r.stderr
     with pytest.raises(RuntimeFailure, match="cannot use"):
-        selection.resolve_profiles("all", [{"name": "ok"}, {"name": "../../x"}], "the control API")
+        selection.resolve_profiles("all", [ProfileRow(name=n, description="", status="stable", path="")
+                                            for n in ("ok", "../../x")], "the control API")
     with pytest.raises(RuntimeFailure, match="cannot use"):
         selection.no_switch_label(None, None, None, {"speculative_algorithm": "A/B"})
 

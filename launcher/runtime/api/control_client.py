@@ -16,6 +16,7 @@ may pass a shorter total deadline. A switch that does not answer in time comes b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from launcher import settings
 from launcher.errors import RuntimeFailure, UserError
 from launcher.profiles.adaptive_tiers import AdaptiveTiers
+from launcher.profiles.listing import ProfileRow
 from launcher.profiles.plan import Plan
 from launcher.profiles.spec_params import SpecParams
 from launcher.runtime.api.bodies import (
@@ -124,10 +126,15 @@ class ControlClient:
             raise RuntimeFailure(f"{self.url}{path} answered a body of another shape ({problem(exc)}); is the "
                                  f"control API the kit's, of this version? check the URL ({self.url_from})") from exc
 
-    async def profiles(self) -> list[dict[str, Any]]:
-        """Name, description and status of every profile the server can switch to."""
+    async def profiles(self) -> list[ProfileRow]:
+        """Name, description and status of every profile the server can switch to (a row that is not one is left
+        out)."""
         data = await self._get("/profiles")
-        return [d for d in data if isinstance(d, dict) and isinstance(d.get("name"), str)] if isinstance(data, list) else []
+        rows = []
+        for d in data if isinstance(data, list) else []:
+            with contextlib.suppress(ValidationError):
+                rows.append(ProfileRow.model_validate(d))
+        return rows
 
     async def spec_modes(self) -> list[str]:
         data = await self._get("/specs")
@@ -258,7 +265,7 @@ class SyncControlClient:
     def status(self, timeout: float | None = None) -> ServerStatus:
         return self._run(lambda c: c.status(timeout))
 
-    def profiles(self) -> list[dict[str, Any]]:
+    def profiles(self) -> list[ProfileRow]:
         return self._run(lambda c: c.profiles())
 
     def running_plan(self) -> Plan | None:

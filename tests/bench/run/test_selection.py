@@ -12,9 +12,14 @@ from bench.run.selection import (
     spec_from_server_info,
 )
 from launcher.errors import UserError
+from launcher.profiles.listing import ProfileRow
 
-SERVER = [{"name": "baseline", "status": "stable"}, {"name": "fused", "status": "stable"},
-          {"name": "mscclpp", "status": "experimental"}]
+
+def row(name: str, status: str = "experimental") -> ProfileRow:
+    return ProfileRow(name=name, description="", status=status, path="")
+
+
+SERVER = [row("baseline", "stable"), row("fused", "stable"), row("mscclpp")]
 
 
 def test_keywords_and_names_resolve_against_the_server_list():
@@ -29,7 +34,7 @@ def test_unknown_or_empty_names_are_user_errors_listing_what_the_server_knows():
     with pytest.raises(UserError, match="--profiles is empty"):
         resolve_profiles(" , ", SERVER, "srv")
     with pytest.raises(UserError, match="lists no such profile"):
-        resolve_profiles("stable", [{"name": "x", "status": "experimental"}], "srv")
+        resolve_profiles("stable", [row("x")], "srv")
     with pytest.raises(UserError, match="unknown spec mode 'medusa'"):
         resolve_specs("eagle3,medusa", ["eagle3", "off"], "srv")
     assert resolve_specs("off,eagle3,off", ["eagle3", "off"], "srv") == ["off", "eagle3"]

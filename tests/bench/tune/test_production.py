@@ -15,6 +15,7 @@ from bench.tune import journal, production
 from bench.tune.ledger import Ledger
 from bench.tune.space import Candidate
 from bench.tune.tune_file import TuneFile
+from launcher.profiles.listing import ProfileRow
 from launcher.runtime.api.bodies import CheckAnswer, ServerStatus, SwitchAnswer
 
 
@@ -25,7 +26,7 @@ class FakeControl:
         self.switches: list[tuple[str, str, object]] = []
 
     def profiles(self):
-        return [{"name": n} for n in self.names]
+        return [ProfileRow(name=n, description="", status="experimental", path="") for n in self.names]
 
     def check(self, profile, spec, spec_params=None):
         return CheckAnswer.of(*self.check_answer)  # as the control client parses (HTTP status, body)

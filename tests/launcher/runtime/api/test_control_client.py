@@ -47,7 +47,7 @@ def test_reads_status_profiles_specs_and_the_running_plan(control):
     status, profiles, specs, plan = asyncio.run(go())
     assert status.profile == "baseline" and status.patch_check in ("enforce", "skip")
     assert status.state == State.STARTING and status.spec_params is None and status.history == []
-    assert {"baseline", "fused", "custom-ar"} <= {p["name"] for p in profiles}
+    assert {"baseline", "fused", "custom-ar"} <= {p.name for p in profiles}
     assert specs == ["eagle3", "eagle3-adaptive", "ngram", "off"]
     assert plan.name == "baseline" and plan.digest() == status.digest and plan.argv[0]
     assert SyncControlClient(control).status().digest == status.digest
