@@ -48,6 +48,10 @@ def percentiles(values_s: Iterable[float | None]) -> Percentiles:
     return Percentiles(**{k: None if v is None else v * 1000.0 for k, v in stats.distribution(values_s).items()})
 
 
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
 def repeat_summary(records: Sequence[RequestRecord], duration: float) -> RepeatSummary:
     """One repeat's numbers in sglang.benchmark.serving's key names (plus accept length)."""
     ok = [r for r in records if r.ok]
@@ -60,7 +64,9 @@ def repeat_summary(records: Sequence[RequestRecord], duration: float) -> RepeatS
     verify = sum(r.spec_verify_ct or 0 for r in ok)
     # token-weighted: all tokens over all verify passes of the repeat
     accept = sum(r.completion_tokens or 0 for r in ok if r.spec_verify_ct) / verify if accepts and verify else None
+    queued = [r.queue_time_s for r in ok if r.queue_time_s is not None]
     return RepeatSummary(
+        median_queue_time_ms=_ms(stats.percentile(queued, 50)), p99_queue_time_ms=_ms(stats.percentile(queued, 99)),
         completed=len(ok), failed=len(records) - len(ok), duration=duration, total_output_tokens=out_tokens,
         request_throughput=len(ok) / duration if duration > 0 else None,
         output_throughput=out_tokens / duration if duration > 0 else None,

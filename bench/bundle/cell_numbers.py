@@ -21,8 +21,8 @@ DIST_STATS = ("mean", "median", "std", "p90", "p99")  # bench/bundle/summary_sta
 # per-repeat numbers that identify the repeat or its server, never measured: not aggregated, kept when invalid
 SKIP_AGG = frozenset({"repeat", "concurrency", "request_rate", "server_start_time", "restarts_before", "restarts_after", "pid_before",
                       "pid_after"})
-OPEN_LOOP_KEYS = ("request_rate", "scheduled_rate", "achieved_rate", "running_max", "running_mean", "queued_max",
-                  "queued_mean")
+OPEN_LOOP_KEYS = ("request_rate", "achieved_rate", "running_max", "running_mean", "queued_max",
+                  "queued_mean", "median_queue_time_ms", "p99_queue_time_ms")
 ENERGY_KEYS = ("energy_joules", "average_watts", "joules_per_token", "energy_method", "energy_note")
 OPTIONAL_KEYS = ("tune_phase", "tune_round", "spec_correct_drafts_histogram", *OPEN_LOOP_KEYS, *ENERGY_KEYS)  # left out of a repeat's record when None
 KEPT_WHEN_INVALID = frozenset({"completed", "failed", "chunks"})  # counts an invalid repeat keeps
@@ -86,12 +86,13 @@ class RepeatSummary(BaseModel):
     tune_round: int | None = None
     # an open-loop repeat's (bench/client/open_loop.py); absent from a closed-loop repeat's record
     request_rate: Num = None  # the rate asked for, requests/s
-    scheduled_rate: Num = None  # the rate of the schedule drawn: (requests - 1) / its span
     achieved_rate: Num = None  # the rate the requests left at: (requests - 1) / first send to last send
     running_max: Num = None  # the server's running requests (/metrics) while the repeat ran: most, mean
     running_mean: Num = None
     queued_max: Num = None  # and its waiting requests
     queued_mean: Num = None
+    median_queue_time_ms: Num = None  # the server's queue wait per request, where it reports one (--enable-metrics)
+    p99_queue_time_ms: Num = None
     # the GPUs' energy over the repeat, where NVML answered (bench/client/power.py); else `energy_note` says why
     energy_joules: Num = None  # every GPU together
     average_watts: Num = None

@@ -6,7 +6,9 @@ arrive: when the server is slower than the arrivals, requests queue and their wa
 
 The gaps between arrivals are gamma-distributed with mean 1/R and shape B, `--burstiness`, as vLLM's
 `bench serve` defines it (docs/evidence.md, "Open-loop load"): B = 1 is a Poisson process (exponential gaps),
-B < 1 burstier, B > 1 more regular. The first request leaves at 0. A rate is finite: "everything at once,
+B < 1 burstier, B > 1 more regular. The first request leaves at 0, and the drawn gaps are then scaled so that
+the last leaves at (n - 1) / R, as vLLM scales its delays to the rate asked: the schedule's rate is the rate
+asked exactly, its shape (how bursty) is the draw's. A rate is finite: "everything at once,
 N in flight" is the closed loop's `--concurrency N`.
 
 The schedule is drawn from the run's `--seed`, the rate, the burstiness, the repeat and the number of
@@ -54,7 +56,8 @@ class Arrivals:
         out = [0.0]
         for _ in range(n - 1):
             out.append(out[-1] + rng.gammavariate(self.burstiness, scale))
-        return tuple(out)
+        factor = (n - 1) / self.rate / out[-1] if out[-1] > 0 else 1.0
+        return tuple(t * factor for t in out)
 
     def label(self) -> str:
         """`rate 2 req/s`, with the burstiness and the cap when they are not the defaults."""

@@ -50,6 +50,7 @@ class RequestRecord(BaseModel):
     concurrency: int | None = None
     request_rate: float | None = None  # an open-loop repeat's rate, requests/s (closed loop: None)
     scheduled_s: float | None = None  # open loop: when it was due, seconds after the repeat started
+    queue_time_s: float | None = None  # the server's queue wait (`/generate` meta_info queue_time, --enable-metrics)
     repeat: int | None = None
     # the derived numbers a row was written with: read when the row cannot give them again (older rows)
     written_tpot_s: float | None = Field(None, alias="tpot_s")
@@ -94,7 +95,8 @@ class RequestRecord(BaseModel):
         for key in DERIVED:
             data.pop(f"written_{key}", None)
             data[key] = getattr(self, key)
-        for key in ("concurrency", "request_rate", "scheduled_s", "repeat", "spec_correct_drafts_histogram"):
+        for key in ("concurrency", "request_rate", "scheduled_s", "queue_time_s", "repeat",
+                    "spec_correct_drafts_histogram"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data

@@ -59,6 +59,15 @@ def _count(value: Any, what: str) -> int | None:
     return value
 
 
+def _seconds(value: Any, what: str) -> float | None:
+    """A duration in seconds: a finite number >= 0 (not a bool, not a string) or absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+        raise MalformedEvent(f"{what} is {str(value)[:40]!r}, not a duration in seconds")
+    return float(value)
+
+
 def _histogram(value: Any, what: str) -> list[int] | None:
     """A histogram of counts: a list (at most MAX_BINS long) of non-negative integers, or absent."""
     if value is None:
@@ -140,6 +149,8 @@ class StreamState:
             self._set_text(self.r.text + text if self.incremental else text)
         if "spec_verify_ct" in meta:
             self.r.spec_verify_ct = _count(meta.get("spec_verify_ct"), "meta_info.spec_verify_ct")
+        if "queue_time" in meta:  # with --enable-metrics: the scheduler's queue wait (docs/evidence.md)
+            self.r.queue_time_s = _seconds(meta.get("queue_time"), "meta_info.queue_time")
         if HISTOGRAM in meta:
             self.r.spec_correct_drafts_histogram = _histogram(meta.get(HISTOGRAM), f"meta_info.{HISTOGRAM}")
         prompt_tokens = _count(meta.get("prompt_tokens"), "meta_info.prompt_tokens")

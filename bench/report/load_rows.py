@@ -6,6 +6,7 @@ rate), the per-user against total throughput frontier, and summary.md's section 
   their e2e time (TTFT included), mean over the valid repeats;
 * p99 TTFT and TPOT: pooled over the requests of the level's valid repeats (bench/bundle/aggregate.py
   `request_percentiles`);
+* queue p99: the server's own queue wait (SGLang's `queue_time`, with `--enable-metrics`), p99 per repeat;
 * offered rate: the open-loop rate asked for; achieved: the rate the requests were sent at, and completed: the
   requests over the repeat's time (a server that cannot keep up completes fewer than were offered).
 
@@ -50,6 +51,7 @@ class LoadPoint:
     ttft_p99_ms: float | None
     tpot_p99_ms: float | None
     running_max: float | None
+    queue_p99_ms: float | None = None  # the server's own queue wait, p99 (mean over repeats), where it reports it
     frontier: bool = False
 
     @property
@@ -65,7 +67,8 @@ def _point(cell: Cell, label: str, status: str, level: Level, pooled: dict[str, 
         concurrency=concurrency, request_rate=rate, achieved_rate=level.mean("achieved_rate"),
         completed_rate=level.mean("request_throughput"), total_tps=level.mean("output_throughput"),
         per_user_tps=level.mean("median_request_output_throughput"), ttft_p99_ms=pooled.get("ttft_p99_ms"),
-        tpot_p99_ms=pooled.get("tpot_p99_ms"), running_max=level.mean("running_max"))
+        tpot_p99_ms=pooled.get("tpot_p99_ms"), running_max=level.mean("running_max"),
+        queue_p99_ms=level.mean("p99_queue_time_ms"))
 
 
 def points(cells: list[Cell], run_dir: str | Path | None = None) -> list[LoadPoint]:
@@ -120,12 +123,12 @@ def markdown_lines(manifest: Manifest, cells: list[Cell], pts: list[LoadPoint]) 
         return []
     lines = ["", "## Load: per-user against total throughput", "",
              "| cell | load | status | offered req/s | sent req/s | completed req/s | total tok/s | per-user tok/s "
-             "| TTFT p99 ms | TPOT p99 ms | running (most) | frontier |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| TTFT p99 ms | TPOT p99 ms | queue p99 ms | running (most) | frontier |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for p in pts:
         lines.append(f"| {p.cell} | {p.load} | {p.status} | {fmt(p.request_rate, 2)} | {fmt(p.achieved_rate, 2)} "
                      f"| {fmt(p.completed_rate, 2)} | {fmt(p.total_tps, 1)} | {fmt(p.per_user_tps, 1)} "
-                     f"| {fmt(p.ttft_p99_ms, 1)} | {fmt(p.tpot_p99_ms, 1)} | {fmt(p.running_max, 0)} "
+                     f"| {fmt(p.ttft_p99_ms, 1)} | {fmt(p.tpot_p99_ms, 1)} | {fmt(p.queue_p99_ms, 1)} | {fmt(p.running_max, 0)} "
                      f"| {'yes' if p.frontier else ''} |")
     lines += ["", f"![per-user against total tok/s]({FRONTIER_PNG})", "",
               f"{FRONTIER_PNG}: each cell's loads, per-user tok/s (x) against total tok/s (y); the frontier (black) "

@@ -68,7 +68,7 @@ async def _send(server: ServerClient, prompts: Sequence[Prompt], load: int | Arr
     schedule = load.schedule(len(prompts), seed, repeat)
     records, duration, seen = await run_open(server, prompts, load, schedule, on_done=on_done)
     return records, duration, {
-        "request_rate": load.rate, "scheduled_rate": rate_over(schedule),
+        "request_rate": load.rate,
         "achieved_rate": rate_over([r.start_s for r in records]),
         "running_max": seen.running_max, "running_mean": seen.running_mean, "queued_max": seen.queued_max,
         "queued_mean": seen.queued_mean,

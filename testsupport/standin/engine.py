@@ -36,6 +36,7 @@ class Chunk:
     # verifies so far by their correct drafts (bin k: k accepted, the bonus token excluded), as SGLang's
     # spec_correct_drafts_histogram (simulation.count_verify)
     correct_drafts_histogram: list[int] = field(default_factory=list)
+    queued_s: float = 0.0  # how long the request waited for a running slot (SGLang's meta_info queue_time)
 
 
 @dataclass
@@ -244,7 +245,7 @@ class Engine:
                     self.stats.spec_passes += 1
                 await self._record_step()
                 yield Chunk(k, new_ids, output_ids, len(output_ids), verify_ct, len(output_ids) >= total,
-                            decoded[:len(output_ids)], batch, list(histogram))
+                            decoded[:len(output_ids)], batch, list(histogram), t0 - arrived)
             self.stats.num_requests_total += 1
             self.stats.prompt_tokens_total += simulation.prompt_token_count(prompt)
             self.stats.generation_tokens_total += len(output_ids)
@@ -326,6 +327,8 @@ class Engine:
             meta["spec_num_proposed_drafts"] = proposed
             meta["spec_verify_ct"] = chunk.spec_verify_ct
             meta["spec_correct_drafts_histogram"] = list(histogram)
+        if self.args.enable_metrics:  # with --enable-metrics SGLang adds the scheduler's queue time to every chunk
+            meta["queue_time"] = chunk.queued_s  # (tokenizer_manager.py:2515-2518, req_time_stats.py:1233)
         if chunk.finished:
             meta["e2e_latency"] = time.monotonic() - t0
         return meta

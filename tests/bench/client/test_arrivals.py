@@ -46,6 +46,12 @@ def test_gaps_have_mean_one_over_rate_and_the_gamma_spread_of_the_burstiness(bur
     assert statistics.pstdev(gaps) / mean == pytest.approx(1 / math.sqrt(burstiness), rel=0.05)
 
 
+@pytest.mark.parametrize(("rate", "n"), [(0.5, 2), (3.0, 17), (40.0, 500)])
+def test_the_schedule_runs_at_the_rate_asked(rate, n):
+    times = Arrivals(rate, 0.3).schedule(n, seed=5)
+    assert times[-1] == pytest.approx((n - 1) / rate, rel=1e-12)
+
+
 def test_short_schedules():
     assert Arrivals(1.0).schedule(0, seed=1) == ()
     assert Arrivals(1.0).schedule(1, seed=1) == (0.0,)

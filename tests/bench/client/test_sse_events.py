@@ -53,3 +53,12 @@ def test_a_malformed_histogram_fails_naming_the_field(value, needle):
     with pytest.raises(MalformedEvent, match="spec_tokens_details.spec_correct_drafts_histogram"):
         _state().chat_event({"choices": [], "sglext": {"spec_tokens_details": {"spec_correct_drafts_histogram": value}}},
                             0.1)
+
+
+def test_generate_reads_the_queue_time_and_refuses_a_malformed_one():
+    state = _state()
+    state.generate_event({"text": "a", "meta_info": {"completion_tokens": 1, "queue_time": 0.25}}, 0.1)
+    assert state.r.queue_time_s == 0.25
+    for bad in ("0.1", -1, True, float("inf")):
+        with pytest.raises(MalformedEvent, match="meta_info.queue_time"):
+            _state().generate_event({"meta_info": {"completion_tokens": 1, "queue_time": bad}}, 0.1)

@@ -71,3 +71,20 @@ def test_zero_step_passes_land_in_bin_zero(tmp_path):
     args = parse_server_argv([*EAGLE, "--speculative-adaptive", "--speculative-adaptive-config", str(config)])
     _, meta = _final_meta(Engine(StandinSettings(**FAST), args), 8)
     assert meta["spec_correct_drafts_histogram"] == [8, 0, 0, 0] and meta["spec_num_correct_drafts"] == 0
+
+
+def test_queue_time_only_with_enable_metrics_and_it_counts_the_wait_for_a_slot():
+    plain = Engine(StandinSettings(**FAST), parse_server_argv(["--model-path", "/m"]))
+    assert "queue_time" not in _final_meta(plain, 4)[1]
+
+    async def two_at_once(engine: Engine):
+        async def one():
+            return [c async for c in engine.generate("a prompt", 8)]
+        return await asyncio.gather(one(), one())
+
+    settings = StandinSettings(**{**FAST, "decode_ms": 20})
+    engine = Engine(settings, parse_server_argv(["--model-path", "/m", "--enable-metrics", "--max-running-requests", "1"]))
+    first, second = asyncio.run(two_at_once(engine))
+    waits = sorted(engine.meta_info("r", "a prompt", c[-1], 8, 0.0)["queue_time"] for c in (first, second))
+    assert waits[0] < 0.01  # the first ran at once
+    assert waits[1] >= 7 * 0.02 * 0.9  # the second waited for the first's 8 tokens (7 passes after the first)
