@@ -62,6 +62,7 @@ class PredictArgs(CliArgs):
     json: bool = False
     aic: bool = False
     aic_model: str | None = None
+    points: str | None = None
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -96,6 +97,10 @@ class PredictArgs(CliArgs):
         p.add_argument("--aic", action="store_true",
                        help="a second opinion: AIConfigurator's decode and verify estimate and all-reduce tables "
                             "beside the kit's (optional extra: `make aic`, KIT_AIC_PYTHON)")
+        p.add_argument("--points", metavar="BUNDLE",
+                       help="which EAGLE-3 chain point should win at each load, from a `bench run --eagle3` bundle's "
+                            "acceptance by draft position and each point's pass time (bench/predict/points.py); "
+                            "no other flag is needed")
         p.add_argument("--aic-model", help="the model AIConfigurator is asked about (default: --model-path, "
                                             "else the model overlay's, e.g. moonshotai/Kimi-K2.5 for kimi-k2)")
         return p
@@ -375,6 +380,10 @@ def _print_bundle(console: Any, bundle: list[BundleRow]) -> None:
 
 def run_main(args: PredictArgs) -> int:
     """Predict, then print JSON or the tables."""
+    if args.points is not None:
+        from bench.predict import points
+
+        return points.run(args.points, args.json)
     result = predict(args)
     return print_result(result.to_json(), as_json=args.json, render=lambda _json: _print(result))
 
