@@ -62,3 +62,9 @@ def test_units_and_a_partial_range_are_read():
 )
 def test_other_output_is_a_format_error_naming_the_line(text, lineno, needle):
     assert_format_error(power.parse, text, lineno, needle)
+
+
+def test_what_nvidia_smi_printed_on_an_h200():
+    """docs/evidence/energy-h200x1: the doctor's query as one H200's nvidia-smi answered it."""
+    (p,) = power.parse(read("h200_power.csv"))
+    assert (p.index, p.limit_w, p.default_w, p.min_w, p.max_w) == (0, 700.0, 700.0, 200.0, 700.0)
