@@ -113,7 +113,18 @@ def request_percentiles(requests: Iterable[RequestRecord], repeats: Iterable[Rep
     bundle whose rows lack them gets None. Linear interpolation between closest ranks (stats.percentile)."""
     good = {r.repeat for r in repeats if r.valid and r.concurrency == concurrency}
     good.discard(None)
-    rows = [r for r in requests if r.ok is True and r.concurrency == concurrency and r.repeat in good]
+    return _pooled([r for r in requests if r.ok is True and r.concurrency == concurrency and r.repeat in good])
+
+
+def rate_percentiles(requests: Iterable[RequestRecord], repeats: Iterable[RepeatSummary],
+                     request_rate: float) -> dict[str, float | None]:
+    """`request_percentiles` at one open-loop rate: over the ok rows of the valid repeats at `request_rate`."""
+    good = {r.repeat for r in repeats if r.valid and r.request_rate == request_rate}
+    good.discard(None)
+    return _pooled([r for r in requests if r.ok is True and r.request_rate == request_rate and r.repeat in good])
+
+
+def _pooled(rows: Sequence[RequestRecord]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for name, field in POOLED_METRICS.items():
         values = [getattr(r, field) for r in rows]

@@ -71,3 +71,26 @@ def test_zero_step_passes_land_in_bin_zero(tmp_path):
     args = parse_server_argv([*EAGLE, "--speculative-adaptive", "--speculative-adaptive-config", str(config)])
     _, meta = _final_meta(Engine(StandinSettings(**FAST), args), 8)
     assert meta["spec_correct_drafts_histogram"] == [8, 0, 0, 0] and meta["spec_num_correct_drafts"] == 0
+
+
+def test_the_config_caps_running_requests_as_the_plans_flag_would_and_the_flag_wins():
+    off = ["--model-path", "/m"]
+    engine = Engine(StandinSettings(max_running_requests=3, **FAST), parse_server_argv(off))
+    assert engine.args.running_cap == 3 and engine.args.resolved_max_running_requests == 3
+    flagged = Engine(StandinSettings(max_running_requests=3, **FAST),
+                     parse_server_argv([*off, "--max-running-requests", "5"]))
+    assert flagged.args.running_cap == 5
+    assert Engine(StandinSettings(**FAST), parse_server_argv(EAGLE)).args.running_cap == 48
+
+    async def most_at_once() -> int:
+        seen = 0
+
+        async def one() -> None:
+            nonlocal seen
+            async for _ in engine.generate("a prompt", 3):
+                seen = max(seen, engine.stats.running)
+
+        await asyncio.gather(*(one() for _ in range(8)))
+        return seen
+
+    assert asyncio.run(most_at_once()) == 3
