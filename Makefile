@@ -5,6 +5,8 @@
 #   make switch PROFILE=custom-ar   change the running server's profile through its control API
 #   make bench                      every profile end to end, side by side, with a report; the server
 #                                   ends on the plan it was on (BENCH_ARGS="run --leave-on CELL" keeps a passed cell)
+#   make sla SLA_ARGS="--ttft-p99-ms 2000 --tpot-p99-ms 50"
+#                                   the highest request rate each profile x spec holds within those p99 targets
 #   make down
 #
 # Checks of PROFILE, SPEC, MODEL_OVERLAY and MODEL_PATH are plain make and shell, plus the host's python3
@@ -44,6 +46,7 @@ COMPOSE ?= $(eval COMPOSE := $(shell $(DOCKER) compose version >/dev/null 2>&1 &
 UP_TIMEOUT ?= 3600
 BENCH_ARGS ?= run
 TUNE_ARGS ?=
+SLA_ARGS ?=
 GATE_ARGS ?=
 ALLREDUCE_ARGS ?= --graph --with-nccl-tests
 DOCTOR_ARGS ?=
@@ -81,7 +84,7 @@ COMPOSE_FILES = $(if $(KIT_PROFILES_DIR), $(if $(filter -f --file,$(COMPOSE)),,-
 # ---- checks, before any recipe runs --------------------------------------------------------------
 PROFILE_GOALS := up switch show allreduce fleet-switch
 MODEL_OVERLAY_GOALS := up show allreduce
-MODEL_GOALS := up bench tune allreduce
+MODEL_GOALS := up bench sla tune allreduce
 
 ifneq ($(filter $(PROFILE_GOALS),$(MAKECMDGOALS)),)
 ifneq ($(words $(PROFILE))$(filter $(PROFILE),$(KNOWN_PROFILES)),1$(PROFILE))
@@ -139,7 +142,7 @@ BASE_CHECK = @$(DOCKER) image inspect $(call shquote,$(BASE_IMAGE)) >/dev/null 2
 # -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
 EXEC_T = $(shell [ -t 0 ] || echo -T)
 
-.PHONY: help build up switch status down logs bench tune gate allreduce doctor demo demo-tune test test-fast e2e lint check show profiles venv aic docs fleet-up fleet-status fleet-switch monitor
+.PHONY: help build up switch status down logs bench sla tune gate allreduce doctor demo demo-tune test test-fast e2e lint check show profiles venv aic docs fleet-up fleet-status fleet-switch monitor
 
 help: ## list the verbs (this text)
 	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>] [MODEL_OVERLAY=<model overlay>]\n\nVerbs:\n'
@@ -203,6 +206,13 @@ bench: ## run the bench container against the server (starts it if needed); BENC
 	$(BUILD_ENV) $(COMPOSE_CMD) --profile bench build $(BUILD_ARGS) bench
 	mkdir -p $(RESULTS_DIR)
 	KIT_UID=$$(id -u) KIT_GID=$$(id -g) $(COMPOSE_CMD) --profile bench run --rm bench $(BENCH_ARGS)
+
+sla: $(PROFILES_OVERRIDE_DEP)
+sla: ## highest request rate each profile x spec holds within p99 targets: SLA_ARGS="--ttft-p99-ms 2000 --tpot-p99-ms 50" (docs/sla.md)
+	$(ENGINE_CHECK)
+	$(BUILD_ENV) $(COMPOSE_CMD) --profile bench build $(BUILD_ARGS) bench
+	mkdir -p $(RESULTS_DIR)
+	KIT_UID=$$(id -u) KIT_GID=$$(id -g) $(COMPOSE_CMD) --profile bench run --rm bench sla $(SLA_ARGS)
 
 tune: $(PROFILES_OVERRIDE_DEP)
 tune: ## fastest correct profile x spec x EAGLE-3 point for this host, within a budget (TUNE_ARGS="--budget 3h"; docs/tune.md)

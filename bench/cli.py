@@ -16,6 +16,7 @@ COMMANDS = {
     "predict": ("bench.predict", "verify cost model: predicted tok/s and break-even accept length"),
     "gate": ("bench.gate.cli", "the correctness gate alone: two servers, or a bundle judged again"),
     "tune": ("bench.tune.cli", "the fastest correct setup for this host within a budget, decided beyond noise"),
+    "sla": ("bench.sla.cli", "the highest request rate each profile x spec holds within p99 TTFT/TPOT targets"),
 }
 
 

@@ -1,5 +1,6 @@
-"""The option tables of docs/bench.md and docs/tune.md, generated from the flags' declarations (the fields of
-bench/run/settings.py `RunSettings` and bench/tune/settings.py `TuneSettings`) so they cannot drift.
+"""The option tables of docs/bench.md, docs/tune.md and docs/sla.md, generated from the flags' declarations (the
+fields of bench/run/settings.py `RunSettings`, bench/tune/settings.py `TuneSettings` and bench/sla/settings.py
+`SlaSettings`) so they cannot drift.
 
 `python -m bench.flag_docs` prints them; `--write` rewrites them in place, between their markers (`make docs`).
 """
@@ -15,7 +16,7 @@ from bench.args import Command, default_of, flag_fields
 from launcher.atomic import write_text
 from launcher.errors import UserError, run_cli
 
-DOCS = {"bench run": "docs/bench.md", "bench tune": "docs/tune.md"}
+DOCS = {"bench run": "docs/bench.md", "bench tune": "docs/tune.md", "bench sla": "docs/sla.md"}
 _MARK = "\0"  # where the help names the default: the default column says it instead
 
 
@@ -26,9 +27,10 @@ class _Default:
 
 def commands() -> dict[str, Command]:
     from bench.run.cli import RunArgs
+    from bench.sla.cli import SlaArgs
     from bench.tune.cli import TuneArgs
 
-    return {c.prog: c for c in (RunArgs, TuneArgs)}
+    return {c.prog: c for c in (RunArgs, TuneArgs, SlaArgs)}
 
 
 def _default(value: object, switch: bool) -> str:

@@ -28,6 +28,7 @@ VERBS = (
     "down",
     "logs",
     "bench",
+    "sla",
     "gate",
     "tune",
     "allreduce",
@@ -189,6 +190,7 @@ DRY_RUN = {
     "bench": r"^KIT_UID=\$\(id -u\) KIT_GID=\$\(id -g\) docker compose --profile bench run --rm bench run$",
     "tune": r"^KIT_UID=\$\(id -u\) KIT_GID=\$\(id -g\) docker compose --profile bench run --rm bench tune "
     r"--facts /results/tune/host-facts.json $",
+    "sla": r"^KIT_UID=\$\(id -u\) KIT_GID=\$\(id -g\) docker compose --profile bench run --rm bench sla $",
     "gate": r"^KIT_UID=\$\(id -u\) KIT_GID=\$\(id -g\) docker compose --profile bench run --rm bench gate $",
     "allreduce": r"^docker compose run --rm --no-deps --entrypoint bench server allreduce --profile fused "
     r"--out /results/allreduce/\$\(date -u \+%Y%m%dT%H%M%SZ\)-fused --graph --with-nccl-tests$",

@@ -19,7 +19,7 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -40,6 +40,7 @@ from bench.bundle import provenance as bundle_provenance
 from bench.bundle import store as bundle
 from bench.bundle.schema import Cell
 from bench.client import power
+from bench.client.arrivals import Arrivals
 from bench.client.request_record import RequestRecord
 from bench.client.server_client import ServerClient
 from bench.client.workload import Prompt, build_workload
@@ -204,12 +205,12 @@ class MatrixRun:
             if not isinstance(nvml, str):
                 stack.callback(nvml.close)
             self._start_bundle(status, nvml)
-            per_cell = (len(s.concurrency) + len(s.request_rate or ())) * s.repeats * len(self.prompts)
+            per_cell = self.requests_per_cell()
             with _progress_bar(self.console) as progress:
                 self._progress = progress
                 self._task = progress.add_task("bench", total=per_cell * len(self.matrix))
                 measurer = CellMeasurer(s, server, control, self.prompts, self._say, self._advance,
-                                        nvml=None if isinstance(nvml, str) else nvml)
+                                        nvml=None if isinstance(nvml, str) else nvml, loads=self.cell_loads)
                 for profile, spec, point in self.matrix:
                     before = progress.tasks[0].completed
                     await self._run_cell(measurer, profile, spec, point)
@@ -219,8 +220,32 @@ class MatrixRun:
         assert path is not None
         return path
 
+    def requests_per_cell(self) -> int:
+        """The timed requests of one cell (the progress bar's share of it)."""
+        return (len(self.s.concurrency) + len(self.s.request_rate or ())) * self.s.repeats * len(self.prompts)
+
+    def cell_loads(self, cell: CellDraft) -> Iterable[int | Arrivals]:
+        """The loads `cell` is measured at, in order: every --concurrency level, then every --request-rate."""
+        return [*self.s.concurrency, *self.s.arrivals()]
+
+    def cell_rates(self, cell: CellDraft) -> Sequence[float]:
+        """The open-loop rates `cell`'s record has levels for."""
+        return self.s.request_rate or ()
+
+    def open_loop(self) -> bool:
+        """Whether the run measures open-loop levels."""
+        return bool(self.s.request_rate)
+
+    def in_flight_room(self) -> int:
+        """The most requests the client may have in flight: the highest concurrency level, and with open-loop levels
+        every request of a repeat (or --max-concurrency), so arrivals never wait for a connection in the client,
+        where their wait would not be timed."""
+        s = self.s
+        room = max(s.concurrency, default=1)
+        return max(room, s.max_concurrency or len(self.prompts)) if self.open_loop() else room
+
     def _server_client(self) -> ServerClient:
-        """The client every cell is measured with: room for the highest concurrency level in flight."""
+        """The client every cell is measured with: room for every request the loads put in flight at once."""
         s = self.s
         return ServerClient(
             s.url,
@@ -228,7 +253,7 @@ class MatrixRun:
             max_tokens=s.max_tokens,
             ignore_eos=s.ignore_eos,
             connect_timeout=s.connect_timeout,
-            concurrency=max(s.concurrency),
+            concurrency=self.in_flight_room(),
             read_timeout=s.read_timeout,
             request_timeout=s.request_timeout,
         )
@@ -265,7 +290,7 @@ class MatrixRun:
         launcher/profiles/running_requests.py: 48 under EAGLE unless --max-running-requests), is exit 2 before
         anything is switched. The server's own figure (/server_info, which the KV cache may hold lower) is
         checked again as each cell starts (measure.over_cap). A plan /check refuses is the switch's to report."""
-        top = max(self.s.concurrency)
+        top = max(self.s.concurrency, default=0)
         for profile, spec, point in cells:
             answer = await control.check(profile, spec, point)
             plan = answer.plan if answer.ok else None
@@ -315,13 +340,13 @@ class MatrixRun:
         """The concurrency levels of a cell's correctness pass (bench/run/passes.py): the reference's also give
         the null. `bench run` switches to the spec overlay's own adaptive tiers."""
         keys = passes.tier_keys_of(spec, None)
+        measured = self.s.concurrency or [1]  # open-loop levels only: the pass at 1, as by default
         if profile == correctness.BASELINE:
-            return passes.reference_levels(self.s.concurrency, keys)
-        return passes.levels(self.s.concurrency, keys)
+            return passes.reference_levels(measured, keys)
+        return passes.levels(measured, keys)
 
     def _close_cell(self, cell: CellDraft) -> None:
-        record = close_cell(cell, concurrency=self.s.concurrency, repeats=self.s.repeats,
-                            rates=self.s.request_rate or ())
+        record = close_cell(cell, concurrency=self.s.concurrency, repeats=self.s.repeats, rates=self.cell_rates(cell))
         self.cells[record.key] = record
         if self.current is cell:
             self.current = None

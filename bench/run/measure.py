@@ -9,7 +9,7 @@ repeat (a request failed, the server restarted) makes it invalid too. The caller
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from bench import JsonObject
@@ -41,6 +41,10 @@ class CellMeasurer:
     on_request: Callable[[RequestRecord], None] | None = None
     on_phase: Callable[[str], None] | None = None  # "switching", "warming up", "measuring"
     nvml: Nvml | None = None  # every repeat's GPU energy, where NVML answers (bench/client/power.py)
+    # the loads a cell is measured at, in order (default: every --concurrency level, then every --request-rate):
+    # taken one at a time, after the repeats of the one before are in the cell and their rows given to `on_rows`,
+    # so a search (`bench sla`, bench/sla/matrix.py) can choose the next from what the last one measured
+    loads: Callable[[CellDraft], Iterable[int | Arrivals]] | None = None
 
     def phase(self, what: str) -> None:
         if self.on_phase is not None:
@@ -183,11 +187,11 @@ class CellMeasurer:
 
     async def _measure_repeats(self, cell: CellDraft, repeats: int,
                                on_rows: Callable[[list[RequestRecord]], None], seen: ServerIdentity | None) -> bool:
-        """`repeats` timed repeats at every concurrency level, then at every open-loop rate, into the cell, each on the
-        server start `seen`; after an invalid one, the server must be healthy again. False when it is not (the cell
-        invalid with its reason)."""
+        """`repeats` timed repeats at every concurrency level, then at every open-loop rate (or at each of `loads`),
+        into the cell, each on the server start `seen`; after an invalid one, the server must be healthy again. False
+        when it is not (the cell invalid with its reason)."""
         s, server, name = self.settings, self.server, cell.label
-        loads: list[int | Arrivals] = [*s.concurrency, *s.arrivals()]
+        loads = self.loads(cell) if self.loads is not None else [*s.concurrency, *s.arrivals()]
         for load in loads:
             for r in range(repeats):
                 rep, rows, seen = await measure_repeat(server=server, control=self.control, prompts=self.prompts,

@@ -8,7 +8,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
@@ -108,6 +108,8 @@ class Engine:
     """Owns the settings, the parsed server args, the request schedule and all live state."""
 
     def __init__(self, settings: StandinSettings, args: ServerArgs, environ: Mapping[str, str] | None = None):
+        if settings.max_running_requests is not None and args.max_running_requests is None:
+            args = replace(args, max_running_requests=settings.max_running_requests)  # the plan's flag wins
         self.settings = settings
         self.args = args
         self.environ = dict(os.environ if environ is None else environ)

@@ -75,6 +75,12 @@ class StandinSettings(BaseModel):
         0.0, ge=0, description="Batching model (simulation.py `batch_factor`): each further running request slows "
         "a forward pass by this share per token it carries (1 decoding, the draft tokens when verifying), so "
         "speculation pays less as the batch grows; 0 (the default): requests do not slow each other down.")
+    max_running_requests: int | None = Field(
+        None, ge=1, description="The most requests running at once, as the plan's --max-running-requests sets it "
+        "(engine.py: the flag wins when the plan gives one); the rest wait in the queue, their wait timed as TTFT, "
+        "and /server_info reports it as SGLang does. A small cap gives an open-loop load a rate it cannot hold: "
+        "above cap / service time requests queue and p99 TTFT climbs (what `bench sla` searches for); null (the "
+        "default): the plan's, else SGLang's own (48 under EAGLE/NGRAM, 2048 otherwise).")
     fault: Fault = "none"
     die_on_request: int = Field(1, ge=1, description="die_mid_stream: which generation request (1-based).")
     die_after_chunks: int = Field(3, ge=0, description="die_mid_stream: chunks sent before the exit.")

@@ -88,3 +88,26 @@ def test_queue_time_only_with_enable_metrics_and_it_counts_the_wait_for_a_slot()
     waits = sorted(engine.meta_info("r", "a prompt", c[-1], 8, 0.0)["queue_time"] for c in (first, second))
     assert waits[0] < 0.01  # the first ran at once
     assert waits[1] >= 7 * 0.02 * 0.9  # the second waited for the first's 8 tokens (7 passes after the first)
+
+
+def test_the_config_caps_running_requests_as_the_plans_flag_would_and_the_flag_wins():
+    off = ["--model-path", "/m"]
+    engine = Engine(StandinSettings(max_running_requests=3, **FAST), parse_server_argv(off))
+    assert engine.args.running_cap == 3 and engine.args.resolved_max_running_requests == 3
+    flagged = Engine(StandinSettings(max_running_requests=3, **FAST),
+                     parse_server_argv([*off, "--max-running-requests", "5"]))
+    assert flagged.args.running_cap == 5
+    assert Engine(StandinSettings(**FAST), parse_server_argv(EAGLE)).args.running_cap == 48
+
+    async def most_at_once() -> int:
+        seen = 0
+
+        async def one() -> None:
+            nonlocal seen
+            async for _ in engine.generate("a prompt", 3):
+                seen = max(seen, engine.stats.running)
+
+        await asyncio.gather(*(one() for _ in range(8)))
+        return seen
+
+    assert asyncio.run(most_at_once()) == 3
