@@ -87,7 +87,8 @@ class SlaRun(MatrixRun):
         rates = state.rates if state is not None else []
         rows = bundle.read_requests(self.work_dir, cell.profile, cell.spec, cell.spec_params) if rates else []
         probes = [sla_record.judge(r, cell.per_repeat, rows, self.s.repeats, self._targets(),
-                                   record.rate_level(r).mean("output_throughput")) for r in rates]
+                                   record.rate_level(r).mean("output_throughput"),
+                                   record.rate_level(r).mean("joules_per_token")) for r in rates]
         done = state is not None and state.search.next_rate() is None and all(p.met is not None for p in probes)
         result = sla_record.cell_result(
             cell=cell.label, profile=cell.profile, spec=cell.spec, spec_params=cell.spec_params, probes=probes,
@@ -109,12 +110,13 @@ class SlaRun(MatrixRun):
 
     def sla_record(self) -> SlaRecord:
         """sla.json: every cell closed so far, with its correctness verdict and speculation against off."""
-        s = self.s
+        s, energy = self.s, self.manifest.get("energy") or {}
         cells = [r.model_copy(update={"correctness": self.cells[k].correctness.status if k in self.cells else None})
                  for k, r in self.results.items()]
         return SlaRecord(targets=self._targets(), precision=s.precision, rate_start=s.rate_start,
                          rate_min=s.rate_min, rate_max=s.rate_max, burstiness=s.burstiness,
-                         simulated=self.simulated, cells=sla_record.with_comparisons(cells))
+                         simulated=self.simulated, cells=sla_record.with_comparisons(cells),
+                         energy_note=None if energy.get("measured") else str(energy.get("reason")))
 
 
 def _ms(value: float | None) -> str:

@@ -52,6 +52,7 @@ class Probe(_Record):
     tpot_p99_ms: float | None = None
     output_tps: float | None = None
     per_user_tps: float | None = None
+    tokens_per_joule: float | None = None  # output tokens per joule of every GPU, where NVML answered
     repeats_valid: int = 0
     invalid_reason: str | None = None
 
@@ -100,6 +101,7 @@ class SlaRecord(_Record):
     rate_max: float
     burstiness: float
     simulated: bool = False
+    energy_note: str | None = None  # why there is no tok/J (the manifest's energy reason), None when measured
     cells: list[CellSla] = []
 
     def to_json(self) -> dict[str, object]:
@@ -107,7 +109,7 @@ class SlaRecord(_Record):
 
 
 def judge(rate: float, repeats: Sequence[RepeatSummary], rows: Iterable[RequestRecord], expected: int,
-          targets: Targets, output_tps: float | None) -> Probe:
+          targets: Targets, output_tps: float | None, joules_per_token: float | None = None) -> Probe:
     """The probe at `rate` from the cell's repeats and request rows: invalid when a repeat at it is (failed
     requests, a restarted server) or fewer than `expected` ran; else met when both pooled p99s are at or under the
     targets (a TPOT not measured, replies of one token, counts as met, as the goodput objective counts it)."""
@@ -123,7 +125,8 @@ def judge(rate: float, repeats: Sequence[RepeatSummary], rows: Iterable[RequestR
     ttft, tpot = pooled["ttft_p99_ms"], pooled["tpot_p99_ms"]
     met = ttft is not None and ttft <= targets.ttft_p99_ms and (tpot is None or tpot <= targets.tpot_p99_ms)
     return Probe(rate=rate, met=met, ttft_p99_ms=ttft, tpot_p99_ms=tpot, output_tps=output_tps,
-                 per_user_tps=per_user, repeats_valid=len(mine))
+                 per_user_tps=per_user, repeats_valid=len(mine),
+                 tokens_per_joule=1 / joules_per_token if joules_per_token else None)
 
 
 def cell_result(*, cell: str, profile: str, spec: str, spec_params: SpecParams | None, probes: list[Probe],

@@ -49,6 +49,7 @@ def row(c: CellSla) -> JsonObject:
     return {
         "cell": c.cell, "status": c.status, "max_request_rate": c.max_request_rate, "bracket": list(c.bracket),
         "output_tps": p.output_tps if p else None, "per_user_tps": p.per_user_tps if p else None,
+        "tokens_per_joule": p.tokens_per_joule if p else None,
         "ttft_p99_ms": p.ttft_p99_ms if p else None, "tpot_p99_ms": p.tpot_p99_ms if p else None,
         "correctness": c.correctness, "probes": len(c.probes), "invalid_reason": c.invalid_reason,
         "speculation_helps": h.helps if h else None, "speculation_why": h.why if h else None,
@@ -58,6 +59,7 @@ def row(c: CellSla) -> JsonObject:
 
 def as_json(record: SlaRecord, bundle: str | None) -> str:
     return json.dumps({"bundle": bundle, "simulated": record.simulated, "targets": record.targets.model_dump(),
+                       "energy_note": record.energy_note,
                        "precision": record.precision, "cells": [row(c) for c in record.cells]}, indent=2)
 
 
@@ -74,15 +76,20 @@ def render(record: SlaRecord, console: Console | None = None) -> None:
     label = "SIMULATED " if record.simulated else ""
     table = Table(title=f"{label}max request rate within p99 TTFT ≤ {t.ttft_p99_ms:g} ms and p99 TPOT ≤ "
                         f"{t.tpot_p99_ms:g} ms (precision {record.precision:g})")
-    for name in ("cell", "max req/s", "out tok/s", "per-user tok/s", "p99 TTFT ms", "p99 TPOT ms", "correctness",
-                 "speculation helps"):
-        table.add_column(name, justify="right" if "/s" in name or "ms" in name else "left")
+    energy = record.energy_note is None  # tok/J only where the run measured energy
+    names = ("cell", "max req/s", "out tok/s", "per-user tok/s", *(("tok/J",) if energy else ()), "p99 TTFT ms",
+             "p99 TPOT ms", "correctness", "speculation helps")
+    for name in names:
+        table.add_column(name, justify="right" if "/s" in name or "ms" in name or "/J" in name else "left")
     for c in record.cells:
         p = c.at_max
+        tpj = (_num(p.tokens_per_joule if p else None, 2),) if energy else ()
         table.add_row(c.cell, max_rate_text(c), _num(p.output_tps if p else None),
-                      _num(p.per_user_tps if p else None), _num(p.ttft_p99_ms if p else None),
+                      _num(p.per_user_tps if p else None), *tpj, _num(p.ttft_p99_ms if p else None),
                       _num(p.tpot_p99_ms if p else None), c.correctness or "", helps_text(c.speculation))
     console.print(table)
+    if not energy:
+        console.print(f"no tok/J column: energy not measured ({record.energy_note})", highlight=False, markup=False)
     for c in record.cells:
         if c.invalid_reason:
             console.print(f"{c.cell}: INVALID ({c.invalid_reason})", highlight=False, markup=False, soft_wrap=True)

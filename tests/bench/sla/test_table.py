@@ -48,3 +48,32 @@ def test_json_rows_carry_each_cells_max_request_rate():
     assert rows["fused+off"]["status"] == "at_max" and rows["ep+off"]["max_request_rate"] is None
     assert rows["ep+eagle3"]["speculation_helps"] is None and rows["ep+eagle3"]["invalid_reason"]
     assert rows["fused+eagle3"]["ttft_p99_ms"] == 80.0 and rows["fused+eagle3"]["per_user_tps"] == 40.0
+
+
+def test_tok_per_joule_only_where_energy_was_measured_and_else_why_not():
+    measured = _record()
+    cells = list(measured.cells)
+    at = cells[0].probes[-1].model_copy(update={"tokens_per_joule": 2.5})
+    cells[0] = cells[0].model_copy(update={"probes": [cells[0].probes[0], at]})
+    console = Console(record=True, width=240)
+    table.render(measured.model_copy(update={"cells": cells}), console)
+    text = console.export_text()
+    assert "tok/J" in text and "2.50" in next(x for x in text.splitlines() if "fused+eagle3" in x)
+    assert json.loads(table.as_json(measured.model_copy(update={"cells": cells}), None))["cells"][0]["tokens_per_joule"] == 2.5
+    console = Console(record=True, width=240)
+    table.render(measured.model_copy(update={"energy_note": "nvidia-ml-py is not installed"}), console)
+    text = console.export_text()
+    assert "tok/J" not in text.split("no tok/J column")[0]
+    assert "no tok/J column: energy not measured (nvidia-ml-py is not installed)" in text
+
+
+def test_a_probe_reads_tokens_per_joule_from_the_levels_joules_per_token():
+    from bench.bundle.cell_numbers import RepeatSummary
+    from bench.client.request_record import RequestRecord
+
+    reps = [RepeatSummary(repeat=0, request_rate=2.0, valid=True)]
+    rows = [RequestRecord(prompt_id="p", ok=True, ttft_s=0.05, e2e_s=0.5, completion_tokens=10, request_rate=2.0,
+                          repeat=0)]
+    targets = Targets(ttft_p99_ms=100.0, tpot_p99_ms=100.0)
+    assert record.judge(2.0, reps, rows, 1, targets, 100.0, 0.25).tokens_per_joule == 4.0
+    assert record.judge(2.0, reps, rows, 1, targets, 100.0, None).tokens_per_joule is None
