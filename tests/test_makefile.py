@@ -37,6 +37,7 @@ VERBS = (
     "test",
     "test-fast",
     "test-real",
+    "test-outside",
     "demo-real",
     "lint",
     "check",
