@@ -338,6 +338,21 @@ $(REAL_VENV)/.real-installed: tools/real/requirements.txt tools/real/constraints
 test-real: $(REAL_VENV)/.real-installed ## real SGLang 0.5.23 on the CPU under launcher serve (tests_real/; builds a 6.5 GB .venv-real first)
 	$(REAL_VENV)/bin/python -m pytest tests_real -q -p no:cacheprovider --timeout 3600 $(TEST_ARGS)
 
+# AIPerf (NVIDIA's benchmark client) in a venv of its own (its pins: dash, datasets, pyarrow, kubernetes-asyncio, ...;
+# 1.2 GB): the outside client tests_outside/ holds `bench run --request-rate` against, run as a command, offline
+# (testsupport/aiperf_client.py). The tests themselves run under the kit's venv.
+.PHONY: test-outside
+AIPERF_VENV ?= .venv-aiperf
+AIPERF_SPEC ?= aiperf==0.13.0
+$(AIPERF_VENV)/.aiperf-installed:
+	$(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/pip install -q --upgrade pip
+	$(AIPERF_VENV)/bin/pip install -q '$(AIPERF_SPEC)'
+	$(AIPERF_VENV)/bin/aiperf --version
+	touch $@
+test-outside: $(VENV_KIT_STAMP) $(AIPERF_VENV)/.aiperf-installed ## open-loop `bench run` against AIPerf 0.13.0 and the stand-in's schedule (tests_outside/; builds a 1.2 GB .venv-aiperf first)
+	AIPERF_VENV=$(abspath $(AIPERF_VENV)) $(PY) -m pytest tests_outside -q -p no:cacheprovider -rA $(TEST_ARGS)
+
 demo-real: $(REAL_VENV)/.real-installed ## the demo's flow (up, switch, bench, report) on REAL SGLang 0.5.23 on the CPU with a tiny random model: timings mean nothing about a GPU host
 	$(REAL_VENV)/bin/python -m testsupport.real.demo
 

@@ -38,6 +38,7 @@ VERBS = (
     "test",
     "test-fast",
     "test-real",
+    "test-outside",
     "demo-real",
     "lint",
     "check",
