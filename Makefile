@@ -142,7 +142,7 @@ BASE_CHECK = @$(DOCKER) image inspect $(call shquote,$(BASE_IMAGE)) >/dev/null 2
 # -T when stdin is not a terminal (CI, scripts): docker refuses a TTY there.
 EXEC_T = $(shell [ -t 0 ] || echo -T)
 
-.PHONY: help build up switch status down logs bench sla tune gate allreduce doctor demo demo-tune test test-fast e2e lint check show profiles venv aic docs fleet-up fleet-status fleet-switch monitor
+.PHONY: help build up switch status down logs bench sla tune gate allreduce doctor demo demo-tune demo-sla test test-fast e2e lint check show profiles venv aic docs fleet-up fleet-status fleet-switch monitor
 
 help: ## list the verbs (this text)
 	@printf 'Usage: make VERB [PROFILE=<profile>] [SPEC=<mode>] [MODEL_OVERLAY=<model overlay>]\n\nVerbs:\n'
@@ -316,6 +316,9 @@ demo: $(VENV_KIT_STAMP) ## the whole flow against a simulated server (no GPU, no
 
 demo-tune: $(VENV_KIT_STAMP) ## `bench tune` against the simulated server; fails unless it finds the stand-in's optimum
 	$(PY) -m testsupport.demo --tune
+
+demo-sla: $(VENV_KIT_STAMP) ## `bench sla` against a simulated server whose passes slow with the load: each cell's max rate within a p99 SLA, the frontier plot (about 3 minutes)
+	$(PY) -m testsupport.demo --sla
 
 # The tests mostly wait on the processes they start, so there are more workers than cores. --dist loadfile
 # keeps a file's tests on one worker: module-scoped fixtures (a started stack, a built wheel) are set up once.

@@ -35,6 +35,7 @@ VERBS = (
     "doctor",
     "demo",
     "demo-tune",
+    "demo-sla",
     "test",
     "test-fast",
     "test-real",

@@ -34,6 +34,11 @@ from testsupport.net import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 STANDIN_CONFIG = REPO / "demo" / "standin.json"
+# `--sla`: timings where a pass slows with the requests running (batch_cost), so the SLA search has crossings
+LOAD_CONFIG = REPO / "demo" / "standin-load.json"
+SLA_PROFILES, SLA_SPECS = "baseline,custom-ar", "eagle3,off"
+SLA_ARGS = ("--ttft-p99-ms", "500", "--tpot-p99-ms", "15", "--max-tokens", "32", "--num-prompts", "24", "--repeats", "2",
+            "--rate-start", "8", "--rate-min", "2", "--rate-max", "128")
 LABEL = "SIMULATED"
 
 
@@ -41,7 +46,8 @@ def say(text: str) -> None:
     print(f"{LABEL} demo: {text}", flush=True)
 
 
-def demo_env(state_dir: Path, server_port: int, control_port: int, token: str) -> dict[str, str]:
+def demo_env(state_dir: Path, server_port: int, control_port: int, token: str,
+             config: Path = STANDIN_CONFIG) -> dict[str, str]:
     """A clean environment: no inherited KIT_/NCCL_/SGLANG_ settings, the stand-in as the server."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "NCCL_", "SGLANG_"))}
     pythonpath = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
@@ -52,7 +58,7 @@ def demo_env(state_dir: Path, server_port: int, control_port: int, token: str) -
             "DRAFT_MODEL_PATH": "simulated/eagle3-draft",
             "KIT_SERVER_CMD": f"{sys.executable} -m testsupport.standin",
             "KIT_PATCH_CHECK": "skip",
-            "STANDIN_CONFIG": str(STANDIN_CONFIG),
+            "STANDIN_CONFIG": str(config),
             "KIT_SERVER_HOST": "127.0.0.1",
             "KIT_SERVER_PORT": str(server_port),
             "KIT_CONTROL_HOST": "127.0.0.1",
@@ -121,18 +127,18 @@ def demo_profiles() -> str:
 
 
 @contextlib.contextmanager
-def demo_server() -> Iterator[tuple[str, str, str]]:
-    """`launcher serve` over the stand-in in a temporary state folder: (server URL, control URL, token);
-    always stopped on the way out."""
+def demo_server(config: Path = STANDIN_CONFIG) -> Iterator[tuple[str, str, str]]:
+    """`launcher serve` over the stand-in (timed by `config`) in a temporary state folder: (server URL, control
+    URL, token); always stopped on the way out."""
     with tempfile.TemporaryDirectory(prefix="kit-demo-") as tmp:
         state = Path(tmp) / "state"
         log = Path(tmp) / "serve.log"
         server_port, control_port = free_port(), free_port()
         token = secrets.token_urlsafe(16)
-        env = demo_env(state, server_port, control_port, token)
+        env = demo_env(state, server_port, control_port, token, config)
         control_url = f"http://127.0.0.1:{control_port}"
         say("no GPU, no Docker: launcher serve runs the SGLang stand-in, a test double")
-        say(f"its timings: {STANDIN_CONFIG.relative_to(REPO)}, invented to resemble the research numbers")
+        say(f"its timings: {config.relative_to(REPO)}, invented to resemble the research numbers")
         with log.open("ab") as fh:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "launcher", "serve"],
@@ -274,6 +280,24 @@ def tune(args: argparse.Namespace) -> int:
     return 0 if picked == best else 1
 
 
+def sla(args: argparse.Namespace) -> int:
+    """`make demo-sla`: `bench sla` against a server whose passes slow with the load (demo/standin-load.json):
+    each cell's highest request rate within the demo's targets, the table, and the bundle's frontier plot."""
+    with demo_server(LOAD_CONFIG) as (server_url, control_url, token):
+        sla_argv = ["--url", server_url, "--control", control_url, "--profiles", args.profiles, "--spec", args.spec,
+                    *SLA_ARGS, "--switch-timeout", "60", "--health-timeout", "30", "--out", args.out]
+        say(f"bench sla {' '.join(sla_argv[4:])}")
+        rc = subprocess.run([sys.executable, "-m", "bench", "sla", *sla_argv], cwd=REPO, env=bench_env(token),
+                            check=False).returncode  # 24 prompts x 32 tokens: the gate's own minimum holds
+    found = sorted(Path(args.out).glob("*/sla.json"), key=lambda m: m.stat().st_mtime)
+    if found:
+        run_dir = found[-1].parent
+        say(f"the search per cell: {run_dir}/sla.json; every probe: {run_dir}/load.csv")
+        say(f"per-user against total tok/s, the frontier marked: {run_dir}/frontier.png; p99s against the rate "
+            f"with the targets: {run_dir}/latency_rate.png (docs/bench.md, Open-loop load, says how to read them)")
+    return rc
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m testsupport.demo", description="SIMULATED end-to-end demo (no GPU, no Docker).")
     p.add_argument("--out", default="results/demo", help="results folder (default results/demo)")
@@ -286,15 +310,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--num-prompts", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2)
+    # two loads: the bundle's load view (frontier.png, per-user against total tok/s) has something to draw
+    p.add_argument("--concurrency", default="1,2")
     p.add_argument("--tune", action="store_true",
                    help=f"run `bench tune` instead (default --profiles {TUNE_PROFILES} --spec {TUNE_SPECS}, "
                         f"--eagle3 '{TUNE_POINTS}', --max-tokens 64, --num-prompts 1, --budget {TUNE_BUDGET}, "
                         "into results/demo-tune)")
+    p.add_argument("--sla", action="store_true",
+                   help=f"run `bench sla` instead, on a server whose passes slow with the load ({LOAD_CONFIG.name}; "
+                        f"default --profiles {SLA_PROFILES} --spec {SLA_SPECS}, into results/demo-sla)")
     p.add_argument("--budget", default=TUNE_BUDGET, help=f"--tune: the tune's budget (default {TUNE_BUDGET})")
     p.add_argument("--seed", type=int, default=None, help="--tune: bench tune's --seed (its bootstrap; default its own)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    given = set(sys.argv[1:] if argv is None else argv)
+    if args.sla:
+        args.profiles = args.profiles if "--profiles" in given else SLA_PROFILES
+        args.out = args.out if "--out" in given else "results/demo-sla"
+        return run_cli(lambda: sla(args))
     if args.tune:
-        given = set(sys.argv[1:] if argv is None else argv)
         args.profiles = args.profiles if "--profiles" in given else TUNE_PROFILES
         args.spec = args.spec if "--spec" in given else TUNE_SPECS
         args.max_tokens = args.max_tokens if "--max-tokens" in given else 64
@@ -308,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--url", server_url, "--control", control_url,
                 "--profiles", args.profiles, "--spec", args.spec, "--repeats", str(args.repeats),
                 "--num-prompts", str(args.num_prompts), "--max-tokens", str(args.max_tokens),
-                "--warmup", "1", "--concurrency", "1", "--switch-timeout", "60", "--health-timeout", "30",
+                "--warmup", "1", "--concurrency", args.concurrency, "--switch-timeout", "60", "--health-timeout", "30",
                 "--out", args.out,
             ]
             rc = subprocess.run(
@@ -322,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{LABEL} {line}".rstrip())
             say("speedup: tok/s against baseline+off; result: the correctness gate against baseline")
             say(f"every column and the plots: {run_dir}/")
+            if (run_dir / "frontier.png").is_file():
+                say(f"per-user against total tok/s over the loads, the frontier marked: {run_dir}/frontier.png")
         for line in WHAT_NEXT:
             say(line)
         return rc

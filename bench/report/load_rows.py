@@ -25,7 +25,6 @@ from bench.bundle import names as bundle_names
 from bench.bundle import store as bundle
 from bench.bundle.cell_numbers import Level
 from bench.bundle.schema import Cell, Manifest
-from bench.client.arrivals import rate_text
 from bench.report import tables
 from bench.report.summary_rows import STATUS_OF
 from bench.report.tables import fmt
@@ -63,7 +62,7 @@ class LoadPoint:
 def _point(cell: Cell, label: str, status: str, level: Level, pooled: dict[str, float | None], *,
            concurrency: int | None = None, rate: float | None = None) -> LoadPoint:
     return LoadPoint(
-        cell=label, status=status, load=f"c={concurrency}" if rate is None else f"rate={rate_text(rate)}",
+        cell=label, status=status, load=f"c={concurrency}" if rate is None else f"rate={rate:.4g}",
         concurrency=concurrency, request_rate=rate, achieved_rate=level.mean("achieved_rate"),
         completed_rate=level.mean("request_throughput"), total_tps=level.mean("output_throughput"),
         per_user_tps=level.mean("median_request_output_throughput"), ttft_p99_ms=pooled.get("ttft_p99_ms"),
@@ -82,7 +81,7 @@ def points(cells: list[Cell], run_dir: str | Path | None = None) -> list[LoadPoi
         for level in c.concurrency_levels:
             pooled = bundle_aggregate.request_percentiles(rows, c.per_repeat, level)
             out.append(_point(c, label, status, c.level(level), pooled, concurrency=level))
-        for rate in c.rate_levels:
+        for rate in sorted(c.rate_levels):  # in the order of the load (a search probes them in another)
             pooled = bundle_aggregate.request_percentiles(rows, c.per_repeat, None, rate)
             out.append(_point(c, label, status, c.rate_level(rate), pooled, rate=rate))
     return mark_frontier(out)

@@ -33,17 +33,19 @@ def test_demo_runs_simulated_and_stops_its_server(tmp_path):
     assert (run_dir / "throughput.png").is_file()
     # a table that fits 100 columns (summary.md keeps every column), then what to do next, and no GPU-host advice
     fixed = [line for line in lines if str(tmp_path) not in line]  # a line naming the bundle is as long as its path
-    assert len(fixed) >= len(lines) - 3 and max(len(line) for line in fixed) <= 100, max(fixed, key=len)
+    assert len(fixed) >= len(lines) - 4 and max(len(line) for line in fixed) <= 100, max(fixed, key=len)
     rows = {tuple(line.split()[1:3]) for line in lines}
     assert {("baseline", "eagle3"), ("baseline", "off"), ("fused", "eagle3"), ("fused", "off")} <= rows, r.stdout
-    assert any(line.split()[1:] == ["profile", "spec", "tok/s", "(mean", "±", "sd)", "speedup", "TPOT", "ms", "accept",
-                                   "result"] for line in lines), r.stdout
+    assert any(line.split()[1:] == ["profile", "spec", "conc", "tok/s", "(mean", "±", "sd)", "speedup", "TPOT", "ms",
+                                   "accept", "result"] for line in lines), r.stdout
+    # two loads (concurrency 1 and 2): the load view is drawn, and the demo says where
+    assert (run_dir / "frontier.png").is_file() and f"{run_dir}/frontier.png" in r.stdout
     assert lines[-4] == "SIMULATED demo: what next: these numbers describe no host. On an 8-GPU host with Docker:"
     assert lines[-2].startswith("SIMULATED demo:   make up PROFILE=fused ") and "docs/" in lines[-1]
     summary = Path(run_dir / "summary.md").read_text()
     assert summary.startswith("# SIMULATED") and "| fused | off |" in summary
     for text in (r.stdout, r.stderr, summary):
-        assert "NVIDIA driver" not in text and "install" not in text
+        assert "NVIDIA driver" not in text and "install" not in text.replace("is not installed", "")  # a reason, no advice
     # the lowered evidence bar is printed as such, and recorded; fused sums in another order on the stand-in's
     # SIMULATED mixture-of-experts model (demo/standin.json): baseline itself moves between batch 1 and 8 (the
     # null), and the gate passes fused on its log-probabilities against that null
@@ -52,7 +54,7 @@ def test_demo_runs_simulated_and_stops_its_server(tmp_path):
     for spec in ("eagle3", "off"):
         corr = json.loads((run_dir / f"fused__{spec}.json").read_text())["correctness"]
         assert corr["status"] == "PASS" and corr["tolerance"]["basis"] == "null", corr
-        assert corr["tolerance"]["null"]["mean_delta"] > 0 and set(corr["levels"]) == {"1"}
+        assert corr["tolerance"]["null"]["mean_delta"] > 0 and set(corr["levels"]) == {"1", "2"}  # both loads judged
 
 
 def test_the_compact_table_fits_100_columns_whatever_the_bundle():
