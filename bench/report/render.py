@@ -124,6 +124,8 @@ def _markdown(manifest: Manifest, table: list[SummaryRow], cells: list[Cell], lo
         "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     lines += [_table_line(r) for r in table]
+    if not table:
+        lines.append("| (no closed-loop level: the open-loop levels are in the load section below) |")
     lines += acceptance_table.markdown_lines(cells)
     lines += load_rows.markdown_lines(manifest, cells, loads)
     lines += energy_table.markdown_lines(manifest, cells)
@@ -154,10 +156,22 @@ def _header_lines(manifest: Manifest) -> list[str]:
         + (f", image {kit.image_id}" if kit.image_id else ""),
         f"- Workload: {s.workload} ({s.num_prompts} prompts), API {s.api}, "
         f"max_tokens {s.max_tokens}, ignore_eos {s.ignore_eos}, temperature {s.temperature or 0} (timed; the correctness pass at 0); "
-        f"{s.warmup} warm-up requests after each switch (not counted); "
-        f"{s.repeats} repeats at concurrency {', '.join(str(c) for c in s.concurrency)}",
+        f"{s.warmup} warm-up requests after each switch (not counted); {s.repeats} repeats at {_loads_text(manifest)}",
         "",
     ]
+
+
+def _loads_text(manifest: Manifest) -> str:
+    """The loads the run measured: its concurrency levels, its open-loop rates, or the SLA search's."""
+    s, extra = manifest.settings, manifest.settings.model_extra or {}
+    parts = [f"concurrency {', '.join(str(c) for c in s.concurrency)}"] if s.concurrency else []
+    rates = extra.get("request_rate")
+    if isinstance(rates, list) and rates:
+        parts.append(f"request rates {', '.join(f'{r:g}' for r in rates)} req/s (open loop, burstiness "
+                     f"{extra.get('burstiness', 1)})")
+    if "ttft_p99_ms" in extra:
+        parts.append("the open-loop rates the SLA search chose (sla.json; the load section below)")
+    return " and ".join(parts) or "no load recorded"
 
 
 def _table_line(r: SummaryRow) -> str:

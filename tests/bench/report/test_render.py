@@ -157,3 +157,14 @@ def test_summary_csv_columns_are_the_row_fields_in_order():
     start = CSV_FIELDS.index(bundle_aggregate.POOLED_KEYS[0])
     assert CSV_FIELDS[start:start + len(bundle_aggregate.POOLED_KEYS)] == bundle_aggregate.POOLED_KEYS
     assert CSV_FIELDS[:4] == ["profile", "spec", "spec_params", "concurrency"] and CSV_FIELDS[-1] == "simulated"
+
+
+def test_the_workload_line_names_every_kind_of_load():
+    from bench.bundle.schema import Manifest
+    from bench.report.render import _loads_text
+
+    assert _loads_text(Manifest.model_validate({"settings": {"concurrency": [1, 4]}})) == "concurrency 1, 4"
+    both = Manifest.model_validate({"settings": {"concurrency": [1], "request_rate": [2.0, 0.5], "burstiness": 0.5}})
+    assert _loads_text(both) == "concurrency 1 and request rates 2, 0.5 req/s (open loop, burstiness 0.5)"
+    sla = Manifest.model_validate({"settings": {"concurrency": [], "ttft_p99_ms": 500.0}})
+    assert _loads_text(sla).startswith("the open-loop rates the SLA search chose")
