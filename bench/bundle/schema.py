@@ -199,6 +199,7 @@ class Cell(bundle_names.CellNames, BaseModel):
     # per level, acceptance by draft position (bench/bundle/acceptance.py), for levels whose valid repeats carried
     # correct-drafts histograms; absent on disk when empty (no speculation, an invalid cell, an older bundle)
     acceptance: dict[LevelKey, Acceptance] = {}
+    acceptance_by_rate: dict[RateKey, Acceptance] = {}  # the same at each open-loop rate (`by_rate`'s keys)
     correctness: Correctness = Correctness()
     # the most requests the server ran at once (its /server_info, bench/client/server_answers.py running_cap): a level
     # above it queued the rest (bench/report/deltas.py load_note). None: not reported, or a bundle written before
@@ -230,7 +231,7 @@ class Cell(bundle_names.CellNames, BaseModel):
     def to_json(self) -> JsonObject:
         """The file's content: every field, plus the first level's numbers at the top level."""
         data = self.model_dump(mode="json")
-        for key in ("acceptance", "rate_levels", "by_rate"):  # absent unless measured: older readers see no change
+        for key in ("acceptance", "acceptance_by_rate", "rate_levels", "by_rate"):  # absent unless measured: older readers see no change
             if not data[key]:
                 del data[key]
         return {**data, **self.first_level().to_json()}

@@ -121,6 +121,7 @@ def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int, rates: 
     by_rate = {rate_text(r): bundle_aggregate.aggregate([x for x in reps if x.request_rate == r], valid,
                                                         request_rate=r) for r in rates}
     accepted = {str(c): bundle_acceptance.of_repeats(x for x in reps if x.concurrency == c) for c in concurrency}
+    accepted_rates = {rate_text(r): bundle_acceptance.of_repeats(x for x in reps if x.request_rate == r) for r in rates}
     s = cell.settings
     try:
         return Cell(
@@ -134,6 +135,7 @@ def close_cell(cell: CellDraft, *, concurrency: list[int], repeats: int, rates: 
             requests_file=bundle_names.requests_file(cell.profile, cell.spec, cell.spec_params),
             by_concurrency=by_c, rate_levels=list(rates), by_rate=by_rate, correctness=PENDING,
             acceptance={c: a for c, a in accepted.items() if a is not None and valid},
+            acceptance_by_rate={k: a for k, a in accepted_rates.items() if a is not None and valid},
         )
     except ValidationError as exc:
         err = exc.errors()[0]

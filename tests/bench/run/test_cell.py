@@ -175,3 +175,17 @@ def test_a_cell_keeps_each_levels_acceptance_when_its_repeats_carried_histograms
     assert close_cell(draft, concurrency=[1, 4], repeats=2).acceptance == {}  # an invalid cell reports no numbers
     plain = close_cell(measured(settings(), {1: [1.0, 1.0], 4: [1.0, 1.0]}), concurrency=[1, 4], repeats=2)
     assert plain.acceptance == {} and "acceptance" not in plain.to_json()
+
+
+def test_open_loop_repeats_make_rate_levels_with_their_own_acceptance():
+    draft = measured(settings(), {1: [1.0, 1.0]})
+    open_loop = [r.model_copy(update={"concurrency": None, "request_rate": 2.5, "spec_correct_drafts_histogram": [1, 1]})
+                 for r in draft.per_repeat]
+    draft.per_repeat = [*draft.per_repeat, *open_loop]
+    cell = close_cell(draft, concurrency=[1], repeats=2, rates=[2.5])
+    assert cell.valid and cell.rate_levels == [2.5] and set(cell.by_rate) == {"2.5"}
+    assert cell.rate_level(2.5).value("output_throughput") == cell.level(1).value("output_throughput")
+    assert cell.acceptance == {} and cell.acceptance_by_rate["2.5"].correct_drafts_histogram == [2, 2]
+    assert {"rate_levels", "by_rate", "acceptance_by_rate"} <= set(cell.to_json())
+    short = close_cell(draft, concurrency=[1], repeats=2, rates=[2.5, 5.0])  # the 5 req/s repeats never ran
+    assert not short.valid and short.invalid_reason == "only 4 of 6 repeats ran"
