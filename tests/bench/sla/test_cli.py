@@ -17,6 +17,12 @@ from testsupport.stack import REPO, standin_stack
 
 pytestmark = pytest.mark.stack  # a kit stack (or a bare stand-in) and `bench sla`
 
+def short_dir(factory) -> Path:
+    """The stack's folder: supervisord's socket lives in it, and a socket path over 107 bytes cannot be bound (a
+    test's own tmp_path, named after the test under an xdist worker's folder, comes close)."""
+    return factory.mktemp("sla")
+
+
 GATE_ENV = {"KIT_GATE_MIN_TOKENS": "32"}  # the gate's evidence floor, lowered for these few short replies
 
 
@@ -55,10 +61,10 @@ def crossing(target_ms: float, ttft_ms: float, n: int, cap: int, service_ms: flo
     return lo
 
 
-def test_the_search_finds_the_running_caps_crossing_within_the_precision(tmp_path):
+def test_the_search_finds_the_running_caps_crossing_within_the_precision(tmp_path, tmp_path_factory):
     ttft, decode, cap, tokens, prompts, target, precision = 20.0, 20.0, 3, 6, 30, 60.0, 0.1
     config = {"default": {"ttft_ms": ttft, "decode_ms": decode, "max_running_requests": cap}}
-    with standin_stack(tmp_path / "stack", config) as stack:
+    with standin_stack(short_dir(tmp_path_factory), config) as stack:
         r = sla(stack.server_url, stack.control_url, stack.env, "--profiles", "baseline", "--spec", "off",
                 "--ttft-p99-ms", str(target), "--tpot-p99-ms", "1000", "--rate-start", "16", "--rate-min", "1",
                 "--rate-max", "200", "--precision", str(precision), "--repeats", "2", "--num-prompts", str(prompts),
@@ -81,11 +87,11 @@ def test_the_search_finds_the_running_caps_crossing_within_the_precision(tmp_pat
     assert "max request rate within p99 TTFT ≤ 60 ms" in r.stdout and "baseline+off" in r.stdout
 
 
-def test_speculation_loses_at_high_load_under_the_batching_model(tmp_path):
+def test_speculation_loses_at_high_load_under_the_batching_model(tmp_path, tmp_path_factory):
     # off: 20 ms a token, +10% per further running request; eagle3: 30 ms a pass of 2.5 tokens, +10% per further
     # request and draft token (simulation.batch_factor): better TPOT alone, worse from about 4 running requests
     config = {"default": {"ttft_ms": 20, "decode_ms": 20, "verify_ms": 30, "accept_length": 2.5, "batch_cost": 0.1}}
-    with standin_stack(tmp_path / "stack", config) as stack:
+    with standin_stack(short_dir(tmp_path_factory), config) as stack:
         r = sla(stack.server_url, stack.control_url, stack.env, "--profiles", "baseline", "--spec", "eagle3,off",
                 "--ttft-p99-ms", "1000", "--tpot-p99-ms", "30", "--rate-start", "16", "--repeats", "2",
                 "--num-prompts", "30", "--max-tokens", "8", "--json", "--out", str(tmp_path / "out"))

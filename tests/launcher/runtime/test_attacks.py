@@ -27,6 +27,17 @@ from testsupport.stack import REPO, KitStack
 pytestmark = pytest.mark.stack  # every test here starts a process
 
 
+@pytest.fixture(scope="module")
+def shared_stack(tmp_path_factory):
+    """One stack for the cases that must change nothing (each asserts that it did not), so a refused request costs
+    one request, not one start; it carries a secret in its environment for the cases that look for leaks."""
+    stack = KitStack(tmp_path_factory.mktemp("attacks-shared"), "baseline", "off", {"HF_TOKEN": "hf-secret-value"})
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()
+
+
 def _profile(stack: KitStack, name: str, body: str) -> None:
     (stack.profiles_dir / f"{name}.toml").write_text(
         f'description = "test {name}"\nstatus = "experimental"\nextends = "baseline"\n{body}'
@@ -171,15 +182,16 @@ def test_bug_4_a_bad_timeout_is_400_and_blocks_nothing(kit_stack, value):
     [("/tmp/x/evil", "off"), ("../../x", "off"), ("baseline", "../spec/off"), ("baseline", "spec/off"),
      ("Baseline", "off"), ("x" * 300, "off"), ("baseline", "o" * 300), ("", "off")],
 )
-def test_bug_5_names_are_not_paths(kit_stack, profile, spec):
-    stack = kit_stack()
+def test_bug_5_names_are_not_paths(shared_stack, profile, spec):
+    stack = shared_stack
     evil = Path("/tmp/x")
     evil.mkdir(exist_ok=True)
     (evil / "evil.toml").write_text('description = "outside"\n')
+    before = stack.history()
     r = stack.switch(profile, spec)
     assert r.status_code == 400, r.text
     assert "not valid" in r.json()["error"] and "a name, not a path" in r.json()["error"]
-    assert stack.history()[-1]["outcome"] == "started"
+    assert stack.history() == before and before[-1]["outcome"] == "started"  # nothing was recorded
 
 
 def test_bug_5_extends_cannot_name_a_path(kit_stack):
@@ -196,8 +208,8 @@ def test_bug_5_extends_cannot_name_a_path(kit_stack):
     [('[env]\nA = "a\\u0000NCCL_ALGO=Tree"\n', "env"), ('[env]\n"A=B" = "1"\n', "env"),
      ('[env]\nA = "line\\nNCCL_ALGO=Tree"\n', "env"), ('[server]\nserved-model-name = "a\\u0000b"\n', "server")],
 )
-def test_bug_6_nul_newline_and_equals_cannot_smuggle_variables(kit_stack, body, key):
-    stack = kit_stack()
+def test_bug_6_nul_newline_and_equals_cannot_smuggle_variables(shared_stack, body, key):
+    stack = shared_stack
     _profile(stack, "smuggler", body)
     r = stack.switch("smuggler", "off")
     assert r.status_code == 400, r.text
@@ -207,8 +219,8 @@ def test_bug_6_nul_newline_and_equals_cannot_smuggle_variables(kit_stack, body, 
 
 # 7 ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("ref", ["${KIT_CONTROL_TOKEN}", "${KIT_CONTROL_TOKEN:-x}", "${HF_TOKEN}", "${KIT_STATE_DIR}"])
-def test_bug_7_a_profile_cannot_read_the_token_or_the_kits_settings(kit_stack, ref):
-    stack = kit_stack(extra_env={"HF_TOKEN": "hf-secret-value"})
+def test_bug_7_a_profile_cannot_read_the_token_or_the_kits_settings(shared_stack, ref):
+    stack = shared_stack
     _profile(stack, "leak", f'[server]\nserved-model-name = "{ref}"\n')
     r = stack.switch("leak", "off")
     assert r.status_code == 400 and "may not read it" in r.json()["error"]
