@@ -155,6 +155,9 @@ def test_bench_service(project):
     assert server_results and server_results[0].split(":")[0] + ":/results:rw" in bench["volumes"]
     # `bench run --out results` (its default) resolves to the results volume.
     assert bench["working_dir"] == "/"
+    # NVML for the energy columns, no compute: the bench shares no GPU work with the server
+    devices = bench["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["utility"]}]
 
 
 @pytest.mark.stack
