@@ -20,9 +20,10 @@ CHAT = {"model": "default", "messages": [{"role": "user", "content": "hi"}], "ma
 STREAM_OPTIONS = {"stream": True, "stream_options": {"include_usage": True}}
 
 # Keys the real server sends and the stand-in leaves out: request timing and bookkeeping the stand-in does not
-# model (sglang/srt/managers/tokenizer_manager.py fills them per request).
+# model (sglang/srt/managers/tokenizer_manager.py fills them per request). `queue_time` is not among them: the
+# stand-in sends it too under --enable-metrics, its wait for a running slot (the open-loop bench reads it).
 REAL_TIMING = {"api_server_dispatch_finish_ts", "decode_throughput", "first_token_latency", "forward_entry_time",
-               "prefill_finished_time", "queue_time", "request_finished_ts", "request_received_ts",
+               "prefill_finished_time", "request_finished_ts", "request_received_ts",
                "response_sent_to_client_ts", "storage_prefetch_wait", "storage_staging_wait"}
 REAL_BOOKKEEPING = {"cached_tokens_details", "dp_rank", "num_retractions", "weight_versions"}
 REAL_ONLY = {
