@@ -16,8 +16,6 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
 from launcher.errors import RuntimeFailure
 from launcher.profiles import adaptive_tiers, spec_params
 from launcher.profiles.spec_params import SpecParams
@@ -47,7 +45,7 @@ class PlanRef:
         of its type is None (a name or spec is taken as text)."""
         name, spec, params, tiers, digest = (plan.get(k) for k in ("name", "spec", "spec_params", "adaptive_tiers",
                                                                       "digest"))
-        return cls(None if name is None else str(name), None if spec is None else str(spec), _point(params),
+        return cls(None if name is None else str(name), None if spec is None else str(spec), spec_params.lenient(params),
                    dict(tiers) if isinstance(tiers, Mapping) else None,
                    digest if isinstance(digest, str) else None)
 
@@ -57,18 +55,6 @@ class PlanRef:
                 "spec_params": self.spec_params.model_dump() if self.spec_params is not None else None,
                 "adaptive_tiers": dict(self.adaptive_tiers) if self.adaptive_tiers is not None else None,
                 "digest": self.digest}
-
-
-def _point(params: object) -> SpecParams | None:
-    """A reported point as the model; None when it is none or not a point's JSON."""
-    if isinstance(params, SpecParams):
-        return params
-    if not isinstance(params, Mapping):
-        return None
-    try:
-        return SpecParams.model_validate(dict(params))
-    except ValidationError:
-        return None
 
 
 def tiers_of(plan: PlanRef) -> dict[str, object] | None:

@@ -12,9 +12,10 @@ import math
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from bench import JsonObject
+from launcher.profiles import spec_params
 from launcher.profiles.spec_params import SpecParams
 
 
@@ -47,23 +48,12 @@ def _part(x: Any) -> Any:
     return x if isinstance(x, Mapping) else None
 
 
-def _point(x: Any) -> SpecParams | None:
-    if isinstance(x, SpecParams):
-        return x
-    if not isinstance(x, Mapping):
-        return None
-    try:
-        return SpecParams.model_validate(dict(x))
-    except ValidationError:
-        return None
-
-
 Number = Annotated[float | None, BeforeValidator(_number)]
 Count = Annotated[int, BeforeValidator(_count)]
 Text = Annotated[str | None, BeforeValidator(_text)]
 Interval = Annotated[tuple[float, float] | None, BeforeValidator(_interval)]
 Texts = Annotated[list[str], BeforeValidator(_texts)]
-Point = Annotated[SpecParams | None, BeforeValidator(_point)]
+Point = Annotated[SpecParams | None, BeforeValidator(spec_params.lenient)]
 
 
 class _Part(BaseModel):

@@ -132,6 +132,19 @@ def coerce(value: SpecParams | Mapping | str | None) -> SpecParams | None:
         raise UserError(f"spec_params: {exc.errors()[0]['msg']}; {RANGE}") from None
 
 
+def lenient(value: object) -> SpecParams | None:
+    """A point read back from a stored or reported record: the model, or None when it is none or not a point's
+    JSON (a damaged record reads as no point; `coerce` refuses one instead)."""
+    if isinstance(value, SpecParams):
+        return value
+    if not isinstance(value, Mapping):
+        return None
+    try:
+        return SpecParams.model_validate(dict(value))
+    except ValidationError:
+        return None
+
+
 def is_eagle(server: Mapping[str, object]) -> bool:
     return str(server.get("speculative-algorithm") or "").upper() in EAGLE_ALGORITHMS
 

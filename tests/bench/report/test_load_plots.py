@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 from helpers_bench import load_point as point
 
-from bench.report import load_plots, plots
-
-
-@pytest.fixture
-def figures(monkeypatch):
-    kept = []
-    real_close = plots.plt.close
-    monkeypatch.setattr(plots.plt, "close", lambda fig: kept.append(fig))
-    yield kept
-    for fig in kept:
-        real_close(fig)
+from bench.report import load_plots
 
 
 def test_the_frontier_plot_draws_each_cell_and_the_frontier_line(tmp_path, figures):

@@ -5,24 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
-import pytest
 from matplotlib.colors import to_rgba
 
 from bench.bundle import names as bundle_names
 from bench.bundle.schema import Cell, Manifest
 from bench.report import plots
 from bench.report.render import SummaryRow
-
-
-@pytest.fixture
-def figures(monkeypatch):
-    """Every figure the module closes, kept for inspection."""
-    kept = []
-    real_close = plots.plt.close
-    monkeypatch.setattr(plots.plt, "close", lambda fig: kept.append(fig))
-    yield kept
-    for fig in kept:
-        real_close(fig)
 
 
 def summary_row(**kw) -> SummaryRow:
